@@ -27,9 +27,13 @@ paper and Google's README; small tasks vary by a few points across seeds, hence
 ~52-58, STS-B Pearson ~87-89. Runtime: MRPC with a 6-layer, hidden 384 model
 is minutes per epoch on a few CPU cores.
 
-Every key is declared here; `--config.a.b=v` overrides it, an unknown key is an error.
+Every key is declared here (the model, optimizer and mesh sections, shared by all
+entry points, in bert_jax/config_sections.py); `--config.a.b=v` overrides it, an
+unknown key is an error.
 """
 import ml_collections
+
+from bert_jax import config_sections
 
 # Tasks and their peak learning rates (see the module docstring).
 _LEARNING_RATES = {
@@ -100,48 +104,9 @@ def get_config(arg=None):
   # Console / TensorBoard / metrics.jsonl every N training steps.
   c.log_every = 20
 
-  c.model = ml_collections.ConfigDict()
-  # Compute dtype: 'float32', 'bfloat16', or 'auto' (bfloat16 on GPU/TPU, float32 on
-  # CPU); params stay float32.
-  c.model.dtype = "auto"
-  # Attention implementation: 'auto', 'xla', 'cudnn' or 'einsum'.
-  c.model.attention_impl = "auto"
-  # Scan over encoder layers (faster compile for deep models).
-  c.model.scan_layers = False
-  # Rematerialisation policy: 'none', 'full' or 'dots' (save matmul outputs).
-  c.model.remat = "none"
-  # Dropout on hidden states (and the classifier input), as in BERT fine-tuning.
-  c.model.dropout_rate = 0.1
-  # Dropout on attention probabilities.
-  c.model.attention_dropout_rate = 0.1
+  c.model = config_sections.model()
 
-  c.optimizer = ml_collections.ConfigDict()
-  # 'adamw' (BERT) or 'lamb'.
-  c.optimizer.name = "adamw"
-  # Adam first-moment decay.
-  c.optimizer.b1 = 0.9
-  # Adam second-moment decay.
-  c.optimizer.b2 = 0.999
-  # Adam epsilon (BERT: 1e-6).
-  c.optimizer.eps = 1e-6
-  # Decoupled weight decay; never applied to LayerNorm params and biases.
-  c.optimizer.weight_decay = 0.01
-  # Global-norm gradient clipping (0 disables).
-  c.optimizer.grad_clip_norm = 1.0
-  # Keep Adam moments in bfloat16 to save memory.
-  c.optimizer.bf16_moments = False
-  # Learning-rate decay after warmup: 'linear' or 'polynomial'.
-  c.optimizer.schedule = "linear"
-  # Power of the polynomial decay.
-  c.optimizer.poly_power = 1.0
-  # Microbatches per step (gradient accumulation); batch_size must divide by it.
-  c.optimizer.grad_accum_steps = 1
+  c.optimizer = config_sections.optimizer()
 
-  c.mesh = ml_collections.ConfigDict()
-  # Mesh shape over ('data', 'fsdp', 'tensor'); -1 takes the remaining devices.
-  c.mesh.shape = (-1, 1, 1)
-  # Multi-slice TPU: how many slices (joined over DCN) each axis spans.
-  c.mesh.dcn_shape = (1, 1, 1)
-  # Sharding preset: 'data_parallel', 'fsdp' or 'fsdp_tensor'.
-  c.mesh.preset = "data_parallel"
+  c.mesh = config_sections.mesh()
   return c

@@ -9,9 +9,13 @@ Phase 2 of BERT's recipe (seq 512 from a phase-1 checkpoint):
   python -m bert_jax.pretrain --config configs/pretrain.py:base,phase2 --workdir DIR2 \
       --config.init_checkpoint=DIR1/checkpoints
 
-Every key is declared here; `--config.a.b=v` overrides it, an unknown key is an error.
+Every key is declared here (the model, optimizer and mesh sections, shared by all
+entry points, in bert_jax/config_sections.py); `--config.a.b=v` overrides it, an
+unknown key is an error.
 """
 import ml_collections
+
+from bert_jax import config_sections
 
 # Per-variant sizes; model shapes come from bert_jax.model_config.VARIANTS.
 _RECIPES = {
@@ -48,19 +52,7 @@ def get_config(arg=None):
   # Training steps.
   c.total_steps = steps
 
-  c.model = ml_collections.ConfigDict()
-  # Compute dtype: 'float32', 'bfloat16', or 'auto' (bfloat16 on GPU/TPU, float32 on
-  # CPU). Params, optimizer state and the loss stay float32.
-  c.model.dtype = "auto"
-  # Attention implementation: 'auto', 'xla', 'cudnn' or 'einsum'.
-  c.model.attention_impl = "auto"
-  # Scan over encoder layers (faster compile for deep models).
-  c.model.scan_layers = False
-  # Rematerialisation policy: 'none', 'full' or 'dots' (save matmul outputs).
-  c.model.remat = "none"
-  # Dropout on hidden states and attention probabilities.
-  c.model.dropout_rate = 0.1
-  c.model.attention_dropout_rate = 0.1
+  c.model = config_sections.model()
 
   c.data = ml_collections.ConfigDict()
   # Where text comes from: 'builtin' (no download), 'files' (glob) or 'tfds'.
@@ -70,9 +62,11 @@ def get_config(arg=None):
   # Text layout: 'sentence_per_line' (Google BERT: blank line between documents) or
   # 'document_per_line'.
   c.data.format = "sentence_per_line"
-  # TFDS dataset name (e.g. 'wikipedia/20230601.en') and its prepared data_dir.
+  # TFDS dataset name (e.g. 'wikipedia/20230601.en').
   c.data.tfds_name = ""
+  # TFDS data_dir where the dataset is prepared (never downloaded).
   c.data.tfds_data_dir = ""
+  # TFDS split to read.
   c.data.tfds_split = "train"
   # The text feature of the TFDS dataset.
   c.data.tfds_text_key = "text"
@@ -111,24 +105,7 @@ def get_config(arg=None):
   # Batches prepared ahead in a background thread (0: none).
   c.data.prefetch_batches = 2
 
-  c.optimizer = ml_collections.ConfigDict()
-  # 'adamw' (BERT) or 'lamb' (large-batch BERT).
-  c.optimizer.name = "adamw"
-  c.optimizer.b1 = 0.9
-  c.optimizer.b2 = 0.999
-  c.optimizer.eps = 1e-6
-  # Decoupled weight decay; never applied to LayerNorm params and biases.
-  c.optimizer.weight_decay = 0.01
-  # Global-norm gradient clipping (0 disables).
-  c.optimizer.grad_clip_norm = 1.0
-  # Keep Adam moments in bfloat16 to save memory.
-  c.optimizer.bf16_moments = False
-  # Learning-rate decay after warmup: 'linear' or 'polynomial'.
-  c.optimizer.schedule = "linear"
-  # Power of the polynomial decay.
-  c.optimizer.poly_power = 1.0
-  # Microbatches per step (gradient accumulation); batch_size must divide by it.
-  c.optimizer.grad_accum_steps = 1
+  c.optimizer = config_sections.optimizer()
   # Peak learning rate.
   c.learning_rate = lr
   # Linear warmup steps.
@@ -136,8 +113,9 @@ def get_config(arg=None):
 
   # Console / TensorBoard / metrics.jsonl every N steps.
   c.log_every = 10
-  # Evaluate on held-out data every N steps (0 disables) for this many batches.
+  # Evaluate on held-out data every N steps (0 disables).
   c.eval_every = 0
+  # Batches of held-out data per evaluation.
   c.eval_batches = 10
   # Save a checkpoint every N steps (and at the end).
   c.checkpoint_every = 100
@@ -147,22 +125,15 @@ def get_config(arg=None):
   c.on_nan = "stop"
   # Checkpoint (a pretraining checkpoints dir or a bert_jax params export) to start from.
   c.init_checkpoint = ""
-  # Profile steps [start, start+num) with jax.profiler into workdir/profile (0 disables).
+  # Profile steps [start, start+num) with jax.profiler into workdir/profile: the first
+  # step (0 disables) ...
   c.profile_start_step = 0
+  # ... and how many steps.
   c.profile_num_steps = 5
   # End the main job with a fill-mask example from the new checkpoint.
   c.fill_mask_example = "the capital of france is [MASK] ."
 
-  c.mesh = ml_collections.ConfigDict()
-  # Mesh shape over ('data', 'fsdp', 'tensor') for all devices of all hosts; -1 takes
-  # the remaining devices. E.g. (1, -1, 1) for FSDP over everything, (2, -1, 1) for
-  # 2 data-parallel groups of FSDP, (1, -1, 4) for FSDP x 4-way tensor parallelism.
-  c.mesh.shape = (-1, 1, 1)
-  # Multi-slice TPU: how many slices (joined over DCN) each axis spans; each slice
-  # holds shape / dcn_shape over ICI. E.g. (2, 1, 1) for 2 slices in data parallel.
-  c.mesh.dcn_shape = (1, 1, 1)
-  # Sharding preset: 'data_parallel', 'fsdp' or 'fsdp_tensor' (bert_jax.sharding.PRESETS).
-  c.mesh.preset = "data_parallel"
+  c.mesh = config_sections.mesh()
 
   if variant == "tiny":
     # Short CPU runs (the main job): no dropout and Adam b2 0.98 leave the unigram

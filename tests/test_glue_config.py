@@ -85,13 +85,3 @@ def test_contract_overrides_on_the_command_line(tmp_path):
     _parse_flags(["finetune", f"--config={_PATH}:task=rte", "--config.no_such_key=1"])
 
 
-def test_every_key_has_a_comment():
-  lines = _PATH.read_text().splitlines()
-  keys = set(_flatten(_module().get_config("task=mrpc")))
-  documented = set()
-  for i, line in enumerate(lines):
-    m = re.match(r"\s+c\.([\w.]+) = ", line)
-    if m and not line.endswith("ml_collections.ConfigDict()"):  # Sections need no comment.
-      assert lines[i - 1].strip().startswith("#"), f"configs/glue.py:{i + 1} {m.group(1)}"
-      documented.add(m.group(1))
-  assert keys == documented
