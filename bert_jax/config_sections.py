@@ -44,7 +44,8 @@ def optimizer() -> ml_collections.ConfigDict:
   o.grad_clip_norm = 1.0
   # Keep Adam moments in bfloat16 to save memory.
   o.bf16_moments = False
-  # Learning-rate decay after warmup: 'linear' or 'polynomial'.
+  # Learning rate after the linear warmup: 'linear' or 'polynomial' decay to 0, or
+  # 'constant' (short runs).
   o.schedule = "linear"
   # Power of the polynomial decay.
   o.poly_power = 1.0

@@ -62,13 +62,16 @@ class SelfAttention(nn.Module):
   deterministic: bool
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array) -> Array:
+  def __call__(self, x: Array, mask: Array, queries: Optional[Array] = None) -> Array:
+    """x [batch, len, hidden] -> [batch, len, hidden]; with `queries` [batch, Q, hidden]
+    (rows of x), only those rows attend: -> [batch, Q, hidden], mask [batch, 1, Q, len]."""
     c = self.config
     kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
               kernel_init=layers.kernel_init(c.initializer_range))
     proj = lambda name: layers.DenseGeneral(  # noqa: E731
         (c.num_heads, c.head_dim), ("embed", "heads", "kv"), name=name, **kw)
-    q, k, v = proj("query")(x), proj("key")(x), proj("value")(x)  # [batch, len, heads, hd]
+    q = proj("query")(x if queries is None else queries)  # [batch, Q, heads, hd]
+    k, v = proj("key")(x), proj("value")(x)  # [batch, len, heads, hd]
     names = ("activation_batch", "activation_length", "activation_heads", None)
     q, k, v = (layers.constrain(t, names) for t in (q, k, v))
     dropout_rng = None
@@ -88,12 +91,20 @@ class EncoderLayer(nn.Module):
   deterministic: bool
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array) -> tuple[Array, Array]:
+  def __call__(self, x: Array, mask: Array,
+               positions: Optional[Array] = None) -> tuple[Array, Array]:
+    """x [batch, len, hidden] -> (x', x'); with `positions` [batch, Q] only those rows
+    are computed (keys and values still come from every row): x' is [batch, Q, hidden]."""
     c = self.config
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
     kw = dict(dtype=dtype, param_dtype=pdtype, kernel_init=layers.kernel_init(c.initializer_range))
     drop = nn.Dropout(c.dropout_rate)
-    y = SelfAttention(c, self.deterministic, name="attention")(x, mask)
+    queries = None
+    if positions is not None:
+      queries = gather_positions(x, positions)  # [batch, Q, hidden]
+      mask = jnp.take_along_axis(mask, positions[:, None, :, None].astype(jnp.int32), axis=2)
+    y = SelfAttention(c, self.deterministic, name="attention")(x, mask, queries)
+    x = x if queries is None else queries
     y = drop(y, deterministic=self.deterministic)
     x = layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "attention_norm")(x + y)
     h = layers.DenseGeneral(c.intermediate_size, ("embed", "mlp"), name="intermediate", **kw)(x)
@@ -120,7 +131,15 @@ class BertEncoder(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, deterministic: bool,
-               output_hidden_states: bool = False) -> tuple[Array, Optional[list[Array]]]:
+               output_hidden_states: bool = False,
+               output_positions: Optional[Array] = None) -> tuple[Array, Optional[list[Array]]]:
+    """Returns (last hidden state, all hidden states or None).
+
+    With `output_positions` [batch, Q] the last hidden state holds only those rows
+    ([batch, Q, hidden]); unrolled, the last layer then computes only those rows
+    (its keys and values still cover the sequence). Scanned layers compute every
+    row and gather.
+    """
     c = self.config
     layer_cls = EncoderLayer
     if c.remat != "none":
@@ -134,11 +153,16 @@ class BertEncoder(nn.Module):
       x, ys = scanned(c, deterministic, name="layers")(x, mask)  # ys: [layers, batch, len, hidden]
       if output_hidden_states:
         hidden += [ys[i] for i in range(c.num_layers)]
+      if output_positions is not None:
+        x = gather_positions(x, output_positions)
     else:
       for i in range(c.num_layers):
-        x, _ = layer_cls(c, deterministic, name=f"layer_{i}")(x, mask)
+        last_rows = output_positions if i == c.num_layers - 1 and not output_hidden_states else None
+        x, _ = layer_cls(c, deterministic, name=f"layer_{i}")(x, mask, last_rows)
         if output_hidden_states:
           hidden.append(x)
+      if output_positions is not None and output_hidden_states:
+        x = gather_positions(x, output_positions)
     return x, hidden
 
 
@@ -165,22 +189,27 @@ class BertModel(nn.Module):
 
   def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array,
                position_ids: Optional[Array] = None, deterministic: bool = True,
-               output_hidden_states: bool = False) -> dict[str, Any]:
+               output_hidden_states: bool = False,
+               output_positions: Optional[Array] = None) -> dict[str, Any]:
+    """Returns sequence_output [batch, len, hidden] (or [batch, Q, hidden]: the rows
+    at `output_positions` [batch, Q], the only rows the last layer computes; with
+    the pooler, their first column must be 0, the [CLS] row), pooled_output
+    [batch, hidden] with the pooler, hidden_states when asked."""
     if position_ids is None:
       position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
     x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
     x, hidden = self.encoder(x, layers.attention_mask(input_mask), deterministic,
-                             output_hidden_states)
-    out = {"sequence_output": x}  # [batch, len, hidden]
+                             output_hidden_states, output_positions)
+    out = {"sequence_output": x}  # [batch, len or Q, hidden]
     if hidden is not None:
       out["hidden_states"] = hidden  # num_layers + 1 of [batch, len, hidden]
     if self.add_pooler:
       out["pooled_output"] = jnp.tanh(self.pooler(x[:, 0]))  # [batch, hidden]
     return out
 
-  def attend(self, x: Array) -> Array:
-    """Logits over the vocabulary with the tied word embeddings."""
-    return self.embeddings.word_embeddings.attend(x)
+  def attend(self, x: Array, bias: Optional[Array] = None) -> Array:
+    """Logits over the vocabulary with the tied word embeddings (+ an output bias)."""
+    return self.embeddings.word_embeddings.attend(x, bias)
 
 
 def gather_positions(x: Array, positions: Array) -> Array:
@@ -223,10 +252,16 @@ class BertForPreTraining(nn.Module):
                masked_lm_positions: Array, position_ids: Optional[Array] = None,
                deterministic: bool = True) -> dict[str, Array]:
     """Returns mlm_logits [batch, P, vocab] (float32) and nsp_logits [batch, 2]."""
-    out = self.bert(input_ids, input_mask, segment_ids, position_ids, deterministic)
-    x = gather_positions(out["sequence_output"], masked_lm_positions)  # [batch, P, hidden]
+    # The last layer computes only the rows the heads read: the masked positions,
+    # and [CLS] for NSP.
+    rows = masked_lm_positions.astype(jnp.int32)  # [batch, P]
+    if self.with_nsp:
+      rows = jnp.concatenate([jnp.zeros_like(rows[:, :1]), rows], axis=1)  # [batch, 1 + P]
+    out = self.bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
+                    output_positions=rows)
+    x = out["sequence_output"][:, 1:] if self.with_nsp else out["sequence_output"]  # [batch, P, hidden]
     x = self.mlm(x)
-    logits = self.bert.attend(x) + self.mlm_output_bias.astype(x.dtype)
+    logits = self.bert.attend(x, self.mlm_output_bias)
     result = {"mlm_logits": logits.astype(jnp.float32)}
     if self.with_nsp:
       result["nsp_logits"] = self.nsp(out["pooled_output"]).astype(jnp.float32)

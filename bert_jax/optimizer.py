@@ -20,14 +20,21 @@ def decay_mask(params: Any) -> Any:
   return jax.tree_util.tree_map_with_path(lambda p, _: _leaf_name(p) in _DECAYED_LEAVES, params)
 
 
+# Learning-rate shapes after the linear warmup.
+SCHEDULES = ("linear", "polynomial", "constant")
+
+
 def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int,
                            kind: str = "linear", power: float = 1.0) -> optax.Schedule:
-  """Linear warmup to `peak`, then linear or polynomial decay to 0 at total_steps."""
-  if kind not in ("linear", "polynomial"):
-    raise ValueError(f"optimizer.schedule {kind!r} not in ['linear', 'polynomial']")
+  """Linear warmup to `peak`, then linear or polynomial decay to 0 at total_steps, or constant."""
+  if kind not in SCHEDULES:
+    raise ValueError(f"optimizer.schedule {kind!r} not in {list(SCHEDULES)}")
   warmup_steps = min(warmup_steps, total_steps)
   decay_steps = max(1, total_steps - warmup_steps)
-  decay = optax.polynomial_schedule(peak, 0.0, 1.0 if kind == "linear" else power, decay_steps)
+  if kind == "constant":
+    decay = optax.constant_schedule(peak)
+  else:
+    decay = optax.polynomial_schedule(peak, 0.0, 1.0 if kind == "linear" else power, decay_steps)
   if warmup_steps == 0:
     return decay
   warmup = optax.linear_schedule(0.0, peak, warmup_steps)

@@ -35,6 +35,24 @@ def init_state(model: model_lib.BertForPreTraining, tx: optax.GradientTransforma
                     rng=state_rng, nonfinite_steps=jnp.zeros((), jnp.int32))
 
 
+def mlm_xent_and_correct(logits: jax.Array, ids: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """Cross-entropy and top-1 hit at each prediction; logits [..., vocab], ids [...].
+
+  Written for the vocabulary-sized arrays: the label's logit is picked with a
+  comparison against an iota (its gradient is elementwise, where a gather's is a
+  scatter into a zero tensor), and a hit is "the label's logit is the max" (a max
+  reduction, shared with the log-sum-exp, instead of an argmax). Ties count as
+  hits, which argmax would break by index.
+  """
+  logits = logits.astype(jnp.float32)
+  is_label = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1) == ids[..., None]
+  label_logit = jnp.sum(jnp.where(is_label, logits, 0.0), axis=-1)
+  top = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
+  lse = top + jnp.log(jnp.sum(jnp.exp(logits - top[..., None]), axis=-1))
+  correct = (jax.lax.stop_gradient(label_logit) >= top).astype(jnp.float32)
+  return lse - label_logit, correct
+
+
 def _forward_sums(model, params, batch: Batch, rng, deterministic: bool) -> dict[str, jax.Array]:
   """Un-normalised loss and metric sums of one (micro)batch."""
   out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
@@ -44,11 +62,10 @@ def _forward_sums(model, params, batch: Batch, rng, deterministic: bool) -> dict
   logits = out["mlm_logits"]  # [batch, P, vocab] float32
   ids = batch["masked_lm_ids"]
   w = batch["masked_lm_weights"].astype(jnp.float32)
-  logp = jax.nn.log_softmax(logits, axis=-1)
-  xent = -jnp.take_along_axis(logp, ids[..., None], axis=-1)[..., 0]  # [batch, P]
+  xent, correct = mlm_xent_and_correct(logits, ids)
   sums = {
       "mlm_xent": jnp.sum(xent * w),
-      "mlm_correct": jnp.sum((jnp.argmax(logits, -1) == ids) * w),
+      "mlm_correct": jnp.sum(correct * w),
       "mlm_weight": jnp.sum(w),
       "real_tokens": jnp.sum(batch["input_mask"] > 0).astype(jnp.float32),
   }

@@ -7,11 +7,13 @@ tolerance of float32, and scan / einsum giving the float32 numbers of the
 unrolled fused path.
 """
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 import transformers
 
 from bert_jax import bundle
+from bert_jax import layers
 from bert_jax import model as model_lib
 from bert_jax.model_config import BertConfig, variant
 
@@ -75,7 +77,8 @@ def _run(config, params):
 
 @pytest.mark.parametrize("overrides", [
     dict(attention_impl="einsum"), dict(scan_layers=True), dict(scan_layers=True, remat="full"),
-], ids=["einsum", "scan", "scan_remat"])
+    dict(remat="dots"),
+], ids=["einsum", "scan", "scan_remat", "remat"])
 def test_compute_options_agree_in_float32(setup, overrides):
   config, params = setup
   want = _run(config, params)
@@ -98,3 +101,42 @@ def test_bf16_compute_within_bf16_tolerance(setup):
     # bf16 keeps 8 bits of mantissa (eps 2^-8); a few roundings per layer.
     assert err <= 0.02 * scale, f"{name}: max abs err {err} for values up to {scale}"
     assert err > 0, f"{name}: identical to float32, so bf16 was not used"
+
+
+def test_last_layer_on_head_rows_equals_full_sequence_when_packed(setup):
+  """Unrolled, the last layer computes only [CLS] and the masked rows; scanned layers
+  compute every row and gather. Both agree, with a block-diagonal (packed) mask."""
+  config, params = setup
+  ids, _, seg, positions = _inputs()
+  packed = np.zeros_like(ids)
+  packed[0, :9], packed[0, 9:20] = 1, 2  # two examples, then padding
+  packed[1, :12], packed[1, 12:] = 1, 2
+  position_ids = np.broadcast_to(np.arange(24), ids.shape)
+
+  def run(cfg):
+    p = bundle.layout_params(params, cfg)
+    out = model_lib.BertForPreTraining(cfg).apply({"params": p}, ids, packed, seg, positions,
+                                                  position_ids)
+    return out["mlm_logits"], out["nsp_logits"]
+
+  for got, want in zip(run(config), run(config.replace(scan_layers=True))):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
+
+
+def test_tied_decoder_gradients_match_autodiff():
+  rng = np.random.default_rng(2)
+  x = jnp.asarray(rng.normal(size=(2, 3, 8)), jnp.float32)
+  table = jnp.asarray(rng.normal(size=(11, 8)), jnp.float32)
+  bias = jnp.asarray(rng.normal(size=(11,)), jnp.float32)
+  w = jnp.asarray(rng.normal(size=(2, 3, 11)), jnp.float32)
+  embed = layers.Embed(11, 8, ("vocab", "embed"))
+
+  def loss(fn):
+    return lambda *a: jnp.sum(jnp.sin(fn(*a)) * w)
+
+  ours = lambda x, t, b: embed.apply({"params": {"embedding": t}}, x, b, method="attend")  # noqa: E731
+  plain = lambda x, t, b: jnp.einsum("...h,vh->...v", x, t) + b  # noqa: E731
+  np.testing.assert_allclose(ours(x, table, bias), plain(x, table, bias), rtol=1e-6, atol=1e-6)
+  for got, want in zip(jax.grad(loss(ours), argnums=(0, 1, 2))(x, table, bias),
+                       jax.grad(loss(plain), argnums=(0, 1, 2))(x, table, bias)):
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

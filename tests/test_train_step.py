@@ -89,3 +89,28 @@ def test_schedule_warmup_then_linear_decay():
   np.testing.assert_allclose([s(0), s(5), s(10), s(60), s(110)], [0, 5e-4, 1e-3, 5e-4, 0], atol=1e-9)
   with pytest.raises(ValueError, match="schedule"):
     optimizer.learning_rate_schedule(1e-3, 10, 110, kind="cosine")
+
+
+def test_schedule_warmup_then_constant():
+  s = optimizer.learning_rate_schedule(1e-3, 10, 110, kind="constant")
+  np.testing.assert_allclose([s(0), s(5), s(10), s(60), s(109)], [0, 5e-4, 1e-3, 1e-3, 1e-3],
+                             atol=1e-9)
+
+
+def test_mlm_xent_and_correct_match_the_textbook_forms():
+  rng = np.random.default_rng(0)
+  logits = jnp.asarray(rng.normal(size=(3, 5, 50)) * 3, jnp.float32)
+  ids = jnp.asarray(rng.integers(0, 50, (3, 5)), jnp.int32)
+  ids = ids.at[0, 0].set(int(jnp.argmax(logits[0, 0])))  # at least one hit
+
+  def textbook(lg):
+    return -jnp.take_along_axis(jax.nn.log_softmax(lg), ids[..., None], -1)[..., 0]
+
+  xent, correct = pretrain_step.mlm_xent_and_correct(logits, ids)
+  np.testing.assert_allclose(xent, textbook(logits), rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(correct, (jnp.argmax(logits, -1) == ids).astype(jnp.float32))
+  assert float(correct.sum()) >= 1
+  w = jnp.asarray(rng.random((3, 5)), jnp.float32)
+  g_ours = jax.grad(lambda lg: jnp.sum(pretrain_step.mlm_xent_and_correct(lg, ids)[0] * w))(logits)
+  g_ref = jax.grad(lambda lg: jnp.sum(textbook(lg) * w))(logits)
+  np.testing.assert_allclose(g_ours, g_ref, rtol=1e-5, atol=1e-7)
