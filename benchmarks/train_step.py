@@ -9,6 +9,8 @@ pretraining step and, in the same run, of transformers' FlaxBertForPreTraining
 round(0.15 * seq_len)) and optimizer (AdamW, weight decay on kernels, clipping
 1.0). The reference computes MLM logits over every token, as its model does;
 bert_jax computes them at the masked positions only. Both apply dropout 0.1.
+The two alternate step by step (after their compiles), so a drifting shared
+machine affects both alike.
 
 MFU uses DESIGN.md's formula over real tokens; the CPU peak is a large float32
 matmul measured in this run, accelerator peaks come from bert_jax.flops
@@ -59,21 +61,38 @@ def synthetic_batch(rng: np.random.Generator, b: int, L: int, P: int, vocab: int
       next_sentence_labels=rng.integers(0, 2, b).astype(np.int32))
 
 
-def time_steps(step_fn, state, batch, steps: int) -> tuple[list[float], object]:
-  """Runs 2 warm-up (compile) steps, then `steps` timed ones; returns seconds per step."""
-  for _ in range(2):
-    state, out = step_fn(state, batch)
-    jax.block_until_ready(out)
-  times = []
-  for _ in range(steps):
+class Runner:
+  """A jitted step with its (donated) state and batch."""
+
+  def __init__(self, step_fn, state, batch):
+    self.step_fn, self.state, self.batch = step_fn, state, batch
+
+  def step(self) -> float:
+    """Runs one step to completion; returns its seconds."""
     t = time.perf_counter()
-    state, out = step_fn(state, batch)
+    self.state, out = self.step_fn(self.state, self.batch)
     jax.block_until_ready(out)
-    times.append(time.perf_counter() - t)
-  return times, state
+    return time.perf_counter() - t
 
 
-def ours(config, model_cfg, batch, steps):
+def interleaved_times(runners: list, steps: int) -> list[list[float]]:
+  """2 warm-up (compile) steps each, then `steps` rounds of one timed step per runner.
+
+  Alternating the implementations step by step exposes them to the same machine
+  conditions (a shared CPU drifts by several percent over a minute), so their
+  ratio is not biased by when each one ran.
+  """
+  for r in runners:
+    for _ in range(2):
+      r.step()
+  times = [[] for _ in runners]
+  for _ in range(steps):
+    for r, t in zip(runners, times):
+      t.append(r.step())
+  return times
+
+
+def ours(config, model_cfg, batch) -> Runner:
   model = model_lib.BertForPreTraining(model_cfg, with_nsp=True)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, 1e-4, 0, 1000)
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
@@ -81,10 +100,10 @@ def ours(config, model_cfg, batch, steps):
       model, tx, r, batch["input_ids"].shape[1], batch["masked_lm_positions"].shape[1])))(
           jax.random.PRNGKey(0))
   step = jax.jit(pretrain_step.make_train_step(model, tx, schedule), donate_argnums=(0,))
-  return time_steps(step, state, jax.device_put(batch), steps)[0]
+  return Runner(step, state, jax.device_put(batch))
 
 
-def reference(model_cfg, batch, steps):
+def reference(model_cfg, batch) -> Runner:
   """transformers' FlaxBertForPreTraining with run_mlm_flax-style loss and AdamW."""
   import transformers  # pylint: disable=g-import-not-at-top
   hf_cfg = transformers.BertConfig(
@@ -129,7 +148,7 @@ def reference(model_cfg, batch, steps):
 
   state = (params, tx.init(params), jax.random.PRNGKey(0))
   step = jax.jit(train_step, donate_argnums=(0,))
-  return time_steps(step, state, jax.device_put(hf_batch), steps)[0]
+  return Runner(step, state, jax.device_put(hf_batch))
 
 
 def main(argv=None):
@@ -164,14 +183,17 @@ def main(argv=None):
   flops_per_token = flops_lib.train_flops_per_token(
       model_cfg, args.seq_len, num_predictions / args.seq_len)
 
-  rows = []
-  t_ours = statistics.median(ours(config, model_cfg, batch, args.steps))
+  runners = [ours(config, model_cfg, batch)]
+  runners[0].step()  # compile; the RSS below is bert_jax's own (the reference adds to it)
   rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-  rows.append(("bert_jax", t_ours, tokens / t_ours, tokens / t_ours * flops_per_token / peak))
+  names = ["bert_jax"]
   if not args.no_reference:
-    t_ref = statistics.median(reference(model_cfg, batch, args.steps))
-    rows.append(("hf FlaxBertForPreTraining", t_ref, tokens / t_ref,
-                 tokens / t_ref * flops_per_token / peak))
+    runners.append(reference(model_cfg, batch))
+    names.append("hf FlaxBertForPreTraining")
+  rows = []
+  for name, times in zip(names, interleaved_times(runners, args.steps)):
+    t = statistics.median(times)
+    rows.append((name, t, tokens / t, tokens / t * flops_per_token / peak))
 
   dev = jax.devices()[0]
   print(f"device: {dev.platform} {dev.device_kind} x{jax.device_count()} | jax {jax.__version__}")

@@ -50,10 +50,16 @@ class DenseGeneral(nn.Module):
     kernel = self.param(
         "kernel", nn.with_logical_partitioning(self.kernel_init, tuple(self.kernel_axes)),
         in_shape + features, self.param_dtype)
-    contract = tuple(range(x.ndim - self.in_dims, x.ndim))
+    # One 2-D matmul: [..., prod(in)] x [prod(in), prod(out)]. The reshapes are free
+    # (row-major), where a dot over a 3-D kernel made XLA's CPU backend copy the
+    # kernel into a matrix on every step (~3% of a base step for Q, K, V, O).
+    batch_shape = x.shape[:x.ndim - self.in_dims]
+    k_in, k_out = int(np.prod(in_shape)), int(np.prod(features))
     y = jax.lax.dot_general(
-        x.astype(self.dtype), kernel.astype(self.dtype),
-        ((contract, tuple(range(self.in_dims))), ((), ())))
+        x.reshape(batch_shape + (k_in,)).astype(self.dtype),
+        kernel.reshape(k_in, k_out).astype(self.dtype),
+        (((len(batch_shape),), (0,)), ((), ())))
+    y = y.reshape(batch_shape + features)
     if self.use_bias:
       bias_axes = tuple(self.kernel_axes[-len(features):])
       bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, bias_axes),
