@@ -135,13 +135,20 @@ def make_train_step(model: model_lib.BertForPreTraining, tx: optax.GradientTrans
     loss = _loss_from_sums(sums, mlm_denom, nsp_denom)
     grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32))) for g in jax.tree.leaves(grads)))
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-    updates, new_opt = tx.update(grads, state.opt_state, state.params)
-    new_params = optax.apply_updates(state.params, updates)
-    keep = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+
+    def apply_update(operand):
+      params, opt_state, grads = operand
+      updates, opt_state = tx.update(grads, opt_state, params)
+      return optax.apply_updates(params, updates), opt_state
+
+    # A conditional, not a select between new and old state: with donated buffers the
+    # select cost a pass over params and moments plus copies (6% of a base step on CPU).
+    new_params, new_opt = jax.lax.cond(finite, apply_update, lambda op: (op[0], op[1]),
+                                       (state.params, state.opt_state, grads))
     new_state = state.replace(
         step=state.step + 1,
-        params=jax.tree.map(keep, new_params, state.params),
-        opt_state=jax.tree.map(keep, new_opt, state.opt_state),
+        params=new_params,
+        opt_state=new_opt,
         nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
     metrics = dict(sums, loss=loss, grad_norm=grad_norm, learning_rate=schedule(state.step),
                    finite=finite.astype(jnp.float32), steps=jnp.ones((), jnp.float32))
