@@ -27,7 +27,7 @@ def _step_and_state(variant: str, batch: int, seq_len: int, dtype: str, remat: s
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from bert_jax import model as model_lib, model_config, optimizer, pretrain_step  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from bert_jax import model as model_lib, model_config, optimizer, train_core  # pylint: disable=g-import-not-at-top,g-multiple-import
   cfg = model_config.variant(variant, 30522, dtype=dtype, remat=remat)
   model = model_lib.BertForPreTraining(cfg)
   opt = ml_collections.ConfigDict(dict(name="adamw", b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01,
@@ -35,7 +35,7 @@ def _step_and_state(variant: str, batch: int, seq_len: int, dtype: str, remat: s
                                        poly_power=1.0))
   tx, sched = optimizer.make_optimizer(opt, 1e-4, 10, 100)
   P = max(1, round(0.15 * seq_len))
-  init = lambda r: nn.unbox(pretrain_step.init_state(model, tx, r, seq_len, P))  # noqa: E731
+  init = lambda r: nn.unbox(train_core.init_state(mlm_nsp.init_fn(model, seq_len, P), tx, r))  # noqa: E731
   abstract_state = jax.eval_shape(init, jax.random.PRNGKey(0))
   i32 = lambda *s: jax.ShapeDtypeStruct(s, jnp.int32)  # noqa: E731
   batch_spec = dict(input_ids=i32(batch, seq_len), input_mask=i32(batch, seq_len),
@@ -43,7 +43,7 @@ def _step_and_state(variant: str, batch: int, seq_len: int, dtype: str, remat: s
                     masked_lm_ids=i32(batch, P),
                     masked_lm_weights=jax.ShapeDtypeStruct((batch, P), jnp.float32),
                     next_sentence_labels=i32(batch))
-  step = jax.jit(pretrain_step.make_train_step(model, tx, sched), donate_argnums=(0,))
+  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched), donate_argnums=(0,))
   return step, init, abstract_state, batch_spec
 
 

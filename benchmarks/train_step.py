@@ -37,7 +37,8 @@ from bert_jax import flops as flops_lib  # noqa: E402
 from bert_jax import model as model_lib  # noqa: E402
 from bert_jax import optimizer as opt_lib  # noqa: E402
 from bert_jax import pretrain  # noqa: E402
-from bert_jax import pretrain_step  # noqa: E402
+from bert_jax import train_core  # noqa: E402
+from bert_jax.objectives import mlm_nsp  # noqa: E402
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:
@@ -96,10 +97,9 @@ def ours(config, model_cfg, batch) -> Runner:
   model = model_lib.BertForPreTraining(model_cfg, with_nsp=True)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, 1e-4, 0, 1000)
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
-  state = jax.jit(lambda r: nn.unbox(pretrain_step.init_state(
-      model, tx, r, batch["input_ids"].shape[1], batch["masked_lm_positions"].shape[1])))(
+  state = jax.jit(lambda r: nn.unbox(train_core.init_state(mlm_nsp.init_fn(model, batch["input_ids"].shape[1], batch["masked_lm_positions"].shape[1]), tx, r)))(
           jax.random.PRNGKey(0))
-  step = jax.jit(pretrain_step.make_train_step(model, tx, schedule), donate_argnums=(0,))
+  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, schedule), donate_argnums=(0,))
   return Runner(step, state, jax.device_put(batch))
 
 

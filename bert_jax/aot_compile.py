@@ -6,7 +6,7 @@ r"""Compiles the real pretraining step for a TPU topology ahead of time, on a CP
 
 It builds the mesh on compile-only devices of the topology
 (`jax.experimental.topologies`), derives the train state's shardings exactly
-as bert_jax.pretrain does, lowers and compiles `pretrain_step.make_train_step`
+as bert_jax.pretrain does, lowers and compiles the train step of `pretrain_setup.build`
 with donation, and prints per-device memory (arguments, outputs, temporaries)
 against the chip's HBM and the compiled FLOPs. Exits 1 when the step does not
 fit in HBM, so a config can be checked before a pod is booked.
@@ -17,7 +17,6 @@ fit in HBM, so a config can be checked before a pod is booked.
 chip).
 """
 import dataclasses
-import functools
 import os
 import re
 import sys
@@ -35,15 +34,15 @@ from absl import flags  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bert_jax import flops as flops_lib  # noqa: E402
-from bert_jax import model as model_lib  # noqa: E402
-from bert_jax import optimizer as opt_lib  # noqa: E402
-from bert_jax import pretrain  # noqa: E402  (defines --config, as the entry point does)
-from bert_jax import pretrain_step  # noqa: E402
+from bert_jax import pretrain_setup  # noqa: E402
 from bert_jax import sharding  # noqa: E402
 
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Pretraining config, e.g. configs/pretrain.py:base.", lock_config=True)
 _TOPOLOGY = flags.DEFINE_string("topology", None, "TPU topology, e.g. v5e:4x4, v4:2x2x4, v4-32.")
 _NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "Slices joined over DCN (multi-slice).")
 _PRESET = flags.DEFINE_string("preset", None, "Sharding preset (default: config.mesh.preset).")
@@ -175,27 +174,21 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
     vocab_size = tokenizer.load_tokenizer(config.data).vocab_size
   mesh = sharding.make_mesh(config.mesh.shape, devices, dcn_shape)
   rules = sharding.logical_rules(config.mesh.preset)
-  pretrain.check_config(config, mesh)
-  model_cfg = pretrain.model_config_from(config, vocab_size)
-  model = model_lib.BertForPreTraining(model_cfg, with_nsp=config.data.mode == "nsp")
-  tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
-                                        config.warmup_steps, config.total_steps)
-  init_fn = functools.partial(pretrain_step.init_state, model, tx, seq_len=config.seq_len,
-                              num_predictions=config.data.max_predictions_per_seq)
-  target, shardings = sharding.abstract_state(init_fn, mesh, rules, jax.random.PRNGKey(0))
+  pretrain_setup.check_config(config, mesh)
+  setup = pretrain_setup.build(config, vocab_size, with_nsp=config.data.mode == "nsp")
+  target, shardings = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch_shard = sharding.batch_sharding(mesh)
   batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
                          config.data.packing, batch_shard)
   step = jax.jit(
-      pretrain_step.make_train_step(model, tx, schedule, config.optimizer.grad_accum_steps),
-      in_shardings=(shardings, batch_shard), out_shardings=(shardings, None), donate_argnums=(0,))
+      setup.train_step(config.optimizer.grad_accum_steps), in_shardings=(shardings, batch_shard), out_shardings=(shardings, None), donate_argnums=(0,))
   start = time.time()
   with sharding.mesh_context(mesh, rules):
     lowered = step.lower(target, batch)
     compiled = lowered.compile()
   compile_seconds = time.time() - start
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(target.params))
-  return dict(compiled=compiled, mesh=mesh, model_config=model_cfg, num_params=num_params,
+  return dict(compiled=compiled, mesh=mesh, model_config=setup.model_config, num_params=num_params,
               compile_seconds=compile_seconds, state=target,
               hlo_flops_per_device=unrolled_hlo_flops(config, vocab_size) / len(devices))
 
@@ -212,16 +205,11 @@ def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int) -> fl
   cpu = jax.devices("cpu")[:1]
   mesh = sharding.make_mesh((1, 1, 1), cpu)
   rules = sharding.logical_rules("data_parallel")
-  model = model_lib.BertForPreTraining(pretrain.model_config_from(config, vocab_size),
-                                       with_nsp=config.data.mode == "nsp")
-  tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
-                                        config.warmup_steps, config.total_steps)
-  init_fn = functools.partial(pretrain_step.init_state, model, tx, seq_len=config.seq_len,
-                              num_predictions=config.data.max_predictions_per_seq)
-  target, _ = sharding.abstract_state(init_fn, mesh, rules, jax.random.PRNGKey(0))
+  setup = pretrain_setup.build(config, vocab_size, with_nsp=config.data.mode == "nsp")
+  target, _ = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
                          config.data.packing, sharding.batch_sharding(mesh))
-  step = pretrain_step.make_train_step(model, tx, schedule, config.optimizer.grad_accum_steps)
+  step = setup.train_step(config.optimizer.grad_accum_steps)
   with sharding.mesh_context(mesh, rules):
     return _flops(jax.jit(step).lower(target, batch).cost_analysis())
 
@@ -255,7 +243,7 @@ def compiled_flops(compiled) -> float:
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  config = flags.FLAGS.config
+  config = _CONFIG.value
   if config is None or not _TOPOLOGY.value:
     raise app.UsageError("--config and --topology are required")
   try:

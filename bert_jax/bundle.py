@@ -15,7 +15,7 @@ caller shards them (and stacks them with `layout_params` for scan_layers).
 import dataclasses
 import json
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, Union
 
 from etils import epath
 import jax
@@ -152,13 +152,17 @@ def layout_params(params: dict, config: BertConfig) -> dict:
   return model_lib.unstack_layers(params)
 
 
-def count_vocab(vocab_file: str) -> int:
-  """Number of tokens (lines) in a vocab file."""
-  text = epath.Path(vocab_file).read_text(encoding="utf-8")
-  lines = text.split("\n")
+def vocab_lines(vocab_file: str) -> list[str]:
+  """The tokens of a vocab file, one per line (a final newline ends the last token)."""
+  lines = epath.Path(vocab_file).read_text(encoding="utf-8").split("\n")
   if lines and lines[-1] == "":
     lines = lines[:-1]
-  return len(lines)
+  return lines
+
+
+def count_vocab(vocab_file: str) -> int:
+  """Number of tokens (lines) in a vocab file."""
+  return len(vocab_lines(vocab_file))
 
 
 def guess_lowercase(vocab_file: str) -> bool:
@@ -179,14 +183,14 @@ def guess_lowercase(vocab_file: str) -> bool:
   return upper < 0.01 * max(len(tokens), 1)
 
 
-def _check_vocab(vocab_file: str, config: BertConfig, source: str) -> None:
-  n = count_vocab(vocab_file)
+def _check_vocab(vocab: Sequence[str], where: str, config: BertConfig, source: str) -> None:
+  n = len(vocab)
   if n != config.vocab_size:
-    raise ValueError(f"{vocab_file}: vocab has {n} tokens but {source} has vocab_size "
+    raise ValueError(f"{where}: vocab has {n} tokens but {source} has vocab_size "
                      f"{config.vocab_size} (the word embedding matrix has that many rows)")
 
 
-def _head(items: list, limit: int = 10) -> str:
+def _first_items(items: list, limit: int = 10) -> str:
   more = f" (+{len(items) - limit} more)" if len(items) > limit else ""
   return f"{items[:limit]}{more}"
 
@@ -209,9 +213,9 @@ def _check_shapes(found: dict[str, tuple], config: BertConfig, source: str) -> N
   if bad or missing or unknown:
     parts = []
     if bad:
-      parts.append(f"shape mismatches: {_head(bad)}")
+      parts.append(f"shape mismatches: {_first_items(bad)}")
     if missing:
-      parts.append(f"missing: {_head(missing)}")
+      parts.append(f"missing: {_first_items(missing)}")
     if unknown:
       parts.append(f"unexpected: {unknown[:10]}")
     raise ValueError(f"{source}: params do not match its model_config.json "
@@ -224,7 +228,8 @@ def _sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
-def save_bundle(path: str, params: dict, config: BertConfig, vocab_file: str, lowercase: bool, *,
+def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, Sequence[str]],
+                lowercase: bool, *,
                 heads: Optional[Sequence[str]] = None, info: Optional[dict] = None,
                 overwrite: bool = False) -> None:
   """Writes a bundle atomically (a temporary directory renamed into place).
@@ -237,8 +242,8 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab_file: str, lo
     params: params of any model in bert_jax.model (numpy or jax arrays, scanned
       or not; stored unscanned).
     config: the model config.
-    vocab_file: the WordPiece vocab; copied into the bundle, must have
-      config.vocab_size lines.
+    vocab: the WordPiece vocab: its tokens in id order, or the path of a vocab
+      file; must have config.vocab_size tokens.
     lowercase: whether the tokenizer lowercases.
     heads: optional heads the caller expects in `params` (checked); by default
       they are read from the params.
@@ -255,7 +260,9 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab_file: str, lo
   if dst.exists() and any(dst.iterdir()) and not overwrite:
     raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True (--overwrite) "
                           "to replace it")
-  _check_vocab(vocab_file, config, "the model config")
+  tokens = vocab_lines(vocab) if isinstance(vocab, str) else list(vocab)
+  _check_vocab(tokens, str(vocab) if isinstance(vocab, str) else "save_bundle", config,
+               "the model config")
   params = model_lib.unstack_layers(params)
   flat_shapes = {p: tuple(np.shape(x)) for p, x in flatten(params).items()}
   _check_shapes(flat_shapes, config, "save_bundle")
@@ -276,7 +283,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab_file: str, lo
   ckptr.save(tmp / PARAMS_DIR, args=ocp.args.PyTreeSave(params))
   if primary:
     config.save_json(str(tmp / CONFIG_FILE))
-    (tmp / VOCAB_FILE).write_bytes(epath.Path(vocab_file).read_bytes())
+    (tmp / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
     meta = dict(info or {})
     meta.update(format_version=FORMAT_VERSION, lowercase=bool(lowercase), heads=list(found),
                 num_params=int(sum(int(np.prod(s)) for s in flat_shapes.values())),
@@ -360,7 +367,7 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
   vocab = p / VOCAB_FILE
   if not vocab.exists():
     raise FileNotFoundError(f"{path}: bundle has no {VOCAB_FILE}")
-  _check_vocab(str(vocab), config, str(p / CONFIG_FILE))
+  _check_vocab(vocab_lines(str(vocab)), str(vocab), config, str(p / CONFIG_FILE))
   info_file = p / INFO_FILE
   if not info_file.exists():
     raise FileNotFoundError(f"{path}: bundle has no {INFO_FILE}")

@@ -1,29 +1,50 @@
-"""Training checkpoints: an Orbax CheckpointManager in `workdir/checkpoints`.
+"""Checkpoints: where a run's state is saved, and every way a run can start.
 
-Each step directory holds the full train state (`state`, restored straight into
-its shardings) and a small JSON item (`meta`: data position, model config,
-vocab). A latest checkpoint that cannot be read is moved aside to
-`workdir/checkpoints_unreadable/` (never deleted) and the previous one is used.
+  TrainCheckpoints  an Orbax CheckpointManager in `workdir/checkpoints`: each step holds
+                    the full train state (`state`, restored straight into its shardings)
+                    and a JSON item (`meta`: data position and the model description);
+                    an unreadable latest checkpoint is moved to
+                    `workdir/checkpoints_unreadable/` (never deleted) and the previous
+                    one is used
+  load_pretrained   params, model config, vocab and casing from any checkpoint a run can
+                    start from: a bundle (`python -m bert_jax.convert` output, a
+                    `workdir/export`), a pretraining workdir, or its `checkpoints/`
+  initial_state     the initialisation policy of every entry point, in one place
+
+The model description (model config, vocab tokens, casing) is the same record
+in both forms: a bundle stores it as model_config.json, vocab.txt and
+bundle.json beside its params, a train checkpoint as the `meta` item.
 """
-import os
-import shutil
-from typing import Any, Optional
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
+from etils import epath
+from flax import traverse_util
+import flax.linen as nn
+import jax
+import numpy as np
+import optax
 import orbax.checkpoint as ocp
+
+from bert_jax import bundle
+from bert_jax import model as model_lib
+from bert_jax import sharding
+from bert_jax.model_config import BertConfig
 
 
 class TrainCheckpoints:
   """Async saving, keep-last-K, and restore with fallback.
 
   Args:
-    directory: the checkpoints directory (created if missing).
+    directory: the checkpoints directory (created if missing; local or gs://).
     max_to_keep: how many recent checkpoints are kept.
     async_save: save in a background thread.
   """
 
   def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True):
-    self.directory = os.path.abspath(directory)
+    path = epath.Path(directory)
+    self.directory = path if "://" in str(directory) else path.absolute()
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
@@ -34,6 +55,11 @@ class TrainCheckpoints:
 
   def latest_step(self) -> Optional[int]:
     return self._manager.latest_step()
+
+  def describe_latest(self) -> str:
+    """The latest checkpoint's path, or 'none saved yet' (for messages)."""
+    last = self.latest_step()
+    return f"{self.directory}/{last}" if last is not None else "none saved yet"
 
   def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
     """Starts saving (asynchronously); a step already saved is left as it is."""
@@ -67,17 +93,190 @@ class TrainCheckpoints:
         state, meta = self.restore(step, abstract_state)
         return step, state, meta
       except Exception as e:  # pylint: disable=broad-except
-        aside = os.path.join(self.directory + "_unreadable", str(step))
+        aside = epath.Path(str(self.directory) + "_unreadable") / str(step)
         logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); moving it to %s "
                         "and falling back to the previous one",
                         step, self.directory, type(e).__name__, str(e).splitlines()[0][:300], aside)
         print(f"WARNING: checkpoint step {step} unreadable ({type(e).__name__}); moved to {aside}; "
               "falling back to the previous checkpoint", flush=True)
-        os.makedirs(os.path.dirname(aside), exist_ok=True)
-        shutil.move(os.path.join(self.directory, str(step)), aside)
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        (self.directory / str(step)).rename(aside)
         self._manager.reload()
     return None
 
   def close(self) -> None:
     self._manager.wait_until_finished()
     self._manager.close()
+
+
+def model_description(config: BertConfig, vocab: Sequence[str], lowercase: bool) -> dict:
+  """The record that makes a checkpoint self-describing (stored in a train checkpoint's meta)."""
+  return {"model_config": config.replace(scan_layers=False).to_dict(), "vocab": list(vocab),
+          "lowercase": bool(lowercase)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+  """Params to start from, with the description that comes with them.
+
+  Attributes:
+    params: host (numpy) params in the canonical unscanned layout.
+    config: the stored model config.
+    vocab: the tokenizer's tokens, in id order.
+    lowercase: uncased tokenization.
+    source: the path the params came from (a bundle, or `checkpoints/<step>`).
+  """
+  params: dict
+  config: BertConfig
+  vocab: tuple[str, ...]
+  lowercase: bool
+  source: str
+
+
+def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
+  if (path / "checkpoints").is_dir():
+    return path / "checkpoints"
+  if path.is_dir() and any(p.name.isdigit() for p in path.iterdir()):
+    return path
+  return None
+
+
+def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretrained:
+  """Loads params and their description from any checkpoint a run can start from.
+
+  Reads only; nothing is written anywhere.
+
+  Args:
+    path: a bundle (converted Hugging Face / Google checkpoint, or a workdir's
+      export/), a pretraining workdir (its export/ when the run finished, else
+      its latest checkpoint), or a `checkpoints/` directory (latest step).
+    expect: when given, the checkpoint's architecture must match it.
+
+  Returns:
+    The Pretrained params.
+
+  Raises:
+    FileNotFoundError / ValueError naming the path and what is wrong.
+  """
+  root = epath.Path(path)
+  if not root.exists():
+    raise FileNotFoundError(f"init checkpoint {path} does not exist")
+  for candidate in (root, root / "export"):
+    if bundle.is_bundle(str(candidate)):
+      b = bundle.load_bundle(str(candidate), expect_config=expect)
+      return Pretrained(b.params, b.config, tuple(bundle.vocab_lines(b.vocab_file)), b.lowercase,
+                        str(candidate))
+  ckpt_dir = _checkpoints_dir(root)
+  if ckpt_dir is None:
+    raise ValueError(f"init checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
+                     "a pretraining workdir, nor a checkpoints directory; convert Hugging Face or "
+                     "Google checkpoints first with python -m bert_jax.convert")
+  ckpts = TrainCheckpoints(str(ckpt_dir), async_save=False)
+  step = ckpts.latest_step()
+  if step is None:
+    raise ValueError(f"init checkpoint {ckpt_dir} holds no checkpoint")
+  source = f"{ckpt_dir}/{step}"
+  meta = ckpts.read_meta(step)
+  config = BertConfig.from_dict(meta["model_config"], source=source)
+  if expect is not None:
+    bundle.check_arch(config, expect, source)
+  state = _restore_on_one_device(ckpts.directory / str(step) / "state")
+  params = jax.tree.map(np.asarray, model_lib.unstack_layers(state["params"]))
+  return Pretrained(params, config.replace(scan_layers=False), tuple(meta["vocab"]),
+                    bool(meta["lowercase"]), source)
+
+
+def _restore_on_one_device(path: epath.Path):
+  """Restores a train state saved on any mesh/process count onto one local device."""
+  ckptr = ocp.StandardCheckpointer()
+  meta = ckptr.metadata(path)
+  meta = getattr(meta, "item_metadata", meta)
+  one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta)
+  return ckptr.restore(path, target)
+
+
+def merge_params(init: dict, loaded: dict, source: str) -> dict:
+  """Loaded params over freshly initialised ones (same layout).
+
+  Sub-trees missing from `loaded` (new task heads) keep their fresh values;
+  sub-trees only in `loaded` (pretraining heads a task model lacks) are dropped;
+  a shape mismatch is an error naming the parameter.
+  """
+  def merge(a, b, path):
+    if not isinstance(a, dict):
+      if tuple(np.shape(a)) != tuple(np.shape(b)):
+        raise ValueError(f"{source}: param {'/'.join(path)} has shape {tuple(np.shape(b))}, "
+                         f"the model expects {tuple(np.shape(a))}")
+      return b
+    if not isinstance(b, dict):
+      raise ValueError(f"{source}: {'/'.join(path)} is a tensor, the model expects a sub-tree")
+    return {k: merge(v, b[k], path + (k,)) if k in b else v for k, v in a.items()}
+  return merge(init, loaded, ())
+
+
+def initial_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransformation,
+                  rng: jax.Array, mesh, rules, *,
+                  checkpoints: Optional[TrainCheckpoints] = None,
+                  pretrained: Optional[Pretrained] = None,
+                  fresh_heads: Sequence[str] = ()) -> tuple[Any, Any, Optional[dict], str]:
+  """The sharded initial train state of any entry point.
+
+  Decide how to initialise training. The order is important:
+    1. `checkpoints` holds a readable checkpoint (this workdir was run before):
+       resume it exactly (state, step, rng; its meta carries the data position).
+    2. `pretrained` is given (config.init_checkpoint): its params over the model's.
+       Params it lacks (a new task head, a pooler) are initialised fresh, and so
+       are the heads named in `fresh_heads` even when it has them (a task head
+       from fine-tuning another task). Its tensors go straight into their
+       shardings; only the fresh params are computed, by a jitted init whose
+       other outputs XLA drops (the same values as a full init with this rng).
+    3. Otherwise: from scratch, directly into the derived shardings.
+  The state's shardings come from `jax.eval_shape(init_fn)` in every case.
+
+  Args:
+    init_fn: rng -> train_core.TrainState with boxed (logically named) params.
+    tx: the optimizer (its state is initialised from the params the run starts with).
+    rng: the init rng.
+    mesh: the device mesh.
+    rules: logical -> mesh axis rules.
+    checkpoints: this run's checkpoints (None: nothing to resume).
+    pretrained: params to start from.
+    fresh_heads: top-level param groups never taken from `pretrained`.
+
+  Returns:
+    (state, its tree of NamedShardings, the restored meta or None, how it was made).
+  """
+  target, shardings = sharding.abstract_state(init_fn, mesh, rules, rng)
+  if checkpoints is not None:
+    restored = checkpoints.restore_latest(target)
+    if restored is not None:
+      step, state, meta = restored
+      return state, shardings, meta, f"resumed from {checkpoints.directory}/{step}"
+  if pretrained is None:
+    state, _ = sharding.sharded_init(init_fn, mesh, rules, rng)
+    return state, shardings, None, "initialised from scratch"
+
+  loaded = {k: v for k, v in pretrained.params.items() if k not in fresh_heads}
+  if "layers" in target.params["bert"]["encoder"]:
+    loaded = model_lib.stack_layers(loaded)
+  merged = traverse_util.flatten_dict(merge_params(target.params, loaded, pretrained.source),
+                                      sep="/")
+  targets = traverse_util.flatten_dict(target.params, sep="/")
+  from_checkpoint = {k: jax.device_put(np.asarray(v, targets[k].dtype), targets[k].sharding)
+                     for k, v in merged.items() if not isinstance(v, jax.ShapeDtypeStruct)}
+
+  def init_with_loaded(rng, loaded_flat):
+    state = nn.unbox(init_fn(rng))
+    params = traverse_util.flatten_dict(state.params, sep="/")
+    params = traverse_util.unflatten_dict({k: loaded_flat.get(k, v) for k, v in params.items()},
+                                          sep="/")
+    return state.replace(params=params, opt_state=tx.init(params))
+
+  with sharding.mesh_context(mesh, rules):
+    state = jax.jit(init_with_loaded, out_shardings=shardings)(rng, from_checkpoint)
+  fresh = sorted(k for k in targets if k not in from_checkpoint)
+  how = f"initialised from {pretrained.source}"
+  if fresh:
+    how += f" (fresh: {', '.join(fresh[:6])}{' ...' if len(fresh) > 6 else ''})"
+  return state, shardings, None, how

@@ -3,6 +3,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 # Parameter leaf names that take weight decay; LayerNorm scales and all biases do not.
@@ -74,3 +75,40 @@ def make_optimizer(opt: Any, learning_rate: float, warmup_steps: int,
   if opt.grad_clip_norm > 0:
     core = optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), core)
   return core, schedule
+
+
+def layerwise_scales(params: Any, num_layers: int, decay: float) -> Any:
+  """Per-parameter learning-rate factors for layer-wise decay.
+
+  Heads and pooler 1, encoder layer i (0-based from the bottom) decay**(L - i),
+  embeddings decay**(L + 1). Scanned layers (`encoder/layers`, leading layer
+  axis) get an array of factors broadcast over that axis.
+
+  Args:
+    params: params or their shapes (anything with `.shape` / `.ndim` leaves).
+    num_layers: L.
+    decay: the factor per layer.
+
+  Returns:
+    A tree like `params` of float factors (or [L, 1, ...] arrays when scanned).
+  """
+  def scale(path, leaf):
+    keys = [getattr(k, "key", "") for k in path]
+    if "embeddings" in keys:
+      return decay ** (num_layers + 1)
+    if "layers" in keys:  # scan layout: leading axis is the layer index
+      factors = decay ** (num_layers - np.arange(num_layers, dtype=np.float32))
+      return jnp.asarray(factors.reshape((num_layers,) + (1,) * (len(leaf.shape) - 1)))
+    for k in keys:
+      if isinstance(k, str) and k.startswith("layer_"):
+        return decay ** (num_layers - int(k[6:]))
+    return 1.0
+  return jax.tree_util.tree_map_with_path(scale, params)
+
+
+def scale_updates(scales: Any) -> optax.GradientTransformation:
+  """Multiplies each update by its factor in `scales` (a tree like the params)."""
+  def update(updates, state, params=None):
+    del params
+    return jax.tree.map(lambda u, s: u * s, updates, scales), state
+  return optax.GradientTransformation(lambda _: optax.EmptyState(), update)

@@ -12,19 +12,22 @@ import statistics
 
 import jax
 import numpy as np
+import optax
 import pytest
 
 from bert_jax import bundle
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import finetune
-from bert_jax import finetune_tasks
-from bert_jax import init_checkpoint
 from bert_jax import model as model_lib
+from bert_jax import optimizer as opt_lib
 from bert_jax import pretrain
 from bert_jax import sharding
 from bert_jax import squad_eval
+from bert_jax import train_core
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.model_config import BertConfig
 from bert_jax.tasks import glue
+from bert_jax.tasks import task as task_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SENTENCES = ("the old man walked to the river and saw a boat near the house . "
@@ -250,26 +253,40 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
 
 
 def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_dir, tmp_path):
-  init = init_checkpoint.load(pretrained, str(tmp_path))
-  tok = finetune_tasks.load_tokenizer(init.vocab_file, init.lowercase)
-  task = finetune_tasks.build(_squad_config(squad_dir, pretrained), tok, init.config)
+  init = ckpt_lib.load_pretrained(pretrained)
+  tok = tokenizer_lib.cached_wordpiece(init.vocab, init.lowercase)
+  task = task_lib.build(_squad_config(squad_dir, pretrained), tok, init.config)
   assert task.data_stats["train_skipped_answer_mismatch"] == 1
   assert task.data_stats["train_examples"] == 10  # 11 questions, q6 skipped
   assert task.data_stats["eval_examples"] == 5
 
 
-def test_training_starts_task_heads_fresh_and_eval_only_keeps_them():
-  fresh = {"bert": {"pooler": {"kernel": np.zeros((4, 4))}},
-           "classifier": {"kernel": np.zeros((4, 2)), "bias": np.zeros((2,))}}
-  loaded = {"bert": {"pooler": {"kernel": np.ones((4, 4))}},
-            "classifier": {"kernel": np.ones((4, 3)), "bias": np.ones((3,))},
-            "mlm": {"transform": {"kernel": np.ones((4, 4))}}}
-  trained = finetune.task_params(fresh, loaded, eval_only=False, source="ckpt")
-  np.testing.assert_array_equal(trained["bert"]["pooler"]["kernel"], 1.0)  # pooler kept
-  np.testing.assert_array_equal(trained["classifier"]["kernel"], 0.0)  # head fresh
-  assert "mlm" not in trained
-  with pytest.raises(ValueError, match="classifier/kernel has shape"):
-    finetune.task_params(fresh, loaded, eval_only=True, source="ckpt")
+def test_training_starts_task_heads_fresh_and_eval_only_keeps_them(tmp_path):
+  pretrained = ckpt_lib.load_pretrained(_random_bundle(tmp_path / "b"))  # 3-label classifier
+  mesh = sharding.make_mesh((-1, 1, 1))
+  rules = sharding.logical_rules("data_parallel")
+  tx = optax.adamw(1e-3)
+
+  def start(num_labels, fresh_heads):
+    model = task_lib.TaskModel("t", model_lib.BertForSequenceClassification(
+        pretrained.config, num_labels=num_labels), "classifier")
+    init_fn = lambda r: train_core.init_state(task_lib.init_fn(model, 8), tx, r)  # noqa: E731
+    state, _, meta, how = ckpt_lib.initial_state(init_fn, tx, jax.random.PRNGKey(0), mesh, rules,
+                                                 pretrained=pretrained, fresh_heads=fresh_heads)
+    assert meta is None and pretrained.source in how
+    return jax.device_get(state.params), how
+
+  want = pretrained.params
+  trained, how = start(3, bundle.TASK_HEADS)
+  np.testing.assert_array_equal(trained["bert"]["pooler"]["kernel"], want["bert"]["pooler"]["kernel"])
+  np.testing.assert_array_equal(trained["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"],
+                                want["bert"]["encoder"]["layer_0"]["attention"]["query"]["kernel"])
+  assert not np.allclose(trained["classifier"]["kernel"], want["classifier"]["kernel"])  # fresh
+  assert "fresh: classifier/bias, classifier/kernel" in how
+  evaluated, _ = start(3, ())
+  np.testing.assert_array_equal(evaluated["classifier"]["kernel"], want["classifier"]["kernel"])
+  with pytest.raises(ValueError, match=r"param classifier/\w+ has shape \([^)]*3,?\), the model expects"):
+    start(2, ())
 
 
 def _random_bundle(path) -> str:
@@ -311,13 +328,13 @@ def test_checkpoints_that_do_not_fit_get_clear_errors(glue_dir, squad_dir, tmp_p
 
 def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
   good = _random_bundle(tmp_path / "b")
-  init = init_checkpoint.load(good, str(tmp_path))
-  tok = finetune_tasks.load_tokenizer(init.vocab_file, init.lowercase)
+  init = ckpt_lib.load_pretrained(good)
+  tok = tokenizer_lib.cached_wordpiece(init.vocab, init.lowercase)
   c = _glue_config(glue_dir, good)
   with c.unlocked():
     c.task = "mrcp"
   with pytest.raises(ValueError, match=r"unknown GLUE task 'mrcp'; known tasks: \['ax', 'cola'"):
-    finetune_tasks.build(c, tok, init.config)
+    task_lib.build(c, tok, init.config)
   with pytest.raises(ValueError, match=r"known tasks: \['ax', 'cola'"):
     _config("glue", "task=mrcp")
   # A malformed row: the error names the file and line.
@@ -331,13 +348,13 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
     finetune.finetune(_glue_config(str(bad_dir), good), str(tmp_path / "w"))
   # predict_ax belongs to MNLI.
   with pytest.raises(ValueError, match="predict_ax applies to task mnli only"):
-    finetune_tasks.build(_glue_config(glue_dir, good, predict_ax=True), tok, init.config)
+    task_lib.build(_glue_config(glue_dir, good, predict_ax=True), tok, init.config)
 
 
 def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   good = _random_bundle(tmp_path / "b")
-  init = init_checkpoint.load(good, str(tmp_path))
-  tok = finetune_tasks.load_tokenizer(init.vocab_file, init.lowercase)
+  init = ckpt_lib.load_pretrained(good)
+  tok = tokenizer_lib.cached_wordpiece(init.vocab, init.lowercase)
   header = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tgold_label"
   mnli = tmp_path / "glue" / "MNLI"
   mnli.mkdir(parents=True)
@@ -351,17 +368,17 @@ def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   ax.write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\tw4\tw{i}\n" for i in range(7)))
   c = _config("glue", "task=mnli")
   c.data_dir, c.init_checkpoint, c.max_seq_length = str(tmp_path / "glue"), good, 16
-  task = finetune_tasks.build(c, tok, init.config)
+  task = task_lib.build(c, tok, init.config)
   # test_mismatched.tsv is absent: skipped (reported), not an error.
   assert [s.name for s in task.eval_sets] == ["dev_matched", "dev_mismatched", "test_matched",
                                               "ax_test"]
   assert "test_mismatched: not predicted" in capsys.readouterr().out
   logits = np.eye(3)[np.arange(7) % 3]  # [7, 3] -> contradiction, entailment, neutral, ...
-  assert task.eval_sets[3].finish({"logits": logits}, str(tmp_path / "out")) == {}
+  assert task.eval_sets[3].score({"logits": logits}, str(tmp_path / "out")) == {}
   lines = (tmp_path / "out" / "predictions" / "AX.tsv").read_text().splitlines()
   assert lines[1:4] == ["0\tcontradiction", "1\tentailment", "2\tneutral"] and len(lines) == 8
   # Dev metrics are keyed _matched / _mismatched.
-  dev = task.eval_sets[0].finish({"logits": np.eye(3)[[0, 1, 2, 0, 1]]}, str(tmp_path))
+  dev = task.eval_sets[0].score({"logits": np.eye(3)[[0, 1, 2, 0, 1]]}, str(tmp_path))
   assert set(dev) == {"accuracy_matched"}
 
 
@@ -369,18 +386,18 @@ def test_predict_pads_every_row_and_keeps_order():
   mesh = sharding.make_mesh((-1, 1, 1))
   ids = np.arange(13 * 4, dtype=np.int32).reshape(13, 4)
   arrays = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
-  p_predict = jax.jit(lambda params, b: {"logits": b["input_ids"].sum(-1) + params})
-  out = finetune.predict(p_predict, 0, arrays, 8, mesh)
+  predict_step = jax.jit(lambda params, b: {"logits": b["input_ids"].sum(-1) + params})
+  out = finetune.predict(predict_step, 0, arrays, 8, mesh)
   np.testing.assert_array_equal(out["logits"], ids.sum(-1))  # 13 rows, not 8 or 16
 
 
 def test_summary_is_mean_and_std_over_seeds():
   per_seed = [{"accuracy": 0.5, "f1": 0.6}, {"accuracy": 0.7, "f1": 0.9},
               {"accuracy": 0.6, "f1": 0.3}]
-  summary = finetune.summarize(per_seed)
+  summary = finetune.mean_over_seeds(per_seed)
   assert summary["accuracy"] == pytest.approx(statistics.mean([0.5, 0.7, 0.6]))
   assert summary["f1_std"] == pytest.approx(statistics.pstdev([0.6, 0.9, 0.3]))
-  assert "accuracy_std" not in finetune.summarize(per_seed[:1])
+  assert "accuracy_std" not in finetune.mean_over_seeds(per_seed[:1])
 
 
 def test_layerwise_scales_agree_between_layouts():
@@ -388,10 +405,10 @@ def test_layerwise_scales_agree_between_layouts():
   params = {"bert": {"embeddings": {"e": np.zeros((5, 2))},
                      "encoder": {f"layer_{i}": layer for i in range(3)}},
             "classifier": {"kernel": np.zeros((2, 2))}}
-  flat = finetune.layerwise_scales(params, 3, 0.5)
+  flat = opt_lib.layerwise_scales(params, 3, 0.5)
   assert flat["bert"]["embeddings"]["e"] == 0.5 ** 4
   assert [flat["bert"]["encoder"][f"layer_{i}"]["kernel"] for i in range(3)] == [0.125, 0.25, 0.5]
   assert flat["classifier"]["kernel"] == 1.0
-  scanned = finetune.layerwise_scales(model_lib.stack_layers(params), 3, 0.5)
+  scanned = opt_lib.layerwise_scales(model_lib.stack_layers(params), 3, 0.5)
   np.testing.assert_allclose(np.ravel(scanned["bert"]["encoder"]["layers"]["kernel"]),
                              [0.125, 0.25, 0.5])

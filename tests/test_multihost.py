@@ -34,7 +34,6 @@ OVERRIDES = dict(total_steps=STEPS, seq_len=32, batch_size=8, log_every=1, check
 
 _WORKER = textwrap.dedent('''\
     """bert_jax.pretrain where each process takes its rows of the 1-host global batch."""
-    from absl import app
     from bert_jax import pretrain
     from bert_jax.data import pretrain_data
 
@@ -56,7 +55,7 @@ _WORKER = textwrap.dedent('''\
 
     pretrain_data.PretrainData = SameGlobalBatch
     if __name__ == "__main__":
-      app.run(pretrain.main)
+      pretrain.run()
 ''')
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bert_jax import pretrain
+from bert_jax import train_core
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORDS = ("the old man walked to the river and saw a boat near the house . "
@@ -139,7 +140,7 @@ def test_nan_loss_stops_with_last_good_checkpoint(corpus, tmp_path):
   workdir = str(tmp_path / "nan")
   config = small_config(corpus, learning_rate=1e38, warmup_steps=0, checkpoint_every=1)
   config.optimizer.grad_clip_norm = 0.0
-  with pytest.raises(pretrain.NonFiniteLossError, match="NaN/inf"):
+  with pytest.raises(train_core.NonFiniteLossError, match="NaN/inf"):
     pretrain.train(config, workdir)
   # Every checkpoint that was written holds finite params.
   steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")))

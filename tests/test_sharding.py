@@ -14,7 +14,8 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import model as model_lib
 from bert_jax import model_config
 from bert_jax import optimizer
-from bert_jax import pretrain_step
+from bert_jax import train_core
+from bert_jax.objectives import mlm_nsp
 from bert_jax import sharding
 from configs import pretrain as pretrain_config
 
@@ -63,8 +64,7 @@ def _opt_config():
 def _abstract_train_state(variant, vocab=30522, seq_len=128, scan=False):
   model = model_lib.BertForPreTraining(model_config.variant(variant, vocab, scan_layers=scan))
   tx, _ = optimizer.make_optimizer(_opt_config(), 1e-4, 10, 100)
-  init_fn = functools.partial(pretrain_step.init_state, model, tx, seq_len=seq_len,
-                              num_predictions=20)
+  init_fn = functools.partial(train_core.init_state, mlm_nsp.init_fn(model, seq_len, 20), tx)
   return jax.eval_shape(init_fn, jax.random.PRNGKey(0))
 
 
@@ -189,8 +189,8 @@ def _tiny_setup(vocab=512):
   cfg = model_config.variant("tiny", vocab)
   model = model_lib.BertForPreTraining(cfg)
   tx, sched = optimizer.make_optimizer(_opt_config(), 1e-3, 0, 10)
-  init_fn = functools.partial(pretrain_step.init_state, model, tx, seq_len=32, num_predictions=5)
-  step = pretrain_step.make_train_step(model, tx, sched, 1)  # dropout on
+  init_fn = functools.partial(train_core.init_state, mlm_nsp.init_fn(model, 32, 5), tx)
+  step = train_core.make_train_step(mlm_nsp.objective(model), tx, sched, 1)  # dropout on
   return init_fn, step
 
 

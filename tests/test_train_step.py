@@ -9,7 +9,8 @@ import pytest
 from bert_jax import model as model_lib
 from bert_jax import model_config
 from bert_jax import optimizer
-from bert_jax import pretrain_step
+from bert_jax import train_core
+from bert_jax.objectives import mlm_nsp
 
 
 def _opt_config(name):
@@ -37,7 +38,7 @@ def _setup(name):
                                 dropout_rate=0.0, attention_dropout_rate=0.0)
   model = model_lib.BertForPreTraining(cfg)
   tx, sched = optimizer.make_optimizer(_opt_config(name), 1e-3, 0, 10)  # no warmup: lr > 0 at once
-  state = jax.jit(lambda r: nn.unbox(pretrain_step.init_state(model, tx, r, 16, 3)))(
+  state = jax.jit(lambda r: nn.unbox(train_core.init_state(mlm_nsp.init_fn(model, 16, 3), tx, r)))(
       jax.random.PRNGKey(0))
   return model, tx, sched, state
 
@@ -46,8 +47,8 @@ def _setup(name):
 def test_grad_accumulation_matches_full_batch(name):
   model, tx, sched, state = _setup(name)
   batch = _batch(np.random.default_rng(0))
-  full = jax.jit(pretrain_step.make_train_step(model, tx, sched, 1, deterministic=True))
-  accum = jax.jit(pretrain_step.make_train_step(model, tx, sched, 4, deterministic=True))
+  full = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched, 1, deterministic=True))
+  accum = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched, 4, deterministic=True))
   s1, m1 = full(state, batch)
   s4, m4 = accum(state, batch)
   # The update moved the params, and both ways moved them identically.
@@ -66,7 +67,7 @@ def test_nonfinite_step_leaves_state_unchanged():
   batch = _batch(np.random.default_rng(1))
   poisoned = state.replace(params=jax.tree.map(lambda x: x, state.params))
   poisoned.params["mlm_output_bias"] = poisoned.params["mlm_output_bias"].at[0].set(jnp.nan)
-  step = jax.jit(pretrain_step.make_train_step(model, tx, sched, 1, deterministic=True))
+  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched, 1, deterministic=True))
   new, metrics = step(poisoned, batch)
   assert float(metrics["finite"]) == 0.0
   assert int(new.nonfinite_steps) == 1 and int(new.step) == 1
@@ -106,11 +107,11 @@ def test_mlm_xent_and_correct_match_the_textbook_forms():
   def textbook(lg):
     return -jnp.take_along_axis(jax.nn.log_softmax(lg), ids[..., None], -1)[..., 0]
 
-  xent, correct = pretrain_step.mlm_xent_and_correct(logits, ids)
+  xent, correct = mlm_nsp.mlm_xent_and_correct(logits, ids)
   np.testing.assert_allclose(xent, textbook(logits), rtol=1e-6, atol=1e-6)
   np.testing.assert_array_equal(correct, (jnp.argmax(logits, -1) == ids).astype(jnp.float32))
   assert float(correct.sum()) >= 1
   w = jnp.asarray(rng.random((3, 5)), jnp.float32)
-  g_ours = jax.grad(lambda lg: jnp.sum(pretrain_step.mlm_xent_and_correct(lg, ids)[0] * w))(logits)
+  g_ours = jax.grad(lambda lg: jnp.sum(mlm_nsp.mlm_xent_and_correct(lg, ids)[0] * w))(logits)
   g_ref = jax.grad(lambda lg: jnp.sum(textbook(lg) * w))(logits)
   np.testing.assert_allclose(g_ours, g_ref, rtol=1e-5, atol=1e-7)

@@ -20,8 +20,9 @@ The same graph ops serve the tf.data pipeline (`tf_tokenize`), the Python
 helpers used by GLUE / SQuAD feature code, and `python -m bert_jax.tokenize`.
 """
 import functools
+import hashlib
 import os
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, Union
 
 import numpy as np
 import tensorflow as tf
@@ -181,15 +182,16 @@ class WordPieceTokenizer(_TokenizerBase):
     is_continuation: bool [vocab_size], True for `##` pieces (whole-word masking).
   """
 
-  def __init__(self, vocab_file: str, lowercase: bool = True):
+  def __init__(self, vocab: Union[str, Sequence[str]], lowercase: bool = True):
     """Loads and validates the vocab.
 
     Args:
-      vocab_file: one token per line; must hold [PAD], [UNK], [CLS], [SEP], [MASK].
+      vocab: a vocab file (one token per line) or the tokens in id order (as a
+        checkpoint carries them); must hold [PAD], [UNK], [CLS], [SEP], [MASK].
       lowercase: True for an uncased vocab.
     """
-    tokens = read_vocab(vocab_file)
-    self.vocab_file = vocab_file
+    tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
+    self.vocab_file = vocab if isinstance(vocab, str) else None
     self.lowercase = bool(lowercase)
     self._set_vocab(tokens)
     self.is_continuation = np.array([t.startswith("##") and len(t) > 2 for t in tokens], bool)
@@ -351,3 +353,16 @@ def load_tokenizer(data_config) -> _TokenizerBase:
     return _cached_tokenizer("sentencepiece", path, bool(data_config.lowercase), _stamp(path))
   raise ValueError(f"config.data.tokenizer={data_config.tokenizer!r}; expected 'wordpiece' or "
                    f"'sentencepiece'")
+
+
+_WORDPIECE_BY_TOKENS: dict = {}
+
+
+def cached_wordpiece(tokens: Sequence[str], lowercase: bool) -> WordPieceTokenizer:
+  """The WordPiece tokenizer of a checkpoint's vocab tokens, shared by runs in this process."""
+  key = (hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest(), bool(lowercase))
+  if key not in _WORDPIECE_BY_TOKENS:
+    if len(_WORDPIECE_BY_TOKENS) >= 4:
+      _WORDPIECE_BY_TOKENS.pop(next(iter(_WORDPIECE_BY_TOKENS)))
+    _WORDPIECE_BY_TOKENS[key] = WordPieceTokenizer(list(tokens), lowercase)
+  return _WORDPIECE_BY_TOKENS[key]

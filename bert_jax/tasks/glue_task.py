@@ -1,0 +1,99 @@
+"""GLUE as a fine-tuning task: sentence(-pair) classification and regression.
+
+Every GLUE task (bert_jax.tasks.glue.TASKS) from the TSV layout or TFDS, with
+its official metrics on the dev split(s) and GLUE submission files for the test
+split(s) (MNLI also predicts AX).
+"""
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from bert_jax import model as model_lib
+from bert_jax.model_config import BertConfig
+from bert_jax.tasks import glue
+from bert_jax.tasks import metrics as metrics_lib
+from bert_jax.tasks import task as task_lib
+
+
+def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
+  """BertForSequenceClassification with the task's number of labels (1: regression)."""
+  task = glue.get_task(config.task)
+  return task_lib.TaskModel(
+      task.name, model_lib.BertForSequenceClassification(model_cfg, num_labels=task.num_labels),
+      "classifier")
+
+
+def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
+  """A GLUE task from the TSV layout or TFDS."""
+  task = glue.get_task(config.task)
+  if config.predict_ax and task.name != "mnli":
+    raise ValueError(f"bad config: predict_ax applies to task mnli only (AX is predicted by an "
+                     f"MNLI model), not {task.name}")
+  read = lambda split: glue.read_split(  # noqa: E731
+      task, split, source=config.data_source, data_dir=config.data_dir,
+      tfds_data_dir=config.tfds_data_dir)
+  train_arrays = {}
+  if not config.eval_only:
+    if task.train_split is None:
+      raise ValueError(f"GLUE task {task.name} has no training data; use eval_only with a "
+                       "fine-tuned checkpoint (AX: an MNLI model)")
+    examples = read(task.train_split)
+    if config.max_train_examples:
+      examples = examples[:config.max_train_examples]
+    if not examples:
+      raise ValueError(f"GLUE {task.name}: the training split is empty")
+    train_arrays = glue.encode_examples(tokenizer, examples, config.max_seq_length,
+                                        task.is_regression)
+  label_key = "labels" if task.is_regression else "label_ids"
+
+  def loss(logits, batch):
+    if task.is_regression:
+      return jnp.square(logits[:, 0] - batch["labels"])
+    return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label_ids"])
+
+  def predictions_of(logits):
+    return logits[:, 0] if task.is_regression else np.argmax(logits, -1)
+
+  eval_sets = []
+  for split in task.dev_splits:
+    examples = read(split)
+    arrays = glue.encode_examples(tokenizer, examples, config.max_seq_length, task.is_regression)
+
+    def score(outputs, workdir, split=split, arrays=arrays):
+      preds = predictions_of(outputs["logits"])
+      values = metrics_lib.compute(task.metrics, preds, arrays[label_key])
+      return {task.result_name(m, split): v for m, v in values.items()}
+    eval_sets.append(task_lib.EvalSet(split, arrays, score))
+
+  stats = {"train_examples": len(train_arrays.get("input_ids", ()))}
+  stats.update({f"{es.name}_examples": len(es.arrays["input_ids"]) for es in eval_sets})
+  predicted = []
+  if config.predict_test:
+    predicted += [(task, split) for split in task.test_splits]
+  if config.predict_ax:
+    predicted.append((glue.TASKS["ax"], "test"))
+  for pred_task, split in predicted:
+    try:
+      examples = glue.read_split(pred_task, split, source=config.data_source,
+                                 data_dir=config.data_dir, tfds_data_dir=config.tfds_data_dir)
+    except FileNotFoundError as e:
+      print(f"GLUE {pred_task.name} {split}: not predicted, no data ({e})", flush=True)
+      continue
+    arrays = glue.encode_examples(tokenizer, examples, config.max_seq_length, task.is_regression)
+
+    def write_test_predictions(outputs, workdir, pred_task=pred_task, split=split, examples=examples):
+      if workdir is not None:
+        path = glue.write_submission(pred_task, split, examples,
+                                     predictions_of(outputs["logits"]),
+                                     os.path.join(workdir, "predictions"))
+        print(f"wrote {len(examples)} {pred_task.name} {split} predictions to {path}", flush=True)
+      return {}
+    name = split if pred_task is task else f"{pred_task.name}_{split}"
+    eval_sets.append(task_lib.EvalSet(name, arrays, write_test_predictions))
+    stats[f"{name}_examples"] = len(examples)
+
+  primary = task.result_name(task.metrics[0], task.dev_splits[0]) if task.dev_splits else ""
+  return task_lib.Task(model(config, model_cfg), train_arrays, (label_key,), loss, eval_sets,
+                       primary, data_stats=stats)

@@ -1,0 +1,85 @@
+"""SQuAD v1.1 / v2.0 as a fine-tuning task: span extraction.
+
+run_squad features (windows over the context), start/end logits, Google's n-best
+post-processing, and the official v1.1 / v2.0 scores; writes predictions.json,
+nbest_predictions.json and null_odds.json (v2.0).
+"""
+import json
+import os
+
+import optax
+
+from bert_jax import model as model_lib
+from bert_jax import squad_eval
+from bert_jax.model_config import BertConfig
+from bert_jax.tasks import squad
+from bert_jax.tasks import task as task_lib
+
+
+def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
+  """BertForQuestionAnswering (start and end logits over the sequence)."""
+  return task_lib.TaskModel(f"squad{config.version}",
+                            model_lib.BertForQuestionAnswering(model_cfg), "qa_outputs")
+
+
+def _squad_path(config, name: str) -> str:
+  return name if os.path.isabs(name) or not config.data_dir else os.path.join(config.data_dir, name)
+
+
+def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
+  """SQuAD v1.1 / v2.0 from the original JSON files (or TFDS)."""
+  v2 = config.version == "2.0"
+
+  def read(name, split, is_training):
+    if config.data_source == "tfds":
+      return squad.read_squad_tfds(config.version, split, config.tfds_data_dir, is_training)
+    return squad.read_squad_json(_squad_path(config, name), is_training)
+
+  train_arrays, stats = {}, {}
+  if not config.eval_only:
+    examples, skipped = read(config.train_file, "train", True)
+    stats["train_skipped_answer_mismatch"] = len(skipped)
+    if skipped:
+      print(f"SQuAD train ({config.train_file}): skipped {len(skipped)} question(s) whose answer "
+            f"text is not at its answer_start in the context, e.g. {skipped[:3]}", flush=True)
+    if config.max_train_examples:
+      examples = examples[:config.max_train_examples]
+    if not examples:
+      raise ValueError("SQuAD: no training examples")
+    train_arrays, _ = squad.convert_examples_to_features(
+        tokenizer, examples, config.max_seq_length, config.doc_stride, config.max_query_length,
+        is_training=True)
+    stats["train_examples"] = len(examples)
+    stats["train_windows"] = len(train_arrays["input_ids"])
+
+  def loss(outputs, batch):
+    start, end = outputs
+    return 0.5 * (optax.softmax_cross_entropy_with_integer_labels(start, batch["start_positions"])
+                  + optax.softmax_cross_entropy_with_integer_labels(end, batch["end_positions"]))
+
+  eval_examples, _ = read(config.eval_file, "validation", False)
+  eval_arrays, eval_features = squad.convert_examples_to_features(
+      tokenizer, eval_examples, config.max_seq_length, config.doc_stride, config.max_query_length,
+      is_training=False)
+  stats["eval_examples"] = len(eval_examples)
+  stats["eval_windows"] = len(eval_arrays["input_ids"])
+  if config.data_source == "tfds":
+    gold = squad.to_eval_json(eval_examples, config.version)
+  else:
+    with open(_squad_path(config, config.eval_file), encoding="utf-8") as f:
+      gold = json.load(f)
+
+  def score(outputs, workdir):
+    start, end = outputs["logits"]
+    preds, nbest, null_odds = squad.postprocess_predictions(
+        eval_examples, eval_features, start, end, tokenizer=tokenizer,
+        n_best_size=config.n_best_size, max_answer_length=config.max_answer_length,
+        version_2_with_negative=v2, null_score_diff_threshold=config.null_score_diff_threshold)
+    if workdir is not None:
+      squad.write_prediction_files(workdir, preds, nbest, null_odds if v2 else None)
+    return squad_eval.evaluate(gold, preds, null_odds if v2 else None)
+
+  primary = "f1"
+  return task_lib.Task(model(config, model_cfg), train_arrays,
+                       ("start_positions", "end_positions"), loss,
+                       [task_lib.EvalSet("dev", eval_arrays, score)], primary, data_stats=stats)

@@ -1,0 +1,148 @@
+"""The interface between fine-tuning and its tasks.
+
+A task module (glue_task, squad_task, ...) gives two functions:
+  model(config, model_cfg) -> TaskModel     cheap, reads no data: the model with its head,
+                                            so checks against a checkpoint run first
+  build(config, tokenizer, model_cfg) -> Task
+                                            every split read and encoded up front, so bad
+                                            data fails before training
+and fine-tuning (bert_jax.finetune) does the rest with the shared training core:
+the task's per-example loss becomes a train_core.Objective (`objective`), eval
+sets turn gathered model outputs into metrics and prediction files.
+
+Adding a task is one module here, one entry in FAMILIES, one config and its tests.
+"""
+import dataclasses
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from bert_jax import train_core
+
+# Arrays the model consumes; everything else in a feature dict is labels or metadata.
+MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskModel:
+  """A task's model and the name of its head.
+
+  Attributes:
+    name: 'mrpc', 'mnli', 'squad1.1', ...
+    model: the encoder with the task head; called as
+      model(input_ids, input_mask, segment_ids, deterministic).
+    head: the top-level param group of the head ('classifier', 'qa_outputs'):
+      fresh when training, required from the checkpoint when only evaluating.
+  """
+  name: str
+  model: nn.Module
+  head: str
+
+
+@dataclasses.dataclass
+class EvalSet:
+  """One evaluation or prediction split.
+
+  Attributes:
+    name: split name (dev, dev_matched, test, ...).
+    arrays: feature arrays (unpadded; prediction pads with rows it drops again).
+    score: fn(outputs: dict of numpy [n, ...], workdir or None) -> metrics dict
+      (empty for unlabeled prediction splits, which only write files); workdir
+      None: compute, write nothing (processes other than 0).
+  """
+  name: str
+  arrays: dict
+  score: Callable[[dict, Optional[str]], dict]
+
+
+@dataclasses.dataclass
+class Task:
+  """What fine-tuning needs from a task.
+
+  Attributes:
+    model: the TaskModel.
+    train_arrays: feature arrays of the training rows ({} in eval-only mode).
+    label_keys: arrays of the training targets.
+    loss: (model outputs, batch) -> per-example loss [b].
+    eval_sets: EvalSets, dev splits first.
+    primary_metric: the eval_results key that ranks runs.
+    data_stats: counts for the log (examples, windows, skipped questions).
+  """
+  model: TaskModel
+  train_arrays: dict
+  label_keys: tuple
+  loss: Callable[[Any, dict], jax.Array]
+  eval_sets: list
+  primary_metric: str
+  data_stats: dict = dataclasses.field(default_factory=dict)
+
+  @property
+  def name(self) -> str:
+    return self.model.name
+
+
+def objective(task: Task) -> train_core.Objective:
+  """The task's loss as a train_core.Objective: the mean per-example loss of the batch."""
+  model = task.model.model
+
+  def sums(params, batch, rng, deterministic):
+    out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
+                      batch["segment_ids"], deterministic=deterministic,
+                      rngs=None if deterministic else {"dropout": rng})
+    return {"loss_sum": jnp.sum(task.loss(out, batch)),
+            "examples": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+
+  def denominators(batch):
+    return {"examples": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+
+  return train_core.Objective(sums=sums, denominators=denominators,
+                              loss=lambda s, d: s["loss_sum"] / d["examples"])
+
+
+def init_fn(task_model: TaskModel, seq_len: int) -> Callable[[jax.Array], Any]:
+  """rng -> boxed params of the task model for sequences of `seq_len`."""
+  def init(rng):
+    ids = jnp.zeros((1, seq_len), jnp.int32)
+    return task_model.model.init({"params": rng}, ids, jnp.ones_like(ids), ids)["params"]
+  return init
+
+
+def predict_fn(task_model: TaskModel) -> Callable[[Any, dict], dict]:
+  """(params, batch) -> {'logits': model outputs} without dropout; jit it."""
+  def predict(params, batch):
+    return {"logits": task_model.model.apply(
+        {"params": params}, batch["input_ids"], batch["input_mask"], batch["segment_ids"],
+        deterministic=True)}
+  return predict
+
+
+def _family(config):
+  from bert_jax.tasks import glue_task, squad_task  # pylint: disable=g-import-not-at-top
+  families = {"squad": squad_task}
+  return families.get(config.task, glue_task)
+
+
+def task_model(config, model_cfg) -> TaskModel:
+  """The TaskModel of a fine-tuning config (reads no data)."""
+  return _family(config).model(config, model_cfg)
+
+
+def build(config, tokenizer, model_cfg) -> Task:
+  """The Task of a fine-tuning config; every split read and encoded up front.
+
+  Args:
+    config: a configs/glue.py or configs/squad.py ConfigDict.
+    tokenizer: the checkpoint's WordPiece tokenizer.
+    model_cfg: the model config (from the checkpoint, with the run's compute options).
+
+  Returns:
+    The Task.
+
+  Raises:
+    ValueError: an unknown GLUE task (the known ones listed), malformed data
+      (file and line), or a config that does not apply to the task.
+    FileNotFoundError: a missing training or dev file (test files are optional).
+  """
+  return _family(config).build(config, tokenizer, model_cfg)

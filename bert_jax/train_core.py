@@ -1,0 +1,222 @@
+"""The training core under every entry point (pretraining and fine-tuning).
+
+  TrainState           everything a step changes; checkpointed whole for exact resume
+  Objective            how a batch becomes a loss: un-normalised sums of a (micro)batch,
+                       denominators taken from the whole batch, loss = f(sums, denominators)
+  make_train_step      the one step builder: exact gradient accumulation over microbatches,
+                       a NaN/inf guard, the optimizer (clipping and schedule live in `tx`)
+  make_eval_step       the objective's sums without dropout
+  model_config_from    a run's `model` config section over a checkpoint's or variant's
+                       BertConfig ('auto' dtype resolved here, once)
+  check_batch_config   batch sizes vs microbatches, mesh batch shards and processes
+  raise_if_nonfinite   the host-side end of the NaN guard
+
+Objectives (bert_jax/objectives/) and tasks (bert_jax/tasks/) only give an
+Objective; the step, the state and the guard are the same for all of them.
+"""
+import dataclasses
+from typing import Any, Callable, Optional
+
+import flax
+import jax
+import jax.numpy as jnp
+import optax
+
+from bert_jax import model_config as model_config_lib
+
+Batch = dict[str, jax.Array]
+Sums = dict[str, jax.Array]
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything a step changes; checkpointed whole for exact resume."""
+  step: jax.Array  # int32 scalar: updates applied so far
+  params: Any
+  opt_state: Any
+  rng: jax.Array  # base PRNG key (raw uint32[2]); step keys are fold_in(rng, step)
+  nonfinite_steps: jax.Array  # int32 scalar: steps whose loss or grads were NaN/inf
+
+
+def init_state(init_params: Callable[[jax.Array], Any], tx: optax.GradientTransformation,
+               rng: jax.Array) -> TrainState:
+  """The initial state; use under jax.eval_shape / jit (params may be boxed).
+
+  Args:
+    init_params: rng -> params (logically boxed, as model.init returns them).
+    tx: the optimizer.
+    rng: split into the params' init key and the state's base key.
+
+  Returns:
+    A TrainState at step 0.
+  """
+  init_rng, state_rng = jax.random.split(rng)
+  params = init_params(init_rng)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+                    rng=state_rng, nonfinite_steps=jnp.zeros((), jnp.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """How a batch becomes a loss, so that k microbatches give the full batch's gradient.
+
+  Attributes:
+    sums: (params, batch, rng, deterministic) -> dict of un-normalised sums of one
+      (micro)batch: loss numerators and metric counts, added over microbatches.
+    denominators: batch -> dict of scalars, computed once from the whole batch.
+    loss: (sums, denominators) -> the scalar loss.
+  """
+  sums: Callable[[Any, Batch, Optional[jax.Array], bool], Sums]
+  denominators: Callable[[Batch], dict[str, jax.Array]]
+  loss: Callable[[Sums, dict[str, jax.Array]], jax.Array]
+
+
+def microbatches(batch: Batch, k: int) -> Batch:
+  """[B, ...] -> [k, B/k, ...] taking rows i, i+k, ... so each device's shard splits evenly."""
+  def split(x):
+    x = x.reshape((x.shape[0] // k, k) + x.shape[1:])
+    return jnp.swapaxes(x, 0, 1)
+  return jax.tree.map(split, batch)
+
+
+def make_train_step(objective: Objective, tx: optax.GradientTransformation,
+                    schedule: optax.Schedule, grad_accum_steps: int = 1,
+                    deterministic: bool = False) -> Callable[[TrainState, Batch], tuple]:
+  """Returns train_step(state, batch) -> (state, metric sums); jit it with donation.
+
+  The gradient is that of the full batch's loss: each microbatch's sums are
+  normalised by the whole batch's denominators, so k microbatches give the same
+  update as one batch (dropout aside). A step whose loss or gradient is not
+  finite leaves params and optimizer state unchanged and counts itself in
+  `nonfinite_steps`.
+  """
+  def grad_sums(params, mb, rng, denominators):
+    def loss_fn(p):
+      sums = objective.sums(p, mb, rng, deterministic)
+      return objective.loss(sums, denominators), sums
+    (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return grads, sums
+
+  def train_step(state: TrainState, batch: Batch):
+    rng = jax.random.fold_in(state.rng, state.step)
+    denominators = objective.denominators(batch)
+    if grad_accum_steps == 1:
+      grads, sums = grad_sums(state.params, batch, rng, denominators)
+    else:
+      mbs = microbatches(batch, grad_accum_steps)
+
+      def body(carry, xs):
+        i, mb = xs
+        g, s = grad_sums(state.params, mb, jax.random.fold_in(rng, i), denominators)
+        return jax.tree.map(jnp.add, carry, (g, s)), None
+
+      zeros_g = jax.tree.map(jnp.zeros_like, state.params)
+      zeros_s = jax.eval_shape(lambda: grad_sums(
+          state.params, jax.tree.map(lambda x: x[0], mbs), rng, denominators)[1])
+      zeros_s = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros_s)
+      (grads, sums), _ = jax.lax.scan(body, (zeros_g, zeros_s),
+                                      (jnp.arange(grad_accum_steps), mbs))
+    loss = objective.loss(sums, denominators)
+    grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32)))
+                             for g in jax.tree.leaves(grads)))
+    finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+
+    def apply_update(operand):
+      params, opt_state, grads = operand
+      updates, opt_state = tx.update(grads, opt_state, params)
+      return optax.apply_updates(params, updates), opt_state
+
+    # A conditional, not a select between new and old state: with donated buffers the
+    # select cost a pass over params and moments plus copies (6% of a base step on CPU).
+    new_params, new_opt = jax.lax.cond(finite, apply_update, lambda op: (op[0], op[1]),
+                                       (state.params, state.opt_state, grads))
+    new_state = state.replace(
+        step=state.step + 1,
+        params=new_params,
+        opt_state=new_opt,
+        nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32))
+    metrics = dict(sums, loss=loss, grad_norm=grad_norm, learning_rate=schedule(state.step),
+                   finite=finite.astype(jnp.float32), steps=jnp.ones((), jnp.float32))
+    return new_state, metrics
+
+  return train_step
+
+
+def make_eval_step(objective: Objective) -> Callable[[Any, Batch], Sums]:
+  """Returns eval_step(params, batch) -> the objective's sums (deterministic)."""
+  def eval_step(params, batch):
+    return objective.sums(params, batch, None, True)
+  return eval_step
+
+
+def compute_dtype(name: str) -> str:
+  """'auto' -> bfloat16 on accelerators, float32 on CPU; other names unchanged."""
+  if name != "auto":
+    return name
+  return "float32" if jax.devices()[0].platform == "cpu" else "bfloat16"
+
+
+def model_config_from(model_section: Any, base: model_config_lib.BertConfig
+                      ) -> model_config_lib.BertConfig:
+  """`base` (a checkpoint's or a variant's architecture) with a run's compute options.
+
+  Args:
+    model_section: a config's `model` section (bert_jax.config_sections.model()).
+    base: the architecture.
+
+  Returns:
+    The BertConfig the run computes with.
+  """
+  m = model_section
+  return base.replace(dtype=compute_dtype(m.dtype), attention_impl=m.attention_impl,
+                      scan_layers=m.scan_layers, remat=m.remat, dropout_rate=m.dropout_rate,
+                      attention_dropout_rate=m.attention_dropout_rate)
+
+
+def check_batch_config(config: Any, mesh, batch_keys: tuple[str, ...] = ("batch_size",)) -> None:
+  """Batch sizes must split into microbatches, over the mesh's batch shards and processes.
+
+  Args:
+    config: a run config with `optimizer.grad_accum_steps` and the keys named.
+    mesh: the device mesh.
+    batch_keys: global batch-size keys; the first is the training batch (split
+      into grad_accum_steps microbatches), the others are used whole (eval).
+
+  Raises:
+    ValueError: naming the key, its value and what it must divide by.
+  """
+  k = config.optimizer.grad_accum_steps
+  if k <= 0 or config[batch_keys[0]] % k:
+    raise ValueError(f"bad config: {batch_keys[0]} {config[batch_keys[0]]} is not divisible by "
+                     f"optimizer.grad_accum_steps {k}")
+  shards = mesh.shape["data"] * mesh.shape["fsdp"]
+  for i, key in enumerate(batch_keys):
+    per_step = config[key] // k if i == 0 else config[key]
+    if per_step <= 0 or per_step % shards or config[key] % jax.process_count():
+      raise ValueError(
+          f"bad config: {key} {config[key]} (per step {per_step}) must be positive and divisible "
+          f"over the {shards} batch shards of mesh {dict(mesh.shape)} and "
+          f"{jax.process_count()} processes")
+
+
+class NonFiniteLossError(RuntimeError):
+  """The loss or gradients became NaN/inf and the run was told to stop."""
+
+
+def raise_if_nonfinite(state: TrainState, step: int, last_checkpoint: str) -> None:
+  """Host side of the NaN guard: stops the run when a step was not finite.
+
+  Args:
+    state: the current train state.
+    step: the step just run, for the message.
+    last_checkpoint: where the last good params are, for the message.
+
+  Raises:
+    NonFiniteLossError: some step's loss or gradients were NaN/inf.
+  """
+  bad = int(jax.device_get(state.nonfinite_steps))
+  if bad:
+    raise NonFiniteLossError(
+        f"loss or gradients were NaN/inf in {bad} step(s) up to step {step}; params were not "
+        f"updated by those steps. Stopping (on_nan='stop'); last good checkpoint: "
+        f"{last_checkpoint}")
