@@ -10,7 +10,7 @@ A bundle is a directory:
 
 Pretraining export, conversion, fine-tuning, embed and fill_mask all read and
 write this one format. Params come back as numpy arrays on the host; the
-caller shards them (and stacks them with `layout_params` for scan_layers).
+caller shards them (and stacks them with `model.match_scan_layout` for scan_layers).
 """
 import dataclasses
 import json
@@ -18,6 +18,7 @@ import time
 from typing import Any, Optional, Sequence, Union
 
 from etils import epath
+from flax import traverse_util
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -118,38 +119,7 @@ def pretraining_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
   """
   module = model_lib.BertForPreTraining(config.replace(scan_layers=False), with_nsp=True)
   shapes = jax.eval_shape(lambda: model_lib.init_params(module, jax.random.PRNGKey(0)))
-  return {path: tuple(x.shape) for path, x in flatten(shapes).items()}
-
-
-def flatten(tree: dict, prefix: str = "") -> dict[str, Any]:
-  """A nested dict -> {'a/b/c': leaf}."""
-  out = {}
-  for k, v in tree.items():
-    key = f"{prefix}{k}"
-    if isinstance(v, dict):
-      out.update(flatten(v, key + "/"))
-    else:
-      out[key] = v
-  return out
-
-
-def unflatten(flat: dict[str, Any]) -> dict:
-  """{'a/b/c': leaf} -> a nested dict."""
-  tree: dict = {}
-  for path, v in flat.items():
-    node = tree
-    *parents, last = path.split("/")
-    for p in parents:
-      node = node.setdefault(p, {})
-    node[last] = v
-  return tree
-
-
-def layout_params(params: dict, config: BertConfig) -> dict:
-  """Canonical params -> the layout `config` computes with (stacked for scan_layers)."""
-  if config.scan_layers:
-    return model_lib.stack_layers(params)
-  return model_lib.unstack_layers(params)
+  return {path: tuple(x.shape) for path, x in traverse_util.flatten_dict(shapes, sep="/").items()}
 
 
 def vocab_lines(vocab_file: str) -> list[str]:
@@ -198,7 +168,7 @@ def _first_items(items: list, limit: int = 10) -> str:
 def _check_shapes(found: dict[str, tuple], config: BertConfig, source: str) -> None:
   """Every encoder / pretraining-head tensor must have the config's shape."""
   expected = pretraining_shapes(config)
-  heads = heads_of(unflatten(dict.fromkeys(found, 0)))
+  heads = heads_of(traverse_util.unflatten_dict(dict.fromkeys(found, 0), sep="/"))
   groups = {"pooler": "bert/pooler/", "mlm": "mlm", "nsp": "nsp/"}
   wanted = {p: s for p, s in expected.items()
             if not any(p.startswith(pre) for h, pre in groups.items() if h not in heads)}
@@ -264,7 +234,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
   _check_vocab(tokens, str(vocab) if isinstance(vocab, str) else "save_bundle", config,
                "the model config")
   params = model_lib.unstack_layers(params)
-  flat_shapes = {p: tuple(np.shape(x)) for p, x in flatten(params).items()}
+  flat_shapes = {p: tuple(np.shape(x)) for p, x in traverse_util.flatten_dict(params, sep="/").items()}
   _check_shapes(flat_shapes, config, "save_bundle")
   found = heads_of(params)
   if heads is not None and set(heads) - set(found):
@@ -386,9 +356,9 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
     raise FileNotFoundError(f"{path}: bundle has no {PARAMS_DIR}/ directory")
   ckptr = ocp.PyTreeCheckpointer()
   tree = _metadata_tree(ckptr.metadata(params_dir))
-  flat_meta = flatten(tree)
+  flat_meta = traverse_util.flatten_dict(tree, sep="/")
   _check_shapes({k: tuple(m.shape) for k, m in flat_meta.items()}, config, str(params_dir))
-  info["heads"] = list(heads_of(unflatten(dict.fromkeys(flat_meta, 0))))  # what is stored
+  info["heads"] = list(heads_of(traverse_util.unflatten_dict(dict.fromkeys(flat_meta, 0), sep="/")))  # what is stored
   params = {}
   if with_params:
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)

@@ -12,6 +12,7 @@ vocab.txt). Casing defaults to tokenizer_config.json's do_lower_case, else a
 guess from the vocab (printed). `--to hf` writes safetensors + config.json +
 vocab.txt that transformers loads as BertForPreTraining.
 """
+from flax import traverse_util
 import argparse
 import os
 import sys
@@ -60,7 +61,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   out = convert(args.src, args.dst, lowercase=args.lowercase, overwrite=args.overwrite,
                 drop_unexpected=args.drop_unexpected)
   c = out["config"]
-  n = sum(x.size for x in bundle.flatten(out["params"]).values())
+  n = sum(x.size for x in traverse_util.flatten_dict(out["params"], sep="/").values())
   arch = bundle.describe_arch(c, ("num_layers", "hidden_size", "num_heads", "vocab_size"))
   print(f"wrote bundle {args.dst}: {arch}, {n:,} params, heads {list(out['heads'])}, "
         f"{'uncased' if out['lowercase'] else 'cased'} ({out['lowercase_reason']})")

@@ -243,7 +243,7 @@ def embed(b: bundle_lib.Bundle, texts: Sequence, *, pooling: str = "mean",
     ids_arr[i, :len(x)], seg_arr[i, :len(x)], mask_arr[i, :len(x)] = x, s, 1
   mask_arr[n:, 0] = 1  # padding rows: one "real" token so nothing divides by zero
   config = config.replace(dtype=dtype)
-  params = bundle_lib.layout_params(b.params, config)["bert"]
+  params = model_lib.match_scan_layout(b.params, config)["bert"]
   if pooling != "pooler":
     params = {k: v for k, v in params.items() if k != "pooler"}
   params = jax.device_put(params)

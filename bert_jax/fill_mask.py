@@ -107,7 +107,7 @@ def fill_mask(b: bundle_lib.Bundle, texts: Sequence[str], top_k: int = 5,
   for i, (x, p) in enumerate(zip(ids, positions)):
     ids_arr[i, :len(x)], mask_arr[i, :len(x)], pos_arr[i, :len(p)] = x, 1, p
   with_nsp = "nsp" in b.heads
-  params = bundle_lib.layout_params(b.params, b.config)
+  params = model_lib.match_scan_layout(b.params, b.config)
   if not with_nsp:
     params = {k: v for k, v in params.items() if k != "nsp"}
     params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}

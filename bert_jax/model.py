@@ -342,6 +342,11 @@ def unstack_layers(params: dict) -> dict:
   return {**params, "bert": {**params["bert"], "encoder": layers_}}
 
 
+def match_scan_layout(params: dict, config: BertConfig) -> dict:
+  """Params in either layer layout -> the one `config` computes with (stacked for scan_layers)."""
+  return stack_layers(params) if config.scan_layers else unstack_layers(params)
+
+
 def init_params(model: nn.Module, rng: jax.Array, batch: int = 1, seq_len: int = 8,
                 num_predictions: int = 2) -> dict:
   """Initialises unboxed params of any model here with dummy inputs."""

@@ -1,4 +1,5 @@
 """Self-describing checkpoints: exact save/load, atomic overwrite, clear errors."""
+from flax import traverse_util
 import json
 import os
 
@@ -25,8 +26,8 @@ def vocab_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def params():
   rng = np.random.default_rng(0)
-  return bundle.unflatten({k: rng.normal(size=s).astype(np.float32)
-                           for k, s in bundle.pretraining_shapes(CONFIG).items()})
+  return traverse_util.unflatten_dict({k: rng.normal(size=s).astype(np.float32)
+                           for k, s in bundle.pretraining_shapes(CONFIG).items()}, sep="/")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +38,7 @@ def saved(params, vocab_file, tmp_path_factory):
 
 
 def _equal_trees(a, b):
-  fa, fb = bundle.flatten(a), bundle.flatten(b)
+  fa, fb = traverse_util.flatten_dict(a, sep="/"), traverse_util.flatten_dict(b, sep="/")
   assert sorted(fa) == sorted(fb)
   for k in fa:
     np.testing.assert_array_equal(np.asarray(fa[k]), np.asarray(fb[k]), err_msg=k)
@@ -46,7 +47,7 @@ def _equal_trees(a, b):
 def test_round_trip_exact(saved, params, vocab_file):
   b = bundle.load_bundle(saved)
   _equal_trees(b.params, params)
-  assert isinstance(bundle.flatten(b.params)["bert/pooler/kernel"], np.ndarray)
+  assert isinstance(traverse_util.flatten_dict(b.params, sep="/")["bert/pooler/kernel"], np.ndarray)
   assert b.config == CONFIG
   assert b.lowercase is False
   assert b.heads == ("pooler", "mlm", "nsp")
@@ -58,14 +59,14 @@ def test_round_trip_exact(saved, params, vocab_file):
 
 def test_scanned_params_are_stored_unscanned(params, vocab_file, tmp_path):
   scan_config = CONFIG.replace(scan_layers=True)
-  stacked = bundle.layout_params(params, scan_config)
+  stacked = model_lib.match_scan_layout(params, scan_config)
   assert "layers" in stacked["bert"]["encoder"]
   path = str(tmp_path / "b")
   bundle.save_bundle(path, stacked, scan_config, vocab_file, lowercase=True)
   b = bundle.load_bundle(path)
   assert sorted(b.params["bert"]["encoder"]) == ["layer_0", "layer_1"]
   _equal_trees(b.params, params)
-  _equal_trees(bundle.layout_params(b.params, scan_config), stacked)
+  _equal_trees(model_lib.match_scan_layout(b.params, scan_config), stacked)
 
 
 def test_refuses_to_overwrite_and_overwrites_atomically(params, vocab_file, tmp_path):

@@ -5,6 +5,7 @@ The reference is a randomly initialised transformers FlaxBertForPreTraining
 saved with save_pretrained(safe_serialization=True) (Flax layout). transformers'
 own PyTorch->Flax loader checks our PyTorch-layout export.
 """
+from flax import traverse_util
 import json
 import os
 
@@ -82,7 +83,7 @@ def _ours(bundle_dir, **config_overrides):
   """Our outputs for _batch() from a bundle, with the given compute options."""
   b = bundle.load_bundle(bundle_dir)
   c = b.config.replace(**config_overrides)
-  params = bundle.layout_params(b.params, c)
+  params = model_lib.match_scan_layout(b.params, c)
   ids, mask, seg, positions = _batch()
 
   @jax.jit
@@ -152,8 +153,8 @@ def test_export_loads_in_transformers_exactly(hf_model, converted, tmp_path):
   cfg = json.load(open(os.path.join(out, "config.json")))
   assert cfg["architectures"] == ["BertForPreTraining"]
   reloaded = transformers.FlaxBertForPreTraining.from_pretrained(out)  # PyTorch->Flax loader
-  orig = bundle.flatten(hf_model[1].params)
-  back = bundle.flatten(reloaded.params)
+  orig = traverse_util.flatten_dict(hf_model[1].params, sep="/")
+  back = traverse_util.flatten_dict(reloaded.params, sep="/")
   assert sorted(orig) == sorted(back)
   for k in orig:
     np.testing.assert_array_equal(np.asarray(back[k]), np.asarray(orig[k]), err_msg=k)
@@ -208,8 +209,8 @@ def test_legacy_names_tied_decoder_and_buffers(pt_export, converted, tmp_path):
   _rewrite(pt_export, src, legacy)
   got = hf.load_hf(src)["params"]
   want = bundle.load_bundle(converted).params
-  for k, v in bundle.flatten(want).items():
-    np.testing.assert_array_equal(bundle.flatten(got)[k], v, err_msg=k)
+  for k, v in traverse_util.flatten_dict(want, sep="/").items():
+    np.testing.assert_array_equal(traverse_util.flatten_dict(got, sep="/")[k], v, err_msg=k)
 
   def untied(t):
     t = legacy(t)

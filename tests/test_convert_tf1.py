@@ -5,6 +5,7 @@ with Adam slots and global_step as in released checkpoints) from the weights of
 a random transformers FlaxBertForPreTraining, converts it with
 `python -m bert_jax.convert --from tf1`, and compares outputs with that model.
 """
+from flax import traverse_util
 import json
 import os
 import re
@@ -53,7 +54,7 @@ def _google_name(flax_path: str) -> str:
 
 
 def _write_google_checkpoint(directory, params, bert_config):
-  flat = bundle.flatten(params)
+  flat = traverse_util.flatten_dict(params, sep="/")
   tensors = {}
   for path, x in flat.items():
     x = np.asarray(x)

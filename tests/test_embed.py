@@ -5,6 +5,7 @@ looked up in the vocab by hand), so padding, batching and pooling are checked
 independently of embed's own code. The optional all-MiniLM-L6-v2 test needs
 BERT_JAX_MINILM_DIR (see its skip reason).
 """
+from flax import traverse_util
 import os
 
 import jax
@@ -31,7 +32,7 @@ def _random_params(config, seed=0, heads=("pooler",)):
   keep = lambda k: ((not k.startswith("bert/pooler") or "pooler" in heads)  # noqa: E731
                     and (not k.startswith("mlm") or "mlm" in heads)
                     and (not k.startswith("nsp") or "nsp" in heads))
-  return bundle.unflatten({k: v for k, v in flat.items() if keep(k)})
+  return traverse_util.unflatten_dict({k: v for k, v in flat.items() if keep(k)}, sep="/")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """python -m bert_jax.fill_mask: top-k per [MASK] against a numpy MLM head, and clear errors."""
+from flax import traverse_util
 import json
 
 import jax
@@ -27,7 +28,7 @@ def _save(directory, heads):
           if not any(k.startswith(pre) for h, pre in drop.items() if h not in heads)}
   (directory / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
   path = str(directory / "bundle")
-  bundle.save_bundle(path, bundle.unflatten(flat), CONFIG, str(directory / "vocab.txt"), True)
+  bundle.save_bundle(path, traverse_util.unflatten_dict(flat, sep="/"), CONFIG, str(directory / "vocab.txt"), True)
   return path
 
 

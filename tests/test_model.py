@@ -6,6 +6,7 @@ pretraining heads (no allocation: jax.eval_shape), bf16 compute within bf16
 tolerance of float32, and scan / einsum giving the float32 numbers of the
 unrolled fused path.
 """
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,8 +58,8 @@ def setup():
                       intermediate_size=128, max_position_embeddings=32, attention_impl="xla")
   # Random params (no init to compile): N(0, 0.05), LayerNorm scales around 1.
   rng = np.random.default_rng(1)
-  params = bundle.unflatten({k: (rng.normal(0, 0.05, s) + k.endswith("scale")).astype(np.float32)
-                             for k, s in bundle.pretraining_shapes(config).items()})
+  params = traverse_util.unflatten_dict({k: (rng.normal(0, 0.05, s) + k.endswith("scale")).astype(np.float32)
+                             for k, s in bundle.pretraining_shapes(config).items()}, sep="/")
   return config, params
 
 
@@ -67,7 +68,7 @@ def _run(config, params):
 
   @jax.jit
   def run(params):
-    params = bundle.layout_params(params, config)
+    params = model_lib.match_scan_layout(params, config)
     enc = model_lib.BertModel(config).apply({"params": params["bert"]}, ids, mask, seg)
     heads = model_lib.BertForPreTraining(config).apply({"params": params}, ids, mask, seg,
                                                        positions)
@@ -114,7 +115,7 @@ def test_last_layer_on_head_rows_equals_full_sequence_when_packed(setup):
   position_ids = np.broadcast_to(np.arange(24), ids.shape)
 
   def run(cfg):
-    p = bundle.layout_params(params, cfg)
+    p = model_lib.match_scan_layout(params, cfg)
     out = model_lib.BertForPreTraining(cfg).apply({"params": p}, ids, packed, seg, positions,
                                                   position_ids)
     return out["mlm_logits"], out["nsp_logits"]

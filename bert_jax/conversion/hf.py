@@ -7,6 +7,7 @@ BertForMaskedLM layouts, with or without the `bert.` prefix, saved by PyTorch
 (pytorch_model.bin) are never loaded. Writes safetensors in the PyTorch layout,
 which transformers loads as BertForPreTraining (PyTorch or Flax).
 """
+from flax import traverse_util
 import json
 import os
 from typing import Any, Optional
@@ -73,7 +74,7 @@ def _raw_tensors(files: list[epath.Path], kind: str) -> tuple[dict, Any]:
   if kind == "msgpack":
     from flax import serialization  # pylint: disable=g-import-not-at-top
     state = serialization.msgpack_restore(files[0].read_bytes())
-    flat = bundle.flatten(state)
+    flat = traverse_util.flatten_dict(state, sep="/")
     for path, x in flat.items():
       name = path.replace("/", ".")
       shapes[name] = tuple(np.shape(x))

@@ -10,6 +10,7 @@ that names the missing and unexpected keys.
 Rules belong to groups: 'encoder' (always required) and the optional 'pooler',
 'mlm' and 'nsp'. A group present in the source must be complete.
 """
+from flax import traverse_util
 import dataclasses
 import re
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -261,7 +262,7 @@ def to_ours(source: TensorSource, rules: Sequence[Rule], config: BertConfig, *,
   if len(flat) != expected_count:
     raise ConversionError(f"{where}: converted {len(flat)} tensors but the model has "
                           f"{expected_count} for groups {sorted(present)}")
-  return bundle.unflatten(flat), sorted(unexpected)
+  return traverse_util.unflatten_dict(flat, sep="/"), sorted(unexpected)
 
 
 def _group_of_path(path: str) -> str:
@@ -291,7 +292,7 @@ def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
     ConversionError: params outside the map (e.g. fine-tuning heads), missing
       params of a present group, or a shape mismatch.
   """
-  flat = bundle.flatten(dict(params))
+  flat = traverse_util.flatten_dict(dict(params), sep="/")
   rules = expand(rules, config.num_layers)
   ours_shapes = bundle.pretraining_shapes(config)
   present = {_group_of_path(p) for p in flat}
