@@ -144,19 +144,14 @@ def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
 def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretrained:
   """Loads params and their description from any checkpoint a run can start from.
 
-  Reads only; nothing is written anywhere.
+  Reads only; nothing is written anywhere. A missing path or one that is no
+  checkpoint raises FileNotFoundError / ValueError naming the path and why.
 
   Args:
     path: a bundle (converted Hugging Face / Google checkpoint, or a workdir's
       export/), a pretraining workdir (its export/ when the run finished, else
       its latest checkpoint), or a `checkpoints/` directory (latest step).
     expect: when given, the checkpoint's architecture must match it.
-
-  Returns:
-    The Pretrained params.
-
-  Raises:
-    FileNotFoundError / ValueError naming the path and what is wrong.
   """
   root = epath.Path(path)
   if not root.exists():

@@ -268,6 +268,20 @@ class BertForPreTraining(nn.Module):
     return result
 
 
+def _head_dense(c: BertConfig, features: int, name: str) -> layers.DenseGeneral:
+  """A task head's dense layer (hidden -> features), initialised as BERT's heads are."""
+  return layers.DenseGeneral(features, ("embed", "labels"), dtype=_dtype(c.dtype),
+                             param_dtype=_dtype(c.param_dtype),
+                             kernel_init=layers.kernel_init(c.initializer_range), name=name)
+
+
+def _dropout_dense(c: BertConfig, x: Array, features: int, name: str,
+                   deterministic: bool) -> Array:
+  """Dropout then the head's dense layer, in float32 (call inside a compact module)."""
+  x = nn.Dropout(c.dropout_rate)(x, deterministic=deterministic)
+  return _head_dense(c, features, name)(x).astype(jnp.float32)
+
+
 class BertForSequenceClassification(nn.Module):
   """Pooled output -> dropout -> dense; num_labels=1 is regression."""
   config: BertConfig
@@ -277,11 +291,8 @@ class BertForSequenceClassification(nn.Module):
   def __call__(self, input_ids, input_mask, segment_ids, deterministic: bool = True) -> Array:
     c = self.config
     out = BertModel(c, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
-    x = nn.Dropout(c.dropout_rate)(out["pooled_output"], deterministic=deterministic)
-    return layers.DenseGeneral(self.num_labels, ("embed", "labels"), dtype=_dtype(c.dtype),
-                               param_dtype=_dtype(c.param_dtype),
-                               kernel_init=layers.kernel_init(c.initializer_range),
-                               name="classifier")(x).astype(jnp.float32)  # [batch, labels]
+    return _dropout_dense(c, out["pooled_output"], self.num_labels, "classifier",
+                          deterministic)  # [batch, labels]
 
 
 class BertForQuestionAnswering(nn.Module):
@@ -294,10 +305,7 @@ class BertForQuestionAnswering(nn.Module):
     c = self.config
     out = BertModel(c, add_pooler=False, name="bert")(
         input_ids, input_mask, segment_ids, deterministic=deterministic)
-    logits = layers.DenseGeneral(2, ("embed", "labels"), dtype=_dtype(c.dtype),
-                                 param_dtype=_dtype(c.param_dtype),
-                                 kernel_init=layers.kernel_init(c.initializer_range),
-                                 name="qa_outputs")(out["sequence_output"]).astype(jnp.float32)
+    logits = _head_dense(c, 2, "qa_outputs")(out["sequence_output"]).astype(jnp.float32)
     return logits[..., 0], logits[..., 1]  # [batch, len] each
 
 
@@ -311,11 +319,8 @@ class BertForTokenClassification(nn.Module):
     c = self.config
     out = BertModel(c, add_pooler=False, name="bert")(
         input_ids, input_mask, segment_ids, deterministic=deterministic)
-    x = nn.Dropout(c.dropout_rate)(out["sequence_output"], deterministic=deterministic)
-    return layers.DenseGeneral(self.num_labels, ("embed", "labels"), dtype=_dtype(c.dtype),
-                               param_dtype=_dtype(c.param_dtype),
-                               kernel_init=layers.kernel_init(c.initializer_range),
-                               name="token_classifier")(x).astype(jnp.float32)
+    return _dropout_dense(c, out["sequence_output"], self.num_labels, "token_classifier",
+                          deterministic)  # [batch, len, labels]
 
 
 def _layer_keys(encoder: dict) -> list[str]:

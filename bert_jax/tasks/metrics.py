@@ -5,7 +5,9 @@ Eval batches are padded rather than dropped, so every function takes optional
 frequency weights (an example of weight 2 counts as two copies), the meaning
 scikit-learn gives `sample_weight`; 0/1 weights select examples.
 
-Every function returns a Python float on the scale of scikit-learn / scipy
+Every metric takes `predictions` [n] (class ids, or scores for the
+correlations), `labels` [n] (gold class ids or scores) and optional `weights`
+[n] (non-negative, 0 for padding), and returns a Python float on the scale of scikit-learn / scipy
 (accuracy and F1 in [0, 1], not percentages). Edge cases follow them:
 `matthews_corrcoef` is 0 when either side is constant, `f1` is 0 when there are
 no true positives, false positives or false negatives, `pearson` and
@@ -41,11 +43,6 @@ def _prepare(predictions, labels, weights, *, float_values=False):
 def accuracy(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
   """Weighted fraction of predictions equal to the labels.
 
-  Args:
-    predictions: [n] predicted class ids.
-    labels: [n] gold class ids.
-    weights: optional [n] non-negative example weights (0 for padding).
-
   Returns:
     The accuracy in [0, 1].
   """
@@ -58,9 +55,6 @@ def f1(predictions, labels, weights: Optional[np.ndarray] = None,
   """Binary F1 of the positive class (scikit-learn's `f1_score` default).
 
   Args:
-    predictions: [n] predicted class ids.
-    labels: [n] gold class ids.
-    weights: optional [n] non-negative example weights (0 for padding).
     positive_label: the class whose F1 is measured.
 
   Returns:
@@ -80,11 +74,6 @@ def accuracy_and_f1(predictions, labels,
                     weights: Optional[np.ndarray] = None) -> float:
   """Mean of `accuracy` and binary `f1` (GLUE's MRPC / QQP average).
 
-  Args:
-    predictions: [n] predicted class ids.
-    labels: [n] gold class ids.
-    weights: optional [n] non-negative example weights (0 for padding).
-
   Returns:
     (accuracy + f1) / 2.
   """
@@ -94,11 +83,6 @@ def accuracy_and_f1(predictions, labels,
 def matthews_corrcoef(predictions, labels,
                       weights: Optional[np.ndarray] = None) -> float:
   """Matthews correlation coefficient, multiclass (Gorodkin's R_K) as scikit-learn.
-
-  Args:
-    predictions: [n] predicted class ids.
-    labels: [n] gold class ids.
-    weights: optional [n] non-negative example weights (0 for padding).
 
   Returns:
     The MCC in [-1, 1]; 0 when predictions or labels are constant.
@@ -154,11 +138,6 @@ def _weighted_average_ranks(values, w):
 def pearson(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
   """Pearson correlation (scipy.stats.pearsonr's statistic).
 
-  Args:
-    predictions: [n] predicted scores.
-    labels: [n] gold scores.
-    weights: optional [n] non-negative frequency weights (0 for padding).
-
   Returns:
     Pearson's r, or NaN when either side is constant.
   """
@@ -169,13 +148,8 @@ def pearson(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
 def spearman(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
   """Spearman rank correlation (scipy.stats.spearmanr's statistic, ties averaged).
 
-  Args:
-    predictions: [n] predicted scores.
-    labels: [n] gold scores.
-    weights: optional [n] non-negative frequency weights (0 for padding).
-
-  Returns:
-    Spearman's rho, or NaN when either side is constant.
+  Pearson's r of the weighted average ranks; arguments as in `pearson`. NaN
+  when either side is constant.
   """
   predictions, labels, weights = _prepare(predictions, labels, weights, float_values=True)
   keep = weights > 0
@@ -187,11 +161,6 @@ def spearman(predictions, labels, weights: Optional[np.ndarray] = None) -> float
 def pearson_and_spearman(predictions, labels,
                          weights: Optional[np.ndarray] = None) -> float:
   """Mean of `pearson` and `spearman` (GLUE's STS-B average).
-
-  Args:
-    predictions: [n] predicted scores.
-    labels: [n] gold scores.
-    weights: optional [n] non-negative frequency weights (0 for padding).
 
   Returns:
     (pearson + spearman) / 2.
