@@ -1,11 +1,71 @@
-"""Config sections shared by configs/pretrain.py, glue.py and squad.py.
+"""Config pieces shared by configs/pretrain.py, glue.py and squad.py.
 
-The model, optimizer and mesh sections have the same keys in every entry point,
+`parse_arg` reads the argument of every config file (`configs/FILE.py:ARG`). The
+model, optimizer and mesh sections have the same keys in every entry point,
 so the code that reads them (bert_jax.model_config, bert_jax.optimizer,
 bert_jax.sharding) is shared too. Each function returns a fresh ConfigDict with
 BERT's defaults; a config file changes what differs after the call.
 """
 import ml_collections
+
+
+def parse_arg(arg: str | None, *, positional: str | None = None, example: str = "",
+              **spec) -> ml_collections.FrozenConfigDict:
+  """Parses the argument of `--config configs/FILE.py:ARG`, e.g. 'base,phase2'.
+
+  ARG is comma-separated options: `name=value`; a boolean option's bare name, which
+  means true (`phase2`); or one bare value for the `positional` option (`mrpc` for
+  `task=mrpc`). Modelled on big_vision's `big_vision/configs/common.py` `parse_arg`.
+  For example `parse_arg("base,phase2", positional="variant", variant="tiny",
+  phase2=False)` gives `variant='base', phase2=True`.
+
+  Args:
+    arg: ARG; None or '' gives the defaults.
+    positional: the option a bare value sets, when that value is not a flag's name.
+    example: a valid argument, quoted in errors (e.g. 'configs/glue.py:task=mrpc').
+    **spec: every option and its default (not named `positional` or `example`); a
+      value is converted to the default's type (a boolean's: true or false, any case).
+
+  Returns:
+    The options, typed, with the defaults of those not given.
+
+  Raises:
+    ValueError: an unknown option (the message lists the known ones), an option
+      given twice, or a value that does not convert.
+  """
+  given, unknown = {}, []
+  for part in filter(None, (arg or "").split(",")):
+    if "=" in part:
+      name, text = part.split("=", 1)
+    elif isinstance(spec.get(part), bool):
+      name, text = part, "true"
+    elif positional is not None and positional not in given:
+      name, text = positional, part
+    else:
+      name, text = part, ""
+    if name not in spec:
+      unknown.append(name)
+    elif name in given:
+      raise ValueError(f"config option {name!r} given twice in {arg!r}")
+    else:
+      given[name] = _convert(name, text, spec[name])
+  if unknown:
+    example = f" (e.g. {example})" if example else ""
+    raise ValueError(f"unknown config options {sorted(unknown)}; known: {sorted(spec)}{example}")
+  return ml_collections.FrozenConfigDict({**spec, **given})
+
+
+def _convert(name: str, text: str, default):
+  """The config option `name`'s text as the type of its default."""
+  if isinstance(default, bool):
+    if text.lower() not in ("true", "false"):
+      raise ValueError(f"config option {name!r} is true or false, not {text!r}")
+    return text.lower() == "true"
+  try:
+    return type(default)(text)
+  except ValueError:
+    raise ValueError(f"config option {name!r} takes {type(default).__name__}, "
+                     f"not {text!r}") from None
 
 
 def model() -> ml_collections.ConfigDict:

@@ -42,24 +42,14 @@ _LEARNING_RATES = {
 }
 
 
-def _parse(arg):
-  """'task=mrpc' (or just 'mrpc') -> 'mrpc'."""
-  options = dict(part.split("=", 1) if "=" in part else ("task", part)
-                 for part in (arg or "").split(",") if part)
-  unknown = sorted(set(options) - {"task"})
-  if unknown:
-    raise ValueError(f"unknown config options {unknown}; known: ['task'] "
-                     f"(e.g. configs/glue.py:task=mrpc)")
-  task = options.get("task", "").lower().replace("-", "").replace("_", "")
-  if task not in _LEARNING_RATES:
-    raise ValueError(f"unknown GLUE task {options.get('task', '')!r}; known tasks: "
-                     f"{sorted(_LEARNING_RATES)} (e.g. configs/glue.py:task=mrpc)")
-  return task
-
-
 def get_config(arg=None):
-  """Returns the fine-tuning ConfigDict for `arg` = 'task=TASK'."""
-  task = _parse(arg)
+  """Returns the fine-tuning ConfigDict for `arg` = 'task=TASK' (or just 'TASK')."""
+  options = config_sections.parse_arg(arg, positional="task", task="",
+                                      example="configs/glue.py:task=mrpc")
+  task = options.task.lower().replace("-", "").replace("_", "")
+  if task not in _LEARNING_RATES:
+    raise ValueError(f"unknown GLUE task {options.task!r}; known tasks: "
+                     f"{sorted(_LEARNING_RATES)} (e.g. configs/glue.py:task=mrpc)")
 
   c = ml_collections.ConfigDict()
   # GLUE task name (bert_jax.tasks.glue.TASKS).

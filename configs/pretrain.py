@@ -30,14 +30,12 @@ _RECIPES = {
 
 
 def get_config(arg=None):
-  """Returns the pretraining ConfigDict for `arg` = 'VARIANT[,phase2]'."""
-  parts = (arg or "tiny").split(",")
-  variant, options = parts[0], set(parts[1:])
+  """Returns the pretraining ConfigDict for `arg` = 'VARIANT[,phase2]' (default: tiny)."""
+  options = config_sections.parse_arg(arg, positional="variant", variant="tiny",
+                                      phase2=False, example="configs/pretrain.py:base,phase2")
+  variant = options.variant
   if variant not in _RECIPES:
     raise ValueError(f"unknown variant {variant!r}; known: {sorted(_RECIPES)}")
-  unknown = options - {"phase2"}
-  if unknown:
-    raise ValueError(f"unknown config options {sorted(unknown)}; known: ['phase2']")
   batch, steps, lr, warmup = _RECIPES[variant]
 
   c = ml_collections.ConfigDict()
@@ -149,7 +147,7 @@ def get_config(arg=None):
     c.optimizer.b1 = 0.8
     c.optimizer.b2 = 0.98
 
-  if "phase2" in options:
+  if options.phase2:
     c.seq_len = 512
     c.data.max_predictions_per_seq = 80
     c.total_steps = max(1, steps // 9)  # BERT: 90% of steps at 128, 10% at 512.

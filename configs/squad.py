@@ -39,24 +39,14 @@ _FILES = {
 }
 
 
-def _parse(arg):
-  """'version=1.1' (or '1.1', 'v2.0') -> '1.1' / '2.0'."""
-  options = dict(part.split("=", 1) if "=" in part else ("version", part)
-                 for part in (arg or "").split(",") if part)
-  unknown = sorted(set(options) - {"version"})
-  if unknown:
-    raise ValueError(f"unknown config options {unknown}; known: ['version'] "
-                     f"(e.g. configs/squad.py:version=1.1)")
-  version = options.get("version", "").lstrip("v")
-  if version not in _FILES:
-    raise ValueError(f"unknown SQuAD version {options.get('version', '')!r}; known versions: "
-                     f"{sorted(_FILES)} (e.g. configs/squad.py:version=1.1)")
-  return version
-
-
 def get_config(arg=None):
   """Returns the fine-tuning ConfigDict for `arg` = 'version=1.1' or 'version=2.0'."""
-  version = _parse(arg)
+  options = config_sections.parse_arg(arg, positional="version", version="",
+                                      example="configs/squad.py:version=1.1")
+  version = options.version.lstrip("v")
+  if version not in _FILES:
+    raise ValueError(f"unknown SQuAD version {options.version!r}; known versions: "
+                     f"{sorted(_FILES)} (e.g. configs/squad.py:version=1.1)")
   train_file, eval_file = _FILES[version]
 
   c = ml_collections.ConfigDict()
