@@ -1,29 +1,90 @@
-"""Config sections shared by configs/pretrain.py, glue.py and squad.py.
+"""Config pieces shared by configs/pretrain.py, glue.py and squad.py.
 
-The model, optimizer and mesh sections have the same keys in every entry point,
-so the code that reads them (bert_jax.model_config, bert_jax.optimizer,
-bert_jax.sharding) is shared too. Each function returns a fresh ConfigDict with
-BERT's defaults; a config file changes what differs after the call.
+`parse_arg` reads the argument of every config file (`configs/FILE.py:ARG`). The
+model, optimizer and mesh sections have the same keys in every entry point, so
+the code that reads them (bert_jax.model_config, bert_jax.optimizer,
+bert_jax.sharding) is shared too. `finetune` adds the top-level keys that every
+fine-tuning config has (read by bert_jax.finetune) and those sections. Sections
+hold BERT's defaults; a config file changes what differs after the call.
 """
 import ml_collections
 
 
+def parse_arg(arg: str | None, *, positional: str | None = None, example: str = "",
+              **spec) -> ml_collections.FrozenConfigDict:
+  """Parses the argument of `--config configs/FILE.py:ARG`, e.g. 'base,phase2'.
+
+  ARG is comma-separated options: `name=value`; a boolean option's bare name, which
+  means true (`phase2`); or one bare value for the `positional` option (`mrpc` for
+  `task=mrpc`). Modelled on big_vision's `big_vision/configs/common.py` `parse_arg`.
+  For example `parse_arg("base,phase2", positional="variant", variant="tiny",
+  phase2=False)` gives `variant='base', phase2=True`.
+
+  Args:
+    arg: ARG; None or '' gives the defaults.
+    positional: the option a bare value sets, when that value is not a flag's name.
+    example: a valid argument, quoted in errors (e.g. 'configs/glue.py:task=mrpc').
+    **spec: every option and its default (not named `positional` or `example`); a
+      value is converted to the default's type (a boolean's: true or false, any case).
+
+  Returns:
+    The options, typed, with the defaults of those not given.
+
+  Raises:
+    ValueError: an unknown option (the message lists the known ones), an option
+      given twice, or a value that does not convert.
+  """
+  given, unknown = {}, []
+  for part in filter(None, (arg or "").split(",")):
+    if "=" in part:
+      name, text = part.split("=", 1)
+    elif isinstance(spec.get(part), bool):
+      name, text = part, "true"
+    elif positional is not None and positional not in given:
+      name, text = positional, part
+    else:
+      name, text = part, ""
+    if name not in spec:
+      unknown.append(name)
+    elif name in given:
+      raise ValueError(f"config option {name!r} given twice in {arg!r}")
+    else:
+      given[name] = _convert(name, text, spec[name])
+  if unknown:
+    example = f" (e.g. {example})" if example else ""
+    raise ValueError(f"unknown config options {sorted(unknown)}; known: {sorted(spec)}{example}")
+  return ml_collections.FrozenConfigDict({**spec, **given})
+
+
+def _convert(name: str, text: str, default):
+  """The config option `name`'s text as the type of its default."""
+  if isinstance(default, bool):
+    if text.lower() not in ("true", "false"):
+      raise ValueError(f"config option {name!r} is true or false, not {text!r}")
+    return text.lower() == "true"
+  try:
+    return type(default)(text)
+  except ValueError:
+    raise ValueError(f"config option {name!r} takes {type(default).__name__}, "
+                     f"not {text!r}") from None
+
+
 def model() -> ml_collections.ConfigDict:
-  """Compute dtype, attention implementation, scan / remat, dropout."""
+  """Compute dtype, attention implementation, dropout, scan / remat."""
   m = ml_collections.ConfigDict()
   # Compute dtype: 'float32', 'bfloat16', or 'auto' (bfloat16 on GPU/TPU, float32 on
   # CPU). Params, optimizer state and the loss stay float32.
   m.dtype = "auto"
   # Attention implementation: 'auto', 'xla', 'cudnn' or 'einsum'.
   m.attention_impl = "auto"
-  # Scan over encoder layers (faster compile for deep models).
-  m.scan_layers = False
-  # Rematerialisation policy: 'none', 'full' or 'dots' (save matmul outputs).
-  m.remat = "none"
   # Dropout on hidden states (and a fine-tuning head's input), as in BERT.
   m.dropout_rate = 0.1
   # Dropout on attention probabilities.
   m.attention_dropout_rate = 0.1
+  # Scan over encoder layers (faster compile for deep models).
+  m.scan_layers = False
+  # Rematerialisation policy: 'none', 'full' or 'dots' (save matmul outputs).
+  m.remat = "none"
   return m
 
 
@@ -67,3 +128,56 @@ def mesh() -> ml_collections.ConfigDict:
   # Sharding preset: 'data_parallel', 'fsdp' or 'fsdp_tensor' (bert_jax.sharding.PRESETS).
   s.preset = "data_parallel"
   return s
+
+
+def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: int,
+             learning_rate: float, num_epochs: float, eval_only: bool = False) -> None:
+  """Adds the keys of every fine-tuning config, and its model, optimizer and mesh, to `c`.
+
+  Args:
+    c: the config of configs/glue.py or squad.py, holding the task's own keys.
+    data_source: the default of `c.data_source`, the task's own file format.
+    max_seq_length, learning_rate, num_epochs, eval_only: the task's defaults.
+  """
+  # Where the data comes from: the task's files under data_dir ('tsv' for GLUE, 'json'
+  # for SQuAD) or 'tfds'.
+  c.data_source = data_source
+  # Folder of the task's files: GLUE's <TASK>/{train,dev,test}.tsv (CoLA/, MRPC/, SST-2/,
+  # ...), or SQuAD's JSON files.
+  c.data_dir = ""
+  # TFDS data_dir where glue/<task> or squad/v<version> is prepared, when
+  # data_source='tfds' (never downloaded).
+  c.tfds_data_dir = ""
+  # Checkpoint to fine-tune: a pretraining workdir, a params bundle, or a converted
+  # Hugging Face / Google TF checkpoint; its model config and vocab are used.
+  c.init_checkpoint = ""
+  # Word pieces per example, [CLS] and [SEP]s included (GLUE pairs are truncated longest
+  # first; a SQuAD window is [CLS] question [SEP] context window [SEP]).
+  c.max_seq_length = max_seq_length
+  # Use only the first N training examples (SQuAD: questions; 0: all); for smoke runs.
+  c.max_train_examples = 0
+  # Training batch size (SQuAD: in windows), global over all hosts and devices.
+  c.batch_size = 32
+  # Eval / predict batch size; the last batch is padded with weight-0 rows, never dropped.
+  c.eval_batch_size = 64
+  # Peak learning rate.
+  c.learning_rate = learning_rate
+  # Layer-wise learning-rate decay: heads and pooler get lr, encoder layer i (0-based
+  # from the bottom, of L) lr * decay**(L - i), embeddings lr * decay**(L + 1); 1.0: off.
+  c.layerwise_lr_decay = 1.0
+  # Linear warmup over this fraction of the training steps, then linear decay to 0.
+  c.warmup_fraction = 0.1
+  # Passes over the training set.
+  c.num_epochs = num_epochs
+  # Independent fine-tuning runs (seeds seed, seed+1, ...); eval_results.json holds the
+  # mean and <metric>_std, eval_results_per_seed.json each run (one run with eval_only).
+  c.seeds = 1
+  # Random seed of the first run (head init, dropout, data order).
+  c.seed = 0
+  # Only evaluate / predict with init_checkpoint (heads included), no training.
+  c.eval_only = eval_only
+  # Console / TensorBoard / metrics.jsonl every N training steps.
+  c.log_every = 20
+  c.model = model()
+  c.optimizer = optimizer()
+  c.mesh = mesh()

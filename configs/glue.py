@@ -27,9 +27,9 @@ paper and Google's README; small tasks vary by a few points across seeds, hence
 ~52-58, STS-B Pearson ~87-89. Runtime: MRPC with a 6-layer, hidden 384 model
 is minutes per epoch on a few CPU cores.
 
-Every key is declared here (the model, optimizer and mesh sections, shared by all
-entry points, in bert_jax/config_sections.py); `--config.a.b=v` overrides it, an
-unknown key is an error.
+Every key is declared here or, with its comment, in bert_jax/config_sections.py
+(`finetune`: the keys every fine-tuning config has, and the model, optimizer and
+mesh sections); `--config.a.b=v` overrides it, an unknown key is an error.
 """
 import ml_collections
 
@@ -42,71 +42,24 @@ _LEARNING_RATES = {
 }
 
 
-def _parse(arg):
-  """'task=mrpc' (or just 'mrpc') -> 'mrpc'."""
-  options = dict(part.split("=", 1) if "=" in part else ("task", part)
-                 for part in (arg or "").split(",") if part)
-  unknown = sorted(set(options) - {"task"})
-  if unknown:
-    raise ValueError(f"unknown config options {unknown}; known: ['task'] "
-                     f"(e.g. configs/glue.py:task=mrpc)")
-  task = options.get("task", "").lower().replace("-", "").replace("_", "")
-  if task not in _LEARNING_RATES:
-    raise ValueError(f"unknown GLUE task {options.get('task', '')!r}; known tasks: "
-                     f"{sorted(_LEARNING_RATES)} (e.g. configs/glue.py:task=mrpc)")
-  return task
-
-
 def get_config(arg=None):
-  """Returns the fine-tuning ConfigDict for `arg` = 'task=TASK'."""
-  task = _parse(arg)
+  """Returns the fine-tuning ConfigDict for `arg` = 'task=TASK' (or just 'TASK')."""
+  options = config_sections.parse_arg(arg, positional="task", task="",
+                                      example="configs/glue.py:task=mrpc")
+  task = options.task.lower().replace("-", "").replace("_", "")
+  if task not in _LEARNING_RATES:
+    raise ValueError(f"unknown GLUE task {options.task!r}; known tasks: "
+                     f"{sorted(_LEARNING_RATES)} (e.g. configs/glue.py:task=mrpc)")
 
   c = ml_collections.ConfigDict()
   # GLUE task name (bert_jax.tasks.glue.TASKS).
   c.task = task
-  # Where the data comes from: 'tsv' (GLUE TSV layout under data_dir) or 'tfds'.
-  c.data_source = "tsv"
-  # GLUE folder holding <TASK>/{train,dev,test}.tsv (CoLA/, MRPC/, SST-2/, ...).
-  c.data_dir = ""
-  # TFDS data_dir where glue/<task> is prepared, when data_source='tfds' (never downloaded).
-  c.tfds_data_dir = ""
-  # Checkpoint to fine-tune: a pretraining workdir, a params bundle, or a converted
-  # Hugging Face / Google TF checkpoint; its model config and vocab are used.
-  c.init_checkpoint = ""
-  # Word pieces per example, [CLS] and [SEP]s included (pairs truncated longest first).
-  c.max_seq_length = 128
-  # Use only the first N training examples (0: all); for smoke runs.
-  c.max_train_examples = 0
-  # Training batch size (global, over all hosts and devices).
-  c.batch_size = 32
-  # Eval / predict batch size; the last batch is padded with weight-0 rows, never dropped.
-  c.eval_batch_size = 64
-  # Peak learning rate.
-  c.learning_rate = _LEARNING_RATES[task]
-  # Passes over the training set.
-  c.num_epochs = 3.0
-  # Linear warmup over this fraction of the training steps, then linear decay to 0.
-  c.warmup_fraction = 0.1
-  # Layer-wise learning-rate decay: heads and pooler get lr, encoder layer i (0-based
-  # from the bottom, of L) lr * decay**(L - i), embeddings lr * decay**(L + 1); 1.0: off.
-  c.layerwise_lr_decay = 1.0
-  # Independent fine-tuning runs (seeds seed, seed+1, ...); eval_results.json holds the
-  # mean and <metric>_std, eval_results_per_seed.json each run (one run with eval_only).
-  c.seeds = 1
-  # Random seed of the first run (head init, dropout, data order).
-  c.seed = 0
-  # Only evaluate / predict with init_checkpoint (heads included), no training.
-  c.eval_only = task == "ax"
   # Write the GLUE submission file(s) of the test split(s) when present.
   c.predict_test = True
   # MNLI only: also predict the AX diagnostic set (AX.tsv) when its file is present.
   c.predict_ax = task == "mnli"
-  # Console / TensorBoard / metrics.jsonl every N training steps.
-  c.log_every = 20
-
-  c.model = config_sections.model()
-
-  c.optimizer = config_sections.optimizer()
-
-  c.mesh = config_sections.mesh()
+  # AX has no training data: it only evaluates an MNLI checkpoint.
+  config_sections.finetune(c, data_source="tsv", max_seq_length=128,
+                           learning_rate=_LEARNING_RATES[task], num_epochs=3.0,
+                           eval_only=task == "ax")
   return c
