@@ -28,6 +28,7 @@ def _step_and_state(variant: str, batch: int, seq_len: int, dtype: str, remat: s
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
   from bert_jax import model as model_lib, model_config, optimizer, train_core  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from bert_jax.objectives import mlm_nsp  # pylint: disable=g-import-not-at-top
   cfg = model_config.variant(variant, 30522, dtype=dtype, remat=remat)
   model = model_lib.BertForPreTraining(cfg)
   opt = ml_collections.ConfigDict(dict(name="adamw", b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01,
@@ -43,7 +44,8 @@ def _step_and_state(variant: str, batch: int, seq_len: int, dtype: str, remat: s
                     masked_lm_ids=i32(batch, P),
                     masked_lm_weights=jax.ShapeDtypeStruct((batch, P), jnp.float32),
                     next_sentence_labels=i32(batch))
-  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched), donate_argnums=(0,))
+  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched),
+                 donate_argnums=(0,))
   return step, init, abstract_state, batch_spec
 
 

@@ -36,7 +36,7 @@ import optax  # noqa: E402
 from bert_jax import flops as flops_lib  # noqa: E402
 from bert_jax import model as model_lib  # noqa: E402
 from bert_jax import optimizer as opt_lib  # noqa: E402
-from bert_jax import pretrain  # noqa: E402
+from bert_jax import pretrain_setup  # noqa: E402
 from bert_jax import train_core  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
 
@@ -97,9 +97,12 @@ def ours(config, model_cfg, batch) -> Runner:
   model = model_lib.BertForPreTraining(model_cfg, with_nsp=True)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, 1e-4, 0, 1000)
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
-  state = jax.jit(lambda r: nn.unbox(train_core.init_state(mlm_nsp.init_fn(model, batch["input_ids"].shape[1], batch["masked_lm_positions"].shape[1]), tx, r)))(
-          jax.random.PRNGKey(0))
-  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, schedule), donate_argnums=(0,))
+  init_params = mlm_nsp.init_fn(model, batch["input_ids"].shape[1],
+                                batch["masked_lm_positions"].shape[1])
+  state = jax.jit(lambda r: nn.unbox(train_core.init_state(init_params, tx, r)))(
+      jax.random.PRNGKey(0))
+  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, schedule),
+                 donate_argnums=(0,))
   return Runner(step, state, jax.device_put(batch))
 
 
@@ -174,7 +177,7 @@ def main(argv=None):
     config.model.remat = args.remat
   if args.scan_layers:
     config.model.scan_layers = args.scan_layers == "true"
-  model_cfg = pretrain.model_config_from(config, args.vocab_size)
+  model_cfg = pretrain_setup.model_config_from(config, args.vocab_size)
   num_predictions = max(1, round(0.15 * args.seq_len))
   batch = synthetic_batch(np.random.default_rng(0), args.batch_size, args.seq_len,
                           num_predictions, args.vocab_size)
