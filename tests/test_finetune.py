@@ -10,6 +10,7 @@ import os
 import pathlib
 import statistics
 
+from flax import traverse_util
 import jax
 import numpy as np
 import optax
@@ -412,3 +413,27 @@ def test_layerwise_scales_agree_between_layouts():
   scanned = opt_lib.layerwise_scales(model_lib.stack_layers(params), 3, 0.5)
   np.testing.assert_allclose(np.ravel(scanned["bert"]["encoder"]["layers"]["kernel"]),
                              [0.125, 0.25, 0.5])
+
+
+def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrained, glue_dir,
+                                                                       tmp_path):
+  """2 microbatches = 1 batch, and scanned layers = unrolled, on a task objective (no dropout)."""
+  def configured(name, **nested):
+    c = _glue_config(glue_dir, pretrained, predict_test=False, batch_size=16)  # 2 microbatches of 8
+    c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
+    for key, value in nested.items():
+      section, field = key.split("__")
+      c[section][field] = value
+    finetune.finetune(c, str(tmp_path / name))
+    params = bundle.load_bundle(str(tmp_path / name / "export")).params
+    return traverse_util.flatten_dict(params, sep="/")
+
+  full = configured("full")
+  start = traverse_util.flatten_dict(ckpt_lib.load_pretrained(pretrained).params, sep="/")
+  query = "bert/encoder/layer_0/attention/query/kernel"
+  assert float(np.max(np.abs(full[query] - start[query]))) > 1e-6  # training moved the encoder
+  for other in (configured("accum", optimizer__grad_accum_steps=2),
+                configured("scan", model__scan_layers=True)):
+    assert sorted(other) == sorted(full)
+    diff = max(float(np.max(np.abs(full[k] - other[k]))) for k in full)
+    assert diff <= 1e-5, diff
