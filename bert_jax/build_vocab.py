@@ -24,6 +24,8 @@ import os
 import sys
 from typing import Optional, Sequence
 
+from etils import epath
+
 SPECIALS_AFTER_UNUSED = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
@@ -111,8 +113,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     sentences = read_sentences(args.input, args.format, not args.cased, args.max_sentences)
     if args.type == "wordpiece":
       vocab = build_wordpiece(sentences, args.vocab_size, args.num_unused, args.min_count)
-      with open(args.output, "w", encoding="utf-8") as f:
-        f.write("".join(t + "\n" for t in vocab))
+      epath.Path(args.output).write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
       print(f"wrote {len(vocab)} tokens to {args.output}")
     else:
       path = build_sentencepiece(sentences, args.output, args.vocab_size)

@@ -20,11 +20,11 @@ up to a multiple of 8 (at most --max_length); the last batch is padded.
 import argparse
 import dataclasses
 import functools
-import os
 import sys
 import time
 from typing import Optional, Sequence
 
+from etils import epath
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -64,10 +64,9 @@ def read_input(path: str, pairs: bool) -> InputText:
     ValueError: an empty file, or a pair line without exactly one tab
       (naming the line).
   """
-  if not os.path.isfile(path):
+  if not epath.Path(path).is_file():
     raise FileNotFoundError(f"input file not found: {path}")
-  with open(path, "rb") as f:
-    data = f.read()
+  data = epath.Path(path).read_bytes()
   lines = data.split(b"\n")
   if lines and lines[-1] == b"":
     lines.pop()
@@ -313,8 +312,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   max_length = args.max_length or min(DEFAULT_MAX_LENGTH, meta.config.max_position_embeddings)
   _check_options(meta, args.pooling, layers, args.combine, max_length, args.batch_size,
                  args.pairs)
-  out_dir = os.path.dirname(os.path.abspath(args.output))
-  if not os.path.isdir(out_dir):
+  out_dir = epath.Path(args.output).parent
+  if not out_dir.is_dir():
     raise FileNotFoundError(f"--output directory does not exist: {out_dir}")
   inp = read_input(args.input, args.pairs)
   b = bundle_lib.load_bundle(args.checkpoint)

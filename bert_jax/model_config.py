@@ -1,8 +1,9 @@
 """The frozen model config, the variants table, and Hugging Face config mapping."""
 import dataclasses
 import json
-import os
 from typing import Any
+
+from etils import epath
 
 # name: (layers, hidden, heads); intermediate size is 4 x hidden.
 VARIANTS = {
@@ -96,19 +97,16 @@ class BertConfig:
     return cls(**d)
 
   def save_json(self, path: str) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-      json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-      f.write("\n")
+    epath.Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
   @classmethod
   def load_json(cls, path: str) -> "BertConfig":
-    if not os.path.exists(path):
+    if not epath.Path(path).exists():
       raise FileNotFoundError(f"model config not found: {path}")
-    with open(path, encoding="utf-8") as f:
-      try:
-        d = json.load(f)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from None
+    try:
+      d = json.loads(epath.Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}: not valid JSON: {e}") from None
     return cls.from_dict(d, source=path)
 
 

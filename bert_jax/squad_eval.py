@@ -29,6 +29,8 @@ import string
 import sys
 from typing import Optional
 
+from etils import epath
+
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
 
@@ -266,8 +268,7 @@ def evaluate(dataset_json: dict, predictions: dict, na_probs: Optional[dict] = N
 
 def _load_json(path, what):
   try:
-    with open(path, encoding="utf-8") as f:
-      return json.load(f)
+    return json.loads(epath.Path(path).read_text(encoding="utf-8"))
   except (OSError, json.JSONDecodeError) as e:
     raise SystemExit(f"squad_eval: cannot read {what} {path}: {e}") from None
 

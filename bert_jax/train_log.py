@@ -1,9 +1,9 @@
 """Run observability: console progress lines, TensorBoard scalars, metrics.jsonl."""
 import json
-import os
 import time
 from typing import Optional
 
+from etils import epath
 from tensorboardX import SummaryWriter
 
 
@@ -17,7 +17,10 @@ def _fmt_eta(seconds: float) -> str:
 class RunLogger:
   """Writes one record per log step to the console, TensorBoard and metrics.jsonl.
 
-  Only the writing process (process 0) creates files.
+  Only the writing process (process 0) creates files. The workdir may be local
+  or remote (gs://): a local metrics.jsonl is appended to; object stores cannot
+  append, so a remote one is rewritten whole at each record (earlier records,
+  e.g. of the run this one resumes, are kept).
   """
 
   def __init__(self, workdir: str, total_steps: int, is_writer: bool = True):
@@ -26,9 +29,15 @@ class RunLogger:
     self._jsonl = None
     self._tb = None
     if is_writer:
-      os.makedirs(workdir, exist_ok=True)
-      self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
-      self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+      root = epath.Path(workdir)
+      root.mkdir(parents=True, exist_ok=True)
+      self._jsonl_path = root / "metrics.jsonl"
+      self._remote_lines = None
+      if "://" in str(workdir):
+        self._remote_lines = (self._jsonl_path.read_text() if self._jsonl_path.exists() else "")
+      else:
+        self._jsonl = self._jsonl_path.open("a", encoding="utf-8")
+      self._tb = SummaryWriter(str(root / "tensorboard"))
     self._t0 = time.time()
 
   def log(self, step: int, metrics: dict, prefix: str = "", steps_per_sec: Optional[float] = None):
@@ -36,8 +45,13 @@ class RunLogger:
     if not self.is_writer:
       return
     record = {"step": step, **{prefix + k: float(v) for k, v in metrics.items()}}
-    self._jsonl.write(json.dumps(record) + "\n")
-    self._jsonl.flush()
+    line = json.dumps(record) + "\n"
+    if self._jsonl is not None:
+      self._jsonl.write(line)
+      self._jsonl.flush()
+    else:
+      self._remote_lines += line
+      self._jsonl_path.write_text(self._remote_lines)
     for k, v in record.items():
       if k != "step":
         self._tb.add_scalar(k, v, step)

@@ -34,6 +34,7 @@ import logging
 import os
 from typing import Optional, Sequence, Union
 
+from etils import epath
 import numpy as np
 
 Label = Union[int, float, None]
@@ -252,11 +253,11 @@ def tsv_path(task: GlueTask, data_dir: str, split: str) -> str:
   """
   _check_split(task, split)
   if task.name == "ax":
-    candidates = [os.path.join(data_dir, f) for f in _AX_FILES]
+    candidates = [str(epath.Path(data_dir) / f) for f in _AX_FILES]
   else:
-    candidates = [os.path.join(data_dir, task.dir_name, f"{split}.tsv")]
+    candidates = [str(epath.Path(data_dir) / task.dir_name / f"{split}.tsv")]
   for path in candidates:
-    if os.path.isfile(path):
+    if epath.Path(path).is_file():
       return path
   raise FileNotFoundError(
       f"GLUE {task.name} {split}: no file at {' or '.join(candidates)} "
@@ -265,14 +266,13 @@ def tsv_path(task: GlueTask, data_dir: str, split: str) -> str:
 
 def _read_lines(path):
   """Yields (1-based line number, text) of the non-blank lines, split on '\\n' only."""
-  # newline="\n": a stray '\r' inside a sentence does not end the row.
-  with open(path, encoding="utf-8-sig", newline="\n") as f:
-    for number, line in enumerate(f, start=1):
-      line = line.rstrip("\n")
-      if line.endswith("\r"):
-        line = line[:-1]
-      if line.strip():
-        yield number, line
+  # Split on '\n' only: a stray '\r' inside a sentence does not end the row.
+  text = epath.Path(path).read_bytes().decode("utf-8-sig")
+  for number, line in enumerate(text.split("\n"), start=1):
+    if line.endswith("\r"):
+      line = line[:-1]
+    if line.strip():
+      yield number, line
 
 
 def read_tsv(task: GlueTask, data_dir: str, split: str,
@@ -574,14 +574,14 @@ def write_submission(task: GlueTask, split: str, examples: Sequence[GlueExample]
   predictions = np.asarray(predictions).reshape(-1)
   if predictions.shape[0] != len(examples):
     raise ValueError(f"{len(examples)} examples but {predictions.shape[0]} predictions")
-  os.makedirs(output_dir, exist_ok=True)
-  path = os.path.join(output_dir, task.submission_files[split])
-  with open(path, "w", encoding="utf-8") as f:
-    f.write("index\tprediction\n")
-    for ex, pred in zip(examples, predictions):
-      if task.is_regression:
-        value = f"{min(max(float(pred), 0.0), 5.0):.3f}"
-      else:
-        value = task.labels[int(pred)]
-      f.write(f"{ex.index}\t{value}\n")
-  return path
+  rows = ["index\tprediction\n"]
+  for ex, pred in zip(examples, predictions):
+    if task.is_regression:
+      value = f"{min(max(float(pred), 0.0), 5.0):.3f}"
+    else:
+      value = task.labels[int(pred)]
+    rows.append(f"{ex.index}\t{value}\n")
+  epath.Path(output_dir).mkdir(parents=True, exist_ok=True)
+  path = epath.Path(output_dir) / task.submission_files[split]
+  path.write_text("".join(rows), encoding="utf-8")
+  return str(path)

@@ -39,9 +39,9 @@ import dataclasses
 import json
 import logging
 import math
-import os
 from typing import Optional, Sequence
 
+from etils import epath
 import numpy as np
 
 # Google's starting null score; also the null odds of a v2.0 question whose
@@ -191,8 +191,7 @@ def read_squad_json(path: str, is_training: bool):
     training questions skipped because answer_start does not match the context.
   """
   try:
-    with open(path, encoding="utf-8") as f:
-      data = json.load(f)
+    data = json.loads(epath.Path(path).read_text(encoding="utf-8"))
   except (OSError, json.JSONDecodeError) as e:
     raise ValueError(f"cannot read SQuAD file {path}: {e}") from e
   if not isinstance(data, dict) or "data" not in data:
@@ -663,14 +662,14 @@ def write_prediction_files(output_dir: str, predictions: dict, nbest: dict,
   Returns:
     A dict file kind -> path written.
   """
-  os.makedirs(output_dir, exist_ok=True)
-  paths = {"predictions": os.path.join(output_dir, "predictions.json"),
-           "nbest": os.path.join(output_dir, "nbest_predictions.json")}
+  out = epath.Path(output_dir)
+  out.mkdir(parents=True, exist_ok=True)
+  paths = {"predictions": str(out / "predictions.json"),
+           "nbest": str(out / "nbest_predictions.json")}
   contents = {"predictions": predictions, "nbest": nbest}
   if null_odds is not None:
-    paths["null_odds"] = os.path.join(output_dir, "null_odds.json")
+    paths["null_odds"] = str(out / "null_odds.json")
     contents["null_odds"] = null_odds
   for kind, path in paths.items():
-    with open(path, "w", encoding="utf-8") as f:
-      f.write(json.dumps(contents[kind], indent=4) + "\n")
+    epath.Path(path).write_text(json.dumps(contents[kind], indent=4) + "\n", encoding="utf-8")
   return paths

@@ -7,6 +7,7 @@ nbest_predictions.json and null_odds.json (v2.0).
 import json
 import os
 
+from etils import epath
 import optax
 
 from bert_jax import model as model_lib
@@ -23,7 +24,9 @@ def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
 
 
 def _squad_path(config, name: str) -> str:
-  return name if os.path.isabs(name) or not config.data_dir else os.path.join(config.data_dir, name)
+  if "://" in name or os.path.isabs(name) or not config.data_dir:
+    return name
+  return str(epath.Path(config.data_dir) / name)
 
 
 def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
@@ -66,8 +69,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   if config.data_source == "tfds":
     gold = squad.to_eval_json(eval_examples, config.version)
   else:
-    with open(_squad_path(config, config.eval_file), encoding="utf-8") as f:
-      gold = json.load(f)
+    gold = json.loads(epath.Path(_squad_path(config, config.eval_file)).read_text(encoding="utf-8"))
 
   def score(outputs, workdir):
     start, end = outputs["logits"]
