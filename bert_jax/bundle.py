@@ -24,6 +24,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bert_jax import model as model_lib
+from bert_jax.json_file import read_json
 from bert_jax.model_config import ARCH_FIELDS, BertConfig
 
 FORMAT_VERSION = 1
@@ -339,12 +340,7 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
     raise FileNotFoundError(f"{path}: bundle has no {VOCAB_FILE}")
   _check_vocab(vocab_lines(str(vocab)), str(vocab), config, str(p / CONFIG_FILE))
   info_file = p / INFO_FILE
-  if not info_file.exists():
-    raise FileNotFoundError(f"{path}: bundle has no {INFO_FILE}")
-  try:
-    info = json.loads(info_file.read_text())
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{info_file}: not valid JSON: {e}") from None
+  info = read_json(info_file, missing=f"{path}: bundle has no {INFO_FILE}")
   version = info.get("format_version")
   if not isinstance(version, int) or version > FORMAT_VERSION:
     raise ValueError(f"{info_file}: format_version {version!r} is not supported by this "

@@ -5,6 +5,8 @@ from typing import Any
 
 from etils import epath
 
+from bert_jax.json_file import read_json
+
 # name: (layers, hidden, heads); intermediate size is 4 x hidden.
 VARIANTS = {
     "tiny": (2, 128, 2),
@@ -101,12 +103,7 @@ class BertConfig:
 
   @classmethod
   def load_json(cls, path: str) -> "BertConfig":
-    if not epath.Path(path).exists():
-      raise FileNotFoundError(f"model config not found: {path}")
-    try:
-      d = json.loads(epath.Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}: not valid JSON: {e}") from None
+    d = read_json(path, missing=f"model config not found: {path}")
     return cls.from_dict(d, source=path)
 
 

@@ -1,7 +1,6 @@
 """configs/squad.py: both versions, the contract overrides, documented keys."""
 import importlib.util
 import pathlib
-import re
 
 from absl import flags
 from ml_collections import config_flags

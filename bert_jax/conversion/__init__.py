@@ -3,3 +3,39 @@
 name_map holds the declarative name tables and hooks; hf and tf1 read (and,
 for hf, write) the foreign formats. The command line is bert_jax.convert.
 """
+import os
+from typing import Any, Callable, Optional
+
+from etils import epath
+
+from bert_jax import bundle
+
+
+def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str, *,
+              lowercase: Optional[bool] = None, overwrite: bool = False,
+              drop_unexpected: bool = False) -> dict[str, Any]:
+  """Reads a foreign checkpoint with `load` and writes it as a bert_jax bundle.
+
+  Args:
+    load: `hf.load_hf` or `tf1.load_tf1`.
+    kind: 'hf' or 'tf1', recorded with the source path in the bundle's info.
+    src: the foreign checkpoint (directory, or a TF1 checkpoint prefix).
+    dst: the bundle directory to write.
+    lowercase: tokenizer casing (None: from the checkpoint's tokenizer files,
+      else guessed from the vocab).
+    overwrite: replace a non-empty `dst`.
+    drop_unexpected: drop tensors outside the name map.
+
+  Returns:
+    The summary dict of `load` (params, config, vocab_file, lowercase,
+    lowercase_reason, dropped, heads).
+  """
+  dst_path = epath.Path(dst)
+  if dst_path.exists() and any(dst_path.iterdir()) and not overwrite:
+    raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
+  out = load(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
+  source = src if "://" in src else os.path.abspath(src)
+  bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"], out["lowercase"],
+                     info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
+                     overwrite=overwrite)
+  return out

@@ -16,7 +16,9 @@ from etils import epath
 import numpy as np
 
 from bert_jax import bundle
+from bert_jax import conversion
 from bert_jax.conversion import name_map
+from bert_jax.json_file import read_json
 from bert_jax.model_config import BertConfig, from_hf_dict, to_hf_dict
 
 SAFETENSORS = "model.safetensors"
@@ -131,13 +133,8 @@ def read_config(src: str) -> BertConfig:
   path = epath.Path(src) / "config.json"
   if not epath.Path(src).is_dir():
     raise FileNotFoundError(f"Hugging Face model directory not found: {src}")
-  if not path.exists():
-    raise FileNotFoundError(f"{src} has no config.json; it is not a Hugging Face model "
-                            "directory (Google TF checkpoints: use --from tf1)")
-  try:
-    d = json.loads(path.read_text())
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not valid JSON: {e}") from None
+  d = read_json(path, missing=f"{src} has no config.json; it is not a Hugging Face model "
+                "directory (Google TF checkpoints: use --from tf1)")
   if d.get("model_type", "bert") != "bert":
     raise ValueError(f"{path}: model_type {d['model_type']!r} is not 'bert'")
   return from_hf_dict(d, source=str(path))
@@ -218,28 +215,9 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
               lowercase_reason=reason, dropped=dropped, heads=bundle.heads_of(params))
 
 
-def hf_to_bundle(src: str, dst: str, *, lowercase: Optional[bool] = None,
-                 overwrite: bool = False, drop_unexpected: bool = False) -> dict[str, Any]:
-  """Converts an HF BERT directory into a bert_jax bundle.
-
-  Args:
-    src: the HF directory.
-    dst: the bundle directory to write.
-    lowercase: tokenizer casing (None: from tokenizer_config.json or guessed).
-    overwrite: replace a non-empty `dst`.
-    drop_unexpected: drop tensors outside the name map.
-
-  Returns:
-    The summary dict of `load_hf` (with params).
-  """
-  dst_path = epath.Path(dst)
-  if dst_path.exists() and any(dst_path.iterdir()) and not overwrite:
-    raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
-  out = load_hf(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
-  bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"], out["lowercase"],
-                     info={"source": f"hf:{os.path.abspath(src)}", "dropped": out["dropped"]},
-                     overwrite=overwrite)
-  return out
+def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
+  """Converts an HF BERT directory into a bert_jax bundle; see `conversion.to_bundle`."""
+  return conversion.to_bundle(load_hf, "hf", src, dst, **options)
 
 
 def _architecture(heads: tuple[str, ...]) -> str:

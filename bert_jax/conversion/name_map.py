@@ -83,45 +83,6 @@ def _layer(ours: str, theirs: str, hook: Hook = IDENTITY) -> Rule:
   return Rule(f"bert/encoder/layer_{{i}}/{ours}", theirs, hook)
 
 
-# Hugging Face names in the PyTorch layout (Linear weights [out, in]); Flax-saved
-# files and legacy gamma/beta names are normalised to these by conversion.hf.
-_HF_LAYER = "bert.encoder.layer.{i}."
-HF_RULES = (
-    Rule("bert/embeddings/word_embeddings/embedding", "bert.embeddings.word_embeddings.weight"),
-    Rule("bert/embeddings/position_embeddings/embedding",
-         "bert.embeddings.position_embeddings.weight"),
-    Rule("bert/embeddings/token_type_embeddings/embedding",
-         "bert.embeddings.token_type_embeddings.weight"),
-    Rule("bert/embeddings/layer_norm/scale", "bert.embeddings.LayerNorm.weight"),
-    Rule("bert/embeddings/layer_norm/bias", "bert.embeddings.LayerNorm.bias"),
-    *(r for qkv in ("query", "key", "value") for r in (
-        _layer(f"attention/{qkv}/kernel", _HF_LAYER + f"attention.self.{qkv}.weight",
-               chain(TRANSPOSE, SPLIT_HEADS)),
-        _layer(f"attention/{qkv}/bias", _HF_LAYER + f"attention.self.{qkv}.bias",
-               SPLIT_HEADS_BIAS))),
-    _layer("attention/out/kernel", _HF_LAYER + "attention.output.dense.weight",
-           chain(TRANSPOSE, MERGE_HEADS)),
-    _layer("attention/out/bias", _HF_LAYER + "attention.output.dense.bias"),
-    _layer("attention_norm/scale", _HF_LAYER + "attention.output.LayerNorm.weight"),
-    _layer("attention_norm/bias", _HF_LAYER + "attention.output.LayerNorm.bias"),
-    _layer("intermediate/kernel", _HF_LAYER + "intermediate.dense.weight", TRANSPOSE),
-    _layer("intermediate/bias", _HF_LAYER + "intermediate.dense.bias"),
-    _layer("output/kernel", _HF_LAYER + "output.dense.weight", TRANSPOSE),
-    _layer("output/bias", _HF_LAYER + "output.dense.bias"),
-    _layer("output_norm/scale", _HF_LAYER + "output.LayerNorm.weight"),
-    _layer("output_norm/bias", _HF_LAYER + "output.LayerNorm.bias"),
-    Rule("bert/pooler/kernel", "bert.pooler.dense.weight", TRANSPOSE, "pooler"),
-    Rule("bert/pooler/bias", "bert.pooler.dense.bias", IDENTITY, "pooler"),
-    Rule("mlm/transform/kernel", "cls.predictions.transform.dense.weight", TRANSPOSE, "mlm"),
-    Rule("mlm/transform/bias", "cls.predictions.transform.dense.bias", IDENTITY, "mlm"),
-    Rule("mlm/transform_norm/scale", "cls.predictions.transform.LayerNorm.weight", IDENTITY,
-         "mlm"),
-    Rule("mlm/transform_norm/bias", "cls.predictions.transform.LayerNorm.bias", IDENTITY, "mlm"),
-    Rule("mlm_output_bias", "cls.predictions.bias", IDENTITY, "mlm"),
-    Rule("nsp/kernel", "cls.seq_relationship.weight", TRANSPOSE, "nsp"),
-    Rule("nsp/bias", "cls.seq_relationship.bias", IDENTITY, "nsp"),
-)
-
 # Original Google BERT (TF1) variable names; Dense kernels are [in, out].
 _TF1_LAYER = "bert/encoder/layer_{i}/"
 TF1_RULES = (
@@ -157,6 +118,37 @@ TF1_RULES = (
     Rule("nsp/kernel", "cls/seq_relationship/output_weights", TRANSPOSE, "nsp"),
     Rule("nsp/bias", "cls/seq_relationship/output_bias", IDENTITY, "nsp"),
 )
+
+
+# Hugging Face names in the PyTorch layout (Linear weights [out, in]); Flax-saved
+# files and legacy gamma/beta names are normalised to these by conversion.hf. They
+# are Google's names spelt the PyTorch way, as transformers' load_tf_weights_in_bert
+# reads them: '/' -> '.', kernel -> weight (transposed), gamma/beta -> weight/bias,
+# embedding tables gain '.weight'; the output heads' names differ outright.
+_HF_HEAD_NAMES = {
+    "cls/predictions/output_bias": "cls.predictions.bias",
+    "cls/seq_relationship/output_weights": "cls.seq_relationship.weight",
+    "cls/seq_relationship/output_bias": "cls.seq_relationship.bias",
+}
+
+
+def _hf_rule(rule: Rule) -> Rule:
+  """The Hugging Face rule of a TF1 rule."""
+  if rule.theirs in _HF_HEAD_NAMES:
+    return dataclasses.replace(rule, theirs=_HF_HEAD_NAMES[rule.theirs])
+  path, _, leaf = rule.theirs.rpartition("/")
+  hook = rule.hook
+  if leaf == "kernel":
+    leaf, hook = "weight", TRANSPOSE if hook is IDENTITY else chain(TRANSPOSE, hook)
+  elif leaf in ("gamma", "beta"):
+    leaf = {"gamma": "weight", "beta": "bias"}[leaf]
+  elif rule.ours.endswith("/embedding"):
+    path, leaf = rule.theirs, "weight"
+  name = f"{path}/{leaf}".replace("layer_{i}", "layer/{i}").replace("/", ".")
+  return dataclasses.replace(rule, theirs=name, hook=hook)
+
+
+HF_RULES = tuple(_hf_rule(r) for r in TF1_RULES)
 
 
 def expand(rules: Sequence[Rule], num_layers: int) -> list[Rule]:

@@ -6,14 +6,15 @@ tf.train.load_checkpoint, including cls/predictions/* (MLM) and
 cls/seq_relationship/* (NSP); optimizer slots (adam_m / adam_v) and
 global_step are skipped.
 """
-import json
 import os
 from typing import Any, Optional
 
 from etils import epath
 
 from bert_jax import bundle
+from bert_jax import conversion
 from bert_jax.conversion import name_map
+from bert_jax.json_file import read_json
 from bert_jax.model_config import BertConfig, from_hf_dict
 
 # Optimizer state and counters found in Google's and NVIDIA's checkpoints.
@@ -51,12 +52,7 @@ def find_checkpoint(src: str) -> str:
 def read_config(directory: str) -> BertConfig:
   """Reads bert_config.json."""
   path = epath.Path(directory) / "bert_config.json"
-  if not path.exists():
-    raise FileNotFoundError(f"{directory} has no bert_config.json")
-  try:
-    d = json.loads(path.read_text())
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not valid JSON: {e}") from None
+  d = read_json(path, missing=f"{directory} has no bert_config.json")
   return from_hf_dict(d, source=str(path))
 
 
@@ -100,25 +96,6 @@ def load_tf1(src: str, *, drop_unexpected: bool = False,
               lowercase_reason=reason, dropped=dropped, heads=bundle.heads_of(params))
 
 
-def tf1_to_bundle(src: str, dst: str, *, lowercase: Optional[bool] = None,
-                  overwrite: bool = False, drop_unexpected: bool = False) -> dict[str, Any]:
-  """Converts a Google BERT TF1 checkpoint into a bert_jax bundle.
-
-  Args:
-    src: the Google BERT directory (or checkpoint prefix).
-    dst: the bundle directory to write.
-    lowercase: tokenizer casing (None: guessed from the vocab).
-    overwrite: replace a non-empty `dst`.
-    drop_unexpected: drop variables outside the name map.
-
-  Returns:
-    The summary dict of `load_tf1` (with params).
-  """
-  dst_path = epath.Path(dst)
-  if dst_path.exists() and any(dst_path.iterdir()) and not overwrite:
-    raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
-  out = load_tf1(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
-  bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"], out["lowercase"],
-                     info={"source": f"tf1:{os.path.abspath(src)}", "dropped": out["dropped"]},
-                     overwrite=overwrite)
-  return out
+def tf1_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
+  """Converts a Google BERT TF1 checkpoint (directory or prefix) into a bert_jax bundle; see `conversion.to_bundle`."""
+  return conversion.to_bundle(load_tf1, "tf1", src, dst, **options)
