@@ -16,6 +16,8 @@ INSTALL_REQUIRES = [
     "safetensors>=0.4,<1",
     "tensorboardX>=2.6,<3",
     "etils[epath]>=1.5",
+    # TensorBoard events to a gs:// workdir (tensorboardX's GCS writer).
+    "google-cloud-storage>=2.10",
 ]
 
 EXTRAS = {
@@ -26,6 +28,9 @@ EXTRAS = {
         "tokenizers>=0.19",
         "scipy>=1.10",
         "scikit-learn>=1.3",
+        # A gs:// workdir end to end against a GCS emulator on this machine.
+        "gcp-storage-emulator>=2026.7.18,<2027",  # the test patches two of its handlers
+        "gcsfs>=2025.3",
     ],
     "gpu": ["jax[cuda12]>=0.6,<0.11"],
     "tpu": ["jax[tpu]>=0.6,<0.11"],
