@@ -50,7 +50,7 @@ def _parse(argv):
 def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int):
   """Cleaned (normalised) sentences of the input as a tf.string tensor."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   cfg = ml_collections.ConfigDict({"source": "builtin" if pattern == "builtin" else "files",
@@ -81,7 +81,7 @@ def build_wordpiece(sentences, vocab_size: int, num_unused: int,
   Returns:
     The vocab tokens.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset  # pylint: disable=g-import-not-at-top
   head = ["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)] + list(SPECIALS_AFTER_UNUSED)
   if vocab_size <= len(head):

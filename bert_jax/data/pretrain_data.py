@@ -36,19 +36,14 @@ import threading
 from typing import Iterator, Optional
 
 import numpy as np
-import tensorflow as tf
 
+from bert_jax.cpu_tensorflow import tf
 from bert_jax.data import masking
 from bert_jax.data import rows as rows_lib
 from bert_jax.data import segments
 from bert_jax.data import sources
 from bert_jax.data import stateless_random as srand
 from bert_jax.data import tokenizer as tokenizer_lib
-
-try:
-  tf.config.set_visible_devices([], "GPU")
-except RuntimeError:
-  pass
 
 MODES = ("nsp", "full_sentences")
 # Sentences per tf-text call while tokenizing a shard, and threads making the calls.

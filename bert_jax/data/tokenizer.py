@@ -25,13 +25,9 @@ import os
 from typing import Iterable, Sequence, Union
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_text as tf_text
 
-try:
-  tf.config.set_visible_devices([], "GPU")
-except RuntimeError:  # Already initialised; TF then keeps what it has.
-  pass
+from bert_jax.cpu_tensorflow import tf
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # BERT's WordPiece turns a longer word (in characters) into one [UNK].
