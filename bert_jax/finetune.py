@@ -183,7 +183,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     check_eval_head(task_model, pretrained, config.max_seq_length)
 
   # -- Task data (every split read and encoded before any training) --------------------
-  tokenizer = tokenizer_lib.cached_wordpiece(pretrained.vocab, pretrained.lowercase)
+  tokenizer = tokenizer_lib.cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
   task = task_lib.build(config, tokenizer, model_cfg)
   print(f"{task.name}: " + ", ".join(f"{k} {v}" for k, v in task.data_stats.items()), flush=True)
   n_train = len(task.train_arrays["input_ids"]) if task.train_arrays else 0
