@@ -45,6 +45,7 @@ interrupted run resumes. Prints a side-by-side table and a JSON line.
 """
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -233,6 +234,7 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
   opt_state = tx.init(params)
   inputs = ("input_ids", "attention_mask", "token_type_ids")
 
+  @functools.partial(jax.jit, donate_argnums=(0, 1))
   def train_step(params, opt_state, batch, rng):
     def loss_fn(p):
       out = model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], params=p,
@@ -242,8 +244,7 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
-  p_train = jax.jit(train_step, donate_argnums=(0, 1))
-  p_eval = jax.jit(lambda p, batch: model(batch["input_ids"], batch["attention_mask"],
+  eval_step = jax.jit(lambda p, batch: model(batch["input_ids"], batch["attention_mask"],
                                           batch["token_type_ids"], params=p,
                                           train=False).to_tuple())
   dropout_key = jax.random.PRNGKey(b.seed + 1)
@@ -251,8 +252,8 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
   with open(log_path, "w", encoding="utf-8") as log:
     for step, rows in enumerate(batches(n, b.batch_size, b.seed, b.num_epochs)):
       batch = {k: v[rows] for k, v in train.items()}
-      params, opt_state, loss = p_train(params, opt_state, batch,
-                                        jax.random.fold_in(dropout_key, step))
+      params, opt_state, loss = train_step(params, opt_state, batch,
+                                           jax.random.fold_in(dropout_key, step))
       window.append(loss)
       if (step + 1) % log_every == 0 or step + 1 == total:  # bert_jax.finetune's windows
         logged.append((step + 1, float(np.mean(jax.device_get(window)))))
@@ -270,7 +271,7 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
       batch = {k: arrays[k][start:start + 64] for k in inputs}
       pad = 64 - len(batch["input_ids"])
       batch = {k: np.pad(v, ((0, pad), (0, 0))) for k, v in batch.items()}
-      chunks.append([np.asarray(x)[:64 - pad] for x in jax.device_get(p_eval(params, batch))])
+      chunks.append([np.asarray(x)[:64 - pad] for x in jax.device_get(eval_step(params, batch))])
     outputs[name] = [np.concatenate([c[i] for c in chunks]) for i in range(len(chunks[0]))]
   return outputs, logged, rate
 

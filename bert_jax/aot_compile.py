@@ -21,7 +21,7 @@ import os
 import re
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 # Compile-only use of libtpu on a host without TPUs: no GCE metadata queries,
 # no exclusive lock on the TPU runtime, and JAX's own backend stays on CPU.
@@ -29,30 +29,16 @@ os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bert_jax import cli  # noqa: E402
 from bert_jax import flops as flops_lib  # noqa: E402
 from bert_jax import pretrain_setup  # noqa: E402
 from bert_jax import sharding  # noqa: E402
-
-_CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Pretraining config, e.g. configs/pretrain.py:base.", lock_config=True)
-_TOPOLOGY = flags.DEFINE_string("topology", None, "TPU topology, e.g. v5e:4x4, v4:2x2x4, v4-32.")
-_NUM_SLICES = flags.DEFINE_integer("num_slices", 1, "Slices joined over DCN (multi-slice).")
-_PRESET = flags.DEFINE_string("preset", None, "Sharding preset (default: config.mesh.preset).")
-_MESH_SHAPE = flags.DEFINE_string(
-    "mesh_shape", None, "data,fsdp,tensor sizes, e.g. 1,-1,1 (default: config.mesh.shape, or "
-    "the preset's usual shape when --preset is given).")
-_DCN_SHAPE = flags.DEFINE_string(
-    "dcn_shape", None, "Slices per mesh axis, e.g. 2,1,1 (default: num_slices on 'data').")
-_BATCH_SIZE = flags.DEFINE_integer("batch_size", None, "Global batch (default: config).")
-_SEQ_LEN = flags.DEFINE_integer("seq_len", None, "Sequence length (default: config).")
 
 GiB = 1 << 30
 
@@ -240,31 +226,54 @@ def compiled_flops(compiled) -> float:
   return _flops(compiled.cost_analysis())
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  config = _CONFIG.value
-  if config is None or not _TOPOLOGY.value:
-    raise app.UsageError("--config and --topology are required")
+def _parse_flags(argv: Optional[Sequence[str]]):
+  """The command line's flags (defined here, on use), parsed and checked."""
+  argv = list(sys.argv[1:] if argv is None else argv)
+  fv = flags.FlagValues()
+  cli.define_config(fv, "Pretraining config, e.g. configs/pretrain.py:base.", argv)
+  flags.DEFINE_string("topology", None, "TPU topology, e.g. v5e:4x4, v4:2x2x4, v4-32.",
+                      flag_values=fv)
+  flags.DEFINE_integer("num_slices", 1, "Slices joined over DCN (multi-slice).", flag_values=fv)
+  flags.DEFINE_string("preset", None, "Sharding preset (default: config.mesh.preset).",
+                      flag_values=fv)
+  flags.DEFINE_string(
+      "mesh_shape", None, "data,fsdp,tensor sizes, e.g. 1,-1,1 (default: config.mesh.shape, or "
+      "the preset's usual shape when --preset is given).", flag_values=fv)
+  flags.DEFINE_string(
+      "dcn_shape", None, "Slices per mesh axis, e.g. 2,1,1 (default: num_slices on 'data').",
+      flag_values=fv)
+  flags.DEFINE_integer("batch_size", None, "Global batch (default: config).", flag_values=fv)
+  flags.DEFINE_integer("seq_len", None, "Sequence length (default: config).", flag_values=fv)
+  cli.parse(fv, argv, "bert_jax.aot_compile", __doc__)
+  if fv.config is None or not fv.topology:
+    raise SystemExit("bert_jax.aot_compile: --config and --topology are required "
+                     "(--help lists the flags)")
   try:
-    parse_topology(_TOPOLOGY.value)
+    parse_topology(fv.topology)
   except ValueError as e:
-    raise app.UsageError(str(e)) from None
-  devices, chip = topology_devices(_TOPOLOGY.value, _NUM_SLICES.value)
+    raise SystemExit(f"bert_jax.aot_compile: {e}") from None
+  return fv
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The command line (argv without the program name; None: sys.argv[1:]); exits 0 if it fits."""
+  fv = _parse_flags(argv)
+  config = fv.config
+  devices, chip = topology_devices(fv.topology, fv.num_slices)
   with config.unlocked():
-    if _PRESET.value:
-      sharding.logical_rules(_PRESET.value)  # a clear error for unknown names
-      config.mesh.preset = _PRESET.value
-      config.mesh.shape = PRESET_SHAPES[_PRESET.value]
-    if _MESH_SHAPE.value:
-      config.mesh.shape = _ints(_MESH_SHAPE.value, "mesh_shape")
-    if _BATCH_SIZE.value:
-      config.batch_size = _BATCH_SIZE.value
-    if _SEQ_LEN.value:
-      config.seq_len = _SEQ_LEN.value
-  dcn = (_ints(_DCN_SHAPE.value, "dcn_shape") if _DCN_SHAPE.value
-         else (_NUM_SLICES.value, 1, 1))
-  print(f"compiling {config.variant} for {_TOPOLOGY.value} ({len(devices)} devices) ...",
+    if fv.preset:
+      sharding.logical_rules(fv.preset)  # a clear error for unknown names
+      config.mesh.preset = fv.preset
+      config.mesh.shape = PRESET_SHAPES[fv.preset]
+    if fv.mesh_shape:
+      config.mesh.shape = _ints(fv.mesh_shape, "mesh_shape")
+    if fv.batch_size:
+      config.batch_size = fv.batch_size
+    if fv.seq_len:
+      config.seq_len = fv.seq_len
+  dcn = (_ints(fv.dcn_shape, "dcn_shape") if fv.dcn_shape
+         else (fv.num_slices, 1, 1))
+  print(f"compiling {config.variant} for {fv.topology} ({len(devices)} devices) ...",
         flush=True)
   try:
     out = compile_train_step(config, devices, dcn)
@@ -287,7 +296,7 @@ def main(argv):
 
   def gib(x):
     return f"{x / GiB:8.3f} GiB"
-  print(f"topology {_TOPOLOGY.value} x {_NUM_SLICES.value} slice(s): {len(devices)} devices "
+  print(f"topology {fv.topology} x {fv.num_slices} slice(s): {len(devices)} devices "
         f"({devices[0].device_kind}), mesh {dict(mesh.shape)}, preset {config.mesh.preset}")
   print(f"model {config.variant}: {out['num_params'] / 1e6:.1f}M params, dtype {cfg.dtype}, "
         f"remat {cfg.remat}, scan {cfg.scan_layers}; global batch {config.batch_size} x seq "
@@ -309,4 +318,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

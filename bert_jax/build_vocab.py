@@ -18,39 +18,46 @@ SentencePiece (unigram): [PAD]=0, [UNK]=1, then [CLS], [SEP], [MASK] as
 control pieces; `--output X.model` writes X.model and X.vocab.
 Use the result with config.data.vocab_file / config.data.spm_model.
 """
-import argparse
 import logging
 import os
 import sys
 from typing import Optional, Sequence
 
+from absl import flags
 from etils import epath
+
+from bert_jax import cli
 
 SPECIALS_AFTER_UNUSED = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
-def _parse(argv):
-  p = argparse.ArgumentParser(prog="python -m bert_jax.build_vocab", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--input", required=True, help="glob(s) of text files, or 'builtin'")
-  p.add_argument("--output", required=True, help="vocab.txt (wordpiece) or X.model")
-  p.add_argument("--type", choices=("wordpiece", "sentencepiece"), default="wordpiece")
-  p.add_argument("--vocab_size", type=int, default=30522)
-  p.add_argument("--cased", action="store_true", help="keep case and accents")
-  p.add_argument("--format", choices=("sentence_per_line", "document_per_line"),
-                 default="sentence_per_line")
-  p.add_argument("--num_unused", type=int, default=99, help="[unusedN] tokens (wordpiece)")
-  p.add_argument("--max_sentences", type=int, default=5_000_000,
-                 help="learn from at most this many sentences")
-  p.add_argument("--min_count", type=int, default=10,
-                 help="wordpiece: ignore words seen fewer times (--vocab_size is a maximum)")
-  return p.parse_args(argv)
+def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
+  fv = flags.FlagValues()
+  flags.DEFINE_string("input", None, "glob(s) of text files, or 'builtin'", flag_values=fv,
+                      required=True)
+  flags.DEFINE_string("output", None, "vocab.txt (wordpiece) or X.model", flag_values=fv,
+                      required=True)
+  flags.DEFINE_enum("type", "wordpiece", ("wordpiece", "sentencepiece"), "what to build",
+                    flag_values=fv)
+  flags.DEFINE_integer("vocab_size", 30522, "tokens (pieces) in the vocab, specials included",
+                       flag_values=fv)
+  flags.DEFINE_boolean("cased", False, "keep case and accents", flag_values=fv)
+  flags.DEFINE_enum("format", "sentence_per_line", ("sentence_per_line", "document_per_line"),
+                    "layout of the input files (as config.data.format)", flag_values=fv)
+  flags.DEFINE_integer("num_unused", 99, "[unusedN] tokens (wordpiece)", flag_values=fv)
+  flags.DEFINE_integer("max_sentences", 5_000_000, "learn from at most this many sentences",
+                       flag_values=fv)
+  flags.DEFINE_integer("min_count", 10,
+                       "wordpiece: ignore words seen fewer times (--vocab_size is a maximum)",
+                       flag_values=fv)
+  cli.parse(fv, argv, "bert_jax.build_vocab", __doc__)
+  return fv
 
 
 def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int):
   """Cleaned (normalised) sentences of the input as a tf.string tensor."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   cfg = ml_collections.ConfigDict({"source": "builtin" if pattern == "builtin" else "files",
@@ -81,7 +88,7 @@ def build_wordpiece(sentences, vocab_size: int, num_unused: int,
   Returns:
     The vocab tokens.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset  # pylint: disable=g-import-not-at-top
   head = ["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)] + list(SPECIALS_AFTER_UNUSED)
   if vocab_size <= len(head):

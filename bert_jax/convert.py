@@ -12,53 +12,57 @@ vocab.txt). Casing defaults to tokenizer_config.json's do_lower_case, else a
 guess from the vocab (printed). `--to hf` writes safetensors + config.json +
 vocab.txt that transformers loads as BertForPreTraining.
 """
-from flax import traverse_util
-import argparse
 import os
 import sys
 from typing import Optional, Sequence
+
+from absl import flags
+from flax import traverse_util
 
 if __name__ == "__main__":
   os.environ.setdefault("JAX_PLATFORMS", "cpu")  # conversion is host work: leave GPUs alone
 
 from bert_jax import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax import cli  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import hf  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import tf1  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="python -m bert_jax.convert", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  way = p.add_mutually_exclusive_group(required=True)
-  way.add_argument("--from", dest="from_", choices=("hf", "tf1"),
-                   help="convert a foreign checkpoint into a bert_jax bundle")
-  way.add_argument("--to", choices=("hf",), help="export a bert_jax bundle")
-  p.add_argument("--src", required=True, help="source directory (or TF1 checkpoint prefix)")
-  p.add_argument("--dst", required=True, help="output directory")
-  case = p.add_mutually_exclusive_group()
-  case.add_argument("--cased", dest="lowercase", action="store_false", default=None,
-                    help="the tokenizer keeps case (cased model)")
-  case.add_argument("--uncased", dest="lowercase", action="store_true",
-                    help="the tokenizer lowercases (uncased model)")
-  p.add_argument("--overwrite", action="store_true", help="replace a non-empty --dst")
-  p.add_argument("--drop_unexpected", action="store_true",
-                 help="drop tensors outside the BERT name map (e.g. a fine-tuned classifier) "
-                      "instead of failing")
-  return p.parse_args(argv)
+def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
+  """The command line's flags (defined on use, on a FlagValues of their own), parsed."""
+  fv = flags.FlagValues()
+  flags.DEFINE_enum("from", None, ("hf", "tf1"),
+                    "convert a foreign checkpoint into a bert_jax bundle", flag_values=fv)
+  flags.DEFINE_enum("to", None, ("hf",), "export a bert_jax bundle", flag_values=fv)
+  flags.mark_flags_as_mutual_exclusive(["from", "to"], required=True, flag_values=fv)
+  flags.DEFINE_string("src", None, "source directory (or TF1 checkpoint prefix)", flag_values=fv,
+                      required=True)
+  flags.DEFINE_string("dst", None, "output directory", flag_values=fv, required=True)
+  flags.DEFINE_boolean("cased", None, "the tokenizer keeps case (cased model)", flag_values=fv)
+  flags.DEFINE_boolean("uncased", None, "the tokenizer lowercases (uncased model)",
+                       flag_values=fv)
+  flags.mark_bool_flags_as_mutual_exclusive(["cased", "uncased"], flag_values=fv)
+  flags.DEFINE_boolean("overwrite", False, "replace a non-empty --dst", flag_values=fv)
+  flags.DEFINE_boolean("drop_unexpected", False,
+                       "drop tensors outside the BERT name map (e.g. a fine-tuned classifier) "
+                       "instead of failing", flag_values=fv)
+  cli.parse(fv, argv, "bert_jax.convert", __doc__)
+  return fv
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
+  lowercase = False if args.cased else True if args.uncased else None
   if args.to:
-    if args.lowercase is not None:
+    if lowercase is not None:
       print("note: --cased/--uncased are ignored with --to (the bundle records its casing)",
             file=sys.stderr)
     out = hf.bundle_to_hf(args.src, args.dst, overwrite=args.overwrite)
     print(f"wrote {args.dst}: {out['architecture']} ({bundle.describe_arch(out['config'])}, "
           f"heads {list(out['heads'])}, {out['num_tensors']} tensors)")
     return 0
-  convert = hf.hf_to_bundle if args.from_ == "hf" else tf1.tf1_to_bundle
-  out = convert(args.src, args.dst, lowercase=args.lowercase, overwrite=args.overwrite,
+  convert = hf.hf_to_bundle if args["from"].value == "hf" else tf1.tf1_to_bundle
+  out = convert(args.src, args.dst, lowercase=lowercase, overwrite=args.overwrite,
                 drop_unexpected=args.drop_unexpected)
   c = out["config"]
   n = sum(x.size for x in traverse_util.flatten_dict(out["params"], sep="/").values())

@@ -1,8 +1,10 @@
 """Multi-process start-up through the JAX runtime (jax.distributed).
 
 One process per host (TPU VM worker), or per GPU (SLURM), or several CPU
-processes on one machine (tests, launch/local_multiprocess.sh). Call
-`initialize()` first thing in main(), before any JAX computation:
+processes on one machine (tests, launch/local_multiprocess.sh). A program
+adds the flags with `define_flags(flag_values)` and calls
+`initialize(flag_values)` first thing after parsing, before any JAX computation
+(bert_jax.cli.run_config_program does both):
 
   explicit flags   --coordinator_address=HOST:PORT --num_processes=N --process_id=I
   SLURM            under srun with several tasks: detected by JAX (one GPU per task)
@@ -15,17 +17,24 @@ interconnect (ICI, NCCL).
 """
 import os
 import re
+from typing import Optional
 
 from absl import flags
 from absl import logging
 import jax
 
-_COORDINATOR = flags.DEFINE_string(
-    "coordinator_address", None, "host:port of process 0, for multi-process runs.")
-_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Total processes.")
-_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0-based.")
-_INIT_TIMEOUT = flags.DEFINE_integer(
-    "distributed_timeout", 300, "Seconds to wait for every process to join.")
+_DEFAULT_TIMEOUT = 300
+
+
+def define_flags(flag_values: flags.FlagValues) -> None:
+  """Defines --coordinator_address, --num_processes, --process_id, --distributed_timeout."""
+  flags.DEFINE_string("coordinator_address", None,
+                      "host:port of process 0, for multi-process runs.", flag_values=flag_values)
+  flags.DEFINE_integer("num_processes", None, "Total processes.", flag_values=flag_values)
+  flags.DEFINE_integer("process_id", None, "This process's index, 0-based.",
+                       flag_values=flag_values)
+  flags.DEFINE_integer("distributed_timeout", _DEFAULT_TIMEOUT,
+                       "Seconds to wait for every process to join.", flag_values=flag_values)
 
 
 def _launcher_with_several_processes() -> bool:
@@ -48,24 +57,33 @@ def _check_flags(coordinator: str, num_processes: int, process_id: int) -> None:
     raise ValueError(f"--process_id {process_id} must be in [0, --num_processes={num_processes})")
 
 
-def initialize() -> None:
+def initialize(flag_values: Optional[flags.FlagValues] = None) -> None:
   """Starts jax.distributed when flags or the environment ask for several processes.
 
   Explicit flags win; otherwise a multi-task SLURM step, an mpirun with
   several ranks, or BERT_JAX_DISTRIBUTED=auto (TPU VM pods) let
   jax.distributed detect the cluster itself. A single process needs nothing.
   Safe to call twice.
+
+  Args:
+    flag_values: parsed flags holding those of `define_flags` (None: the
+      environment only).
   """
   if jax.distributed.is_initialized():
     return
-  coordinator, n, i = _COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value
+  coordinator = n = i = None
+  timeout = _DEFAULT_TIMEOUT
+  if flag_values is not None:
+    coordinator, n, i = (flag_values[name].value
+                         for name in ("coordinator_address", "num_processes", "process_id"))
+    timeout = flag_values["distributed_timeout"].value
   if coordinator or n is not None or i is not None:
     _check_flags(coordinator, n, i)
     # CPU collectives across processes go through gloo (the default in recent
     # JAX; set explicitly so it does not depend on the version).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, n, i, initialization_timeout=_INIT_TIMEOUT.value)
+    jax.distributed.initialize(coordinator, n, i, initialization_timeout=timeout)
   elif os.environ.get("BERT_JAX_DISTRIBUTED") == "auto" or _launcher_with_several_processes():
-    jax.distributed.initialize(initialization_timeout=_INIT_TIMEOUT.value)
+    jax.distributed.initialize(initialization_timeout=timeout)
   logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())

@@ -1,8 +1,12 @@
 """Sentence embeddings from a bert_jax checkpoint, one input line per text.
 
-  python -m bert_jax.embed --checkpoint BUNDLE --input texts.txt --output emb.npy \
+  python -m bert_jax.embed --checkpoint CKPT --input texts.txt --output emb.npy \
       --pooling mean [--normalize] [--layers -1,-2,-3,-4 --combine concat] \
       [--pairs] [--max_length 128] [--batch_size 32]
+
+CKPT is any checkpoint fine-tuning starts from: a bundle (`python -m
+bert_jax.convert` output, a workdir's export/), a pretraining workdir or its
+checkpoints/ (latest step).
 
 Pooling: `cls` (the [CLS] vector), `pooler` (dense + tanh on [CLS], needs the
 pooler), `mean` (average over real tokens only, [CLS] and [SEP] included as in
@@ -17,19 +21,21 @@ UTF-8 is replaced with U+FFFD, counted and reported. The forward pass is jitted
 once for fixed shapes: [batch_size, L] with L the longest encoded text rounded
 up to a multiple of 8 (at most --max_length); the last batch is padded.
 """
-import argparse
 import dataclasses
 import functools
 import sys
 import time
 from typing import Optional, Sequence
 
+from absl import flags
 from etils import epath
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import bundle as bundle_lib
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import cli
 from bert_jax import model as model_lib
 
 POOLINGS = ("cls", "pooler", "mean", "max")
@@ -184,13 +190,6 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
   return fn
 
 
-@functools.lru_cache(maxsize=4)
-def load_tokenizer(vocab_file: str, lowercase: bool):
-  """The bundle's WordPiece tokenizer (cached: building its TF graph takes a while)."""
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  return tokenizer_lib.WordPieceTokenizer(vocab_file, lowercase=lowercase)
-
-
 @dataclasses.dataclass
 class EmbedStats:
   """What embed() did: counts for the report."""
@@ -201,14 +200,14 @@ class EmbedStats:
   seconds: float
 
 
-def embed(b: bundle_lib.Bundle, texts: Sequence, *, pooling: str = "mean",
+def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "mean",
           layers: Sequence[int] = (-1,), combine: str = "mean", normalize: bool = False,
           max_length: Optional[int] = None, batch_size: int = 32, dtype: str = "float32",
           tokenizer=None) -> tuple[np.ndarray, EmbedStats]:
-  """Embeds texts (or (a, b) pairs) with a loaded bundle.
+  """Embeds texts (or (a, b) pairs) with a loaded checkpoint.
 
   Args:
-    b: the bundle (params on host).
+    pretrained: the checkpoint (`checkpoint.load_pretrained`; params on host).
     texts: strs, or (a, b) tuples for pairs.
     pooling: one of POOLINGS.
     layers: hidden states to pool (0 = embeddings, -1 = last layer).
@@ -218,18 +217,20 @@ def embed(b: bundle_lib.Bundle, texts: Sequence, *, pooling: str = "mean",
       the model's max positions when smaller).
     batch_size: texts per forward pass.
     dtype: compute dtype ('float32' or 'bfloat16').
-    tokenizer: a WordPieceTokenizer (default: from the bundle's vocab).
+    tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
 
   Returns:
     (float32 [len(texts), dim] embeddings, EmbedStats).
   """
-  config = b.config
+  config = pretrained.config
   max_length = max_length or min(DEFAULT_MAX_LENGTH, config.max_position_embeddings)
-  _check_options(b, pooling, layers, combine, max_length, batch_size, bool(texts) and
-                 isinstance(texts[0], tuple))
+  check_options(pretrained, pooling, layers, combine, max_length, batch_size, bool(texts) and
+                isinstance(texts[0], tuple))
   if not texts:
     raise ValueError("no texts to embed")
-  tokenizer = tokenizer or load_tokenizer(b.vocab_file, b.lowercase)
+  if tokenizer is None:
+    from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    tokenizer = tokenizer_lib.cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
   start = time.time()
   ids, segs, truncated = encode(tokenizer, texts, max_length)
   seq_len = min(max_length, -(-max(len(x) for x in ids) // 8) * 8)
@@ -242,7 +243,7 @@ def embed(b: bundle_lib.Bundle, texts: Sequence, *, pooling: str = "mean",
     ids_arr[i, :len(x)], seg_arr[i, :len(x)], mask_arr[i, :len(x)] = x, s, 1
   mask_arr[n:, 0] = 1  # padding rows: one "real" token so nothing divides by zero
   config = config.replace(dtype=dtype)
-  params = model_lib.match_scan_layout(b.params, config)["bert"]
+  params = model_lib.match_scan_layout(pretrained.params, config)["bert"]
   if pooling != "pooler":
     params = {k: v for k, v in params.items() if k != "pooler"}
   params = jax.device_put(params)
@@ -258,67 +259,71 @@ def embed(b: bundle_lib.Bundle, texts: Sequence, *, pooling: str = "mean",
   return emb, EmbedStats(n, seq_len, truncated, [], time.time() - start)
 
 
-def _check_options(b, pooling, layers, combine, max_length, batch_size, pairs) -> None:
+def check_options(pretrained: ckpt_lib.Pretrained, pooling: str, layers: Sequence[int],
+                  combine: str, max_length: int, batch_size: int, pairs: bool) -> None:
+  """Raises ValueError, naming the option, on options the checkpoint cannot serve."""
+  config = pretrained.config
   if pooling not in POOLINGS:
     raise ValueError(f"--pooling {pooling!r} not in {POOLINGS}")
   if combine not in COMBINES:
     raise ValueError(f"--combine {combine!r} not in {COMBINES}")
   if pooling == "pooler":
-    if "pooler" not in b.heads:
-      raise ValueError(f"--pooling pooler: the checkpoint has no pooler (heads: {list(b.heads)}); "
+    heads = bundle_lib.heads_of(pretrained.params)
+    if "pooler" not in heads:
+      raise ValueError(f"--pooling pooler: the checkpoint has no pooler (heads: {list(heads)}); "
                        "use --pooling cls, mean or max")
     if tuple(layers) != (-1,):
       raise ValueError("--pooling pooler works on the last layer only; drop --layers")
-  parse_layers(",".join(str(i) for i in layers), b.config.num_layers)
+  parse_layers(",".join(str(i) for i in layers), config.num_layers)
   low = 3 if pairs else 2
-  if not low <= max_length <= b.config.max_position_embeddings:
+  if not low <= max_length <= config.max_position_embeddings:
     raise ValueError(f"--max_length {max_length} must be in [{low}, "
-                     f"{b.config.max_position_embeddings}] (the model's max positions)")
+                     f"{config.max_position_embeddings}] (the model's max positions)")
   if batch_size < 1:
     raise ValueError(f"--batch_size {batch_size} must be >= 1")
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="python -m bert_jax.embed", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--checkpoint", required=True, help="a bert_jax checkpoint (bundle)")
-  p.add_argument("--input", required=True, help="UTF-8 text file, one text (or pair) per line")
-  p.add_argument("--output", required=True, help="output .npy file, float32 [lines, dim]")
-  p.add_argument("--pooling", default="mean", choices=POOLINGS)
-  p.add_argument("--normalize", action="store_true", help="L2-normalise the embeddings")
-  p.add_argument("--layers", default="-1",
-                 help="hidden states to pool, comma-separated (0 = embeddings, -1 = last)")
-  p.add_argument("--combine", default="mean", choices=COMBINES,
-                 help="how to merge several --layers")
-  p.add_argument("--pairs", action="store_true", help="lines are text_a<TAB>text_b")
-  p.add_argument("--max_length", type=int, default=None,
-                 help=f"tokens per text incl. [CLS]/[SEP] (default {DEFAULT_MAX_LENGTH}, or the "
-                      "model's max positions when smaller)")
-  p.add_argument("--batch_size", type=int, default=32)
-  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
-                 help="compute dtype")
-  args, rest = [], list(sys.argv[1:] if argv is None else argv)
-  while rest:  # `--layers -1,-2` would read as an option to argparse: glue it to its flag
-    a = rest.pop(0)
-    args.append(f"--layers={rest.pop(0)}" if a == "--layers" and rest else a)
-  return p.parse_args(args)
+def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
+  """The command line's flags (defined on use, on a FlagValues of their own), parsed."""
+  fv = flags.FlagValues()
+  flags.DEFINE_string("checkpoint", None, "a bert_jax checkpoint (a bundle, a pretraining "
+                      "workdir or its checkpoints/)", flag_values=fv, required=True)
+  flags.DEFINE_string("input", None, "UTF-8 text file, one text (or pair) per line",
+                      flag_values=fv, required=True)
+  flags.DEFINE_string("output", None, "output .npy file, float32 [lines, dim]", flag_values=fv,
+                      required=True)
+  flags.DEFINE_enum("pooling", "mean", POOLINGS, "how token vectors become one (see above)",
+                    flag_values=fv)
+  flags.DEFINE_boolean("normalize", False, "L2-normalise the embeddings", flag_values=fv)
+  flags.DEFINE_string("layers", "-1",
+                      "hidden states to pool, comma-separated (0 = embeddings, -1 = last)",
+                      flag_values=fv)
+  flags.DEFINE_enum("combine", "mean", COMBINES, "how to merge several --layers", flag_values=fv)
+  flags.DEFINE_boolean("pairs", False, "lines are text_a<TAB>text_b", flag_values=fv)
+  flags.DEFINE_integer("max_length", None,
+                       f"tokens per text incl. [CLS]/[SEP] (default {DEFAULT_MAX_LENGTH}, or the "
+                       "model's max positions when smaller)", flag_values=fv)
+  flags.DEFINE_integer("batch_size", 32, "texts per forward pass", flag_values=fv)
+  flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "compute dtype", flag_values=fv)
+  cli.parse(fv, argv, "bert_jax.embed", __doc__)
+  return fv
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
-  # Everything that can be wrong is checked before the params are read.
-  meta = bundle_lib.load_bundle(args.checkpoint, with_params=False)
-  layers = parse_layers(args.layers, meta.config.num_layers)
-  max_length = args.max_length or min(DEFAULT_MAX_LENGTH, meta.config.max_position_embeddings)
-  _check_options(meta, args.pooling, layers, args.combine, max_length, args.batch_size,
-                 args.pairs)
+  # Everything that can be wrong is checked before the input is read.
+  pretrained = ckpt_lib.load_pretrained(args.checkpoint)
+  layers = parse_layers(args.layers, pretrained.config.num_layers)
+  max_length = args.max_length or min(DEFAULT_MAX_LENGTH,
+                                      pretrained.config.max_position_embeddings)
+  check_options(pretrained, args.pooling, layers, args.combine, max_length, args.batch_size,
+                args.pairs)
   out_dir = epath.Path(args.output).parent
   if not out_dir.is_dir():
     raise FileNotFoundError(f"--output directory does not exist: {out_dir}")
   inp = read_input(args.input, args.pairs)
-  b = bundle_lib.load_bundle(args.checkpoint)
-  emb, stats = embed(b, inp.texts, pooling=args.pooling, layers=layers, combine=args.combine,
-                     normalize=args.normalize, max_length=max_length,
+  emb, stats = embed(pretrained, inp.texts, pooling=args.pooling, layers=layers,
+                     combine=args.combine, normalize=args.normalize, max_length=max_length,
                      batch_size=args.batch_size, dtype=args.dtype)
   stats.bad_utf8_lines = inp.bad_utf8_lines
   np.save(args.output, emb)

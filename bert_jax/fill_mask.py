@@ -1,32 +1,32 @@
 """Top-k predictions for each [MASK] with a checkpoint that has the MLM head.
 
-  python -m bert_jax.fill_mask --checkpoint BUNDLE [--top_k 5] [--json] \
+  python -m bert_jax.fill_mask --checkpoint CKPT [--top_k 5] [--json] \
       "The capital of France is [MASK]."
+
+CKPT is a checkpoint with the MLM head: a bundle (a pretraining run's export/,
+or a converted BertForPreTraining / BertForMaskedLM), a pretraining workdir or
+its checkpoints/ (latest step). The positional arguments are the texts.
 
 The literal `[MASK]` marks masked positions (several per text are allowed);
 the rest of the text is WordPiece-tokenized as usual. Each text becomes
 [CLS] ... [SEP]; probabilities are the softmax over the vocabulary.
 """
-import argparse
 import functools
 import json
 import sys
 from typing import Optional, Sequence
 
+from absl import flags
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import bundle as bundle_lib
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import cli
 from bert_jax import model as model_lib
 
 MASK = "[MASK]"
-
-
-@functools.lru_cache(maxsize=4)
-def _load_tokenizer(vocab_file: str, lowercase: bool):
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  return tokenizer_lib.WordPieceTokenizer(vocab_file, lowercase=lowercase)
 
 
 @functools.lru_cache(maxsize=8)
@@ -42,10 +42,11 @@ def _predict_fn(config, with_nsp: bool, top_k: int):
   return predict
 
 
-def require_mlm(b: bundle_lib.Bundle, path: str) -> None:
+def require_mlm(pretrained: ckpt_lib.Pretrained, path: str) -> None:
   """Raises ValueError when the checkpoint has no MLM head."""
-  if "mlm" not in b.heads:
-    raise ValueError(f"{path} has no MLM head (heads: {list(b.heads)}); fill_mask needs a "
+  heads = bundle_lib.heads_of(pretrained.params)
+  if "mlm" not in heads:
+    raise ValueError(f"{path} has no MLM head (heads: {list(heads)}); fill_mask needs a "
                      "pretraining checkpoint (BertForPreTraining / BertForMaskedLM layout)")
 
 
@@ -83,22 +84,25 @@ def encode(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list, list
   return all_ids, all_pos
 
 
-def fill_mask(b: bundle_lib.Bundle, texts: Sequence[str], top_k: int = 5,
+def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int = 5,
               tokenizer=None) -> list[list[list[tuple[str, float]]]]:
   """Top-k (token, probability) for every [MASK] of every text.
 
   Args:
-    b: a bundle with the MLM head.
+    pretrained: a checkpoint with the MLM head (`checkpoint.load_pretrained`).
     texts: texts with `[MASK]`.
     top_k: predictions per mask.
-    tokenizer: a WordPieceTokenizer (default: from the bundle's vocab).
+    tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
 
   Returns:
     result[text][mask] = [(token, probability), ...] best first.
   """
-  require_mlm(b, "the checkpoint")
-  tokenizer = tokenizer or _load_tokenizer(b.vocab_file, b.lowercase)
-  ids, positions = encode(tokenizer, texts, b.config.max_position_embeddings)
+  require_mlm(pretrained, "the checkpoint")
+  config = pretrained.config
+  if tokenizer is None:
+    from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    tokenizer = tokenizer_lib.cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
+  ids, positions = encode(tokenizer, texts, config.max_position_embeddings)
   length = max(len(x) for x in ids)
   num_masks = max(len(p) for p in positions)
   ids_arr = np.full((len(ids), length), tokenizer.pad_id, np.int32)  # [texts, len]
@@ -106,13 +110,13 @@ def fill_mask(b: bundle_lib.Bundle, texts: Sequence[str], top_k: int = 5,
   pos_arr = np.zeros((len(ids), num_masks), np.int32)  # [texts, masks]
   for i, (x, p) in enumerate(zip(ids, positions)):
     ids_arr[i, :len(x)], mask_arr[i, :len(x)], pos_arr[i, :len(p)] = x, 1, p
-  with_nsp = "nsp" in b.heads
-  params = model_lib.match_scan_layout(b.params, b.config)
+  with_nsp = "nsp" in bundle_lib.heads_of(pretrained.params)
+  params = model_lib.match_scan_layout(pretrained.params, config)
   if not with_nsp:
     params = {k: v for k, v in params.items() if k != "nsp"}
     params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
-  predict = _predict_fn(b.config, with_nsp, top_k)
-  with jax.default_matmul_precision("float32" if b.config.dtype == "float32" else "default"):
+  predict = _predict_fn(config, with_nsp, top_k)
+  with jax.default_matmul_precision("float32" if config.dtype == "float32" else "default"):
     probs, top = jax.device_get(predict(params, ids_arr, mask_arr, pos_arr))
   result = []
   for i, p in enumerate(positions):
@@ -121,33 +125,28 @@ def fill_mask(b: bundle_lib.Bundle, texts: Sequence[str], top_k: int = 5,
   return result
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="python -m bert_jax.fill_mask", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--checkpoint", required=True, help="a bert_jax checkpoint with the MLM head")
-  p.add_argument("--top_k", type=int, default=5)
-  p.add_argument("--json", action="store_true", help="print one JSON list instead of text")
-  p.add_argument("texts", nargs="+", help="texts holding [MASK]")
-  return p.parse_args(argv)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  args = parse_args(argv)
-  meta = bundle_lib.load_bundle(args.checkpoint, with_params=False)
-  require_mlm(meta, args.checkpoint)
-  if not 1 <= args.top_k <= meta.config.vocab_size:
-    raise ValueError(f"--top_k {args.top_k} must be in [1, {meta.config.vocab_size}]")
-  for n, text in enumerate(args.texts, 1):
+  """The command line: [flags] TEXT... (argv without the program name)."""
+  args = flags.FlagValues()
+  flags.DEFINE_string("checkpoint", None, "a bert_jax checkpoint with the MLM head",
+                      flag_values=args, required=True)
+  flags.DEFINE_integer("top_k", 5, "predictions per [MASK]", flag_values=args)
+  flags.DEFINE_boolean("json", False, "print one JSON list instead of text", flag_values=args)
+  texts = cli.parse(args, argv, "bert_jax.fill_mask", __doc__, positional=("TEXT...",))
+  for n, text in enumerate(texts, 1):
     if MASK not in text:
       raise ValueError(f"text {n} ({text!r}) has no {MASK}")
-  b = bundle_lib.load_bundle(args.checkpoint)
-  result = fill_mask(b, args.texts, args.top_k)
+  pretrained = ckpt_lib.load_pretrained(args.checkpoint)
+  require_mlm(pretrained, args.checkpoint)
+  if not 1 <= args.top_k <= pretrained.config.vocab_size:
+    raise ValueError(f"--top_k {args.top_k} must be in [1, {pretrained.config.vocab_size}]")
+  result = fill_mask(pretrained, texts, args.top_k)
   if args.json:
     print(json.dumps([{"text": t, "masks": [[{"token": tok, "prob": p} for tok, p in m]
                                             for m in r]}
-                      for t, r in zip(args.texts, result)]))
+                      for t, r in zip(texts, result)]))
     return 0
-  for text, masks in zip(args.texts, result):
+  for text, masks in zip(texts, result):
     print(text)
     for j, preds in enumerate(masks, 1):
       print(f"  {MASK} {j}: " + "  ".join(f"{tok} {p:.4f}" for tok, p in preds))

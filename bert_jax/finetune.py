@@ -25,23 +25,20 @@ workdir/export (prediction files and export are of the last seed).
 """
 import json
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
-from absl import app
-from absl import flags
 from etils import epath
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax.experimental import multihost_utils
 import ml_collections
-from ml_collections import config_flags
 import numpy as np
 import optax
 
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
-from bert_jax import distributed
+from bert_jax import cli
 from bert_jax import model as model_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import sharding
@@ -183,7 +180,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     check_eval_head(task_model, pretrained, config.max_seq_length)
 
   # -- Task data (every split read and encoded before any training) --------------------
-  tokenizer = tokenizer_lib.cached_wordpiece(pretrained.vocab, pretrained.lowercase)
+  tokenizer = tokenizer_lib.cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
   task = task_lib.build(config, tokenizer, model_cfg)
   print(f"{task.name}: " + ", ".join(f"{k} {v}" for k, v in task.data_stats.items()), flush=True)
   n_train = len(task.train_arrays["input_ids"]) if task.train_arrays else 0
@@ -280,22 +277,16 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   return summary
 
 
-def main(argv, config_flag, workdir_flag):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  if config_flag.value is None or not workdir_flag.value:
-    raise app.UsageError("--config and --workdir are required")
-  distributed.initialize()
-  finetune(config_flag.value, workdir_flag.value)
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The command line (argv without the program name; None: sys.argv[1:])."""
+  cli.run_config_program(finetune, argv, "bert_jax.finetune", __doc__,
+                         "configs/glue.py:task=TASK or configs/squad.py:version=V.",
+                         "Output directory.")
 
 
 def run() -> None:
-  """The command line: defines --config and --workdir (on use, not on import) and runs main."""
-  config_flag = config_flags.DEFINE_config_file(
-      "config", None, "configs/glue.py:task=TASK or configs/squad.py:version=V.",
-      lock_config=True)
-  workdir_flag = flags.DEFINE_string("workdir", None, "Output directory.")
-  app.run(lambda argv: main(argv, config_flag, workdir_flag))
+  """The program on sys.argv (what `python -m bert_jax.finetune` and launch scripts run)."""
+  main()
 
 
 if __name__ == "__main__":

@@ -11,19 +11,16 @@ holds a checkpoint.
 import json
 import signal
 import time
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from absl import app
-from absl import flags
 from absl import logging
 from etils import epath
 import jax
 import jax.numpy as jnp
 import ml_collections
-from ml_collections import config_flags
 
 from bert_jax import checkpoint as ckpt_lib
-from bert_jax import distributed
+from bert_jax import cli
 from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import pretrain_setup
@@ -179,16 +176,18 @@ def evaluate(eval_step, params, batches, mesh) -> dict[str, float]:
   return mlm_nsp.summarize(jax.device_get(acc))
 
 
-def main(argv, config_flag, workdir_flag):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments {argv[1:]}")
-  if config_flag.value is None or not workdir_flag.value:
-    raise app.UsageError("--config and --workdir are required")
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)  # progress lines are printed; --verbosity=0 for INFO logs
-  distributed.initialize()
-  summary = train(config_flag.value, workdir_flag.value)
-  export_and_demo(summary, config_flag.value, workdir_flag.value)
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The command line (argv without the program name; None: sys.argv[1:])."""
+  cli.run_config_program(
+      train_and_export, argv, "bert_jax.pretrain", __doc__, "configs/pretrain.py:VARIANT",
+      "Run directory (checkpoints, logs).",
+      default_verbosity=logging.WARNING)  # progress lines are printed; --verbosity=0 for INFO logs
+
+
+def train_and_export(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """The whole program after start-up: trains, exports and demos."""
+  summary = train(config, workdir)
+  export_and_demo(summary, config, workdir)
 
 
 def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[str]:
@@ -216,11 +215,8 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
 
 
 def run() -> None:
-  """The command line: defines --config and --workdir (on use, not on import) and runs main."""
-  config_flag = config_flags.DEFINE_config_file("config", None, "configs/pretrain.py:VARIANT",
-                                                lock_config=True)
-  workdir_flag = flags.DEFINE_string("workdir", None, "Run directory (checkpoints, logs).")
-  app.run(lambda argv: main(argv, config_flag, workdir_flag))
+  """The program on sys.argv (what `python -m bert_jax.pretrain` and launch scripts run)."""
+  main()
 
 
 if __name__ == "__main__":

@@ -21,15 +21,17 @@ One deliberate difference: a question without a prediction scores 0 and is
 reported on stderr in both versions (the official v2.0 script leaves it out of
 the totals, then fails on the HasAns/NoAns breakdown).
 """
-import argparse
 import collections
 import json
 import re
 import string
 import sys
-from typing import Optional
+from typing import Optional, Sequence
 
+from absl import flags
 from etils import epath
+
+from bert_jax import cli
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _PUNCTUATION = frozenset(string.punctuation)
@@ -273,20 +275,22 @@ def _load_json(path, what):
     raise SystemExit(f"squad_eval: cannot read {what} {path}: {e}") from None
 
 
-def main(argv=None):
-  parser = argparse.ArgumentParser(
-      description="Official SQuAD v1.1 / v2.0 evaluation (version read from DATA_FILE).")
-  parser.add_argument("data_file", metavar="DATA_FILE", help="SQuAD dataset JSON")
-  parser.add_argument("pred_file", metavar="PRED_FILE", help="JSON: question id -> answer")
-  parser.add_argument("--na_prob_file", "--na-prob-file", "-n", default=None,
-                      help="v2.0: JSON question id -> probability of no answer")
-  parser.add_argument("--na_prob_thresh", "--na-prob-thresh", "-t", type=float, default=1.0,
-                      help="v2.0: predict no answer above this na probability (default 1.0)")
-  args = parser.parse_args(argv)
-  dataset_json = _load_json(args.data_file, "data file")
-  predictions = _load_json(args.pred_file, "prediction file")
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The command line: DATA_FILE PRED_FILE [flags] (argv without the program name)."""
+  args = flags.FlagValues()
+  flags.DEFINE_string("na_prob_file", None, "v2.0: JSON question id -> probability of no answer",
+                      short_name="n", flag_values=args)
+  flags.DEFINE_float("na_prob_thresh", 1.0,
+                     "v2.0: predict no answer above this na probability (default 1.0)",
+                     short_name="t", flag_values=args)
+  flags.DEFINE_alias("na-prob-file", "na_prob_file", flag_values=args)
+  flags.DEFINE_alias("na-prob-thresh", "na_prob_thresh", flag_values=args)
+  data_file, pred_file = cli.parse(args, argv, "bert_jax.squad_eval", __doc__,
+                                   positional=("DATA_FILE", "PRED_FILE"))
+  dataset_json = _load_json(data_file, "data file")
+  predictions = _load_json(pred_file, "prediction file")
   if not isinstance(predictions, dict):
-    raise SystemExit(f"squad_eval: {args.pred_file} must hold a JSON object id -> answer")
+    raise SystemExit(f"squad_eval: {pred_file} must hold a JSON object id -> answer")
   version = dataset_version(dataset_json)
   na_probs = None
   if args.na_prob_file:

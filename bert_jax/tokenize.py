@@ -8,23 +8,26 @@ no special tokens; an empty line for a line without tokens. Invalid UTF-8 is
 replaced by U+FFFD (which BERT's cleaning then drops). `--tokens` prints the
 pieces instead of ids.
 """
-import argparse
 import sys
 from typing import BinaryIO, Optional, Sequence, TextIO
+
+from absl import flags
+
+from bert_jax import cli
 
 _BATCH_LINES = 16384
 
 
-def _parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
-  p = argparse.ArgumentParser(prog="python -m bert_jax.tokenize", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  src = p.add_mutually_exclusive_group(required=True)
-  src.add_argument("--vocab", help="WordPiece vocab file (one token per line)")
-  src.add_argument("--spm_model", help="SentencePiece model file")
-  p.add_argument("--cased", action="store_true",
-                 help="cased vocab: no lower-casing or accent stripping")
-  p.add_argument("--tokens", action="store_true", help="print pieces instead of ids")
-  return p.parse_args(argv)
+def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
+  fv = flags.FlagValues()
+  flags.DEFINE_string("vocab", None, "WordPiece vocab file (one token per line)", flag_values=fv)
+  flags.DEFINE_string("spm_model", None, "SentencePiece model file", flag_values=fv)
+  flags.mark_flags_as_mutual_exclusive(["vocab", "spm_model"], required=True, flag_values=fv)
+  flags.DEFINE_boolean("cased", False, "cased vocab: no lower-casing or accent stripping",
+                       flag_values=fv)
+  flags.DEFINE_boolean("tokens", False, "print pieces instead of ids", flag_values=fv)
+  cli.parse(fv, argv, "bert_jax.tokenize", __doc__)
+  return fv
 
 
 def run(argv: Optional[Sequence[str]], stdin: BinaryIO, stdout: TextIO) -> int:
@@ -39,12 +42,9 @@ def run(argv: Optional[Sequence[str]], stdin: BinaryIO, stdout: TextIO) -> int:
     Number of lines written.
   """
   args = _parse(argv)
-  import ml_collections  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  tok = tokenizer_lib.load_tokenizer(ml_collections.ConfigDict({
-      "tokenizer": "wordpiece" if args.vocab else "sentencepiece",
-      "vocab_file": args.vocab or "", "spm_model": args.spm_model or "",
-      "lowercase": not args.cased}))
+  tok = tokenizer_lib.cached_tokenizer("wordpiece" if args.vocab else "sentencepiece",
+                                       args.vocab or args.spm_model, lowercase=not args.cased)
   data = stdin.read()
   if not data:
     return 0

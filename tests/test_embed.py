@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from bert_jax import bundle
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import embed
 from bert_jax import model as model_lib
 from bert_jax.model_config import BertConfig
@@ -46,7 +47,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(ckpt):
-  return bundle.load_bundle(ckpt)
+  return ckpt_lib.load_pretrained(ckpt)
 
 
 @jax.jit
@@ -169,8 +170,24 @@ def test_bad_options_fail_before_work(ckpt, tmp_path):
     embed.main(base + ["--max_length", "64"])
   with pytest.raises(FileNotFoundError, match="--output directory does not exist"):
     embed.main(base[:-1] + [str(tmp_path / "no" / "o.npy")])
-  with pytest.raises(ValueError, match="not a bert_jax checkpoint"):
+  with pytest.raises(ValueError, match="is neither a bert_jax bundle"):
     embed.main(["--checkpoint", str(tmp_path), "--input", str(inp), "--output", "o.npy"])
+
+
+def test_pretraining_workdir_is_accepted(loaded, tmp_path):
+  """A pretraining workdir (its latest train checkpoint, layers scanned) embeds like its params."""
+  workdir = tmp_path / "run"
+  ckpts = ckpt_lib.TrainCheckpoints(str(workdir / "checkpoints"), async_save=False)
+  ckpts.save(3, {"params": model_lib.stack_layers(loaded.params)},
+             ckpt_lib.model_description(CONFIG, VOCAB, lowercase=True))
+  ckpts.close()
+  inp = tmp_path / "in.txt"
+  inp.write_text("\n".join(TEXTS) + "\n")
+  out = tmp_path / "out.npy"
+  assert embed.main(["--checkpoint", str(workdir), "--input", str(inp), "--output", str(out),
+                     "--pooling", "cls"]) == 0
+  want, _ = embed.embed(loaded, TEXTS, pooling="cls")
+  np.testing.assert_allclose(np.load(out), want, atol=1e-6)
 
 
 def test_pooler_needs_a_pooler(tmp_path):

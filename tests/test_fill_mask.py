@@ -9,6 +9,7 @@ import pytest
 from scipy.special import erf
 
 from bert_jax import bundle
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import fill_mask
 from bert_jax import model as model_lib
 from bert_jax.model_config import BertConfig
@@ -60,7 +61,7 @@ def _reference_probs(b, ids, position):
 
 
 def test_top_k_matches_reference(ckpt):
-  b = bundle.load_bundle(ckpt)
+  b = ckpt_lib.load_pretrained(ckpt)
   texts = ["The capital of France is [MASK].", "[MASK] big [MASK] of the city"]
   got = fill_mask.fill_mask(b, texts, top_k=3)
   v = VOCAB.index
@@ -95,4 +96,19 @@ def test_errors(ckpt, tmp_path):
   with pytest.raises(ValueError, match=r"text 2 \('no mask here'\) has no \[MASK\]"):
     fill_mask.main(["--checkpoint", ckpt, "the [MASK] .", "no mask here"])
   with pytest.raises(ValueError, match="26 tokens long; the model takes at most 24"):
-    fill_mask.fill_mask(bundle.load_bundle(ckpt), ["the [MASK] " + "city " * 22])
+    fill_mask.fill_mask(ckpt_lib.load_pretrained(ckpt), ["the [MASK] " + "city " * 22])
+
+
+def test_pretraining_workdir_is_accepted(ckpt, tmp_path, capsys):
+  """A pretraining workdir (latest train checkpoint, layers scanned) predicts like its params."""
+  b = ckpt_lib.load_pretrained(ckpt)
+  workdir = tmp_path / "run"
+  ckpts = ckpt_lib.TrainCheckpoints(str(workdir / "checkpoints"), async_save=False)
+  ckpts.save(3, {"params": model_lib.stack_layers(b.params)},
+             ckpt_lib.model_description(CONFIG, VOCAB, lowercase=True))
+  ckpts.close()
+  assert fill_mask.main(["--checkpoint", str(workdir), "--json", "the capital is [MASK] ."]) == 0
+  got = json.loads(capsys.readouterr().out)[0]["masks"][0]
+  want = fill_mask.fill_mask(b, ["the capital is [MASK] ."])[0][0]
+  assert [p["token"] for p in got] == [t for t, _ in want]
+  np.testing.assert_allclose([p["prob"] for p in got], [q for _, q in want], atol=1e-6)

@@ -255,7 +255,7 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
 
 def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_dir, tmp_path):
   init = ckpt_lib.load_pretrained(pretrained)
-  tok = tokenizer_lib.cached_wordpiece(init.vocab, init.lowercase)
+  tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
   task = task_lib.build(_squad_config(squad_dir, pretrained), tok, init.config)
   assert task.data_stats["train_skipped_answer_mismatch"] == 1
   assert task.data_stats["train_examples"] == 10  # 11 questions, q6 skipped
@@ -330,7 +330,7 @@ def test_checkpoints_that_do_not_fit_get_clear_errors(glue_dir, squad_dir, tmp_p
 def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
   good = _random_bundle(tmp_path / "b")
   init = ckpt_lib.load_pretrained(good)
-  tok = tokenizer_lib.cached_wordpiece(init.vocab, init.lowercase)
+  tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
   c = _glue_config(glue_dir, good)
   with c.unlocked():
     c.task = "mrcp"
@@ -355,7 +355,7 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
 def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   good = _random_bundle(tmp_path / "b")
   init = ckpt_lib.load_pretrained(good)
-  tok = tokenizer_lib.cached_wordpiece(init.vocab, init.lowercase)
+  tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
   header = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tgold_label"
   mnli = tmp_path / "glue" / "MNLI"
   mnli.mkdir(parents=True)

@@ -5,6 +5,7 @@ import os
 import numpy as np
 import pytest
 
+from bert_jax import cpu_tensorflow
 from bert_jax import tasks
 from bert_jax.tasks import glue
 
@@ -264,8 +265,8 @@ def test_tfds_field_and_label_mapping():
 
 def test_read_tfds_through_tfds_load(tmp_path):
   """tfds.load on glue/rte, with the stored examples mocked (no prepared files needed)."""
-  tfds = glue._import_tfds()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tfds = cpu_tensorflow.import_tfds()
+  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   seen = {}
 
   def as_dataset(self, split, **kwargs):

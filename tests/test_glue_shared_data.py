@@ -6,6 +6,7 @@ files: every text and label must agree, in order. Skips without the folder.
 import numpy as np
 import pytest
 
+from bert_jax import cpu_tensorflow
 from bert_jax.tasks import glue
 
 # Rows per split, from ../shared/data/README.md (test sizes from the files).
@@ -45,7 +46,7 @@ def _tfds_rows(task, generated):
 
 @pytest.mark.parametrize("name", sorted(_ROWS))
 def test_real_glue_files_match_tfds_builder(shared_data, name):
-  tfds = glue._import_tfds()
+  tfds = cpu_tensorflow.import_tfds()
   task = glue.get_task(name)
   data_dir = str(shared_data / "glue")
   builder = tfds.builder(task.tfds_name, data_dir=str(shared_data / "no_such_tfds_dir"))

@@ -78,11 +78,7 @@ def load_tf1(src: str, *, drop_unexpected: bool = False,
   n = bundle.count_vocab(str(vocab))
   if n != config.vocab_size:
     raise ValueError(f"{vocab}: {n} tokens but bert_config.json has vocab_size {config.vocab_size}")
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  try:
-    tf.config.set_visible_devices([], "GPU")
-  except RuntimeError:
-    pass
+  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   reader = tf.train.load_checkpoint(prefix)
   shapes = {k: tuple(v) for k, v in reader.get_variable_to_shape_map().items()}
   source = name_map.TensorSource(shapes, reader.get_tensor, prefix)

@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from bert_jax.data import stateless_random as srand
+from bert_jax.data import stateless_random
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,11 +48,12 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, row_keys: np.ndarr
   pos = np.arange(length)
   cand = (input_mask > 0) & ~np.isin(input_ids, spec.special_ids)  # [b, L]
   n_cand = cand.sum(axis=1)
-  rounding = srand.uniform(srand.derive(row_keys, 0), 0)  # [b]
+  rounding = stateless_random.uniform(stateless_random.derive(row_keys, 0), 0)  # [b]
   num = np.floor(n_cand * spec.mask_prob + rounding).astype(np.int64)
   num = np.where(n_cand > 0, np.clip(num, 1, min(p, length)), 0)  # [b]
 
-  scores = srand.uniform(srand.derive(row_keys, 1)[:, None], pos[None, :])  # [b, L]
+  scores = stateless_random.uniform(stateless_random.derive(row_keys, 1)[:, None],
+                                    pos[None, :])  # [b, L]
   if spec.whole_word:
     selected = _whole_word_select(input_ids, cand, scores, num, spec.is_continuation)
   else:
@@ -70,9 +71,10 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, row_keys: np.ndarr
   labels = np.where(weights, np.take_along_axis(input_ids, sel_pos, axis=1), 0)
 
   # 80% [MASK], 10% random regular token, 10% unchanged.
-  u = srand.uniform(srand.derive(row_keys, 2)[:, None], pos[None, :])  # [b, L]
-  rand_tok = spec.regular_ids[srand.randint(srand.derive(row_keys, 3)[:, None], pos[None, :],
-                                            0, len(spec.regular_ids))]
+  u = stateless_random.uniform(stateless_random.derive(row_keys, 2)[:, None],
+                               pos[None, :])  # [b, L]
+  rand_tok = spec.regular_ids[stateless_random.randint(
+      stateless_random.derive(row_keys, 3)[:, None], pos[None, :], 0, len(spec.regular_ids))]
   replacement = np.where(u < 0.8, spec.mask_id, np.where(u < 0.9, input_ids, rand_tok))
   masked = np.where(selected, replacement, input_ids).astype(np.int32)
   return {

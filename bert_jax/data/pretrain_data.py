@@ -36,19 +36,14 @@ import threading
 from typing import Iterator, Optional
 
 import numpy as np
-import tensorflow as tf
 
+from bert_jax.cpu_tensorflow import tf
 from bert_jax.data import masking
 from bert_jax.data import rows as rows_lib
 from bert_jax.data import segments
 from bert_jax.data import sources
-from bert_jax.data import stateless_random as srand
+from bert_jax.data import stateless_random
 from bert_jax.data import tokenizer as tokenizer_lib
-
-try:
-  tf.config.set_visible_devices([], "GPU")
-except RuntimeError:
-  pass
 
 MODES = ("nsp", "full_sentences")
 # Sentences per tf-text call while tokenizing a shard, and threads making the calls.
@@ -58,7 +53,7 @@ _TOKENIZE_THREADS = min(8, os.cpu_count() or 1)
 _EVAL_EPOCH = -1
 
 
-class _Pool:
+class _ExamplePool:
   """Examples of consecutive shards, shuffled, laid out as rows."""
 
   def __init__(self, tokens: np.ndarray, ex: segments.Examples,
@@ -150,7 +145,7 @@ class PretrainData:
         whole_word=c.whole_word_masking, mask_id=tok.mask_id,
         special_ids=np.array([tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id], np.int32),
         regular_ids=tok.regular_ids, is_continuation=tok.is_continuation)
-    self._keys = {name: srand.root_key(seed, name)
+    self._keys = {name: stateless_random.root_key(seed, name)
                   for name in ("order", "shuffle", "nsp", "mask", "evalmask")}
     self._token_cache = collections.OrderedDict()
     self._token_cache_bytes = 0
@@ -237,7 +232,7 @@ class PretrainData:
     ts = self._tokenized(shard, split)
     tok = self.tokenizer
     if self.has_nsp:
-      key = srand.derive(self._keys["nsp"], epoch, shard.index, split == "eval",
+      key = stateless_random.derive(self._keys["nsp"], epoch, shard.index, split == "eval",
                          self.process_index)
       return ts.tokens, segments.nsp_examples(
           ts, key=key, max_num_tokens=self.seq_len - 3,
@@ -245,19 +240,19 @@ class PretrainData:
     return segments.sentence_examples(ts, max_len=self.seq_len, sep_id=tok.sep_id,
                                       cross_documents=not self._config.packing)
 
-  def _make_pool(self, parts, key) -> _Pool:
+  def _make_pool(self, parts, key) -> _ExamplePool:
     offsets = np.cumsum([0] + [len(t) for t, _ in parts])
     tokens = np.concatenate([t for t, _ in parts])
     ex = segments.Examples.concatenate([e.shift(o) for (_, e), o in zip(parts, offsets)])
     if key is not None:
-      ex = ex.take(srand.permutation(key, len(ex)))
+      ex = ex.take(stateless_random.permutation(key, len(ex)))
     pack = segments.pack_rows(ex.row_len, self.seq_len) if self._config.packing else None
-    return _Pool(tokens, ex, pack)
+    return _ExamplePool(tokens, ex, pack)
 
-  def _epoch_pools(self, epoch: int) -> Iterator[_Pool]:
+  def _epoch_pools(self, epoch: int) -> Iterator[_ExamplePool]:
     """This host's pools of one training epoch, in stream order."""
-    order = srand.permutation(srand.derive(self._keys["order"], self.process_index, epoch),
-                              len(self._shards))
+    order_key = stateless_random.derive(self._keys["order"], self.process_index, epoch)
+    order = stateless_random.permutation(order_key, len(self._shards))
     shuffle = self._config.shuffle_buffer
     parts, count, index = [], 0, 0
     for i in order:
@@ -273,14 +268,14 @@ class PretrainData:
       yield self._make_pool(parts, self._shuffle_key(epoch, index) if shuffle else None)
 
   def _shuffle_key(self, epoch: int, pool: int):
-    return srand.derive(self._keys["shuffle"], self.process_index, epoch, pool)
+    return stateless_random.derive(self._keys["shuffle"], self.process_index, epoch, pool)
 
   def build_rows(self, tokens, ex, pack_splits) -> dict[str, np.ndarray]:
     tok = self.tokenizer
     return rows_lib.build_rows(tokens, ex, self.seq_len, cls_id=tok.cls_id, sep_id=tok.sep_id,
                                pad_id=tok.pad_id, pack_splits=pack_splits)
 
-  def _finish(self, parts: list[dict[str, np.ndarray]], keys: list[np.ndarray]):
+  def _masked_batch(self, parts: list[dict[str, np.ndarray]], keys: list[np.ndarray]):
     """Concatenates row chunks into one batch and masks it."""
     batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
     masked = masking.mask_batch(batch["input_ids"], batch["input_mask"], np.concatenate(keys),
@@ -307,12 +302,12 @@ class PretrainData:
         while lo < n:
           hi = min(n, lo + b - pending)
           parts.append(pool.rows(lo, hi, self))
-          keys.append(srand.derive(self._keys["mask"], self.process_index, epoch,
+          keys.append(stateless_random.derive(self._keys["mask"], self.process_index, epoch,
                                    epoch_rows + np.arange(lo, hi)))
           pending += hi - lo
           lo = hi
           if pending == b:
-            yield self._finish(parts, keys)
+            yield self._masked_batch(parts, keys)
             parts, keys, pending = [], [], 0
         epoch_rows += n
       if epoch_rows == 0:
@@ -374,13 +369,13 @@ class PretrainData:
         while pool is not None and lo < pool.num_rows and made < num_batches:
           hi = min(pool.num_rows, lo + b - pending)
           parts.append(pool.rows(lo, hi, self))
-          keys.append(srand.derive(self._keys["evalmask"], self.process_index,
+          keys.append(stateless_random.derive(self._keys["evalmask"], self.process_index,
                                    row + np.arange(hi - lo)))
           row += hi - lo
           pending += hi - lo
           lo = hi
           if pending == b:
-            yield self._finish(parts, keys)
+            yield self._masked_batch(parts, keys)
             parts, keys, pending, made = [], [], 0, made + 1
         if made == num_batches:
           return

@@ -30,7 +30,7 @@ import dataclasses
 
 import numpy as np
 
-from bert_jax.data import stateless_random as srand
+from bert_jax.data import stateless_random
 
 
 @dataclasses.dataclass
@@ -170,19 +170,21 @@ def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
 
   # Per document target length, as Google (one draw per document).
   docs = np.arange(num_docs)
-  short = srand.uniform(srand.derive(key, 1), docs) < short_seq_prob
-  target_doc = np.where(short, srand.randint(srand.derive(key, 2), docs, 2, max_num_tokens + 1),
-                        max_num_tokens)
+  short = stateless_random.uniform(stateless_random.derive(key, 1), docs) < short_seq_prob
+  short_target = stateless_random.randint(stateless_random.derive(key, 2), docs, 2,
+                                          max_num_tokens + 1)
+  target_doc = np.where(short, short_target, max_num_tokens)
   target = target_doc[doc_of]  # [S]
 
   # The chunk that would start at each sentence: sentences [i, end).
   end = np.minimum(np.searchsorted(cum, cum[:-1] + target, side="left"), doc_end)
-  draw_random = srand.uniform(srand.derive(key, 4), sent) < 0.5
+  draw_random = stateless_random.uniform(stateless_random.derive(key, 4), sent) < 0.5
   # A one-sentence chunk that draws IsNext takes the next sentence as B (Google
   # forces a random B there, which pulls IsNext well below 50%).
   end = np.where((end == sent + 1) & ~draw_random & (sent + 1 < doc_end), sent + 2, end)
   size = end - sent
-  a_end = np.where(size >= 2, srand.randint(srand.derive(key, 3), sent, 1, np.maximum(size, 2)), 1)
+  a_end = stateless_random.randint(stateless_random.derive(key, 3), sent, 1, np.maximum(size, 2))
+  a_end = np.where(size >= 2, a_end, 1)
   is_random = (size == 1) | draw_random
   nxt = np.where(is_random, sent + a_end, end)  # Unused sentences are put back.
   starts = chain_starts(nxt)
@@ -195,10 +197,11 @@ def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
   b_len = cum[end] - b_start
   # ... or comes from a random other document, from a random sentence on.
   doc = doc_of[starts]
-  other = srand.randint(srand.derive(key, 5), starts, 0, max(num_docs - 1, 1))
+  other = stateless_random.randint(stateless_random.derive(key, 5), starts, 0, max(num_docs - 1, 1))
   other = np.where(num_docs > 1, other + (other >= doc), doc)
   r_first = shard.doc_splits[other]
-  r_start = r_first + srand.randint(srand.derive(key, 6), starts, 0, doc_sizes[other])
+  r_start = r_first + stateless_random.randint(stateless_random.derive(key, 6), starts, 0,
+                                               doc_sizes[other])
   r_end = np.searchsorted(cum, cum[r_start] + (target - a_len), side="left")
   r_end = np.clip(r_end, r_start + 1, shard.doc_splits[other + 1])
   b_start = np.where(is_random, cum[r_start], b_start)
@@ -211,8 +214,8 @@ def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
   from_a = np.where(a_len > b_len, np.minimum(excess, gap), 0) + shared // 2
   from_b = excess - from_a
   max_n = int(max(from_a.max(initial=0), from_b.max(initial=0)))
-  front_a = srand.binomial_half(srand.derive(key, 7), starts, from_a, max_n)
-  front_b = srand.binomial_half(srand.derive(key, 8), starts, from_b, max_n)
+  front_a = stateless_random.binomial_half(stateless_random.derive(key, 7), starts, from_a, max_n)
+  front_b = stateless_random.binomial_half(stateless_random.derive(key, 8), starts, from_b, max_n)
   return Examples(
       a_start=a_start + front_a, a_len=a_len - from_a,
       b_start=b_start + front_b, b_len=b_len - from_b,

@@ -23,12 +23,9 @@ import logging
 import os
 
 import numpy as np
-import tensorflow as tf
 
-try:
-  tf.config.set_visible_devices([], "GPU")
-except RuntimeError:
-  pass
+from bert_jax import cpu_tensorflow
+from bert_jax.cpu_tensorflow import tf
 
 FORMATS = ("sentence_per_line", "document_per_line")
 SOURCES = ("builtin", "files", "tfds")
@@ -130,7 +127,7 @@ def list_shards(data_config) -> list[ShardSpec]:
 
 
 def _tfds_shards(data_config) -> list[ShardSpec]:
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  tfds = cpu_tensorflow.import_tfds()
   if not data_config.tfds_name:
     raise ValueError("config.data.source='tfds' needs config.data.tfds_name")
   try:
@@ -237,7 +234,7 @@ def read_documents(spec: ShardSpec, data_config) -> RawDocs:
 
 
 def _read_tfds(spec: ShardSpec, data_config) -> RawDocs:
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  tfds = cpu_tensorflow.import_tfds()
   builder = tfds.builder(data_config.tfds_name, data_dir=data_config.tfds_data_dir or None)
   ds = builder.as_dataset(split=spec.split, shuffle_files=False)
   key = data_config.tfds_text_key

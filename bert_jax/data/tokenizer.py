@@ -25,13 +25,9 @@ import os
 from typing import Iterable, Sequence, Union
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_text as tf_text
 
-try:
-  tf.config.set_visible_devices([], "GPU")
-except RuntimeError:  # Already initialised; TF then keeps what it has.
-  pass
+from bert_jax.cpu_tensorflow import tf
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # BERT's WordPiece turns a longer word (in characters) into one [UNK].
@@ -319,13 +315,6 @@ class SentencePieceTokenizer(_TokenizerBase):
     return self.normalize(tf.constant([text])).numpy()[0].decode("utf-8").split()
 
 
-@functools.lru_cache(maxsize=8)
-def _cached_tokenizer(kind: str, path: str, lowercase: bool, stamp) -> _TokenizerBase:
-  del stamp  # Part of the cache key only: a rewritten file is loaded again.
-  cls = WordPieceTokenizer if kind == "wordpiece" else SentencePieceTokenizer
-  return cls(path, lowercase=lowercase)
-
-
 def _stamp(path: str):
   try:
     st = tf.io.gfile.stat(path)
@@ -334,8 +323,50 @@ def _stamp(path: str):
     return None
 
 
+_TOKENIZERS: dict = {}
+_MAX_TOKENIZERS = 8
+
+
+def cached_tokenizer(kind: str, source: Union[str, Sequence[str]],
+                     lowercase: bool) -> _TokenizerBase:
+  """The one tokenizer cache: built once per process, shared while its source is unchanged.
+
+  Building a tokenizer traces its TF graphs (seconds), so every caller (the
+  pretraining pipeline, fine-tuning, embed, fill_mask, the tokenize CLI) takes
+  it from here. The key is (kind, source, lowercase), where the source is a
+  file's path and stamp (size, mtime: a rewritten file is loaded again) or the
+  hash of a vocab's tokens.
+
+  Args:
+    kind: 'wordpiece' or 'sentencepiece'.
+    source: a vocab file / SentencePiece model path, or WordPiece vocab tokens in id order.
+    lowercase: uncased normalisation.
+
+  Returns:
+    A WordPieceTokenizer or SentencePieceTokenizer.
+  """
+  if kind not in ("wordpiece", "sentencepiece"):
+    raise ValueError(f"tokenizer kind {kind!r}; expected 'wordpiece' or 'sentencepiece'")
+  if isinstance(source, str):
+    source_key = ("file", source, _stamp(source))
+  else:
+    if kind != "wordpiece":
+      raise ValueError("a tokenizer from vocab tokens is WordPiece only")
+    source = list(source)
+    source_key = ("tokens", hashlib.sha256("\n".join(source).encode("utf-8")).hexdigest())
+  key = (kind, source_key, bool(lowercase))
+  if key in _TOKENIZERS:
+    _TOKENIZERS[key] = _TOKENIZERS.pop(key)  # most recently used last
+  else:
+    if len(_TOKENIZERS) >= _MAX_TOKENIZERS:
+      _TOKENIZERS.pop(next(iter(_TOKENIZERS)))  # least recently used
+    cls = WordPieceTokenizer if kind == "wordpiece" else SentencePieceTokenizer
+    _TOKENIZERS[key] = cls(source, lowercase=bool(lowercase))
+  return _TOKENIZERS[key]
+
+
 def load_tokenizer(data_config) -> _TokenizerBase:
-  """The tokenizer a `config.data` section names (shared while its file is unchanged).
+  """The tokenizer a `config.data` section names (from the shared cache).
 
   Args:
     data_config: ConfigDict with tokenizer, vocab_file, spm_model, lowercase.
@@ -345,24 +376,10 @@ def load_tokenizer(data_config) -> _TokenizerBase:
   """
   if data_config.tokenizer == "wordpiece":
     path = data_config.vocab_file or default_vocab_file()
-    return _cached_tokenizer("wordpiece", path, bool(data_config.lowercase), _stamp(path))
+    return cached_tokenizer("wordpiece", path, data_config.lowercase)
   if data_config.tokenizer == "sentencepiece":
     if not data_config.spm_model:
       raise ValueError("config.data.tokenizer='sentencepiece' needs config.data.spm_model")
-    path = data_config.spm_model
-    return _cached_tokenizer("sentencepiece", path, bool(data_config.lowercase), _stamp(path))
+    return cached_tokenizer("sentencepiece", data_config.spm_model, data_config.lowercase)
   raise ValueError(f"config.data.tokenizer={data_config.tokenizer!r}; expected 'wordpiece' or "
                    f"'sentencepiece'")
-
-
-_WORDPIECE_BY_TOKENS: dict = {}
-
-
-def cached_wordpiece(tokens: Sequence[str], lowercase: bool) -> WordPieceTokenizer:
-  """The WordPiece tokenizer of a checkpoint's vocab tokens, shared by runs in this process."""
-  key = (hashlib.sha256("\n".join(tokens).encode("utf-8")).hexdigest(), bool(lowercase))
-  if key not in _WORDPIECE_BY_TOKENS:
-    if len(_WORDPIECE_BY_TOKENS) >= 4:
-      _WORDPIECE_BY_TOKENS.pop(next(iter(_WORDPIECE_BY_TOKENS)))
-    _WORDPIECE_BY_TOKENS[key] = WordPieceTokenizer(list(tokens), lowercase)
-  return _WORDPIECE_BY_TOKENS[key]

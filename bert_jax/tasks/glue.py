@@ -363,17 +363,6 @@ def _parse_label(task: GlueTask, value: str, where: str) -> Label:
   return task.labels.index(value)
 
 
-def _import_tfds():
-  """Imports tensorflow_datasets with TensorFlow kept off accelerators."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  try:
-    tf.config.set_visible_devices([], "GPU")
-  except RuntimeError:  # Already initialised; the devices were set before.
-    pass
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  return tfds
-
-
 def example_from_tfds(task: GlueTask, split: str, features: dict) -> GlueExample:
   """Maps one TFDS `glue/<task>` example (numpy) to a GlueExample.
 
@@ -426,7 +415,8 @@ def read_tfds(task: GlueTask, tfds_data_dir: str, split: str) -> list:
     A list of GlueExample sorted by TFDS `idx` (the row order of the TSV files).
   """
   _check_split(task, split)
-  tfds = _import_tfds()
+  from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
+  tfds = cpu_tensorflow.import_tfds()
   tfds_split = _TFDS_SPLITS[split]
   try:
     ds = tfds.load(task.tfds_name, split=tfds_split, data_dir=tfds_data_dir or None,

@@ -217,12 +217,8 @@ def read_squad_tfds(version: str, split: str, tfds_data_dir: str, is_training: b
   Returns:
     (examples, skipped), as `read_squad_json`, in TFDS order.
   """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  try:
-    tf.config.set_visible_devices([], "GPU")
-  except RuntimeError:  # Already initialised; the devices were set before.
-    pass
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
+  tfds = cpu_tensorflow.import_tfds()
   name = f"squad/v{version.lstrip('v')}"
   try:
     ds = tfds.load(name, split=split, data_dir=tfds_data_dir or None, download=False)

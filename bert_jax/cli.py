@@ -1,0 +1,128 @@
+"""The command lines of the bert_jax programs: absl flags, defined on use.
+
+  def main(argv=None):
+    flag_values = flags.FlagValues()
+    flags.DEFINE_string("checkpoint", None, "...", flag_values=flag_values, required=True)
+    texts = cli.parse(flag_values, argv, "bert_jax.fill_mask", __doc__, positional=("TEXT...",))
+
+Every program uses absl flags, because ml_collections' config_flags (`--config
+configs/X.py:arg --config.a.b=v`) is built on them, as in big_vision, t5x and
+MaxText. Each program defines its flags inside its entry function on a
+FlagValues of its own, never on the global FLAGS at import time: program
+modules import each other, and tests call `main(argv)` many times in one
+process. Bad usage (an unknown or malformed flag, a missing required flag, the
+wrong number of positional arguments) ends the program with one line, a
+SystemExit whose message names the problem; `--help` prints the module
+docstring and the flags.
+"""
+import sys
+from typing import Any, Callable, Optional, Sequence
+
+from absl import flags
+from absl import logging
+import ml_collections
+from ml_collections import config_flags
+
+from bert_jax import distributed
+
+_HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
+
+
+def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: str, doc: str,
+          positional: Sequence[str] = ()) -> list[str]:
+  """Parses a command line into `flag_values`; returns its positional arguments.
+
+  Args:
+    flag_values: the program's own flags, already defined.
+    argv: the arguments without the program name (None: sys.argv[1:]).
+    prog: the program's module, e.g. 'bert_jax.embed' (for messages).
+    doc: the module docstring, printed by --help above the flags.
+    positional: names of the positional arguments, in order; a last name
+      ending in '...' takes one or more.
+
+  Returns:
+    The positional arguments (flags may come before, between or after them).
+
+  Raises:
+    SystemExit: --help (status 0), or bad usage (one line naming the problem).
+  """
+  argv = list(sys.argv[1:] if argv is None else argv)
+  usage = f"usage: python -m {prog} [flags] {' '.join(positional)}".rstrip()
+  flag_args = argv[:argv.index("--")] if "--" in argv else argv
+  if any(a in _HELP for a in flag_args):
+    print(f"{doc.strip()}\n\n{usage}\n\nflags:\n{flag_values.get_help()}")
+    raise SystemExit(0)
+  try:
+    args = flag_values([prog] + argv)[1:]
+  except flags.Error as e:
+    message = "; ".join(str(e).splitlines())  # several failed validators: one line
+    raise SystemExit(f"{prog}: {message} ({usage}; --help lists the flags)") from None
+  except (AttributeError, KeyError) as e:  # config_flags on --config.a.b=v naming no field
+    field = str(e).strip("\"'")
+    raise SystemExit(f"{prog}: a --config.* override names no config field: {field}") from None
+  variadic = bool(positional) and positional[-1].endswith("...")
+  if len(args) < len(positional) or (len(args) > len(positional) and not variadic):
+    got = f"got {len(args)}" + (f": {args}" if args else "")
+    raise SystemExit(f"{prog}: expected positional arguments {' '.join(positional) or '(none)'}, "
+                     f"{got} ({usage})")
+  return args
+
+
+def define_config(flag_values: flags.FlagValues, help_string: str,
+                  argv: Sequence[str]) -> flags.FlagHolder:
+  """Defines --config (a configs/X.py:ARG file, overrides as --config.a.b=v, locked).
+
+  Args:
+    flag_values: the program's flags.
+    help_string: what the config is, e.g. 'configs/pretrain.py:VARIANT'.
+    argv: the arguments the program will parse (config_flags reads the
+      --config.* overrides from them when defining the flag).
+  """
+  return config_flags.DEFINE_config_file("config", None, help_string, flag_values=flag_values,
+                                         lock_config=True, sys_argv=["prog"] + list(argv))
+
+
+def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
+                       argv: Optional[Sequence[str]], prog: str, doc: str, config_help: str,
+                       workdir_help: str, default_verbosity: int = logging.INFO) -> Any:
+  """Runs a `--config FILE:ARG --workdir DIR` program (pretraining, fine-tuning).
+
+  Besides --config and --workdir, the program takes absl's --verbosity and
+  the multi-process flags of bert_jax.distributed, and joins the other
+  processes (`distributed.initialize`) before `run` starts.
+
+  Args:
+    run: fn(config, workdir), the program.
+    argv: the arguments without the program name (None: sys.argv[1:]).
+    prog: the program's module, e.g. 'bert_jax.pretrain'.
+    doc: its module docstring (for --help).
+    config_help: what --config takes.
+    workdir_help: what --workdir is.
+    default_verbosity: absl logging level unless --verbosity is given.
+
+  Returns:
+    What `run` returns.
+  """
+  argv = list(sys.argv[1:] if argv is None else argv)
+  flag_values = flags.FlagValues()
+  config = define_config(flag_values, config_help, argv)
+  workdir = flags.DEFINE_string("workdir", None, workdir_help, flag_values=flag_values)
+  verbosity = add_verbosity_flag(flag_values)
+  distributed.define_flags(flag_values)
+  parse(flag_values, argv, prog, doc)
+  if config.value is None or not workdir.value:
+    raise SystemExit(f"{prog}: --config and --workdir are required (--help lists the flags)")
+  logging.use_absl_handler()
+  if not verbosity.present:
+    logging.set_verbosity(default_verbosity)
+  distributed.initialize(flag_values)
+  return run(config.value, workdir.value)
+
+
+def add_verbosity_flag(flag_values: flags.FlagValues) -> flags.Flag:
+  """Adds absl logging's --verbosity (as app.run offers it; 0 for INFO logs) and returns it."""
+  flag = flags.FLAGS["verbosity"]  # setting its value sets absl logging's level
+  flag.present = 0  # given on this command line, not on an earlier one in this process
+  flag_values["verbosity"] = flag
+  flag_values.register_flag_by_module("absl.logging", flag)
+  return flag
