@@ -155,7 +155,7 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
   """
   root = epath.Path(path)
   if not root.exists():
-    raise FileNotFoundError(f"init checkpoint {path} does not exist")
+    raise FileNotFoundError(f"checkpoint {path} does not exist")
   for candidate in (root, root / "export"):
     if bundle.is_bundle(str(candidate)):
       b = bundle.load_bundle(str(candidate), expect_config=expect)
@@ -163,13 +163,13 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
                         str(candidate))
   ckpt_dir = _checkpoints_dir(root)
   if ckpt_dir is None:
-    raise ValueError(f"init checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
+    raise ValueError(f"checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
                      "a pretraining workdir, nor a checkpoints directory; convert Hugging Face or "
                      "Google checkpoints first with python -m bert_jax.convert")
   ckpts = TrainCheckpoints(str(ckpt_dir), async_save=False)
   step = ckpts.latest_step()
   if step is None:
-    raise ValueError(f"init checkpoint {ckpt_dir} holds no checkpoint")
+    raise ValueError(f"checkpoint directory {ckpt_dir} holds no checkpoint")
   source = f"{ckpt_dir}/{step}"
   meta = ckpts.read_meta(step)
   config = BertConfig.from_dict(meta["model_config"], source=source)

@@ -126,3 +126,16 @@ def add_verbosity_flag(flag_values: flags.FlagValues) -> flags.Flag:
   flag_values["verbosity"] = flag
   flag_values.register_flag_by_module("absl.logging", flag)
   return flag
+
+
+def run_tool(main: Callable[[], Optional[int]]) -> None:
+  """Runs a tool's main; bad input ends it with one 'error: ...' line, status 2.
+
+  Bad input is a missing file, an output that exists, or a bad value
+  (FileNotFoundError, FileExistsError, ValueError): no traceback for those.
+  """
+  try:
+    sys.exit(main())
+  except (FileNotFoundError, FileExistsError, ValueError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)

@@ -13,7 +13,6 @@ the rest of the text is WordPiece-tokenized as usual. Each text becomes
 """
 import functools
 import json
-import sys
 from typing import Optional, Sequence
 
 from absl import flags
@@ -154,8 +153,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-  try:
-    sys.exit(main())
-  except (FileNotFoundError, ValueError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+  cli.run_tool(main)

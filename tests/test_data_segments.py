@@ -11,7 +11,7 @@ import pytest
 
 from bert_jax.data import rows as rows_lib
 from bert_jax.data import segments
-from bert_jax.data import stateless_random as srand
+from bert_jax.data import stateless_random
 
 CLS, SEP, PAD = 2, 3, 0
 
@@ -68,8 +68,8 @@ def _google_nsp(shard, key, max_num_tokens, short_seq_prob):
   for d in range(num_docs):
     first, last = docs[d], docs[d + 1]
     target = max_num_tokens
-    if srand.uniform(srand.derive(key, 1), d) < short_seq_prob:
-      target = int(srand.randint(srand.derive(key, 2), d, 2, max_num_tokens + 1))
+    if stateless_random.uniform(stateless_random.derive(key, 1), d) < short_seq_prob:
+      target = int(stateless_random.randint(stateless_random.derive(key, 2), d, 2, max_num_tokens + 1))
     chunk_start, i = first, first
     length = 0
     while i < last:
@@ -77,17 +77,17 @@ def _google_nsp(shard, key, max_num_tokens, short_seq_prob):
       if i == last - 1 or length >= target:
         size = i - chunk_start + 1
         s = chunk_start
-        draw_random = srand.uniform(srand.derive(key, 4), s) < 0.5
+        draw_random = stateless_random.uniform(stateless_random.derive(key, 4), s) < 0.5
         if size == 1 and not draw_random and i + 1 < last:
           i, size = i + 1, 2  # A lone sentence drawing IsNext takes the next as B.
-        a_end = int(srand.randint(srand.derive(key, 3), s, 1, size)) if size >= 2 else 1
+        a_end = int(stateless_random.randint(stateless_random.derive(key, 3), s, 1, size)) if size >= 2 else 1
         la = cum[s + a_end] - cum[s]
         if size == 1 or draw_random:
           label = 1
-          other = int(srand.randint(srand.derive(key, 5), s, 0, max(num_docs - 1, 1)))
+          other = int(stateless_random.randint(stateless_random.derive(key, 5), s, 0, max(num_docs - 1, 1)))
           other = other + (other >= d) if num_docs > 1 else d
           nsent = docs[other + 1] - docs[other]
-          rs = docs[other] + int(srand.randint(srand.derive(key, 6), s, 0, nsent))
+          rs = docs[other] + int(stateless_random.randint(stateless_random.derive(key, 6), s, 0, nsent))
           j = rs
           lb = 0
           while j < docs[other + 1]:
@@ -114,7 +114,7 @@ def test_nsp_examples_match_googles_algorithm(short_seq_prob):
   rng = random.Random(1)
   shard = _shard(_random_docs(rng, 60))
   shard = segments.split_long_sentences(shard, 30)
-  key = srand.derive(srand.root_key(3, "nsp"), 0)
+  key = stateless_random.derive(stateless_random.root_key(3, "nsp"), 0)
   ex = segments.nsp_examples(shard, key=key, max_num_tokens=61, short_seq_prob=short_seq_prob)
   ref = _google_nsp(shard, key, 61, short_seq_prob)
   assert len(ex) == len(ref) > 50
@@ -128,7 +128,7 @@ def test_nsp_examples_match_googles_algorithm(short_seq_prob):
 
 def test_truncation_front_back_split_is_random():
   shard = _shard([[50, 50]] * 400)  # Every pair needs cutting at max 61.
-  ex = segments.nsp_examples(shard, key=srand.root_key(0, "t"), max_num_tokens=61,
+  ex = segments.nsp_examples(shard, key=stateless_random.root_key(0, "t"), max_num_tokens=61,
                              short_seq_prob=0.0)
   doc_start = shard.sent_splits[shard.doc_splits[:-1]]
   doc = np.searchsorted(doc_start, ex.a_start, side="right") - 1
@@ -143,7 +143,7 @@ def test_nsp_properties_on_long_documents():
   docs = [[rng.randint(5, 25) for _ in range(rng.randint(20, 60))] for _ in range(200)]
   shard = _shard(docs)
   doc_of_token = np.repeat(np.arange(len(docs)), [sum(d) for d in docs])
-  ex = segments.nsp_examples(shard, key=srand.root_key(7, "nsp"), max_num_tokens=125,
+  ex = segments.nsp_examples(shard, key=stateless_random.root_key(7, "nsp"), max_num_tokens=125,
                              short_seq_prob=0.1)
   is_next = ex.label == 0
   assert abs(is_next.mean() - 0.5) < 0.04, is_next.mean()
@@ -243,16 +243,16 @@ def test_pack_rows_is_greedy_and_in_order():
 
 
 def test_stateless_random_is_pure_and_uniform():
-  key = srand.root_key(5, "x")
-  u = srand.uniform(key, np.arange(200_000))
-  np.testing.assert_array_equal(u, srand.uniform(key, np.arange(200_000)))
+  key = stateless_random.root_key(5, "x")
+  u = stateless_random.uniform(key, np.arange(200_000))
+  np.testing.assert_array_equal(u, stateless_random.uniform(key, np.arange(200_000)))
   assert abs(u.mean() - 0.5) < 0.005 and u.min() >= 0 and u.max() < 1
-  assert not np.array_equal(u[:100], srand.uniform(srand.root_key(6, "x"), np.arange(100)))
+  assert not np.array_equal(u[:100], stateless_random.uniform(stateless_random.root_key(6, "x"), np.arange(100)))
   hist = np.bincount((u * 10).astype(int), minlength=10) / len(u)
   assert np.all(np.abs(hist - 0.1) < 0.005)
-  perm = srand.permutation(key, 1000)
+  perm = stateless_random.permutation(key, 1000)
   np.testing.assert_array_equal(np.sort(perm), np.arange(1000))
-  b = srand.binomial_half(key, np.arange(20000), np.full(20000, 100), 100)
+  b = stateless_random.binomial_half(key, np.arange(20000), np.full(20000, 100), 100)
   assert abs(b.mean() - 50) < 0.3 and abs(b.var() - 25) < 2
-  r = srand.randint(key, np.arange(50000), 3, 8)
+  r = stateless_random.randint(key, np.arange(50000), 3, 8)
   np.testing.assert_array_equal(np.unique(r), [3, 4, 5, 6, 7])
