@@ -354,7 +354,8 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
   tree = _metadata_tree(ckptr.metadata(params_dir))
   flat_meta = traverse_util.flatten_dict(tree, sep="/")
   _check_shapes({k: tuple(m.shape) for k, m in flat_meta.items()}, config, str(params_dir))
-  info["heads"] = list(heads_of(traverse_util.unflatten_dict(dict.fromkeys(flat_meta, 0), sep="/")))  # what is stored
+  stored = traverse_util.unflatten_dict(dict.fromkeys(flat_meta, 0), sep="/")
+  info["heads"] = list(heads_of(stored))  # the heads actually stored
   params = {}
   if with_params:
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
