@@ -124,6 +124,14 @@ def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int 
   return result
 
 
+def print_predictions(texts: Sequence[str], result: list) -> None:
+  """Prints each text and, under it, the top tokens with probabilities per [MASK]."""
+  for text, masks in zip(texts, result):
+    print(text)
+    for j, preds in enumerate(masks, 1):
+      print(f"  {MASK} {j}: " + "  ".join(f"{tok} {p:.4f}" for tok, p in preds), flush=True)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   """The command line: [flags] TEXT... (argv without the program name)."""
   args = flags.FlagValues()
@@ -145,10 +153,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                             for m in r]}
                       for t, r in zip(texts, result)]))
     return 0
-  for text, masks in zip(texts, result):
-    print(text)
-    for j, preds in enumerate(masks, 1):
-      print(f"  {MASK} {j}: " + "  ".join(f"{tok} {p:.4f}" for tok, p in preds))
+  print_predictions(texts, result)
   return 0
 
 

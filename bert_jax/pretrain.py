@@ -205,12 +205,17 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   bundle.save_bundle(path, params, summary["model_config"].replace(scan_layers=False),
                      summary["vocab"], summary["lowercase"], overwrite=True,
                      info={"source": "pretrain", "step": summary["step"]})
-  if jax.process_index() != 0:
-    return path
-  print(f"exported params, model config and vocab to {path}", flush=True)
+  primary = jax.process_index() == 0
+  if primary:
+    print(f"exported params, model config and vocab to {path}", flush=True)
   if config.fill_mask_example:
-    print("fill-mask example from the new checkpoint:", flush=True)
-    fill_mask.main(["--checkpoint", path, "--top_k", "5", config.fill_mask_example])
+    # Every process loads the bundle and runs the example: Orbax's restore is collective,
+    # so a process that skipped it would leave the others waiting for ever.
+    result = fill_mask.fill_mask(ckpt_lib.load_pretrained(path), [config.fill_mask_example],
+                                 top_k=5)
+    if primary:
+      print("fill-mask example from the new checkpoint:", flush=True)
+      fill_mask.print_predictions([config.fill_mask_example], result)
   return path
 
 

@@ -29,8 +29,8 @@ from configs import pretrain as pretrain_config
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / "launch" / "local_multiprocess.sh"
 STEPS = 5
-OVERRIDES = dict(total_steps=STEPS, seq_len=32, batch_size=8, log_every=1, checkpoint_every=STEPS,
-                 fill_mask_example="")
+# The default config otherwise, fill-mask example included: every process must reach the end.
+OVERRIDES = dict(total_steps=STEPS, seq_len=32, batch_size=8, log_every=1, checkpoint_every=STEPS)
 
 _WORKER = textwrap.dedent('''\
     """bert_jax.pretrain where each process takes its rows of the 1-host global batch."""
@@ -119,6 +119,9 @@ def test_two_processes_match_one_process(tmp_path):
   assert any(l.startswith("[0] ") for l in lines) and any(l.startswith("[1] ") for l in lines)
   assert any(l.startswith(f"[0] step {STEPS}/{STEPS}") for l in lines), out[-3000:]
   assert not any(l.startswith("[1] step ") for l in lines)  # only process 0 reports
+  # The export and the fill-mask example ran, reported once, and both processes exited.
+  assert sum("fill-mask example from the new checkpoint:" in l for l in lines) == 1, out[-3000:]
+  assert any(l.startswith("[0]   [MASK] 1: ") for l in lines), out[-3000:]
 
   # Process 0 alone wrote the metrics (one line per step) and TensorBoard events.
   mp = [json.loads(l) for l in (mp_dir / "metrics.jsonl").read_text().splitlines()]
