@@ -33,6 +33,10 @@ from bert_jax import sharding
 from bert_jax.model_config import BertConfig
 
 
+class ResumeMismatchError(ValueError):
+  """A workdir's checkpoint was saved by another config than the run resuming it."""
+
+
 class TrainCheckpoints:
   """Async saving, keep-last-K, and restore with fallback.
 
@@ -81,19 +85,27 @@ class TrainCheckpoints:
   def read_meta(self, step: int) -> dict[str, Any]:
     return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
-  def restore_latest(self, abstract_state: Any) -> Optional[tuple[int, Any, dict[str, Any]]]:
+  def restore_latest(self, abstract_state: Any, run_config: Optional[dict] = None
+                     ) -> Optional[tuple[int, Any, dict[str, Any]]]:
     """Restores the newest readable checkpoint, or None when there is none.
 
-    An unreadable checkpoint (truncated file, partial copy) is logged, moved to
-    `<directory>_unreadable/<step>` so it is kept but no longer in the way, and
-    the next older one is tried.
+    A checkpoint whose saved arrays (names and shapes, from its metadata) differ
+    from `abstract_state` was written by another config: that is an error
+    (ResumeMismatchError, naming the differences and, with `run_config`, the
+    config keys that changed), and nothing is moved. Only a checkpoint that
+    matches and still fails to restore (truncated file, partial copy) is
+    unreadable: it is logged, moved to `<directory>_unreadable/<step>` (never
+    nested: `<step>.1`, ... when that exists) and the next older one is tried.
     """
     for step in reversed(self.all_steps()):
+      mismatch = self._layout_mismatch(step, abstract_state)
+      if mismatch:
+        raise ResumeMismatchError(self._mismatch_message(step, mismatch, run_config))
       try:
         state, meta = self.restore(step, abstract_state)
         return step, state, meta
       except Exception as e:  # pylint: disable=broad-except
-        aside = epath.Path(str(self.directory) + "_unreadable") / str(step)
+        aside = self._aside_path(step)
         logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); moving it to %s "
                         "and falling back to the previous one",
                         step, self.directory, type(e).__name__, str(e).splitlines()[0][:300], aside)
@@ -103,6 +115,54 @@ class TrainCheckpoints:
         (self.directory / str(step)).rename(aside)
         self._manager.reload()
     return None
+
+  def _aside_path(self, step: int) -> epath.Path:
+    """Where an unreadable checkpoint goes: a new name beside earlier ones, never inside."""
+    root = epath.Path(str(self.directory) + "_unreadable")
+    aside, n = root / str(step), 0
+    while aside.exists():
+      n += 1
+      aside = root / f"{step}.{n}"
+    return aside
+
+  def _layout_mismatch(self, step: int, abstract_state: Any) -> list[str]:
+    """How the saved arrays of `step` differ from `abstract_state`.
+
+    [] when they match, or when the metadata itself is unreadable or empty
+    (restoring then reports the checkpoint as unreadable). A mismatch is never
+    taken for corruption: misjudged, it stops the run with nothing moved.
+    """
+    try:
+      saved = ocp.StandardCheckpointer().metadata(self.directory / str(step) / "state")
+    except Exception:  # pylint: disable=broad-except
+      return []
+    saved = getattr(saved, "item_metadata", saved)
+    saved = ocp.tree.to_flat_dict(getattr(saved, "tree", saved) or {}, sep="/")
+    if not saved:  # a truncated metadata file reads as no arrays: unreadable, not another config
+      return []
+    want = ocp.tree.to_flat_dict(abstract_state, sep="/")
+    params_first = lambda k: (not k.startswith("params/"), k)  # pylint: disable=unnecessary-lambda-assignment
+    out = [f"{k}: saved {tuple(saved[k].shape)}, this run {tuple(want[k].shape)}"
+           for k in sorted(saved.keys() & want.keys(), key=params_first)
+           if tuple(saved[k].shape) != tuple(want[k].shape)]
+    out += [f"{k}: only in the checkpoint" for k in sorted(saved.keys() - want.keys())]
+    out += [f"{k}: only in this run" for k in sorted(want.keys() - saved.keys())]
+    return out
+
+  def _mismatch_message(self, step: int, mismatch: list[str], run_config: Optional[dict]) -> str:
+    changed = ""
+    if run_config is not None:
+      saved = self.read_meta(step).get("config")
+      if isinstance(saved, dict):
+        a = traverse_util.flatten_dict(saved, sep=".")
+        b = traverse_util.flatten_dict(run_config, sep=".")
+        keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        listed = ", ".join(f"{k} {a.get(k)!r} -> {b.get(k)!r}" for k in keys[:8])
+        changed = f"; config keys changed since: {listed}" + (" ..." if len(keys) > 8 else "")
+    return (f"{self.directory}/{step} was saved by a run with another model or optimizer "
+            f"({len(mismatch)} arrays differ: {'; '.join(mismatch[:3])}{changed}). Resume with the "
+            "config it was saved with, or start this config in a new --workdir; nothing was "
+            "moved or deleted")
 
   def close(self) -> None:
     self._manager.wait_until_finished()
@@ -214,7 +274,8 @@ def initial_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransfo
                   rng: jax.Array, mesh, rules, *,
                   checkpoints: Optional[TrainCheckpoints] = None,
                   pretrained: Optional[Pretrained] = None,
-                  fresh_heads: Sequence[str] = ()) -> tuple[Any, Any, Optional[dict], str]:
+                  fresh_heads: Sequence[str] = (),
+                  run_config: Optional[dict] = None) -> tuple[Any, Any, Optional[dict], str]:
   """The sharded initial train state of any entry point.
 
   Decide how to initialise training. The order is important:
@@ -238,13 +299,15 @@ def initial_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransfo
     checkpoints: this run's checkpoints (None: nothing to resume).
     pretrained: params to start from.
     fresh_heads: top-level param groups never taken from `pretrained`.
+    run_config: the run's config as saved in checkpoint meta, to name the keys
+      that changed when a checkpoint does not fit this run.
 
   Returns:
     (state, its tree of NamedShardings, the restored meta or None, how it was made).
   """
   target, shardings = sharding.abstract_state(init_fn, mesh, rules, rng)
   if checkpoints is not None:
-    restored = checkpoints.restore_latest(target)
+    restored = checkpoints.restore_latest(target, run_config)
     if restored is not None:
       step, state, meta = restored
       return state, shardings, meta, f"resumed from {checkpoints.directory}/{step}"

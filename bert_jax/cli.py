@@ -116,7 +116,12 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   if not verbosity.present:
     logging.set_verbosity(default_verbosity)
   distributed.initialize(flag_values)
-  return run(config.value, workdir.value)
+  # jax and orbax come with it: imported here, not by every tool that uses this module.
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  try:
+    return run(config.value, workdir.value)
+  except checkpoint.ResumeMismatchError as e:  # the user's mistake: one line, not a traceback
+    raise SystemExit(f"{prog}: {e}") from None
 
 
 def add_verbosity_flag(flag_values: flags.FlagValues) -> flags.Flag:

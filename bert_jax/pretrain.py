@@ -71,7 +71,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     pretrained = ckpt_lib.load_pretrained(config.init_checkpoint, expect=model_cfg)
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       setup.init_fn, setup.tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
-      pretrained=pretrained)
+      pretrained=pretrained, run_config=json.loads(config.to_json_best_effort()))
   data_position = int(meta["data_position"]) if meta else 0
   if meta or pretrained:
     print(how + (f" (data position {data_position})" if meta else ""), flush=True)

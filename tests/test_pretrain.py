@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import pretrain
 from bert_jax import train_core
 
@@ -134,6 +135,35 @@ def test_unreadable_latest_checkpoint_falls_back(corpus, straight_run, tmp_path,
   assert "resumed from" in out and "/3 " in out
   assert os.path.isdir(os.path.join(workdir, "checkpoints_unreadable", "6"))  # kept, not deleted
   assert summary["step"] == 7
+
+
+def test_unreadable_checkpoint_is_never_moved_into_an_earlier_one(corpus, straight_run, tmp_path):
+  workdir = tmp_path / "again"
+  shutil.copytree(straight_run[0], workdir)
+  earlier = workdir / "checkpoints_unreadable" / "6"
+  earlier.mkdir(parents=True)
+  (earlier / "marker").write_text("moved aside by an earlier run")
+  for f in (workdir / "checkpoints" / "6" / "state").rglob("*"):
+    if f.is_file():
+      f.write_bytes(b"")
+  pretrain.train(small_config(corpus, total_steps=7), str(workdir))
+  assert sorted(os.listdir(earlier)) == ["marker"]  # untouched, nothing nested inside
+  assert (workdir / "checkpoints_unreadable" / "6.1" / "state").is_dir()
+
+
+@pytest.mark.parametrize("override,changed", [
+    ({"optimizer.name": "adamw"}, "optimizer.name 'lamb' -> 'adamw'"),
+    ({"variant": "mini"}, "variant 'tiny' -> 'mini'"),
+])
+def test_resume_with_a_changed_config_is_an_error_that_moves_nothing(
+    corpus, straight_run, tmp_path, override, changed):
+  workdir = tmp_path / "changed"
+  shutil.copytree(straight_run[0], workdir)
+  before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
+  with pytest.raises(ckpt_lib.ResumeMismatchError, match="another model or optimizer") as e:
+    pretrain.train(small_config(corpus, total_steps=8, **override), str(workdir))
+  assert changed in str(e.value) and "new --workdir" in str(e.value)
+  assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
 
 
 def test_nan_loss_stops_with_last_good_checkpoint(corpus, tmp_path):
