@@ -88,7 +88,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
   # -- Loop ---------------------------------------------------------------------
   description = ckpt_lib.model_description(model_cfg, data.tokenizer.inv_vocab, data.lowercase)
-  logger = train_log.RunLogger(workdir, config.total_steps, is_writer)
+  logger = train_log.RunLogger(workdir, config.total_steps, is_writer, resume_step=start_step)
   peak = flops_lib.device_peak_flops(model_cfg.dtype) * jax.device_count()
   preempted = {"flag": False}
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.update(flag=True))

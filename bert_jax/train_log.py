@@ -14,16 +14,31 @@ def _fmt_eta(seconds: float) -> str:
   return f"{h}:{m:02d}:{s:02d}"
 
 
+def _records_up_to(text: str, step: int) -> str:
+  """The lines of a metrics.jsonl whose step is at most `step` (a torn last line is dropped)."""
+  kept = []
+  for line in text.splitlines():
+    try:
+      if json.loads(line)["step"] <= step:
+        kept.append(line + "\n")
+    except (ValueError, KeyError, TypeError):
+      pass
+  return "".join(kept)
+
+
 class RunLogger:
   """Writes one record per log step to the console, TensorBoard and metrics.jsonl.
 
   Only the writing process (process 0) creates files. The workdir may be local
   or remote (gs://): a local metrics.jsonl is appended to; object stores cannot
-  append, so a remote one is rewritten whole at each record (earlier records,
-  e.g. of the run this one resumes, are kept).
+  append, so a remote one is rewritten whole at each record. A run that resumes
+  from step k passes `resume_step=k`: records of later steps (logged after the
+  checkpoint it resumes, and about to be logged again) are removed first, so
+  each step appears once; earlier records are kept.
   """
 
-  def __init__(self, workdir: str, total_steps: int, is_writer: bool = True):
+  def __init__(self, workdir: str, total_steps: int, is_writer: bool = True,
+               resume_step: Optional[int] = None):
     self.total_steps = total_steps
     self.is_writer = is_writer
     self._jsonl = None
@@ -32,10 +47,16 @@ class RunLogger:
       root = epath.Path(workdir)
       root.mkdir(parents=True, exist_ok=True)
       self._jsonl_path = root / "metrics.jsonl"
+      existing = self._jsonl_path.read_text() if self._jsonl_path.exists() else ""
+      kept = existing if resume_step is None else _records_up_to(existing, resume_step)
       self._remote_lines = None
       if "://" in str(workdir):
-        self._remote_lines = (self._jsonl_path.read_text() if self._jsonl_path.exists() else "")
+        self._remote_lines = kept
       else:
+        if kept != existing:
+          tmp = root / "metrics.jsonl.tmp"
+          tmp.write_text(kept)
+          tmp.replace(self._jsonl_path)
         self._jsonl = self._jsonl_path.open("a", encoding="utf-8")
       self._tb = SummaryWriter(str(root / "tensorboard"))
     self._t0 = time.time()

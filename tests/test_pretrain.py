@@ -137,6 +137,20 @@ def test_unreadable_latest_checkpoint_falls_back(corpus, straight_run, tmp_path,
   assert summary["step"] == 7
 
 
+def test_metrics_hold_each_step_once_after_a_resume(corpus, straight_run, tmp_path):
+  workdir = tmp_path / "killed"
+  shutil.copytree(straight_run[0], workdir)
+  # Killed after logging step 6 but before its checkpoint was committed: resumes from 3.
+  shutil.rmtree(workdir / "checkpoints" / "6")
+  with open(workdir / "metrics.jsonl", "a") as f:
+    f.write('{"step": 6, "loss": 1.')  # and a torn line
+  pretrain.train(small_config(corpus, total_steps=7), str(workdir))
+  records = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6, 7]
+  straight = _losses(straight_run[0])
+  assert all(r["loss"] == straight[r["step"]] for r in records if r["step"] <= 6)
+
+
 def test_unreadable_checkpoint_is_never_moved_into_an_earlier_one(corpus, straight_run, tmp_path):
   workdir = tmp_path / "again"
   shutil.copytree(straight_run[0], workdir)
