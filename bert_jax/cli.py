@@ -15,6 +15,7 @@ wrong number of positional arguments) ends the program with one line, a
 SystemExit whose message names the problem; `--help` prints the module
 docstring and the flags.
 """
+import contextlib
 import sys
 from typing import Any, Callable, Optional, Sequence
 
@@ -116,12 +117,16 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   if not verbosity.present:
     logging.set_verbosity(default_verbosity)
   distributed.initialize(flag_values)
-  # jax and orbax come with it: imported here, not by every tool that uses this module.
+  # jax and orbax come with these: imported here, not by every tool that uses this module.
+  import jax  # pylint: disable=g-import-not-at-top
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
+  writer = jax.process_index() == 0
   try:
-    return run(config.value, workdir.value)
-  except checkpoint.ResumeMismatchError as e:  # the user's mistake: one line, not a traceback
-    raise SystemExit(f"{prog}: {e}") from None
+    with workdir_lock.hold(workdir.value) if writer else contextlib.nullcontext():
+      return run(config.value, workdir.value)
+  except (checkpoint.ResumeMismatchError, workdir_lock.WorkdirInUseError) as e:
+    raise SystemExit(f"{prog}: {e}") from None  # the user's mistake: one line, no traceback
 
 
 def add_verbosity_flag(flag_values: flags.FlagValues) -> flags.Flag:

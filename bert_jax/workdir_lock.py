@@ -1,0 +1,94 @@
+"""One run per workdir: a lock file held by the process that writes the workdir.
+
+A second run on a workdir that is in use stops at once, naming the holder's
+host and pid. A lock left by a process that died on this host is taken over
+(atomically: of two runs taking it over, one wins). A lock from another host
+cannot be checked from here; the message says which file to delete once that
+run is gone. Remote (gs://) workdirs are not locked: object stores have no
+exclusive create, and a pod restarted after preemption must be able to go on.
+"""
+import contextlib
+import json
+import os
+import socket
+import time
+from typing import Iterator
+
+from etils import epath
+
+LOCK_FILE = "bert_jax.lock"
+
+
+class WorkdirInUseError(RuntimeError):
+  """Another live run holds the workdir."""
+
+
+def _holder(path: epath.Path) -> dict:
+  try:
+    holder = json.loads(path.read_text())
+    return holder if isinstance(holder, dict) else {}
+  except (OSError, ValueError):
+    return {}
+
+
+def _is_stale(path: epath.Path, holder: dict) -> bool:
+  if not holder:  # unreadable: a writer that died between creating and writing it
+    try:
+      return time.time() - path.stat().mtime > 10
+    except OSError:
+      return True
+  if holder.get("host") != socket.gethostname():
+    return False
+  try:
+    os.kill(int(holder.get("pid", -1)), 0)
+  except ProcessLookupError:
+    return True
+  except (PermissionError, ValueError, OverflowError):
+    return False
+  return False
+
+
+def _create(path: epath.Path, me: dict) -> bool:
+  try:
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+  except FileExistsError:
+    return False
+  with os.fdopen(fd, "w") as f:
+    json.dump(me, f)
+  return True
+
+
+@contextlib.contextmanager
+def hold(workdir: str) -> Iterator[None]:
+  """Holds `workdir/bert_jax.lock` while the block runs (call on the writing process).
+
+  Raises:
+    WorkdirInUseError: a live run holds the lock (its host, pid and start time
+      are named).
+  """
+  if "://" in str(workdir):
+    yield
+    return
+  path = epath.Path(workdir) / LOCK_FILE
+  path.parent.mkdir(parents=True, exist_ok=True)
+  me = {"host": socket.gethostname(), "pid": os.getpid(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+  while not _create(path, me):
+    holder = _holder(path)
+    if not _is_stale(path, holder):
+      raise WorkdirInUseError(
+          f"{workdir} is in use by another run (host {holder.get('host')}, pid "
+          f"{holder.get('pid')}, since {holder.get('started')}); wait for it to end or use "
+          f"another --workdir (if that run is gone, delete {path})")
+    # Take the stale lock over: a rename succeeds for one taker only.
+    aside = path.parent / f"{LOCK_FILE}.stale-{os.getpid()}"
+    try:
+      os.rename(path, aside)
+      os.remove(aside)
+    except FileNotFoundError:
+      pass
+  try:
+    yield
+  finally:
+    if _holder(path).get("pid") == me["pid"] and _holder(path).get("host") == me["host"]:
+      path.unlink(missing_ok=True)

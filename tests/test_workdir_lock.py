@@ -1,0 +1,68 @@
+"""One run per workdir: the lock file, its stale takeover, and the CLI's one-line refusal."""
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import workdir_lock
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _dead_pid() -> int:
+  proc = subprocess.Popen([sys.executable, "-c", "pass"])
+  proc.wait()
+  return proc.pid
+
+
+def _write_lock(workdir: pathlib.Path, host: str, pid: int) -> pathlib.Path:
+  path = workdir / workdir_lock.LOCK_FILE
+  path.write_text(json.dumps({"host": host, "pid": pid, "started": "2026-11-23 10:00:00"}))
+  return path
+
+
+def test_a_second_holder_is_refused_and_the_lock_is_released(tmp_path):
+  with workdir_lock.hold(str(tmp_path)):
+    holder = json.loads((tmp_path / workdir_lock.LOCK_FILE).read_text())
+    assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
+    with pytest.raises(workdir_lock.WorkdirInUseError, match=f"pid {os.getpid()}"):
+      with workdir_lock.hold(str(tmp_path)):
+        pass
+    assert (tmp_path / workdir_lock.LOCK_FILE).exists()  # the refused run removed nothing
+  assert not (tmp_path / workdir_lock.LOCK_FILE).exists()
+
+
+def test_a_lock_of_a_dead_process_on_this_host_is_taken_over(tmp_path):
+  _write_lock(tmp_path, socket.gethostname(), _dead_pid())
+  with workdir_lock.hold(str(tmp_path)):
+    assert json.loads((tmp_path / workdir_lock.LOCK_FILE).read_text())["pid"] == os.getpid()
+  assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_a_lock_from_another_host_is_refused_with_the_file_to_delete(tmp_path):
+  path = _write_lock(tmp_path, "other-host", 4242)
+  with pytest.raises(workdir_lock.WorkdirInUseError,
+                     match=r"host other-host, pid 4242.*delete .*bert_jax.lock"):
+    with workdir_lock.hold(str(tmp_path)):
+      pass
+  assert path.exists()
+
+
+def test_pretrain_on_a_workdir_in_use_stops_at_once_with_one_line(tmp_path):
+  workdir = tmp_path / "run"
+  workdir.mkdir()
+  _write_lock(workdir, socket.gethostname(), os.getpid())  # this live process holds it
+  proc = subprocess.run(
+      [sys.executable, "-m", "bert_jax.pretrain", "--config", "configs/pretrain.py:tiny",
+       "--workdir", str(workdir)],
+      cwd=ROOT, capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)))
+  assert proc.returncode != 0
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("bert_jax.pretrain: ") and f"pid {os.getpid()}" in last, proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr
+  assert sorted(os.listdir(workdir)) == [workdir_lock.LOCK_FILE]  # nothing started, nothing moved
