@@ -154,9 +154,15 @@ def evaluate_v1(dataset: list, predictions: dict) -> dict:
 
 
 def _best_threshold(predictions, scores, na_probs, has_answer):
-  """The official find_best_thresh: sweep na_prob thresholds, best total score."""
-  num_no_answer = sum(1 for qid in has_answer if not has_answer[qid])
-  current = best = num_no_answer
+  """The official find_best_thresh: sweep na_prob thresholds, best total score.
+
+  `scores` holds the questions with a prediction. The percentage is over every
+  question of the dataset, as the plain exact / f1 are: a question without a
+  prediction scores 0 at every threshold. (The official script starts from the
+  dataset's no-answer count but divides by the predicted questions only, which
+  gives over 100 when predictions are missing.)
+  """
+  current = best = sum(1 for qid in scores if not has_answer[qid])
   best_thresh = 0.0
   for qid in sorted(na_probs, key=lambda k: na_probs[k]):
     if qid not in scores:
@@ -169,7 +175,7 @@ def _best_threshold(predictions, scores, na_probs, has_answer):
     if current > best:
       best = current
       best_thresh = na_probs[qid]
-  return 100.0 * best / len(scores), best_thresh
+  return 100.0 * best / len(has_answer), best_thresh
 
 
 def evaluate_v2(dataset: list, predictions: dict, na_probs: Optional[dict] = None,
@@ -232,6 +238,11 @@ def evaluate_v2(dataset: list, predictions: dict, na_probs: Optional[dict] = Non
             ("total", len(qids))]
 
   result = collections.OrderedDict(summary(list(has_answer)))
+  missing = sum(1 for qid in has_answer if qid not in predictions)
+  if missing:
+    print(f"{missing} of {len(has_answer)} questions have no prediction; each scores 0",
+          file=sys.stderr)
+    result["missing_predictions"] = missing
   has_ans_qids = [q for q, v in has_answer.items() if v]
   no_ans_qids = [q for q, v in has_answer.items() if not v]
   if has_ans_qids:

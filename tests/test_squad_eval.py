@@ -89,6 +89,27 @@ def test_v2_evaluation_by_hand():
   assert result["best_f1_thresh"] == pytest.approx(0.2)
 
 
+def test_v2_best_thresholds_count_missing_predictions_as_zero(capsys):
+  data = _dataset([
+      _q("a", "Denver Broncos", impossible=False),
+      _q("b", "1895", impossible=False),
+      _q("c", impossible=True),
+      _q("d", impossible=True),
+  ], "v2.0")
+  predictions = {"a": "Denver", "d": "Denver"}  # b and c have none
+  result = squad_eval.evaluate(data, predictions, {"a": 0.1, "d": 0.8})
+  assert result["exact"] == 0.0 and result["missing_predictions"] == 2
+  assert "2 of 4 questions have no prediction" in capsys.readouterr().err
+  # Over all 4 questions, b and c scoring 0 at every threshold: start at 1 (d is the
+  # predicted no-answer question); a: +0 -> 1; d: -1 -> 0. Before: 2 / 2 predicted = 100%.
+  assert result["best_exact"] == pytest.approx(25.0)
+  assert result["best_exact_thresh"] == 0.0
+  # F1: a: +2/3 -> 1.67 (best, at 0.1); d: -1.
+  assert result["best_f1"] == pytest.approx(100 * (1 + 2 / 3) / 4)
+  assert result["best_f1_thresh"] == pytest.approx(0.1)
+  assert result["best_exact"] <= 100 and result["best_f1"] <= 100
+
+
 def test_v2_gold_answers_that_normalise_to_nothing_mean_no_answer():
   data = _dataset([_q("a", "The", impossible=False)], "v2.0")
   assert squad_eval.evaluate(data, {"a": ""})["exact"] == 100.0
