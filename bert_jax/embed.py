@@ -326,7 +326,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      combine=args.combine, normalize=args.normalize, max_length=max_length,
                      batch_size=args.batch_size, dtype=args.dtype)
   stats.bad_utf8_lines = inp.bad_utf8_lines
-  np.save(args.output, emb)
+  with epath.Path(args.output).open("wb") as f:  # exactly this path (np.save would add .npy)
+    np.save(f, emb)
   kind = "pairs" if args.pairs else "texts"
   print(f"embedded {stats.num_texts} {kind} -> {args.output} {list(emb.shape)} float32 "
         f"(pooling {args.pooling}, layers {list(layers)}"

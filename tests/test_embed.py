@@ -143,6 +143,16 @@ def test_cli_reports_truncation_and_invalid_utf8(ckpt, tmp_path, capsys):
   np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-5)
 
 
+def test_cli_writes_exactly_the_output_path_it_reports(ckpt, tmp_path, capsys):
+  inp = tmp_path / "in.txt"
+  inp.write_text("a dog\n")
+  out = tmp_path / "x.bin"
+  assert embed.main(["--checkpoint", ckpt, "--input", str(inp), "--output", str(out)]) == 0
+  assert f"-> {out} " in capsys.readouterr().err
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt", "x.bin"]  # not x.bin.npy
+  assert np.load(out).shape == (1, 16)
+
+
 def test_read_input_errors(tmp_path):
   empty = tmp_path / "empty.txt"
   empty.write_bytes(b"")
