@@ -46,7 +46,7 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
                     "layout of the input files (as config.data.format)", flag_values=fv)
   flags.DEFINE_integer("num_unused", 99, "[unusedN] tokens (wordpiece)", flag_values=fv)
   flags.DEFINE_integer("max_sentences", 5_000_000, "learn from at most this many sentences",
-                       flag_values=fv)
+                       lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("min_count", 10,
                        "wordpiece: ignore words seen fewer times (--vocab_size is a maximum)",
                        flag_values=fv)
@@ -94,9 +94,13 @@ def build_wordpiece(sentences, vocab_size: int, num_unused: int,
   if vocab_size <= len(head):
     raise ValueError(f"--vocab_size {vocab_size} leaves no room after {len(head)} special tokens")
   ds = tf.data.Dataset.from_tensor_slices(sentences).batch(1024)
-  learned = bert_vocab_from_dataset.bert_vocab_from_dataset(
-      ds, vocab_size=vocab_size - len(head), reserved_tokens=[],
-      bert_tokenizer_params={"lower_case": False}, learn_params={"lower_thresh": min_count})
+  try:
+    learned = bert_vocab_from_dataset.bert_vocab_from_dataset(
+        ds, vocab_size=vocab_size - len(head), reserved_tokens=[],
+        bert_tokenizer_params={"lower_case": False}, learn_params={"lower_thresh": min_count})
+  except StopIteration:  # the learner's way of saying it counted no word
+    raise ValueError(f"the input has no words to learn from ({int(tf.size(sentences))} "
+                     "sentences read)") from None
   reserved = set(head)
   return head + [t for t in learned if t not in reserved and t.strip()][:vocab_size - len(head)]
 

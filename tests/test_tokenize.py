@@ -166,6 +166,19 @@ def test_build_wordpiece_vocab_google_order(tmp_path):
   assert tok.unk_id not in ids and len(ids) >= 10
 
 
+def test_build_vocab_refuses_zero_max_sentences_and_an_input_without_words(tmp_path, capsys):
+  corpus = _corpus(tmp_path, n=5)
+  out = str(tmp_path / "vocab.txt")
+  with pytest.raises(SystemExit, match=r"--max_sentences=0: 0 is not a positive integer"):
+    build_vocab.main(["--input", corpus, "--output", out, "--vocab_size", "300",
+                      "--max_sentences", "0"])
+  blank = tmp_path / "blank.txt"
+  blank.write_text("\n \n\t\n", encoding="utf-8")
+  with pytest.raises(SystemExit, match=r"the input has no words to learn from \(0 sentences"):
+    build_vocab.main(["--input", str(blank), "--output", out, "--vocab_size", "300"])
+  assert not (tmp_path / "vocab.txt").exists()
+
+
 def test_sentencepiece_model_has_the_wordpiece_surface(tmp_path):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   sentences = build_vocab.read_sentences(_corpus(tmp_path, n=2000), "sentence_per_line", True,
