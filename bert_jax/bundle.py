@@ -268,7 +268,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
   _sync("bert_jax.bundle.save.end")
 
 
-def _metadata_tree(meta: Any) -> dict:
+def metadata_tree(meta: Any) -> dict:
   """The tree of array metadata from Checkpointer.metadata (StepMetadata or a bare tree)."""
   meta = getattr(meta, "item_metadata", meta)
   return getattr(meta, "tree", meta)
@@ -351,7 +351,7 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
   if not params_dir.is_dir():
     raise FileNotFoundError(f"{path}: bundle has no {PARAMS_DIR}/ directory")
   ckptr = ocp.PyTreeCheckpointer()
-  tree = _metadata_tree(ckptr.metadata(params_dir))
+  tree = metadata_tree(ckptr.metadata(params_dir))
   flat_meta = traverse_util.flatten_dict(tree, sep="/")
   _check_shapes({k: tuple(m.shape) for k, m in flat_meta.items()}, config, str(params_dir))
   stored = traverse_util.unflatten_dict(dict.fromkeys(flat_meta, 0), sep="/")

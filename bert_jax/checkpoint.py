@@ -136,8 +136,7 @@ class TrainCheckpoints:
       saved = ocp.StandardCheckpointer().metadata(self.directory / str(step) / "state")
     except Exception:  # pylint: disable=broad-except
       return []
-    saved = getattr(saved, "item_metadata", saved)
-    saved = ocp.tree.to_flat_dict(getattr(saved, "tree", saved) or {}, sep="/")
+    saved = ocp.tree.to_flat_dict(bundle.metadata_tree(saved) or {}, sep="/")
     if not saved:  # a truncated metadata file reads as no arrays: unreadable, not another config
       return []
     want = ocp.tree.to_flat_dict(abstract_state, sep="/")
@@ -244,8 +243,7 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
 def _restore_on_one_device(path: epath.Path):
   """Restores a train state saved on any mesh/process count onto one local device."""
   ckptr = ocp.StandardCheckpointer()
-  meta = ckptr.metadata(path)
-  meta = getattr(meta, "item_metadata", meta)
+  meta = bundle.metadata_tree(ckptr.metadata(path))
   one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta)
   return ckptr.restore(path, target)

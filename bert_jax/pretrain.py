@@ -69,9 +69,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   pretrained = None
   if config.init_checkpoint and ckpts.latest_step() is None:
     pretrained = ckpt_lib.load_pretrained(config.init_checkpoint, expect=model_cfg)
+  config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       setup.init_fn, setup.tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
-      pretrained=pretrained, run_config=json.loads(config.to_json_best_effort()))
+      pretrained=pretrained, run_config=config_record)
   data_position = int(meta["data_position"]) if meta else 0
   if meta or pretrained:
     print(how + (f" (data position {data_position})" if meta else ""), flush=True)
@@ -101,7 +102,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   def save(step):
     nonfinite_steps()
     ckpts.save(step, state, dict(description, data_position=data_position,
-                                 config=json.loads(config.to_json_best_effort())))
+                                 config=config_record))
 
   it = _host_rows(data.train_iterator(start_position=data_position), config)
   step, acc, last = start_step, None, {}

@@ -90,5 +90,5 @@ def hold(workdir: str) -> Iterator[None]:
   try:
     yield
   finally:
-    if _holder(path).get("pid") == me["pid"] and _holder(path).get("host") == me["host"]:
+    if _holder(path) == me:  # still ours: not taken over as stale meanwhile
       path.unlink(missing_ok=True)
