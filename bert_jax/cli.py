@@ -120,13 +120,16 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   # jax and orbax come with these: imported here, not by every tool that uses this module.
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax import train_core  # pylint: disable=g-import-not-at-top
   from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
   writer = jax.process_index() == 0
   try:
     with workdir_lock.hold(workdir.value) if writer else contextlib.nullcontext():
       return run(config.value, workdir.value)
-  except (checkpoint.ResumeMismatchError, workdir_lock.WorkdirInUseError) as e:
-    raise SystemExit(f"{prog}: {e}") from None  # the user's mistake: one line, no traceback
+  except (checkpoint.ResumeMismatchError, workdir_lock.WorkdirInUseError,
+          train_core.NonFiniteLossError) as e:
+    # The user's mistake or a diverged run: one line, no traceback.
+    raise SystemExit(f"{prog}: {e}") from None
 
 
 def add_verbosity_flag(flag_values: flags.FlagValues) -> flags.Flag:

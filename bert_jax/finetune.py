@@ -237,7 +237,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
           step += 1
           acc = metrics if acc is None else jax.tree.map(jnp.add, acc, metrics)
           if step % config.log_every == 0 or step == total_steps:
-            train_core.raise_if_nonfinite(state, step, "none (fine-tuning saves no checkpoints)")
+            train_core.check_finite(state, step, "stop", "none (fine-tuning saves no checkpoints)")
             sums = jax.device_get(acc)
             logger.log(step, {"loss": float(sums["loss"] / sums["steps"]),
                               "learning_rate": float(schedule(step - 1)),

@@ -95,9 +95,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.update(flag=True))
 
   def nonfinite_steps():
-    if config.on_nan == "stop":
-      train_core.raise_if_nonfinite(state, step, ckpts.describe_latest())
-    return int(jax.device_get(state.nonfinite_steps))
+    return train_core.check_finite(state, step, config.on_nan, ckpts.describe_latest())
 
   def save(step):
     nonfinite_steps()

@@ -9,7 +9,7 @@
   model_config_from    a run's `model` config section over a checkpoint's or variant's
                        BertConfig ('auto' dtype resolved here, once)
   check_batch_config   batch sizes vs microbatches, mesh batch shards and processes
-  raise_if_nonfinite   the host-side end of the NaN guard
+  check_finite         the host-side end of the NaN guard (also checks the state itself)
 
 Objectives (bert_jax/objectives/) and tasks (bert_jax/tasks/) only give an
 Objective; the step, the state and the guard are the same for all of them.
@@ -200,23 +200,49 @@ def check_batch_config(config: Any, mesh, batch_keys: tuple[str, ...] = ("batch_
 
 
 class NonFiniteLossError(RuntimeError):
-  """The loss or gradients became NaN/inf and the run was told to stop."""
+  """The loss, gradients or train state became NaN/inf (or diverged) and the run stops."""
 
 
-def raise_if_nonfinite(state: TrainState, step: int, last_checkpoint: str) -> None:
-  """Host side of the NaN guard: stops the run when a step was not finite.
+@jax.jit
+def _state_is_finite(state: TrainState) -> jax.Array:
+  """Whether params and optimizer moments are finite and not diverged.
+
+  One read pass: the float32 sum of squares of every floating leaf is NaN/inf
+  when any element is, and overflows (|x| of ~1e19 in a leaf) when the state
+  diverged, as a learning rate of 1e30 makes it after one step.
+  """
+  leaves = [x for x in jax.tree.leaves((state.params, state.opt_state))
+            if jnp.issubdtype(x.dtype, jnp.floating)]
+  return jnp.isfinite(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
+
+
+def check_finite(state: TrainState, step: int, on_nan: str, last_checkpoint: str) -> int:
+  """Host side of the NaN guard, run at log steps and before every save.
 
   Args:
     state: the current train state.
     step: the step just run, for the message.
-    last_checkpoint: where the last good params are, for the message.
+    on_nan: 'stop' stops at the first NaN/inf loss or gradient; 'skip' goes on
+      (those steps left the state unchanged).
+    last_checkpoint: where the last good state is, for the message.
+
+  Returns:
+    The number of steps skipped so far for a NaN/inf loss or gradient.
 
   Raises:
-    NonFiniteLossError: some step's loss or gradients were NaN/inf.
+    NonFiniteLossError: the params or optimizer moments are not finite (in
+      either mode: a skipped step cannot undo an applied update, so such a state
+      is never saved), or on_nan='stop' and a step's loss or gradients were.
   """
+  if not bool(jax.device_get(_state_is_finite(state))):
+    raise NonFiniteLossError(
+        f"params or optimizer moments are NaN/inf or diverged (a squared norm overflows "
+        f"float32) at step {step}: the learning rate is likely too high. Stopping; this state "
+        f"is not saved; last good checkpoint: {last_checkpoint}")
   bad = int(jax.device_get(state.nonfinite_steps))
-  if bad:
+  if bad and on_nan == "stop":
     raise NonFiniteLossError(
         f"loss or gradients were NaN/inf in {bad} step(s) up to step {step}; params were not "
         f"updated by those steps. Stopping (on_nan='stop'); last good checkpoint: "
         f"{last_checkpoint}")
+  return bad

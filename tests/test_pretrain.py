@@ -180,15 +180,17 @@ def test_resume_with_a_changed_config_is_an_error_that_moves_nothing(
   assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
 
 
-def test_nan_loss_stops_with_last_good_checkpoint(corpus, tmp_path):
-  workdir = str(tmp_path / "nan")
-  config = small_config(corpus, learning_rate=1e38, warmup_steps=0, checkpoint_every=1)
-  config.optimizer.grad_clip_norm = 0.0
-  with pytest.raises(train_core.NonFiniteLossError, match="NaN/inf"):
-    pretrain.train(config, workdir)
-  # Every checkpoint that was written holds finite params.
-  steps = sorted(int(s) for s in os.listdir(os.path.join(workdir, "checkpoints")))
-  assert steps == sorted(set(steps))
+def test_diverged_state_stops_the_run_and_is_never_saved(corpus, tmp_path):
+  # learning_rate 1e30 (issue 17): step 1 runs at lr 0 (warmup), step 2's update makes every
+  # param ~1e30, finite but diverged; its loss and gradients were finite.
+  workdir = tmp_path / "diverged"
+  config = small_config(corpus, learning_rate=1e30, checkpoint_every=1)
+  with pytest.raises(train_core.NonFiniteLossError, match="diverged") as e:
+    pretrain.train(config, str(workdir))
+  assert os.listdir(workdir / "checkpoints") == ["1"]
+  assert f"last good checkpoint: {workdir / 'checkpoints' / '1'}" in str(e.value)
+  params = jax.tree.leaves(ckpt_lib.load_pretrained(str(workdir)).params)
+  assert max(float(np.abs(x).max()) for x in params) < 10.0
 
 
 @pytest.mark.parametrize("override,message", [

@@ -75,6 +75,30 @@ def test_nonfinite_step_leaves_state_unchanged():
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.parametrize("value", [np.nan, np.inf, 1e30])
+def test_host_guard_stops_on_a_nonfinite_or_diverged_state_in_either_mode(value):
+  _, _, _, state = _setup("adamw")
+  for on_nan in ("stop", "skip"):
+    assert train_core.check_finite(state, 3, on_nan, "ckpt/2") == 0
+  params = jax.tree.map(lambda x: x, state.params)
+  params["mlm_output_bias"] = params["mlm_output_bias"].at[0].set(value)
+  for on_nan in ("stop", "skip"):
+    with pytest.raises(train_core.NonFiniteLossError, match="diverged.*not saved.*ckpt/2"):
+      train_core.check_finite(state.replace(params=params), 3, on_nan, "ckpt/2")
+  moments = jax.tree.map(lambda x: jnp.full_like(x, value) if x.dtype == jnp.float32 else x,
+                         state.opt_state)
+  with pytest.raises(train_core.NonFiniteLossError, match="optimizer moments"):
+    train_core.check_finite(state.replace(opt_state=moments), 3, "skip", "ckpt/2")
+
+
+def test_host_guard_counts_skipped_steps_or_stops():
+  _, _, _, state = _setup("adamw")
+  skipped = state.replace(nonfinite_steps=jnp.ones((), jnp.int32))
+  assert train_core.check_finite(skipped, 5, "skip", "ckpt/4") == 1
+  with pytest.raises(train_core.NonFiniteLossError, match="1 step.*ckpt/4"):
+    train_core.check_finite(skipped, 5, "stop", "ckpt/4")
+
+
 def test_decay_mask_excludes_layernorm_and_biases():
   model, tx, sched, state = _setup("adamw")
   mask = optimizer.decay_mask(state.params)
