@@ -15,7 +15,9 @@ The model description (model config, vocab tokens, casing) is the same record
 in both forms: a bundle stores it as model_config.json, vocab.txt and
 bundle.json beside its params, a train checkpoint as the `meta` item.
 """
+import contextlib
 import dataclasses
+import re
 from typing import Any, Callable, Optional, Sequence
 
 from absl import logging
@@ -37,6 +39,10 @@ class ResumeMismatchError(ValueError):
   """A workdir's checkpoint was saved by another config than the run resuming it."""
 
 
+class CheckpointSaveError(RuntimeError):
+  """An (asynchronous) checkpoint save failed: a full disk, a lost permission, a bucket gone."""
+
+
 class TrainCheckpoints:
   """Async saving, keep-last-K, and restore with fallback.
 
@@ -53,6 +59,7 @@ class TrainCheckpoints:
         max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
                                           item_names=("state", "meta"))
+    self._failed = False  # a save failed: close() does not wait on it again
 
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
@@ -66,15 +73,48 @@ class TrainCheckpoints:
     return f"{self.directory}/{last}" if last is not None else "none saved yet"
 
   def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
-    """Starts saving (asynchronously); a step already saved is left as it is."""
+    """Starts saving (asynchronously); a step already saved is left as it is.
+
+    Raises:
+      CheckpointSaveError: this save, or an earlier one still in flight, failed.
+    """
     if step in self._manager.all_steps():
       return
-    self._manager.save(step, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
+    with self._save_errors():
+      self._manager.save(step, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
 
   def wait(self) -> None:
-    """Blocks until pending saves are committed."""
-    self._manager.wait_until_finished()
+    """Blocks until pending saves are committed; CheckpointSaveError if one failed."""
+    with self._save_errors():
+      self._manager.wait_until_finished()
+
+  def check_saves(self) -> None:
+    """Without blocking: CheckpointSaveError when a finished background save failed.
+
+    Called at every log step, so a full disk stops the run within `log_every`
+    steps of the failed save rather than at the next checkpoint.
+    """
+    if not self._manager.is_saving_in_progress():
+      self.wait()  # nothing in flight: returns at once, or raises the failed save's error
+
+  @contextlib.contextmanager
+  def _save_errors(self):
+    """Turns Orbax's failure (and its chain) into one CheckpointSaveError line."""
+    try:
+      yield
+    except Exception as e:  # pylint: disable=broad-except
+      self._failed = True
+      cause = e
+      while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__
+      detail = re.search(r"(No space left on device|Permission denied|Read-only file system"
+                         r"|Disk quota exceeded|File too large)", str(cause))
+      detail = detail.group(1) if detail else str(cause).splitlines()[0][:300]
+      kept = ", ".join(str(s) for s in self.all_steps()) or "none"
+      raise CheckpointSaveError(
+          f"saving a checkpoint to {self.directory} failed ({type(cause).__name__}: {detail}); "
+          f"stopping. Checkpoints saved before are intact (steps: {kept})") from None
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
     """Restores `step` into the shardings of `abstract_state` (ShapeDtypeStructs)."""
@@ -164,8 +204,16 @@ class TrainCheckpoints:
             "moved or deleted")
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
-    self._manager.close()
+    """Waits for pending saves and releases Orbax's threads; after a failed save, quietly."""
+    try:
+      if not self._failed:
+        self.wait()
+    finally:
+      try:
+        self._manager.close()
+      except Exception:  # pylint: disable=broad-except
+        if not self._failed:
+          raise
 
 
 def model_description(config: BertConfig, vocab: Sequence[str], lowercase: bool) -> dict:

@@ -126,8 +126,8 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   try:
     with workdir_lock.hold(workdir.value) if writer else contextlib.nullcontext():
       return run(config.value, workdir.value)
-  except (checkpoint.ResumeMismatchError, workdir_lock.WorkdirInUseError,
-          train_core.NonFiniteLossError) as e:
+  except (checkpoint.ResumeMismatchError, checkpoint.CheckpointSaveError,
+          workdir_lock.WorkdirInUseError, train_core.NonFiniteLossError) as e:
     # The user's mistake or a diverged run: one line, no traceback.
     raise SystemExit(f"{prog}: {e}") from None
 

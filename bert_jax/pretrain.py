@@ -134,6 +134,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         last["mfu"] = (last["tokens_per_second"] * flops_lib.train_flops_per_token(
             model_cfg, config.seq_len, masked_fraction) / peak)
         skipped = nonfinite_steps()
+        ckpts.check_saves()
         if skipped:
           last["nonfinite_steps"] = skipped
           logging.warning("%d step(s) had NaN/inf loss and were skipped", skipped)

@@ -4,7 +4,9 @@ import json
 import logging
 import os
 import pathlib
+import resource
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -191,6 +193,34 @@ def test_diverged_state_stops_the_run_and_is_never_saved(corpus, tmp_path):
   assert f"last good checkpoint: {workdir / 'checkpoints' / '1'}" in str(e.value)
   params = jax.tree.leaves(ckpt_lib.load_pretrained(str(workdir)).params)
   assert max(float(np.abs(x).max()) for x in params) < 10.0
+
+
+def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
+    corpus, tmp_path, monkeypatch):
+  # A full disk from the second checkpoint on: files may not grow past 64 KiB (RLIMIT_FSIZE;
+  # writes fail with EFBIG instead of SIGXFSZ killing the process).
+  workdir = tmp_path / "full"
+  config = small_config(corpus, total_steps=12, checkpoint_every=3)
+  soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+  orig_save = ckpt_lib.TrainCheckpoints.save
+
+  def save(self, step, state, meta):
+    if step == 6:
+      resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, hard))
+    return orig_save(self, step, state, meta)
+  monkeypatch.setattr(ckpt_lib.TrainCheckpoints, "save", save)
+  previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+  try:
+    with pytest.raises(ckpt_lib.CheckpointSaveError,
+                       match=r"failed \(.*File too large\); stopping.*intact \(steps: 3\)"):
+      pretrain.train(config, str(workdir))
+  finally:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    signal.signal(signal.SIGXFSZ, previous)
+  # It stopped at the first log step after the failure, not at the next checkpoint (step 9).
+  assert max(_losses(workdir)) < 9
+  assert sorted(os.listdir(workdir / "checkpoints"))[0] == "3"
+  assert ckpt_lib.load_pretrained(str(workdir / "checkpoints")).source.endswith("/3")
 
 
 @pytest.mark.parametrize("override,message", [
