@@ -61,6 +61,7 @@ def check_config(config, mesh) -> None:
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
   if config.num_epochs <= 0 and not config.eval_only:
     bad(f"num_epochs must be positive, got {config.num_epochs}")
+  opt_lib.check_config(config.optimizer, config.learning_rate)
   if not 0 <= config.warmup_fraction <= 1:
     bad(f"warmup_fraction must be in [0, 1], got {config.warmup_fraction}")
   if config.layerwise_lr_decay <= 0:

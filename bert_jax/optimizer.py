@@ -1,4 +1,5 @@
 """Optimizers (BERT's AdamW, LAMB) and learning-rate schedules with optax."""
+import math
 from typing import Any
 
 import jax
@@ -40,6 +41,34 @@ def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int,
     return decay
   warmup = optax.linear_schedule(0.0, peak, warmup_steps)
   return optax.join_schedules([warmup, decay], [warmup_steps])
+
+
+def check_config(opt: Any, learning_rate: float) -> None:
+  """Fails fast on optimizer settings that cannot train (shared by every entry point).
+
+  Raises:
+    ValueError: 'bad config: ...' naming the key and its value.
+  """
+  def bad(msg):
+    raise ValueError(f"bad config: {msg}")
+  if not (math.isfinite(learning_rate) and learning_rate > 0):
+    bad(f"learning_rate must be positive and finite, got {learning_rate}")
+  if opt.name not in ("adamw", "lamb"):
+    bad(f"optimizer.name {opt.name!r} not in ['adamw', 'lamb']")
+  for key in ("b1", "b2"):
+    if not 0 <= opt[key] < 1:
+      bad(f"optimizer.{key} must be in [0, 1), got {opt[key]}")
+  if not opt.eps > 0:
+    bad(f"optimizer.eps must be positive, got {opt.eps}")
+  for key in ("weight_decay", "grad_clip_norm"):
+    if not opt[key] >= 0:
+      bad(f"optimizer.{key} must be >= 0 (0 disables), got {opt[key]}")
+  if opt.schedule not in SCHEDULES:
+    bad(f"optimizer.schedule {opt.schedule!r} not in {list(SCHEDULES)}")
+  if not opt.poly_power > 0:
+    bad(f"optimizer.poly_power must be positive, got {opt.poly_power}")
+  if opt.grad_accum_steps <= 0:
+    bad(f"optimizer.grad_accum_steps must be positive, got {opt.grad_accum_steps}")
 
 
 def make_optimizer(opt: Any, learning_rate: float, warmup_steps: int,

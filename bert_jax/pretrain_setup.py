@@ -37,6 +37,9 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
         f"{config.seq_len}")
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
+  opt_lib.check_config(config.optimizer, config.learning_rate)
+  if config.warmup_steps < 0:
+    bad(f"warmup_steps must be >= 0, got {config.warmup_steps}")
   train_core.check_batch_config(config, mesh)
   if config.init_checkpoint and not epath.Path(config.init_checkpoint).exists():
     bad(f"init_checkpoint {config.init_checkpoint} does not exist")

@@ -1,6 +1,7 @@
 """PretrainData end to end on tiny corpora: determinism, resume, hosts, eval, bad input."""
 import collections
 import gzip
+import itertools
 import logging
 import random
 
@@ -271,6 +272,53 @@ def test_bad_config_and_input_are_refused_up_front(tmp_path):
       _data(_config(tmp_path, files, **overrides))
   with pytest.raises(ValueError, match="multiple of the process count 3"):
     _data(_config(tmp_path, glob), batch=4, process_count=3)
+
+
+def test_binary_and_truncated_shards_are_refused_before_any_is_read(tmp_path):
+  paths = _write_corpus(tmp_path, num_files=3)
+  glob = str(tmp_path / "part-*")
+  # A truncated .gz that is not the first shard (it used to crash at its turn, on every restart).
+  gz = gzip.compress(paths[2].read_bytes())
+  paths[2].unlink()
+  (tmp_path / "part-02.txt.gz").write_bytes(gz[:len(gz) // 2])
+  with pytest.raises(ValueError, match=r"cannot read .*part-02\.txt\.gz"):
+    _data(_config(tmp_path, glob))
+  (tmp_path / "part-02.txt.gz").write_bytes(gz)
+  assert next(_data(_config(tmp_path, glob)).train_iterator())["input_ids"].shape == (4, 32)
+  # A binary file among the text (was: one warning, then its bytes trained on).
+  (tmp_path / "part-03.bin").write_bytes(np.random.default_rng(0).bytes(5000))
+  with pytest.raises(ValueError, match=r"part-03\.bin is not a text file \(NUL bytes"):
+    _data(_config(tmp_path, glob))
+  (tmp_path / "part-03.bin").write_bytes(bytes(range(128, 256)) * 40)  # Latin-1, no NUL
+  with pytest.raises(ValueError, match=r"part-03\.bin is not UTF-8 text"):
+    _data(_config(tmp_path, glob))
+
+
+def test_vocab_casing_must_match_lowercase(tmp_path):
+  _write_corpus(tmp_path)
+  cfg = _config(tmp_path, str(tmp_path / "*.txt"))
+  capitals = [w.capitalize() for w in _WORDS]
+  cfg.vocab_file = _vocab(tmp_path, _VOCAB + capitals)
+  with pytest.raises(ValueError, match=r"is a cased vocab \(\d+ of its \d+ tokens have capitals"
+                                       r".*set config.data.lowercase=False"):
+    _data(cfg)
+  cfg.lowercase = False
+  assert next(_data(cfg).train_iterator())["input_ids"].shape == (4, 32)
+  # An uncased vocab (large enough to judge) read with capitals kept.
+  words = [w for w in map("".join, itertools.product("abcdefghij", repeat=3)) if w not in _VOCAB]
+  (tmp_path / "uncased").mkdir()
+  cfg.vocab_file = _vocab(tmp_path / "uncased", _VOCAB + words)
+  with pytest.raises(ValueError, match="is an uncased vocab.*set config.data.lowercase=True"):
+    _data(cfg)
+
+
+def test_a_vocab_that_does_not_fit_the_corpus_is_refused(tmp_path):
+  _write_corpus(tmp_path)
+  cfg = _config(tmp_path, str(tmp_path / "*.txt"))
+  cfg.vocab_file = _vocab(tmp_path, _VOCAB[:9] + _WORDS[:2])  # specials, '.', ',', 2 words
+  with pytest.raises(ValueError, match=r"part-00.txt.*: \d+% of its \d+ tokens are \[UNK\]"
+                                       r" with the 11-token vocab"):
+    next(_data(cfg).train_iterator())
 
 
 @pytest.mark.parametrize("missing", ["[CLS]", "[SEP]", "[MASK]", "[UNK]"])

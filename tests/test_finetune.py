@@ -350,6 +350,10 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
   # predict_ax belongs to MNLI.
   with pytest.raises(ValueError, match="predict_ax applies to task mnli only"):
     task_lib.build(_glue_config(glue_dir, good, predict_ax=True), tok, init.config)
+  # A negative or zero learning rate (was: accepted, the loss climbed, the model was exported).
+  for lr in (-2e-5, 0.0):
+    with pytest.raises(ValueError, match="learning_rate must be positive"):
+      finetune.finetune(_glue_config(glue_dir, good, learning_rate=lr), str(tmp_path / "lr"))
 
 
 def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):

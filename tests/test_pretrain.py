@@ -229,6 +229,12 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
     ({"data.max_predictions_per_seq": 64}, "max_predictions_per_seq"),
     ({"on_nan": "ignore"}, "on_nan"),
     ({"optimizer.grad_accum_steps": 3}, "grad_accum_steps"),
+    ({"learning_rate": -1e-3}, "learning_rate must be positive and finite, got -0.001"),
+    ({"learning_rate": 0.0}, "learning_rate must be positive"),
+    ({"warmup_steps": -5}, "warmup_steps must be >= 0, got -5"),
+    ({"optimizer.b2": 1.0}, r"optimizer.b2 must be in \[0, 1\)"),
+    ({"optimizer.eps": 0.0}, "optimizer.eps must be positive"),
+    ({"optimizer.weight_decay": -0.01}, "optimizer.weight_decay must be >= 0"),
 ])
 def test_bad_configs_fail_fast(corpus, tmp_path, override, message):
   with pytest.raises(ValueError, match=message):

@@ -33,7 +33,7 @@ import logging
 import os
 import queue
 import threading
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -69,6 +69,50 @@ class _ExamplePool:
     e_lo, e_hi = self.pack_splits[lo], self.pack_splits[hi]
     return data.build_rows(self.tokens, self.ex.take(np.arange(e_lo, e_hi)),
                            self.pack_splits[lo:hi + 1] - e_lo)
+
+
+# A corpus with more [UNK] than this is not one the vocab was made for (English text
+# with bert-base-uncased: ~0.1%; a 10-token vocab: 92%).
+MAX_UNKNOWN_RATE = 0.2
+
+
+def check_casing(vocab: Sequence[str], lowercase: bool, name: str) -> None:
+  """Refuses a cased vocab read lower-cased, and an uncased one read with capitals.
+
+  Raises:
+    ValueError: naming the vocab, what it is, and the setting to change.
+  """
+  regular = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
+  capitalized = [t for t in regular if any(ch.isupper() for ch in t)]
+  lower_words = sum(1 for t in regular if t.isalpha() and t.islower())
+  if lowercase and len(capitalized) >= max(10, 0.01 * len(regular)):
+    raise ValueError(
+        f"{name} is a cased vocab ({len(capitalized)} of its {len(regular)} tokens have "
+        f"capitals, e.g. {capitalized[:3]}) but config.data.lowercase=True would never produce "
+        "them; set config.data.lowercase=False")
+  if not lowercase and len(capitalized) <= 0.001 * len(regular) and lower_words >= 1000:
+    raise ValueError(
+        f"{name} is an uncased vocab ({len(capitalized)} of its {len(regular)} tokens have "
+        f"capitals) but config.data.lowercase=False: "
+        "every capitalized word would become [UNK]; set config.data.lowercase=True")
+
+
+def check_unknown_rate(tokens: np.ndarray, tokenizer, name: str) -> None:
+  """Refuses a vocab that does not fit the corpus (most tokens [UNK]).
+
+  Raises:
+    ValueError: naming the shard, the rate and the vocab's size.
+  """
+  unk = getattr(tokenizer, "unk_id", None)
+  if unk is None or len(tokens) < 100:
+    return
+  rate = float(np.mean(tokens == unk))
+  if rate > MAX_UNKNOWN_RATE:
+    raise ValueError(
+        f"{name}: {rate:.0%} of its {len(tokens)} tokens are [UNK] with the "
+        f"{tokenizer.vocab_size}-token vocab {tokenizer.vocab_file or ''}: the vocab does not "
+        f"fit this corpus (build one with python -m bert_jax.build_vocab, or check "
+        f"config.data.lowercase)")
 
 
 class PretrainData:
@@ -127,6 +171,9 @@ class PretrainData:
       raise ValueError(f"global batch size {global_batch_size} must be a positive multiple of "
                        f"the process count {process_count}")
     self.tokenizer = tokenizer_lib.load_tokenizer(c)
+    if c.tokenizer == "wordpiece":
+      check_casing(self.tokenizer.inv_vocab, self.tokenizer.lowercase,
+                   self.tokenizer.vocab_file or "the vocab")
     shards = sources.list_shards(c)
 
     self.vocab_size = self.tokenizer.vocab_size
@@ -201,6 +248,7 @@ class PretrainData:
       self.stats["invalid_utf8"] += raw.invalid_utf8
     raw = raw.select(self._select_docs(raw.num_docs, split))
     tokens, lengths = self._tokenize(raw.sentences)
+    check_unknown_rate(tokens, self.tokenizer, sources.describe(shard))
     # Drop sentences without tokens, then documents without sentences.
     keep = lengths > 0
     doc_of = np.repeat(np.arange(raw.num_docs), np.diff(raw.doc_splits))
