@@ -300,8 +300,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                    positional=("DATA_FILE", "PRED_FILE"))
   dataset_json = _load_json(data_file, "data file")
   predictions = _load_json(pred_file, "prediction file")
+  if not isinstance(dataset_json, dict) or not isinstance(dataset_json.get("data"), list):
+    raise SystemExit(f"squad_eval: {data_file} is not a SQuAD file (no top-level 'data' list)")
   if not isinstance(predictions, dict):
     raise SystemExit(f"squad_eval: {pred_file} must hold a JSON object id -> answer")
+  not_text = [k for k, v in predictions.items() if not isinstance(v, str)]
+  if not_text:
+    raise SystemExit(f"squad_eval: {pred_file}: {len(not_text)} prediction(s) are not strings, "
+                     f"e.g. {not_text[0]!r}: {predictions[not_text[0]]!r}")
   version = dataset_version(dataset_json)
   na_probs = None
   if args.na_prob_file:

@@ -16,6 +16,7 @@ from safetensors.numpy import load_file, save_file
 import transformers
 
 from bert_jax import bundle
+from bert_jax import cli
 from bert_jax import convert
 from bert_jax import model as model_lib
 from bert_jax.conversion import hf
@@ -251,6 +252,36 @@ def test_pickle_only_directory_is_refused(tmp_path):
   (d / "pytorch_model.bin").write_bytes(b"not loaded")
   with pytest.raises(ValueError, match=r"(?s)pickle.*safetensors only.*model\.safetensors"):
     hf.load_hf(str(d))
+
+
+def _run_convert(argv):
+  """The command line as `python -m bert_jax.convert` runs it: bad input exits with status 2."""
+  with pytest.raises(SystemExit) as e:
+    cli.run_tool(lambda: convert.main(argv))
+  assert e.value.code == 2
+
+
+def test_truncated_safetensors_and_nan_values_are_refused_in_one_line(pt_export, tmp_path, capsys):
+  d = str(tmp_path / "truncated")
+  _rewrite(pt_export, d, lambda t: t)
+  weights = os.path.join(d, "model.safetensors")
+  data = open(weights, "rb").read()
+  open(weights, "wb").write(data[:len(data) // 2])
+  _run_convert(["--from", "hf", "--src", d, "--dst", str(tmp_path / "out1")])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "model.safetensors is not a readable safetensors file" in err[0], err
+
+  def poison(t):
+    t["bert.encoder.layer.1.output.dense.weight"][3, :5] = np.nan
+    t["bert.pooler.dense.bias"][0] = np.inf
+    return t
+  d = str(tmp_path / "nan")
+  _rewrite(pt_export, d, poison)
+  _run_convert(["--from", "hf", "--src", d, "--dst", str(tmp_path / "out2")])
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and "NaN/inf values in 2 tensor(s)" in err[0], err
+  assert "layer_1" in err[0] and "(5 of " in err[0] and "pooler" in err[0]
+  assert not os.path.exists(tmp_path / "out2")
 
 
 def test_directory_without_config(tmp_path):

@@ -116,6 +116,21 @@ def test_read_errors(tmp_path):
   path = _squad_file(tmp_path, [(_CONTEXT, [_qa("q", "Who?")])])
   with pytest.raises(ValueError, match="question 'q' has no answer"):
     squad.read_squad_json(path, is_training=True)
+  # A missing or non-integer answer_start (was: a bare KeyError / int() traceback).
+  for start in ("missing", "12", 3.5, None):
+    qa = _qa("q7", "Who led?", "John Smith")
+    if start == "missing":
+      del qa["answers"][0]["answer_start"]
+    else:
+      qa["answers"][0]["answer_start"] = start
+    path = _squad_file(tmp_path, [(_CONTEXT, [_qa("q1", "Born?", "1895"), qa])])
+    with pytest.raises(ValueError, match=r"\.json: question 'q7': answer_start must be an integer"):
+      squad.read_squad_json(path, is_training=True)
+  qa = _qa("q8", "Who led?", "John Smith")
+  qa["answers"][0] = {"answer_start": 3}
+  path = _squad_file(tmp_path, [(_CONTEXT, [qa])])
+  with pytest.raises(ValueError, match=r"question 'q8': an answer needs a 'text' string"):
+    squad.read_squad_json(path, is_training=False)
 
 
 def test_read_tfds_records_through_tfds_load(tmp_path):

@@ -181,3 +181,10 @@ def test_cli_v1_and_v2(tmp_path, capsys):
   assert json.loads(capsys.readouterr().out)["exact"] == 50.0
   with pytest.raises(SystemExit, match="cannot read prediction file"):
     squad_eval.main([str(data_v2), str(tmp_path / "missing.json")])
+  # A prediction that is not a string, a data file without `data` (were: tracebacks).
+  preds.write_text(json.dumps({"1": "Denver Broncos", "2": 1895}))
+  with pytest.raises(SystemExit, match=r"1 prediction\(s\) are not strings, e.g. '2': 1895"):
+    squad_eval.main([str(data_v1), str(preds)])
+  data_v1.write_text(json.dumps({"version": "1.1", "articles": []}))
+  with pytest.raises(SystemExit, match=r"dev-v1.1.json is not a SQuAD file \(no top-level 'data'"):
+    squad_eval.main([str(data_v1), str(preds)])

@@ -7,6 +7,8 @@ import os
 from typing import Any, Callable, Optional
 
 from etils import epath
+from flax import traverse_util
+import numpy as np
 
 from bert_jax import bundle
 
@@ -34,8 +36,27 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
   if dst_path.exists() and any(dst_path.iterdir()) and not overwrite:
     raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
   out = load(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
+  check_finite(out["params"], src)
   source = src if "://" in src else os.path.abspath(src)
   bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"], out["lowercase"],
                      info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
                      overwrite=overwrite)
   return out
+
+
+def check_finite(params: Any, src: str) -> None:
+  """Refuses a checkpoint with NaN/inf values, naming each tensor that holds them.
+
+  Raises:
+    ValueError: listing the tensors (up to 5) and their non-finite counts.
+  """
+  bad = []
+  for path, x in traverse_util.flatten_dict(params, sep="/").items():
+    x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.floating):
+      n = int(x.size - np.count_nonzero(np.isfinite(x)))
+      if n:
+        bad.append(f"{path} ({n} of {x.size})")
+  if bad:
+    raise ValueError(f"{src} holds NaN/inf values in {len(bad)} tensor(s): "
+                     f"{', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}; not converted")

@@ -84,7 +84,11 @@ def _raw_tensors(files: list[epath.Path], kind: str) -> tuple[dict, Any]:
   else:
     from safetensors import safe_open  # pylint: disable=g-import-not-at-top
     for f in files:
-      handle = safe_open(os.fspath(f), framework="np")
+      try:
+        handle = safe_open(os.fspath(f), framework="np")
+      except Exception as e:  # pylint: disable=broad-except  # SafetensorError is not exported
+        raise ValueError(f"{f} is not a readable safetensors file (truncated or corrupt?): "
+                         f"{e}") from None
       for name in handle.keys():
         if name in shapes:
           raise ValueError(f"{f}: tensor {name!r} appears in more than one shard")

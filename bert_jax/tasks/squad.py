@@ -136,6 +136,10 @@ def _make_examples(records, is_training: bool, source: str):
       split_cache = {context: split_context(context)}  # Questions come grouped by context.
     doc_tokens, char_to_word_offset = split_cache[context]
     answers = record["answers"]
+    for a in answers:
+      if not isinstance(a, dict) or not isinstance(a.get("text"), str):
+        raise ValueError(f"{source}: question {record['id']!r}: an answer needs a 'text' string, "
+                         f"got {a!r}")
     is_impossible = bool(record.get("is_impossible", False))
     example = SquadExample(
         qas_id=record["id"], question_text=record["question"], doc_tokens=doc_tokens,
@@ -148,7 +152,11 @@ def _make_examples(records, is_training: bool, source: str):
           raise ValueError(f"{source}: question {record['id']!r} has no answer and is not "
                            "marked is_impossible")
         answer = answers[0]
-        text, offset = answer["text"], int(answer["answer_start"])
+        offset = answer.get("answer_start")
+        if isinstance(offset, bool) or not isinstance(offset, int):
+          raise ValueError(f"{source}: question {record['id']!r}: answer_start must be an integer "
+                           f"character offset, got {offset!r}")
+        text = answer["text"]
         end_char = offset + len(text) - 1
         found = False
         if text and 0 <= offset and end_char < len(char_to_word_offset):
