@@ -241,11 +241,52 @@ class Pretrained:
 
 
 def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
+  """`path/checkpoints`, or `path` itself when it holds step directories (finished or not)."""
   if (path / "checkpoints").is_dir():
     return path / "checkpoints"
-  if path.is_dir() and any(p.name.isdigit() for p in path.iterdir()):
+  if path.is_dir() and any(p.name.split(".")[0].isdigit() for p in path.iterdir()):
     return path
   return None
+
+
+def _locate(path: str) -> tuple[Optional[epath.Path], Optional["TrainCheckpoints"], int]:
+  """Where the checkpoint at `path` is: (bundle dir, None, -1) or (None, checkpoints, step).
+
+  Raises:
+    FileNotFoundError / ValueError naming the path and why it is no checkpoint.
+  """
+  root = epath.Path(path)
+  if not root.exists():
+    raise FileNotFoundError(f"checkpoint {path} does not exist")
+  for candidate in (root, root / "export"):
+    if bundle.is_bundle(str(candidate)):
+      return candidate, None, -1
+  ckpt_dir = _checkpoints_dir(root)
+  if ckpt_dir is None:
+    raise ValueError(f"checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
+                     "a pretraining workdir, nor a checkpoints directory; convert Hugging Face or "
+                     "Google checkpoints first with python -m bert_jax.convert")
+  ckpts = TrainCheckpoints(str(ckpt_dir), async_save=False)
+  step = ckpts.latest_step()
+  if step is None:
+    unfinished = sorted(p.name for p in ckpt_dir.iterdir() if "orbax-checkpoint-tmp" in p.name)
+    raise ValueError(f"checkpoint directory {ckpt_dir} holds no finished checkpoint" + (
+        f" (only {', '.join(unfinished)}: a save interrupted before it completed)"
+        if unfinished else ""))
+  return None, ckpts, step
+
+
+def read_model_config(path: str) -> BertConfig:
+  """The model config of any checkpoint load_pretrained accepts, without reading params.
+
+  For checks before a run's setup (a pretraining init_checkpoint of another
+  size is refused before the data is read).
+  """
+  bundle_dir, ckpts, step = _locate(path)
+  if bundle_dir is not None:
+    return bundle.read_config(str(bundle_dir))
+  source = f"{ckpts.directory}/{step}"
+  return BertConfig.from_dict(ckpts.read_meta(step)["model_config"], source=source)
 
 
 def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretrained:
@@ -260,24 +301,12 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
       its latest checkpoint), or a `checkpoints/` directory (latest step).
     expect: when given, the checkpoint's architecture must match it.
   """
-  root = epath.Path(path)
-  if not root.exists():
-    raise FileNotFoundError(f"checkpoint {path} does not exist")
-  for candidate in (root, root / "export"):
-    if bundle.is_bundle(str(candidate)):
-      b = bundle.load_bundle(str(candidate), expect_config=expect)
-      return Pretrained(b.params, b.config, tuple(bundle.vocab_lines(b.vocab_file)), b.lowercase,
-                        str(candidate))
-  ckpt_dir = _checkpoints_dir(root)
-  if ckpt_dir is None:
-    raise ValueError(f"checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
-                     "a pretraining workdir, nor a checkpoints directory; convert Hugging Face or "
-                     "Google checkpoints first with python -m bert_jax.convert")
-  ckpts = TrainCheckpoints(str(ckpt_dir), async_save=False)
-  step = ckpts.latest_step()
-  if step is None:
-    raise ValueError(f"checkpoint directory {ckpt_dir} holds no checkpoint")
-  source = f"{ckpt_dir}/{step}"
+  bundle_dir, ckpts, step = _locate(path)
+  if bundle_dir is not None:
+    b = bundle.load_bundle(str(bundle_dir), expect_config=expect)
+    return Pretrained(b.params, b.config, tuple(bundle.vocab_lines(b.vocab_file)), b.lowercase,
+                      str(bundle_dir))
+  source = f"{ckpts.directory}/{step}"
   meta = ckpts.read_meta(step)
   config = BertConfig.from_dict(meta["model_config"], source=source)
   if expect is not None:

@@ -130,6 +130,11 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
           workdir_lock.WorkdirInUseError, train_core.NonFiniteLossError) as e:
     # The user's mistake or a diverged run: one line, no traceback.
     raise SystemExit(f"{prog}: {e}") from None
+  except (ValueError, FileNotFoundError, FileExistsError) as e:
+    # Bad config or input (every check names the key, file or record): one line; the
+    # traceback with --verbosity=1.
+    logging.debug("traceback of the error below", exc_info=True)
+    raise SystemExit(f"{prog}: error: {e}") from None
 
 
 def add_verbosity_flag(flag_values: flags.FlagValues) -> flags.Flag:

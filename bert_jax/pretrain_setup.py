@@ -12,6 +12,8 @@ import jax
 import ml_collections
 import optax
 
+from bert_jax import bundle
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import model as model_lib
 from bert_jax import model_config as model_config_lib
 from bert_jax import optimizer as opt_lib
@@ -43,6 +45,10 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   train_core.check_batch_config(config, mesh)
   if config.init_checkpoint and not epath.Path(config.init_checkpoint).exists():
     bad(f"init_checkpoint {config.init_checkpoint} does not exist")
+  if config.init_checkpoint:  # its architecture, before the data is read (vocab checked later)
+    stored = ckpt_lib.read_model_config(config.init_checkpoint)
+    bundle.check_arch(stored, model_config_from(config, stored.vocab_size),
+                      config.init_checkpoint)
 
 
 def model_config_from(config: ml_collections.ConfigDict,

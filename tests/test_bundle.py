@@ -145,3 +145,12 @@ def test_guess_lowercase(tmp_path):
                              + [f"w{i}" for i in range(200)]))
   assert bundle.guess_lowercase(str(lower))
   assert not bundle.guess_lowercase(str(cased))
+
+
+def test_checkpoints_dir_with_only_an_interrupted_save(tmp_path):
+  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  (tmp_path / "checkpoints" / "20.orbax-checkpoint-tmp-1763").mkdir(parents=True)
+  for path in (tmp_path, tmp_path / "checkpoints"):
+    with pytest.raises(ValueError, match=r"checkpoints holds no finished checkpoint \(only "
+                                         r"20\.orbax-checkpoint-tmp-1763: a save interrupted"):
+      ckpt_lib.load_pretrained(str(path))

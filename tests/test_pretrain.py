@@ -241,6 +241,26 @@ def test_bad_configs_fail_fast(corpus, tmp_path, override, message):
     pretrain.train(small_config(corpus, **override), str(tmp_path))
 
 
+def test_init_checkpoint_of_another_size_is_refused_before_the_data_is_read(
+    corpus, straight_run, tmp_path):
+  config = small_config(corpus, variant="mini", init_checkpoint=straight_run[0])
+  config.data.files = str(tmp_path / "not-read-*.txt")  # the data would fail next
+  with pytest.raises(ValueError, match=r"checkpoint is L2 H128.*but config asks L4 H256"):
+    pretrain.train(config, str(tmp_path / "w"))
+
+
+def test_cli_bad_config_is_one_line_without_traceback(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-m", "bert_jax.pretrain", "--config", "configs/pretrain.py:tiny",
+       "--workdir", str(tmp_path), "--config.learning_rate=-0.01"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert "Traceback" not in proc.stderr
+  assert proc.stderr.strip().splitlines()[-1] == (
+      "bert_jax.pretrain: error: bad config: learning_rate must be positive and finite, "
+      "got -0.01")
+
+
 def test_cli_rejects_unknown_config_key(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-m", "bert_jax.pretrain", "--config", "configs/pretrain.py:tiny",
