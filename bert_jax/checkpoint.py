@@ -30,6 +30,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from bert_jax import bundle
+from bert_jax import checksum
 from bert_jax import model as model_lib
 from bert_jax import sharding
 from bert_jax.model_config import BertConfig
@@ -80,6 +81,7 @@ class TrainCheckpoints:
     """
     if step in self._manager.all_steps():
       return
+    meta = dict(meta, checksums=checksum.tree_checksums(state))  # verified at restore
     with self._save_errors():
       self._manager.save(step, args=ocp.args.Composite(
           state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)))
@@ -120,6 +122,7 @@ class TrainCheckpoints:
     """Restores `step` into the shardings of `abstract_state` (ShapeDtypeStructs)."""
     out = self._manager.restore(step, args=ocp.args.Composite(
         state=ocp.args.StandardRestore(abstract_state), meta=ocp.args.JsonRestore()))
+    checksum.verify(out["state"], out["meta"].get("checksums"), f"{self.directory}/{step}")
     return out["state"], out["meta"]
 
   def read_meta(self, step: int) -> dict[str, Any]:
@@ -312,6 +315,7 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
   if expect is not None:
     bundle.check_arch(config, expect, source)
   state = _restore_on_one_device(ckpts.directory / str(step) / "state")
+  checksum.verify(state, meta.get("checksums"), source)
   params = jax.tree.map(np.asarray, model_lib.unstack_layers(state["params"]))
   return Pretrained(params, config.replace(scan_layers=False), tuple(meta["vocab"]),
                     bool(meta["lowercase"]), source)

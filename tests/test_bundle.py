@@ -154,3 +154,23 @@ def test_checkpoints_dir_with_only_an_interrupted_save(tmp_path):
     with pytest.raises(ValueError, match=r"checkpoints holds no finished checkpoint \(only "
                                          r"20\.orbax-checkpoint-tmp-1763: a save interrupted"):
       ckpt_lib.load_pretrained(str(path))
+
+
+def test_checksums_see_every_bit_and_position():
+  from bert_jax import checksum  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  tree = {"a": rng.normal(size=(3, 5)).astype(np.float32), "b": {"c": np.arange(7, dtype=np.int32)},
+          "d": rng.normal(size=4).astype(jax.numpy.bfloat16)}
+  sums = checksum.tree_checksums(tree)
+  assert sorted(sums) == ["a", "b/c", "d"]
+  checksum.verify(tree, sums, "ckpt")
+  checksum.verify({"a": tree["a"]}, sums, "ckpt")  # a subset (params of a full state)
+  checksum.verify(tree, None, "old ckpt")  # saved before checksums: nothing to compare
+  for bit in range(32):  # every single-bit flip of an element
+    flipped = tree["a"].copy()
+    flipped.view(np.uint32)[1, 2] ^= np.uint32(1 << bit)
+    with pytest.raises(checksum.ChecksumError, match="1 restored array.*: a$"):
+      checksum.verify(dict(tree, a=flipped), sums, "ckpt")
+  swapped = tree["b"]["c"][[1, 0, 2, 3, 4, 5, 6]]  # same values, other positions
+  with pytest.raises(checksum.ChecksumError, match="b/c"):
+    checksum.verify({"b": {"c": swapped}}, sums, "ckpt")

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from bert_jax import checkpoint as ckpt_lib
+from bert_jax import checksum
 from bert_jax import pretrain
 from bert_jax import train_core
 
@@ -137,6 +138,25 @@ def test_unreadable_latest_checkpoint_falls_back(corpus, straight_run, tmp_path,
   assert "resumed from" in out and "/3 " in out
   assert os.path.isdir(os.path.join(workdir, "checkpoints_unreadable", "6"))  # kept, not deleted
   assert summary["step"] == 7
+
+
+def test_a_flipped_byte_in_array_data_is_detected_by_the_checksums(corpus, straight_run, tmp_path,
+                                                                   capsys):
+  workdir = tmp_path / "flipped"
+  shutil.copytree(straight_run[0], workdir)
+  # One bit of the largest array-data file of the newest checkpoint (Orbax alone restores it).
+  data_files = [f for f in (workdir / "checkpoints" / "6" / "state").rglob("d/*") if f.is_file()]
+  target = max(data_files, key=lambda f: f.stat().st_size)
+  data = bytearray(target.read_bytes())
+  data[len(data) // 2] ^= 0x10
+  target.write_bytes(bytes(data))
+  with pytest.raises(checksum.ChecksumError, match=r"checkpoints/6: 1 restored array\(s\) differ"):
+    ckpt_lib.load_pretrained(str(workdir / "checkpoints"))
+  # A resume treats it as corruption: moved aside (kept), the previous checkpoint used.
+  summary = pretrain.train(small_config(corpus, total_steps=7), str(workdir))
+  out = capsys.readouterr().out
+  assert "checkpoint step 6 unreadable (ChecksumError)" in out and "/3 " in out
+  assert (workdir / "checkpoints_unreadable" / "6").is_dir() and summary["step"] == 7
 
 
 def test_metrics_hold_each_step_once_after_a_resume(corpus, straight_run, tmp_path):
