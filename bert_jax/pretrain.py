@@ -92,6 +92,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   logger = train_log.RunLogger(workdir, config.total_steps, is_writer, resume_step=start_step)
   peak = flops_lib.device_peak_flops(model_cfg.dtype) * jax.device_count()
   preempted = {"flag": False}
+  spike_check = train_core.LossSpikeCheck(config.divergence_factor, start_step)
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.update(flag=True))
 
   def nonfinite_steps():
@@ -135,6 +136,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
             model_cfg, config.seq_len, masked_fraction) / peak)
         skipped = nonfinite_steps()
         ckpts.check_saves()
+        spike_check(last["loss"], step, ckpts.all_steps(), str(ckpts.directory))
         if skipped:
           last["nonfinite_steps"] = skipped
           logging.warning("%d step(s) had NaN/inf loss and were skipped", skipped)

@@ -40,6 +40,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
   opt_lib.check_config(config.optimizer, config.learning_rate)
+  train_core.LossSpikeCheck(config.divergence_factor)  # validates the factor
   if config.warmup_steps < 0:
     bad(f"warmup_steps must be >= 0, got {config.warmup_steps}")
   train_core.check_batch_config(config, mesh)

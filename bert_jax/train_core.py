@@ -10,6 +10,7 @@
                        BertConfig ('auto' dtype resolved here, once)
   check_batch_config   batch sizes vs microbatches, mesh batch shards and processes
   check_finite         the host-side end of the NaN guard (also checks the state itself)
+  LossSpikeCheck       an optional divergence check on logged losses
 
 Objectives (bert_jax/objectives/) and tasks (bert_jax/tasks/) only give an
 Objective; the step, the state and the guard are the same for all of them.
@@ -246,3 +247,36 @@ def check_finite(state: TrainState, step: int, on_nan: str, last_checkpoint: str
         f"updated by those steps. Stopping (on_nan='stop'); last good checkpoint: "
         f"{last_checkpoint}")
   return bad
+
+
+class LossSpikeCheck:
+  """Stops a run whose logged loss spikes: a divergence that stays finite.
+
+  At each log step the window's mean loss is compared with the lowest window
+  mean so far; above `factor` times it, the run stops, naming the newest
+  checkpoint saved before the spiking window began.
+
+  Args:
+    factor: the spike ratio (> 1); 0 disables the check.
+    start_step: the step the run starts (resumes) from.
+  """
+
+  def __init__(self, factor: float, start_step: int = 0):
+    if factor and factor <= 1 or factor < 0:
+      raise ValueError(f"bad config: divergence_factor must be 0 (off) or > 1, got {factor}")
+    self.factor = factor
+    self.lowest, self.lowest_step, self.last_step = float("inf"), 0, start_step
+
+  def __call__(self, loss: float, step: int, saved_steps: list[int], directory: str) -> None:
+    window_start, self.last_step = self.last_step, step
+    if not self.factor:
+      return
+    if loss > self.factor * self.lowest:
+      before = [s for s in saved_steps if s <= window_start]
+      good = f"{directory}/{before[-1]}" if before else "none saved before it"
+      raise NonFiniteLossError(
+          f"loss spiked to {loss:.4g} over steps {window_start + 1}-{step}, more than "
+          f"divergence_factor {self.factor:g} x the lowest logged loss {self.lowest:.4g} (step "
+          f"{self.lowest_step}). Stopping; last checkpoint saved before the spike: {good}")
+    if loss < self.lowest:
+      self.lowest, self.lowest_step = loss, step

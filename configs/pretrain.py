@@ -121,6 +121,9 @@ def get_config(arg=None):
   c.keep_checkpoints = 3
   # On NaN/inf loss: 'stop' (keep the last good checkpoint) or 'skip' the update.
   c.on_nan = "stop"
+  # Stop when a log window's mean loss exceeds this times the lowest so far (a divergence
+  # that stays finite); 0 disables. E.g. 2.0 for long runs; the loss falls ~10 -> ~2.
+  c.divergence_factor = 0.0
   # Checkpoint (a pretraining checkpoints dir or a bert_jax params export) to start from.
   c.init_checkpoint = ""
   # Profile steps [start, start+num) with jax.profiler into workdir/profile: the first

@@ -99,6 +99,22 @@ def test_host_guard_counts_skipped_steps_or_stops():
     train_core.check_finite(skipped, 5, "stop", "ckpt/4")
 
 
+def test_loss_spike_check_names_the_checkpoint_before_the_spike():
+  check = train_core.LossSpikeCheck(2.0, start_step=100)
+  for step, loss in ((110, 9.0), (120, 6.0), (130, 4.0), (140, 7.9)):  # 7.9 < 2 x 4.0
+    check(loss, step, [100, 120, 140], "ckpts")
+  with pytest.raises(train_core.NonFiniteLossError,
+                     match=r"spiked to 8.1 over steps 141-150.*lowest logged loss 4 \(step 130\)"
+                           r".*before the spike: ckpts/140"):
+    check(8.1, 150, [100, 120, 140, 150], "ckpts")
+  off = train_core.LossSpikeCheck(0.0)
+  for step, loss in ((1, 1.0), (2, 100.0)):
+    off(loss, step, [], "ckpts")
+  for bad in (1.0, 0.5, -2.0):
+    with pytest.raises(ValueError, match="divergence_factor must be 0 \\(off\\) or > 1"):
+      train_core.LossSpikeCheck(bad)
+
+
 def test_decay_mask_excludes_layernorm_and_biases():
   model, tx, sched, state = _setup("adamw")
   mask = optimizer.decay_mask(state.params)
