@@ -181,8 +181,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:])."""
   cli.run_config_program(
       train_and_export, argv, "bert_jax.pretrain", __doc__, "configs/pretrain.py:VARIANT",
-      "Run directory (checkpoints, logs).",
-      default_verbosity=logging.WARNING)  # progress lines are printed; --verbosity=0 for INFO logs
+      "Run directory (checkpoints, logs).")
 
 
 def train_and_export(config: ml_collections.ConfigDict, workdir: str) -> None:
