@@ -20,10 +20,12 @@ before TensorFlow loads: unless the command line gives absl's `--verbosity`
 (`--verbosity=0` shows INFO logs), third-party logging is silenced:
 TensorFlow's C++ logs (TF_CPP_MIN_LOG_LEVEL=3, which hides "failed call to
 cuInit" on CPU machines), the native stderr lines of TensorFlow's import
-(CUDA stub probes) and of its accelerator probe (libtpu's lines after `pip
-install -e '.[tpu]'`, see `quiet_native_stderr`), and absl / Orbax INFO logs
-(absl logging at WARNING). What a run does is printed by the programs
-themselves (bert_jax.train_log).
+(CUDA stub probes) and of its accelerator probe (see `quiet_native_stderr`),
+libtpu's lines after `pip install -e '.[tpu]'` on a machine without TPUs
+(JAX_PLATFORMS=cpu when the machine has neither TPU chips nor NVIDIA GPUs and
+JAX_PLATFORMS is unset, so JAX does not load libtpu to find nothing), and
+absl / Orbax INFO logs (absl logging at WARNING). What a run does is printed
+by the programs themselves (bert_jax.train_log).
 """
 import contextlib
 import importlib.abc
@@ -114,11 +116,25 @@ class _QuietImport(importlib.abc.MetaPathFinder):
     return spec
 
 
+def _cpu_only_machine() -> bool:
+  """True when the machine has no TPU chip and no NVIDIA GPU (JAX's own PCI / device checks)."""
+  try:
+    from jax._src import hardware_utils  # pylint: disable=g-import-not-at-top
+    chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
+    return chips == 0 and not hardware_utils.has_visible_nvidia_gpu()
+  except Exception:  # pylint: disable=broad-except  # a private module: if it moved, do nothing
+    return False
+
+
 def _quiet_start_up() -> None:
   """Silences third-party start-up logging unless VERBOSE (see the module docstring)."""
   if VERBOSE:
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  if "JAX_PLATFORMS" not in os.environ and _cpu_only_machine():
+    # Otherwise JAX loads libtpu (when installed, e.g. for aot_compile) only to find no
+    # TPU, and libtpu prints its lines to stderr.
+    os.environ["JAX_PLATFORMS"] = "cpu"
   if "tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _QuietImport("tensorflow"))
   logging.set_verbosity(logging.WARNING)
