@@ -23,6 +23,9 @@ from bert_jax import train_core
 
 # Arrays the model consumes; everything else in a feature dict is labels or metadata.
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+# Key of an EvalSet score's list of warnings (e.g. predictions at the majority-class
+# baseline); fine-tuning prints them and records them in eval_results.json.
+WARNINGS = "warnings"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +52,10 @@ class EvalSet:
     name: split name (dev, dev_matched, test, ...).
     arrays: feature arrays (unpadded; prediction pads with rows it drops again).
     score: fn(outputs: dict of numpy [n, ...], workdir or None) -> metrics dict
-      (empty for unlabeled prediction splits, which only write files); workdir
-      None: compute, write nothing (processes other than 0).
+      (empty for unlabeled prediction splits, which only write files), with a
+      list of one-line warnings under WARNINGS when the predictions show the
+      model learned nothing; workdir None: compute, write nothing (processes
+      other than 0).
   """
   name: str
   arrays: dict
