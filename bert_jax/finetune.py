@@ -281,16 +281,18 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
       if is_writer:
         print(f"seed {seed}: evaluating " + ", ".join(
             f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
-      results, warnings = {}, []
+      results, warnings, checked = {}, [], False
       for eval_set in task.eval_sets:  # every process scores, process 0 writes files
         outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
                           mesh, rules)
         scores = eval_set.score(outputs, workdir if is_writer else None)
+        checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
         warnings += scores.pop(task_lib.WARNINGS, [])
         results.update(scores)
       logger.log(step, {k: v for k, v in results.items() if isinstance(v, (int, float))},
                  prefix=f"seed{seed}_eval_")
-      results["constant_prediction"] = bool(warnings)
+      if checked:
+        results["constant_prediction"] = bool(warnings)
       if warnings:
         results["warning"] = "; ".join(warnings)
         if is_writer:

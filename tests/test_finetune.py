@@ -383,7 +383,8 @@ def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   assert lines[1:4] == ["0\tcontradiction", "1\tentailment", "2\tneutral"] and len(lines) == 8
   # Dev metrics are keyed _matched / _mismatched.
   dev = task.eval_sets[0].score({"logits": np.eye(3)[[0, 1, 2, 0, 1]]}, str(tmp_path))
-  assert set(dev) == {"accuracy_matched"}
+  assert set(dev) == {"accuracy_matched", "majority_baseline_matched", task_lib.WARNINGS}
+  assert dev[task_lib.WARNINGS] == []  # 5 dev rows, predictions of 3 classes
 
 
 def test_constant_predictions_are_flagged_printed_and_recorded(mrpc_run, glue_dir, tmp_path,

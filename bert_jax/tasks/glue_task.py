@@ -69,8 +69,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       results = {task.result_name(m, split): v for m, v in values.items()}
       warning = metrics_lib.constant_prediction_warning(preds, arrays[label_key],
                                                         task.is_regression)
-      if warning:
-        results[task_lib.WARNINGS] = [f"{task.name} {split}: {warning}"]
+      results[task_lib.WARNINGS] = [f"{task.name} {split}: {warning}"] if warning else []
       return results
     eval_sets.append(task_lib.EvalSet(split, arrays, score))
 

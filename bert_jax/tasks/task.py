@@ -52,10 +52,10 @@ class EvalSet:
     name: split name (dev, dev_matched, test, ...).
     arrays: feature arrays (unpadded; prediction pads with rows it drops again).
     score: fn(outputs: dict of numpy [n, ...], workdir or None) -> metrics dict
-      (empty for unlabeled prediction splits, which only write files), with a
-      list of one-line warnings under WARNINGS when the predictions show the
-      model learned nothing; workdir None: compute, write nothing (processes
-      other than 0).
+      (empty for unlabeled prediction splits, which only write files); a task
+      that checks its predictions against constant baselines adds WARNINGS, a
+      list of one-line warnings (empty when the model beats them); workdir
+      None: compute, write nothing (processes other than 0).
   """
   name: str
   arrays: dict
