@@ -329,7 +329,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f"{train_log.count_params(pretrained.params) / 1e6:.1f}M params, from "
                 f"{pretrained.source}"),
       ("data", f"{args.input}: {len(inp.texts):,} {kind}, max_length {max_length}"),
-      ("steps", f"{-(-len(inp.texts) // args.batch_size):,} batches of {args.batch_size}, "
+      ("steps", f"{-(-len(inp.texts) // args.batch_size):,} batch(es) of {args.batch_size}, "
                 f"pooling {args.pooling}, {args.dtype}"),
       ("output", args.output)], file=sys.stderr)
   emb, stats = embed(pretrained, inp.texts, pooling=args.pooling, layers=layers,
