@@ -162,6 +162,8 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
     SystemExit: --help (status 0), or bad usage (one line naming the problem).
   """
   argv = list(sys.argv[1:] if argv is None else argv)
+  if "verbosity" not in flag_values:  # every program takes it (see the module docstring)
+    add_verbosity_flag(flag_values)
   usage = f"usage: python -m {prog} [flags] {' '.join(positional)}".rstrip()
   flag_args = argv[:argv.index("--")] if "--" in argv else argv
   if any(a in _HELP for a in flag_args):
