@@ -133,8 +133,12 @@ def _quiet_start_up() -> None:
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
   if "JAX_PLATFORMS" not in os.environ and _cpu_only_machine():
     # Otherwise JAX loads libtpu (when installed, e.g. for aot_compile) only to find no
-    # TPU, and libtpu prints its lines to stderr.
+    # TPU, and libtpu prints its lines to stderr. JAX read the variable when it was
+    # imported (programs import it before this module), so its config is set too; no
+    # backend has started yet at program start.
+    import jax  # pylint: disable=g-import-not-at-top
     os.environ["JAX_PLATFORMS"] = "cpu"
+    jax.config.update("jax_platforms", "cpu")
   if "tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _QuietImport("tensorflow"))
   logging.set_verbosity(logging.WARNING)

@@ -45,3 +45,17 @@ def test_a_program_start_up_prints_nothing_of_tensorflow_or_jax():
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout == "3 3\n"
   assert proc.stderr == ""
+
+
+def test_jax_is_kept_off_libtpu_on_a_machine_without_accelerators():
+  """JAX imported first (as programs do), then bert_jax.cli: JAX's platforms are set in time."""
+  code = ("import jax\n"
+          "from bert_jax import cli\n"
+          "print(cli._cpu_only_machine(), jax.config.jax_platforms)\n")
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                        timeout=120, check=False, env=env)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  cpu_only, platforms = proc.stdout.split()
+  assert platforms == ("cpu" if cpu_only == "True" else "None")
+  assert proc.stderr == ""
