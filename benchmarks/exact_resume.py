@@ -69,6 +69,11 @@ def main():
   p.add_argument("--kill_after", type=int, default=25)
   p.add_argument("--workdir", default="/tmp/bert_jax_resume")
   args, extra = p.parse_known_args()
+  if not 0 < args.kill_after < args.steps:
+    p.error(f"--kill_after {args.kill_after} must be between 0 and --steps {args.steps} "
+            "(the run is killed after logging that step)")
+  if args.checkpoint_every <= 0:
+    p.error(f"--checkpoint_every {args.checkpoint_every} must be positive")
   env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
   shutil.rmtree(args.workdir, ignore_errors=True)
   straight = os.path.join(args.workdir, "straight")

@@ -3,6 +3,10 @@ r"""Peak memory of a pretraining step per variant, and the largest batch that fi
   python benchmarks/memory.py [--variants tiny,mini,base] [--batch_size 8] [--seq_len 128]
       [--fit base,large] [--dtype float32|bfloat16] [--no_run]
 
+Runtime on a 2-core CPU: seconds per small variant, minutes for base and large;
+each --fit variant adds about ten compiles (several minutes each for base and
+large), so --fit is empty unless given.
+
 For each variant: XLA's compiled memory analysis of the real train step
 (arguments, outputs, temporaries; per device) and, unless --no_run, the
 measured peak of one executed step: jax memory stats (peak_bytes_in_use) on an
@@ -110,10 +114,16 @@ def main():
   p.add_argument("--seq_len", type=int, default=128)
   p.add_argument("--dtype", default="float32")
   p.add_argument("--remat", default="none")
-  p.add_argument("--fit", default="base,large", help="variants to find the largest batch for")
+  p.add_argument("--fit", default="", help="variants to find the largest batch for, e.g. "
+                 "base,large (about ten compiles each; none by default)")
   p.add_argument("--no_run", action="store_true", help="compiled analysis only, no executed step")
   p.add_argument("--_child", default="", help=argparse.SUPPRESS)
   args = p.parse_args()
+  from bert_jax import model_config  # pylint: disable=g-import-not-at-top
+  for flag in ("variants", "fit"):
+    bad = [v for v in getattr(args, flag).split(",") if v and v not in model_config.VARIANTS]
+    if bad:
+      p.error(f"--{flag}: unknown variants {bad}; known: {list(model_config.VARIANTS)}")
   if args._child:
     print(json.dumps(run_one(args._child, args.batch_size, args.seq_len, args.dtype, args.remat)))
     return

@@ -125,7 +125,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.type == "wordpiece":
       vocab = build_wordpiece(sentences, args.vocab_size, args.num_unused, args.min_count)
       epath.Path(args.output).write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
-      print(f"wrote {len(vocab)} tokens to {args.output}")
+      print(f"wrote {len(vocab):,} tokens to {args.output}" + (
+          "" if len(vocab) == args.vocab_size else
+          f" (--vocab_size {args.vocab_size:,} is a maximum: the WordPiece learner searches "
+          "for a count threshold giving a vocab within 5% below it, and never learns words "
+          f"seen fewer than --min_count {args.min_count} times)"))
     else:
       path = build_sentencepiece(sentences, args.output, args.vocab_size)
       print(f"wrote {path}")

@@ -14,9 +14,25 @@ process. Bad usage (an unknown or malformed flag, a missing required flag, the
 wrong number of positional arguments) ends the program with one line, a
 SystemExit whose message names the problem; `--help` prints the module
 docstring and the flags.
+
+Quiet start-up, set up here once because every program imports this module
+before TensorFlow loads: unless the command line gives absl's `--verbosity`
+(`--verbosity=0` shows INFO logs), third-party logging is silenced:
+TensorFlow's C++ logs (TF_CPP_MIN_LOG_LEVEL=3, which hides "failed call to
+cuInit" on CPU machines), the native stderr lines of TensorFlow's import
+(CUDA stub probes) and of its accelerator probe (see `quiet_native_stderr`),
+libtpu's lines after `pip install -e '.[tpu]'` on a machine without TPUs
+(JAX_PLATFORMS=cpu when the machine has neither TPU chips nor NVIDIA GPUs and
+JAX_PLATFORMS is unset, so JAX does not load libtpu to find nothing), and
+absl / Orbax INFO logs (absl logging at WARNING). What a run does is printed
+by the programs themselves (bert_jax.train_log).
 """
 import contextlib
+import importlib.abc
+import importlib.util
+import os
 import sys
+import tempfile
 from typing import Any, Callable, Optional, Sequence
 
 from absl import flags
@@ -27,6 +43,108 @@ from ml_collections import config_flags
 from bert_jax import distributed
 
 _HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
+
+
+def verbose_requested(argv: Sequence[str]) -> bool:
+  """Whether a command line gives absl's --verbosity (or -v): third-party logs wanted."""
+  return any(a in ("--verbosity", "-v") or a.startswith(("--verbosity=", "-v="))
+             for a in argv)
+
+
+# Decided once, from the program's command line, before anything is imported.
+VERBOSE = verbose_requested(sys.argv[1:])
+
+
+@contextlib.contextmanager
+def quiet_native_stderr():
+  """Drops what native code writes to stderr inside the block, unless VERBOSE.
+
+  For library start-up probes that write to file descriptor 2 directly, below
+  any log level (TensorFlow's CUDA stub lines at import, libtpu's lines when
+  TensorFlow looks for TPUs). The output is kept in a temporary file and
+  written out after all when the block raises, so no error is lost.
+  """
+  if VERBOSE:
+    yield
+    return
+  sys.stderr.flush()
+  saved = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      yield
+    except BaseException:
+      os.dup2(saved, 2)
+      captured.seek(0)
+      os.write(2, captured.read())
+      raise
+    finally:
+      sys.stderr.flush()
+      os.dup2(saved, 2)
+      os.close(saved)
+
+
+class _QuietImport(importlib.abc.MetaPathFinder):
+  """Runs the first import of one module (tensorflow) inside quiet_native_stderr.
+
+  TensorFlow is imported by bert_jax.cpu_tensorflow and, inside data modules, by
+  tensorflow_text; this catches whichever comes first.
+  """
+
+  def __init__(self, name: str):
+    self.name = name
+    self._looking = False
+
+  def find_spec(self, fullname, path=None, target=None):
+    if fullname != self.name or self._looking:
+      return None
+    self._looking = True  # the lookup below must not come back here
+    try:
+      spec = importlib.util.find_spec(fullname)
+    finally:
+      self._looking = False
+    if spec is None or spec.loader is None:
+      return spec
+    exec_module = spec.loader.exec_module
+
+    def quiet_exec(module):
+      if self in sys.meta_path:  # imported once; a mere find_spec (probing) is not an import
+        sys.meta_path.remove(self)
+      with quiet_native_stderr():
+        exec_module(module)
+    spec.loader.exec_module = quiet_exec
+    return spec
+
+
+def _cpu_only_machine() -> bool:
+  """True when the machine has no TPU chip and no NVIDIA GPU (JAX's own PCI / device checks)."""
+  try:
+    from jax._src import hardware_utils  # pylint: disable=g-import-not-at-top
+    chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
+    return chips == 0 and not hardware_utils.has_visible_nvidia_gpu()
+  except Exception:  # pylint: disable=broad-except  # a private module: if it moved, do nothing
+    return False
+
+
+def _quiet_start_up() -> None:
+  """Silences third-party start-up logging unless VERBOSE (see the module docstring)."""
+  if VERBOSE:
+    return
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+  if "JAX_PLATFORMS" not in os.environ and _cpu_only_machine():
+    # Otherwise JAX loads libtpu (when installed, e.g. for aot_compile) only to find no
+    # TPU, and libtpu prints its lines to stderr. JAX read the variable when it was
+    # imported (programs import it before this module), so its config is set too; no
+    # backend has started yet at program start.
+    import jax  # pylint: disable=g-import-not-at-top
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    jax.config.update("jax_platforms", "cpu")
+  if "tensorflow" not in sys.modules:
+    sys.meta_path.insert(0, _QuietImport("tensorflow"))
+  logging.set_verbosity(logging.WARNING)
+
+
+_quiet_start_up()
 
 
 def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: str, doc: str,
@@ -48,6 +166,8 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
     SystemExit: --help (status 0), or bad usage (one line naming the problem).
   """
   argv = list(sys.argv[1:] if argv is None else argv)
+  if "verbosity" not in flag_values:  # every program takes it (see the module docstring)
+    add_verbosity_flag(flag_values)
   usage = f"usage: python -m {prog} [flags] {' '.join(positional)}".rstrip()
   flag_args = argv[:argv.index("--")] if "--" in argv else argv
   if any(a in _HELP for a in flag_args):
@@ -69,23 +189,54 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
   return args
 
 
+def _config_spec(argv: Sequence[str]) -> Optional[str]:
+  """The FILE.py[:ARG] of `--config FILE` or `--config=FILE` in argv, or None."""
+  for i, arg in enumerate(argv):
+    if arg == "--":
+      break
+    if arg.startswith("--config="):
+      return arg[len("--config="):]
+    if arg == "--config" and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
 def define_config(flag_values: flags.FlagValues, help_string: str,
-                  argv: Sequence[str]) -> flags.FlagHolder:
+                  argv: Sequence[str], prog: str = "bert_jax") -> flags.FlagHolder:
   """Defines --config (a configs/X.py:ARG file, overrides as --config.a.b=v, locked).
+
+  The config is checked first: `--config.help` prints every key with its
+  default and comment (bert_jax.config_help) and exits; a bad config argument
+  or a --config.KEY override naming no key (at any depth) ends the program
+  with one line naming it and the closest valid key.
 
   Args:
     flag_values: the program's flags.
     help_string: what the config is, e.g. 'configs/pretrain.py:VARIANT'.
     argv: the arguments the program will parse (config_flags reads the
       --config.* overrides from them when defining the flag).
+    prog: the program's module, for messages.
   """
+  from bert_jax import config_help  # pylint: disable=g-import-not-at-top
+  spec = _config_spec(argv)
+  if spec is not None:
+    try:
+      loaded = config_help.load(spec)
+    except (FileNotFoundError, ValueError) as e:
+      raise SystemExit(f"{prog}: --config {spec}: {e}") from None
+    if "--config.help" in argv:
+      print(config_help.describe(loaded))
+      raise SystemExit(0)
+    problem = config_help.unknown_override(loaded.config, argv)
+    if problem:
+      raise SystemExit(f"{prog}: {problem}")
   return config_flags.DEFINE_config_file("config", None, help_string, flag_values=flag_values,
                                          lock_config=True, sys_argv=["prog"] + list(argv))
 
 
 def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
                        argv: Optional[Sequence[str]], prog: str, doc: str, config_help: str,
-                       workdir_help: str, default_verbosity: int = logging.INFO) -> Any:
+                       workdir_help: str) -> Any:
   """Runs a `--config FILE:ARG --workdir DIR` program (pretraining, fine-tuning).
 
   Besides --config and --workdir, the program takes absl's --verbosity and
@@ -99,14 +250,13 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
     doc: its module docstring (for --help).
     config_help: what --config takes.
     workdir_help: what --workdir is.
-    default_verbosity: absl logging level unless --verbosity is given.
 
   Returns:
     What `run` returns.
   """
   argv = list(sys.argv[1:] if argv is None else argv)
   flag_values = flags.FlagValues()
-  config = define_config(flag_values, config_help, argv)
+  config = define_config(flag_values, config_help, argv, prog)
   workdir = flags.DEFINE_string("workdir", None, workdir_help, flag_values=flag_values)
   verbosity = add_verbosity_flag(flag_values)
   distributed.define_flags(flag_values)
@@ -115,7 +265,7 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
     raise SystemExit(f"{prog}: --config and --workdir are required (--help lists the flags)")
   logging.use_absl_handler()
   if not verbosity.present:
-    logging.set_verbosity(default_verbosity)
+    logging.set_verbosity(logging.WARNING)  # progress is printed; --verbosity=0 for INFO logs
   distributed.initialize(flag_values)
   # jax and orbax come with these: imported here, not by every tool that uses this module.
   import jax  # pylint: disable=g-import-not-at-top

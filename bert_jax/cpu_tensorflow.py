@@ -7,7 +7,12 @@ TensorFlow only reads, tokenizes and batches data here; the accelerators belong
 to JAX. Left alone, TensorFlow would claim GPU memory (or a TPU) the first time
 it runs an op, so every bert_jax module takes TensorFlow from this module, which
 hides GPUs and TPUs from it once, on the first import, before any op runs.
+Importing TensorFlow and looking for its accelerators print start-up noise
+(CUDA stub probes, libtpu's lines when libtpu is installed on a machine
+without TPUs): bert_jax.cli, imported first, keeps it off the console unless
+--verbosity is given.
 """
+from bert_jax import cli  # before TensorFlow: quiet start-up  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
 _HIDDEN = False
@@ -25,7 +30,8 @@ def hide_accelerators() -> None:
     return
   for kind in ("GPU", "TPU"):
     try:
-      tf.config.set_visible_devices([], kind)
+      with cli.quiet_native_stderr():
+        tf.config.set_visible_devices([], kind)
     except RuntimeError:  # Devices already initialised: TensorFlow keeps what it has.
       pass
   _HIDDEN = True

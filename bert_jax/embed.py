@@ -37,6 +37,7 @@ from bert_jax import bundle as bundle_lib
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
 from bert_jax import model as model_lib
+from bert_jax import train_log
 
 POOLINGS = ("cls", "pooler", "mean", "max")
 DEFAULT_MAX_LENGTH = 128
@@ -322,13 +323,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if not out_dir.is_dir():
     raise FileNotFoundError(f"--output directory does not exist: {out_dir}")
   inp = read_input(args.input, args.pairs)
+  kind = "pairs" if args.pairs else "texts"
+  train_log.print_header("bert_jax.embed", f"embed {len(inp.texts):,} {kind}", [
+      ("model", f"{bundle_lib.describe_arch(pretrained.config)}, "
+                f"{train_log.count_params(pretrained.params) / 1e6:.1f}M params, from "
+                f"{pretrained.source}"),
+      ("data", f"{args.input}: {len(inp.texts):,} {kind}, max_length {max_length}"),
+      ("steps", f"{-(-len(inp.texts) // args.batch_size):,} batch(es) of {args.batch_size}, "
+                f"pooling {args.pooling}, {args.dtype}"),
+      ("output", args.output)], file=sys.stderr)
   emb, stats = embed(pretrained, inp.texts, pooling=args.pooling, layers=layers,
                      combine=args.combine, normalize=args.normalize, max_length=max_length,
                      batch_size=args.batch_size, dtype=args.dtype)
   stats.bad_utf8_lines = inp.bad_utf8_lines
   with epath.Path(args.output).open("wb") as f:  # exactly this path (np.save would add .npy)
     np.save(f, emb)
-  kind = "pairs" if args.pairs else "texts"
   print(f"embedded {stats.num_texts} {kind} -> {args.output} {list(emb.shape)} float32 "
         f"(pooling {args.pooling}, layers {list(layers)}"
         + (f" combined by {args.combine}" if len(layers) > 1 else "")

@@ -13,6 +13,7 @@ the rest of the text is WordPiece-tokenized as usual. Each text becomes
 """
 import functools
 import json
+import sys
 from typing import Optional, Sequence
 
 from absl import flags
@@ -24,6 +25,7 @@ from bert_jax import bundle as bundle_lib
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
 from bert_jax import model as model_lib
+from bert_jax import train_log
 
 MASK = "[MASK]"
 
@@ -147,6 +149,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   require_mlm(pretrained, args.checkpoint)
   if not 1 <= args.top_k <= pretrained.config.vocab_size:
     raise ValueError(f"--top_k {args.top_k} must be in [1, {pretrained.config.vocab_size}]")
+  train_log.print_header("bert_jax.fill_mask", f"top {args.top_k} tokens for each {MASK}", [
+      ("model", f"{bundle_lib.describe_arch(pretrained.config)}, "
+                f"{train_log.count_params(pretrained.params) / 1e6:.1f}M params, from "
+                f"{pretrained.source}"),
+      ("data", f"{len(texts)} text(s)")], file=sys.stderr)
   result = fill_mask(pretrained, texts, args.top_k)
   if args.json:
     print(json.dumps([{"text": t, "masks": [[{"token": tok, "prob": p} for tok, p in m]

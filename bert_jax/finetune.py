@@ -132,17 +132,50 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=())
 
 
 def mean_over_seeds(per_seed: list[dict]) -> dict:
-  """Mean over seeds of every numeric metric, plus `<key>_std` when there are several."""
+  """Mean over seeds of every numeric metric, plus `<key>_std` when there are several.
+
+  `constant_prediction` is true when it is for any seed, and `warning` holds the
+  warnings of every seed that has one.
+  """
   summary = {}
-  for key in per_seed[0]:
+  keys = list(dict.fromkeys(k for r in per_seed for k in r))
+  for key in keys:
     values = [r.get(key) for r in per_seed]
-    if all(isinstance(v, (int, float)) for v in values):
+    if key == "constant_prediction":
+      summary[key] = any(values)
+    elif key == "warning":
+      summary[key] = "; ".join(v for v in values if v)
+    elif all(isinstance(v, (int, float)) for v in values):
       summary[key] = float(np.mean(values))
-      if len(per_seed) > 1:
+      if len(per_seed) > 1 and not key.startswith("majority_baseline"):  # same for every seed
         summary[key + "_std"] = float(np.std(values))
     else:
       summary[key] = values[0]
   return summary
+
+
+def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_per_epoch: int,
+                 workdir: str) -> None:
+  """What the run will do: model, parameters, data, steps, where it writes."""
+  arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads", "vocab_size"))
+  params = train_log.count_params(pretrained.params)
+  source = (f"TFDS in {config.tfds_data_dir}" if config.data_source == "tfds"
+            else config.data_dir)
+  data = ", ".join(f"{k} {v}" for k, v in task.data_stats.items())
+  if config.eval_only:
+    steps = "none (eval_only: the checkpoint's own head is evaluated)"
+  else:
+    steps = (f"{total_steps} ({config.num_epochs:g} epochs of {steps_per_epoch} steps of batch "
+             f"{config.batch_size}), learning rate {config.learning_rate:g}"
+             + (f", {config.seeds} seeds" if config.seeds > 1 else ""))
+  train_log.print_header(
+      "bert_jax.finetune", f"{'evaluate' if config.eval_only else 'fine-tune and evaluate'} "
+      f"{task.name}",
+      [("model", f"{arch}, {params / 1e6:.1f}M params, from {pretrained.source} (heads "
+                 f"{list(bundle.heads_of(pretrained.params))})"),
+       ("data", f"{task.name} from {source}: {data}; max_seq_length {config.max_seq_length}"),
+       ("steps", steps),
+       ("workdir", workdir)])
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
@@ -173,9 +206,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     raise ValueError(f"bad config: max_seq_length {config.max_seq_length} does not fit "
                      f"{pretrained.source}: its position table has "
                      f"{model_cfg.max_position_embeddings} entries")
-  arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads", "vocab_size"))
-  print(f"init checkpoint {pretrained.source}: {arch}, heads "
-        f"{list(bundle.heads_of(pretrained.params))}", flush=True)
   task_model = task_lib.task_model(config, model_cfg)
   if config.eval_only:
     check_eval_head(task_model, pretrained, config.max_seq_length)
@@ -183,13 +213,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   # -- Task data (every split read and encoded before any training) --------------------
   tokenizer = tokenizer_lib.cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
   task = task_lib.build(config, tokenizer, model_cfg)
-  print(f"{task.name}: " + ", ".join(f"{k} {v}" for k, v in task.data_stats.items()), flush=True)
   n_train = len(task.train_arrays["input_ids"]) if task.train_arrays else 0
   steps_per_epoch = n_train // config.batch_size
   total_steps = int(steps_per_epoch * config.num_epochs)
   if not config.eval_only and total_steps <= 0:
     raise ValueError(f"{task.name}: {n_train} training rows give no step of batch_size "
                      f"{config.batch_size} over num_epochs {config.num_epochs}")
+  if is_writer:
+    print_header(config, pretrained, model_cfg, task, total_steps, steps_per_epoch, workdir)
 
   # -- Optimizer: AdamW, warmup_fraction linear warmup, linear decay, layer-wise decay ---
   if config.eval_only:
@@ -216,7 +247,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                          in_shardings=(state_shardings.params, batch_shard))
 
   # -- One run per seed: initial state, epochs, eval of every example ------------------
-  logger = train_log.RunLogger(workdir, 0, is_writer)
+  logger = train_log.RunLogger(workdir, total_steps, is_writer)
   keys = task_lib.MODEL_INPUTS + task.label_keys
   fresh_heads = () if config.eval_only else bundle.TASK_HEADS
   runs = 1 if config.eval_only else config.seeds
@@ -226,8 +257,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
       state, _, _, how = ckpt_lib.initial_state(
           init_fn, tx, jax.random.PRNGKey(seed), mesh, rules, pretrained=pretrained,
           fresh_heads=fresh_heads)
-      print(f"seed {seed}: {how}", flush=True)
-      step, t0, acc = 0, time.time(), None
+      if is_writer:
+        print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
+      step, t0, acc, steps_since = 0, time.time(), None, 0
       for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
         order = np.random.default_rng([seed, epoch]).permutation(n_train)
         for batch in train_batches(task.train_arrays, keys, order, config.batch_size):
@@ -236,24 +268,39 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
           with sharding.mesh_context(mesh, rules):
             state, metrics = train_step(state, sharding.host_to_global(batch, mesh))
           step += 1
+          steps_since += 1
           acc = metrics if acc is None else jax.tree.map(jnp.add, acc, metrics)
           if step % config.log_every == 0 or step == total_steps:
             train_core.check_finite(state, step, "stop", "none (fine-tuning saves no checkpoints)")
             sums = jax.device_get(acc)
+            dt = time.time() - t0
             logger.log(step, {"loss": float(sums["loss"] / sums["steps"]),
                               "learning_rate": float(schedule(step - 1)),
-                              "examples_per_second": float(sums["examples"])
-                              / (time.time() - t0)}, prefix=f"seed{seed}_train_")
-            acc, t0 = None, time.time()
-      results = {}
+                              "examples_per_second": float(sums["examples"]) / dt},
+                       prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
+            acc, t0, steps_since = None, time.time(), 0
+      if is_writer:
+        print(f"seed {seed}: evaluating " + ", ".join(
+            f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
+      results, warnings, checked = {}, [], False
       for eval_set in task.eval_sets:  # every process scores, process 0 writes files
         outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
                           mesh, rules)
-        results.update(eval_set.score(outputs, workdir if is_writer else None))
+        scores = eval_set.score(outputs, workdir if is_writer else None)
+        checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
+        warnings += scores.pop(task_lib.WARNINGS, [])
+        results.update(scores)
       logger.log(step, {k: v for k, v in results.items() if isinstance(v, (int, float))},
                  prefix=f"seed{seed}_eval_")
+      if checked:
+        results["constant_prediction"] = bool(warnings)
+      if warnings:
+        results["warning"] = "; ".join(warnings)
+        if is_writer:
+          print(f"WARNING seed {seed}: {results['warning']}", flush=True)
       per_seed.append(results)
-      print(f"seed {seed}: " + json.dumps(results, sort_keys=True), flush=True)
+      if is_writer:
+        print(f"seed {seed}: " + json.dumps(results, sort_keys=True), flush=True)
   finally:
     logger.close()
 
@@ -274,7 +321,13 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
       if key + "_std" in summary:
         print(f"{key}: {summary[key]:.4f} ± {summary[key + '_std']:.4f} over {runs} seeds",
               flush=True)
-  print("eval_results: " + json.dumps(summary, sort_keys=True), flush=True)
+  if is_writer:
+    print("eval_results: " + json.dumps(summary, sort_keys=True), flush=True)
+    if summary.get("warning"):
+      print(f"WARNING: {summary['warning']}", flush=True)
+    print(f"wrote {out_dir / 'eval_results.json'}"
+          + ("" if config.eval_only else f" and the fine-tuned bundle {out_dir / 'export'}"),
+          flush=True)
   return summary
 
 

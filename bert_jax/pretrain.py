@@ -46,6 +46,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   is_writer = jax.process_index() == 0
   logging.info("mesh %s over %d devices, %d processes", dict(mesh.shape), jax.device_count(),
                jax.process_count())
+  if is_writer:
+    print("bert_jax.pretrain: loading TensorFlow and the input pipeline ...", flush=True)
 
   # -- Data ------------------------------------------------------------------
   from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
@@ -74,9 +76,14 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       setup.init_fn, setup.tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
       pretrained=pretrained, run_config=config_record)
   data_position = int(meta["data_position"]) if meta else 0
+  start_step = int(state.step)
+  if is_writer:
+    _print_header(config, workdir, model_cfg, state.params, data.vocab_size, start_step)
   if meta or pretrained:
     print(how + (f" (data position {data_position})" if meta else ""), flush=True)
-  start_step = int(state.step)
+  if is_writer and start_step < config.total_steps:
+    print("first step: tokenizing the first text shards and compiling the train step "
+          f"(progress every {config.log_every} steps) ...", flush=True)
 
   # -- Jitted steps ------------------------------------------------------------
   batch_shard = sharding.batch_sharding(mesh)
@@ -158,6 +165,27 @@ def train(config: ml_collections.ConfigDict, workdir: str,
           "wordpiece": config.data.tokenizer == "wordpiece"}
 
 
+def _print_header(config, workdir: str, model_cfg, params, vocab_size: int,
+                  start_step: int) -> None:
+  """What the run will do: model, parameters, data, steps, where it writes."""
+  from bert_jax import bundle  # pylint: disable=g-import-not-at-top
+  arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads"))
+  d = config.data
+  source = {"builtin": "the built-in corpus (Python standard-library docstrings)",
+            "files": f"files {d.files}", "tfds": f"TFDS {d.tfds_name} ({d.tfds_split})"}
+  vocab = d.spm_model if d.tokenizer == "sentencepiece" else (d.vocab_file or
+                                                              "bert-base-uncased's")
+  resumed = f", resuming at step {start_step}" if start_step else ""
+  train_log.print_header("bert_jax.pretrain", f"pretrain {config.variant}", [
+      ("model", f"{config.variant}: {arch}, vocab {vocab_size:,}, "
+                f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
+      ("data", f"{source.get(d.source, d.source)}, {d.mode}, {vocab} vocab"),
+      ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "
+                f"{config.optimizer.name} at {config.learning_rate:g}{resumed}"),
+      ("workdir", f"{workdir} (checkpoints every {config.checkpoint_every} steps, "
+                  "metrics.jsonl, tensorboard/, export/ at the end)")])
+
+
 def _host_rows(batches, config):
   """With host_invariant_stream, each process keeps its rows of the global batches."""
   if not config.data.host_invariant_stream or jax.process_count() == 1:
@@ -182,8 +210,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:])."""
   cli.run_config_program(
       train_and_export, argv, "bert_jax.pretrain", __doc__, "configs/pretrain.py:VARIANT",
-      "Run directory (checkpoints, logs).",
-      default_verbosity=logging.WARNING)  # progress lines are printed; --verbosity=0 for INFO logs
+      "Run directory (checkpoints, logs).")
 
 
 def train_and_export(config: ml_collections.ConfigDict, workdir: str) -> None:
@@ -218,6 +245,11 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
     if primary:
       print("fill-mask example from the new checkpoint:", flush=True)
       fill_mask.print_predictions([config.fill_mask_example], result)
+      if summary["step"] < 10_000:  # what to expect from a smoke run such as the main job
+        print(f"  (a {config.variant} model after {summary['step']:,} steps: short runs mostly "
+              "predict frequent words such as 'the', ',' or '.'"
+              + ("; a fully trained bert-base answers 'paris'"
+                 if "france" in config.fill_mask_example else "") + ")", flush=True)
   return path
 
 

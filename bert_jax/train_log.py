@@ -1,10 +1,42 @@
 """Run observability: console progress lines, TensorBoard scalars, metrics.jsonl."""
 import json
+import sys
 import time
 from typing import Optional
 
 from etils import epath
+import jax
+import numpy as np
 from tensorboardX import SummaryWriter
+
+
+def count_params(tree) -> int:
+  """Number of scalars in a tree of arrays (or shape structs)."""
+  return int(sum(np.prod(np.shape(x)) for x in jax.tree.leaves(tree)))
+
+
+def print_header(program: str, what: str, rows, file=None) -> None:
+  """The first lines of every run: what it is about to do, in one layout for every program.
+
+    bert_jax.finetune: fine-tune and evaluate mrpc
+      model    L6 H384 A12 V30522, 22.7M params, from /tmp/minilm (heads ['pooler'])
+      data     ...
+      steps    ...
+      workdir  ...
+
+  Args:
+    program: the module, e.g. 'bert_jax.finetune'.
+    what: what the run does, in a few words.
+    rows: (name, text) pairs, e.g. ('model', ...), ('data', ...), ('steps', ...),
+      ('workdir', ...); rows whose text is empty are left out.
+    file: where to print (default stdout; stderr for tools whose stdout is data).
+  """
+  print(f"{program}: {what}", file=file)
+  for name, text in rows:
+    if text:
+      print(f"  {name:<8} {text}", file=file)
+  if file is None:
+    sys.stdout.flush()
 
 
 def _fmt_eta(seconds: float) -> str:
@@ -77,14 +109,17 @@ class RunLogger:
       if k != "step":
         self._tb.add_scalar(k, v, step)
     self._tb.flush()
-    parts = [f"step {step}/{self.total_steps}" if self.total_steps else f"step {step}"]
+    label = f"{prefix.rstrip('_')} " if prefix else ""  # seed0_train_loss -> seed0_train ... loss
+    parts = [f"{label}step {step}/{self.total_steps}" if self.total_steps else f"{label}step {step}"]
     for key, fmt in (("loss", ".4f"), ("mlm_accuracy", ".4f"), ("nsp_accuracy", ".4f"),
-                     ("learning_rate", ".3e"), ("tokens_per_second", ",.0f"), ("mfu", ".2%")):
+                     ("learning_rate", ".3e"), ("tokens_per_second", ",.0f"),
+                     ("examples_per_second", ",.1f"), ("mfu", ".2%")):
       if prefix + key in record:
-        parts.append(f"{prefix}{key} {record[prefix + key]:{fmt}}")
+        parts.append(f"{key} {record[prefix + key]:{fmt}}")
     if steps_per_sec and self.total_steps:
       parts.append(f"eta {_fmt_eta((self.total_steps - step) / steps_per_sec)}")
-    print(" | ".join(parts), flush=True)
+    if len(parts) > 1:  # records without progress keys (e.g. fine-tuning's eval) print elsewhere
+      print(" | ".join(parts), flush=True)
 
   def close(self):
     if self._jsonl:

@@ -1,13 +1,12 @@
 """Every config key is documented, in its config file or in bert_jax/config_sections.py;
 parse_arg reads every config's argument."""
 import importlib.util
-import inspect
 import pathlib
-import re
 
 import ml_collections
 import pytest
 
+from bert_jax import config_help
 from bert_jax import config_sections
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -17,50 +16,16 @@ _CONFIGS = [("pretrain.py", "tiny"), ("glue.py", "task=mrpc"), ("squad.py", "ver
 _SECTIONS = {"model": None, "optimizer": None, "mesh": None,
              "finetune": dict(data_source="tsv", max_seq_length=128, learning_rate=1e-5,
                               num_epochs=1.0)}
-# `X.key = value`: a key assignment.
-_ASSIGN = re.compile(r"\s+\w+\.([\w.]+) = (.*)$")
-# A section call, as a whole value (`model()`) or as a statement that fills `c`.
-_SECTION_CALL = re.compile(r"\s*(?:config_sections\.)?(\w+)\((c\b)?")
+_flatten = config_help.flatten
 
 
-def _flatten(config, prefix=""):
-  out = {}
-  for key, value in config.items():
-    if hasattr(value, "items"):
-      out.update(_flatten(value, prefix + key + "."))
-    else:
-      out[prefix + key] = value
-  return out
-
-
-def _documented(lines: list[str], where: str, first: int = 1) -> set[str]:
-  """Keys that `lines` (a config file or section function) assign or get from a section.
-
-  Asserts that the first assignment of each key follows a comment; a later one (e.g. a
-  per-variant override) is explained where it happens.
-  """
-  found = set()
-  for i, line in enumerate(lines):
-    assign, call = _ASSIGN.match(line), _SECTION_CALL.match(line)
-    if call and call.group(1) in _SECTIONS and call.group(2):  # finetune(c, ...)
-      found |= _section_documented(call.group(1))
-    if not assign:
-      continue
-    key, value = assign.groups()
-    call = _SECTION_CALL.match(value)
-    if call and call.group(1) in _SECTIONS:  # c.model = model(): documented there.
-      found |= {f"{key}.{k}" for k in _section_documented(call.group(1))}
-    elif value.startswith("ml_collections.ConfigDict()") or key in found:
-      continue
-    else:
-      assert lines[i - 1].strip().startswith("#"), f"{where}:{first + i} {key} has no comment"
-      found.add(key)
-  return found
+def _documented(lines: list[str], where: str) -> set[str]:
+  """Keys that `lines` declare with a comment (bert_jax.config_help reads them the same way)."""
+  return set(config_help.documented(lines, where))
 
 
 def _section_documented(name: str) -> set[str]:
-  lines, first = inspect.getsourcelines(getattr(config_sections, name))
-  return _documented(lines, "config_sections.py", first)
+  return set(config_help.section_comments(name))
 
 
 def _build(name: str) -> ml_collections.ConfigDict:
@@ -77,7 +42,7 @@ def test_sections_are_fully_documented(name):
 
 
 def test_an_undocumented_key_fails():
-  with pytest.raises(AssertionError, match="x.py:3 batch_size has no comment"):
+  with pytest.raises(config_help.UndocumentedKeyError, match="x.py:3 batch_size has no comment"):
     _documented(["  # Documented.", "  c.seed = 0", "  c.batch_size = 32"], "x.py")
   model_keys = {"model." + k for k in _section_documented("model")}
   assert _documented(["  c.model = config_sections.model()"], "x.py") == model_keys
@@ -136,3 +101,48 @@ def test_pretrain_config_arguments():
     get_config("base,phase3")
   with pytest.raises(ValueError, match=r"unknown variant 'huge'; known: \['base', "):
     get_config("huge")
+
+
+def test_config_help_lists_every_key_with_its_comment_and_default():
+  loaded = config_help.load(str(_ROOT / "configs" / "pretrain.py") + ":tiny")
+  text = config_help.describe(loaded)
+  keys = _flatten(loaded.config)
+  assert text.splitlines()[0].endswith(f"{len(keys)} keys; override one with --config.KEY=VALUE")
+  assert "seq_len = 128\n    Tokens per sequence (static).\n" in text
+  # A section key carries its section's comment, not the tiny variant's override note.
+  assert "optimizer.name = 'lamb'\n    'adamw' (BERT) or 'lamb' (large-batch BERT).\n" in text
+  assert "(no comment)" not in text
+  assert len(text.splitlines()) == 1 + 2 * len(keys)
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--config.optimzer.name=x", "unknown config key 'optimzer.name'; did you mean "
+                                 "--config.optimizer.name?"),
+    ("--config.optimizer.lr=5", "unknown config key 'optimizer.lr'; did you mean "
+                                "--config.learning_rate?"),
+    ("--config.totl_steps=3", "did you mean --config.total_steps?"),
+    ("--config.model.dropout=0", "did you mean --config.model.dropout_rate?"),
+    ("--config.zzzzqq=1", "unknown config key 'zzzzqq' (python -m bert_jax.config_help"),
+])
+def test_unknown_keys_at_any_depth_name_the_closest_key(override, message):
+  config = config_help.load(str(_ROOT / "configs" / "pretrain.py")).config
+  assert message in config_help.unknown_override(config, ["--workdir", "d", override])
+  assert config_help.unknown_override(config, ["--config.optimizer.name=adamw",
+                                               "--config.model=x", "--config.seed", "1"]) is None
+
+
+def test_the_command_line_answers_an_unknown_key_in_one_line_before_any_work(capsys):
+  from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
+  config = str(_ROOT / "configs" / "pretrain.py") + ":tiny"
+  with pytest.raises(SystemExit) as e:
+    pretrain.main(["--config", config, "--workdir", "/nonexistent/x", "--config.optimizer.lr=5"])
+  assert str(e.value) == ("bert_jax.pretrain: unknown config key 'optimizer.lr'; did you mean "
+                          "--config.learning_rate? (python -m bert_jax.config_help lists every "
+                          "key)")
+  with pytest.raises(SystemExit) as e:
+    pretrain.main(["--config", config, "--config.help"])
+  assert e.value.code == 0
+  assert "data.vocab_file = ''\n    WordPiece vocab" in capsys.readouterr().out
+  with pytest.raises(SystemExit, match=r"^bert_jax.pretrain: --config .*pretrain.py:huge: "
+                                       r"unknown variant 'huge'"):
+    pretrain.main(["--config", config[:-len(":tiny")] + ":huge", "--workdir", "/x"])

@@ -136,6 +136,10 @@ def test_cli_reports_truncation_and_invalid_utf8(ckpt, tmp_path, capsys):
   assert embed.main(["--checkpoint", ckpt, "--input", str(inp), "--output", str(out),
                      "--max_length", "8", "--batch_size", "2", "--normalize"]) == 0
   err = capsys.readouterr().err
+  header = err.splitlines()[:5]  # what the run does, before it does it
+  assert header[0] == "bert_jax.embed: embed 3 texts"
+  assert [line.split()[0] for line in header[1:]] == ["model", "data", "steps", "output"]
+  assert header[4].split() == ["output", str(out)]
   assert "truncated 1 of 3 texts to --max_length 8" in err
   assert "1 lines had invalid UTF-8, replaced with U+FFFD (lines 2)" in err
   emb = np.load(out)

@@ -183,7 +183,10 @@ def test_glue_end_to_end_from_pretraining_workdir(mrpc_run):
     written = json.load(f)
   assert written == results
   metrics = {"accuracy", "f1", "accuracy_and_f1"}
-  assert set(written) == metrics | {m + "_std" for m in metrics}
+  assert set(written) - {"warning"} == (metrics | {m + "_std" for m in metrics}
+                                        | {"majority_baseline", "constant_prediction"})
+  dev_labels = [int(row[0]) for row in _mrpc_rows(13, 1)]
+  assert written["majority_baseline"] == max(dev_labels.count(0), dev_labels.count(1)) / 13
   # Mean and std over the 2 seeds of the per-seed results.
   with open(os.path.join(workdir, "eval_results_per_seed.json")) as f:
     per_seed = json.load(f)
@@ -384,7 +387,28 @@ def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   assert lines[1:4] == ["0\tcontradiction", "1\tentailment", "2\tneutral"] and len(lines) == 8
   # Dev metrics are keyed _matched / _mismatched.
   dev = task.eval_sets[0].score({"logits": np.eye(3)[[0, 1, 2, 0, 1]]}, str(tmp_path))
-  assert set(dev) == {"accuracy_matched"}
+  assert set(dev) == {"accuracy_matched", "majority_baseline_matched", task_lib.WARNINGS}
+  assert dev[task_lib.WARNINGS] == []  # 5 dev rows, predictions of 3 classes
+
+
+def test_constant_predictions_are_flagged_printed_and_recorded(mrpc_run, glue_dir, tmp_path,
+                                                               capsys):
+  """A classifier that always answers 1 (zero kernel, bias for 1) is at the majority baseline."""
+  exported = bundle.load_bundle(os.path.join(mrpc_run[0], "export"))
+  params = jax.tree.map(np.asarray, exported.params)
+  params["classifier"]["kernel"] = np.zeros_like(params["classifier"]["kernel"])
+  params["classifier"]["bias"] = np.array([0.0, 1.0], np.float32)
+  constant = str(tmp_path / "constant")
+  bundle.save_bundle(constant, params, exported.config, exported.vocab_file, exported.lowercase)
+  results = finetune.finetune(_glue_config(glue_dir, constant, eval_only=True,
+                                           predict_test=False), str(tmp_path / "eval"))
+  dev_labels = [int(row[0]) for row in _mrpc_rows(13, 1)]
+  assert results["accuracy"] == pytest.approx(dev_labels.count(1) / 13)
+  assert results["constant_prediction"] is True
+  assert "every one of the 13 predictions is class 1" in results["warning"]
+  with open(tmp_path / "eval" / "eval_results.json") as f:
+    assert json.load(f)["constant_prediction"] is True
+  assert "WARNING: mrpc dev: every one of the 13 predictions is class 1" in capsys.readouterr().out
 
 
 def test_predict_pads_every_row_and_keeps_order():
@@ -397,12 +421,15 @@ def test_predict_pads_every_row_and_keeps_order():
 
 
 def test_summary_is_mean_and_std_over_seeds():
-  per_seed = [{"accuracy": 0.5, "f1": 0.6}, {"accuracy": 0.7, "f1": 0.9},
-              {"accuracy": 0.6, "f1": 0.3}]
+  per_seed = [{"accuracy": 0.5, "f1": 0.6, "constant_prediction": False},
+              {"accuracy": 0.7, "f1": 0.9, "constant_prediction": True, "warning": "w1"},
+              {"accuracy": 0.6, "f1": 0.3, "constant_prediction": False}]
   summary = finetune.mean_over_seeds(per_seed)
   assert summary["accuracy"] == pytest.approx(statistics.mean([0.5, 0.7, 0.6]))
   assert summary["f1_std"] == pytest.approx(statistics.pstdev([0.6, 0.9, 0.3]))
+  assert summary["constant_prediction"] is True and summary["warning"] == "w1"
   assert "accuracy_std" not in finetune.mean_over_seeds(per_seed[:1])
+  assert finetune.mean_over_seeds(per_seed[:1])["constant_prediction"] is False
 
 
 def test_layerwise_scales_agree_between_layouts():

@@ -145,3 +145,22 @@ def test_bad_inputs():
     metrics.accuracy([0, 1], [0, 1], [0, 0])
   with pytest.raises(ValueError, match="known"):
     metrics.compute(["bleu"], [0], [0])
+
+
+def test_constant_prediction_warning():
+  labels = np.array([1, 1, 1, 0, 0, 1, 1, 0])  # majority class 1: 5 of 8
+  assert metrics.majority_rate(labels) == 5 / 8
+  ones = metrics.constant_prediction_warning(np.ones(8, int), labels)
+  assert "every one of the 8 predictions is class 1" in ones and "0.6250" in ones
+  assert "class 0" in metrics.constant_prediction_warning(np.zeros(8, int), labels)
+  # Not constant, but exactly as accurate as always answering 1.
+  swapped = np.array([1, 1, 1, 1, 0, 0, 1, 1])
+  assert metrics.accuracy(swapped, labels) == 5 / 8
+  assert "equals the majority-class baseline" in metrics.constant_prediction_warning(swapped, labels)
+  # Better than the baseline: no warning.
+  assert metrics.constant_prediction_warning(np.array([1, 1, 1, 0, 0, 1, 0, 0]), labels) == ""
+  # Regression: one score for every example.
+  assert "same score" in metrics.constant_prediction_warning(np.full(4, 2.5), np.arange(4.0),
+                                                             is_regression=True)
+  assert metrics.constant_prediction_warning(np.arange(4.0), np.arange(4.0),
+                                             is_regression=True) == ""

@@ -203,3 +203,14 @@ def test_tokenize_to_ids_large_batch_is_consistent(uncased):
   texts = [" ".join(rng.choice(pool, rng.integers(0, 8))) for _ in range(3000)]
   batch = tok.tokenize_to_ids(texts)
   assert batch[:50] == [tok.tokenize_to_ids([t])[0] for t in texts[:50]]
+
+
+def test_build_vocab_says_why_it_wrote_fewer_tokens_than_asked(tmp_path, capsys):
+  out = str(tmp_path / "vocab.txt")
+  build_vocab.main(["--input", _corpus(tmp_path), "--output", out, "--vocab_size", "300",
+                    "--num_unused", "3", "--min_count", "2"])
+  written = len((tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines())
+  line = capsys.readouterr().out.strip()
+  assert written < 300  # the corpus has far fewer distinct pieces than that
+  assert line.startswith(f"wrote {written} tokens to {out} (--vocab_size 300 is a maximum: ")
+  assert "--min_count 2" in line

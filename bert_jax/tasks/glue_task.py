@@ -64,7 +64,13 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
     def score(outputs, workdir, split=split, arrays=arrays):
       preds = predictions_of(outputs["logits"])
       values = metrics_lib.compute(task.metrics, preds, arrays[label_key])
-      return {task.result_name(m, split): v for m, v in values.items()}
+      if not task.is_regression:
+        values["majority_baseline"] = metrics_lib.majority_rate(arrays[label_key])
+      results = {task.result_name(m, split): v for m, v in values.items()}
+      warning = metrics_lib.constant_prediction_warning(preds, arrays[label_key],
+                                                        task.is_regression)
+      results[task_lib.WARNINGS] = [f"{task.name} {split}: {warning}"] if warning else []
+      return results
     eval_sets.append(task_lib.EvalSet(split, arrays, score))
 
   stats = {"train_examples": len(train_arrays.get("input_ids", ()))}

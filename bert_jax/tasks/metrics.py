@@ -197,3 +197,39 @@ def compute(names, predictions, labels, weights: Optional[np.ndarray] = None) ->
   if unknown:
     raise ValueError(f"unknown metrics {unknown}; known: {sorted(METRICS)}")
   return {n: METRICS[n](predictions, labels, weights) for n in names}
+
+
+def majority_rate(labels) -> float:
+  """The accuracy of always predicting the most frequent label of `labels`."""
+  labels = np.asarray(labels).reshape(-1)
+  if labels.size == 0:
+    raise ValueError("no labels")
+  return float(np.max(np.unique(labels, return_counts=True)[1]) / labels.size)
+
+
+def constant_prediction_warning(predictions, labels, is_regression: bool = False) -> str:
+  """A one-line warning when predictions are no better than a constant, or ''.
+
+  Classification: every prediction is one class, or the accuracy equals the
+  majority-class rate of `labels` (what predicting the most frequent class
+  scores). Regression: every prediction is the same score. Either way the
+  model has not learned the task, whatever the other metrics say.
+  """
+  predictions = np.asarray(predictions).reshape(-1)
+  labels = np.asarray(labels).reshape(-1)
+  if is_regression:
+    if predictions.size and np.ptp(predictions.astype(np.float64)) < 1e-6:
+      return (f"every one of the {predictions.size} predictions is the same score "
+              f"{float(predictions[0]):.4g}: the model has not learned the task")
+    return ""
+  rate = majority_rate(labels)
+  acc = accuracy(predictions, labels)
+  classes = np.unique(predictions)
+  if len(classes) == 1:
+    return (f"every one of the {predictions.size} predictions is class {classes[0]}, "
+            f"accuracy {acc:.4f} (the majority-class baseline is {rate:.4f}): the model has "
+            "not learned the task (try more steps or another learning rate)")
+  if abs(acc - rate) < 0.5 / labels.size:
+    return (f"accuracy {acc:.4f} equals the majority-class baseline (always predicting the "
+            "most frequent class): the model has not learned the task")
+  return ""

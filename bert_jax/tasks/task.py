@@ -23,6 +23,9 @@ from bert_jax import train_core
 
 # Arrays the model consumes; everything else in a feature dict is labels or metadata.
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+# Key of an EvalSet score's list of warnings (e.g. predictions at the majority-class
+# baseline); fine-tuning prints them and records them in eval_results.json.
+WARNINGS = "warnings"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +52,9 @@ class EvalSet:
     name: split name (dev, dev_matched, test, ...).
     arrays: feature arrays (unpadded; prediction pads with rows it drops again).
     score: fn(outputs: dict of numpy [n, ...], workdir or None) -> metrics dict
-      (empty for unlabeled prediction splits, which only write files); workdir
+      (empty for unlabeled prediction splits, which only write files); a task
+      that checks its predictions against constant baselines adds WARNINGS, a
+      list of one-line warnings (empty when the model beats them); workdir
       None: compute, write nothing (processes other than 0).
   """
   name: str

@@ -1,0 +1,61 @@
+"""Quiet start-up: third-party start-up noise is kept off the console, errors are not."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_verbosity_flag_is_recognised():
+  assert cli.verbose_requested(["--config", "x", "--verbosity=0"])
+  assert cli.verbose_requested(["--verbosity", "1"]) and cli.verbose_requested(["-v=1"])
+  assert not cli.verbose_requested(["--config", "x", "--config.verbosity_x=1"])
+
+
+def test_quiet_native_stderr_drops_output_but_replays_it_on_error(capfd, monkeypatch):
+  monkeypatch.setattr(cli, "VERBOSE", False)
+  with cli.quiet_native_stderr():
+    os.write(2, b"probe noise\n")
+  assert capfd.readouterr().err == ""
+  with pytest.raises(RuntimeError, match="import failed"):
+    with cli.quiet_native_stderr():
+      os.write(2, b"the reason it failed\n")
+      raise RuntimeError("import failed")
+  assert capfd.readouterr().err == "the reason it failed\n"
+  monkeypatch.setattr(cli, "VERBOSE", True)
+  with cli.quiet_native_stderr():
+    os.write(2, b"shown when verbose\n")
+  assert capfd.readouterr().err == "shown when verbose\n"
+
+
+def test_a_program_start_up_prints_nothing_of_tensorflow_or_jax():
+  """TensorFlow's import and accelerator probe and a JAX computation, as a program runs them."""
+  code = ("from bert_jax import cli\n"
+          "from bert_jax.cpu_tensorflow import tf\n"
+          "import jax.numpy as jnp\n"
+          "print(int(tf.constant(2) + 1), int(jnp.ones(3).sum()))\n")
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",)}
+  proc = subprocess.run([sys.executable, "-c", code, "--some-program-flag"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=120, check=False, env=env)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout == "3 3\n"
+  assert proc.stderr == ""
+
+
+def test_jax_is_kept_off_libtpu_on_a_machine_without_accelerators():
+  """JAX imported first (as programs do), then bert_jax.cli: JAX's platforms are set in time."""
+  code = ("import jax\n"
+          "from bert_jax import cli\n"
+          "print(cli._cpu_only_machine(), jax.config.jax_platforms)\n")
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                        timeout=120, check=False, env=env)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  cpu_only, platforms = proc.stdout.split()
+  assert platforms == ("cpu" if cpu_only == "True" else "None")
+  assert proc.stderr == ""
