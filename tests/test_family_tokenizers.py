@@ -37,7 +37,7 @@ _TRICKY = [
     "tabs\tand\nnew\r\nlines\u3000ideographic\u00a0nbsp",
     "``quoted'' and \"plain\"",
     "Café NAÏVE ÄRGER Straße ΣΑΣ σας",
-    "1,000, 9, 12,5 towns",
+    "1,000, 9, 12,5 towns, 1,666.58",  # ALBERT: "666" is "6 66" or "66 6" at equal score
     "a(b) - c.d",
     "\u200bzero\u200bwidth \ufeffbom",
     "中文字 🙂 unknown ☃ chars",

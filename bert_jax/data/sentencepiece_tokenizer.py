@@ -22,6 +22,13 @@ ALBERT pieces that end in a digit and a comma get 100 subtracted from their
 score (transformers' AlbertConverter: '9,' is split as the slow tokenizer
 splits it). Unknown characters become the unk piece (no byte fallback: the fast
 tokenizers have none). A word starts at a piece beginning with '▁'.
+
+Each '▁'-word is segmented once and cached. sentencepiece adds scores in
+float32, the fast tokenizers in float64, so two segmentations of (nearly)
+equal score can come out differently ('666' as '66 6' or '6 66'): a word whose
+two best segmentations are that close is decided among its 16 best in
+float64, with the fast tokenizers' rule for exact ties (the segmentation
+whose last piece starts first, then the one before it, ...).
 """
 import dataclasses
 import functools
@@ -42,6 +49,10 @@ _SPACE = "\u2581"
 _WHITESPACE = ("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
                "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
 _SPACE_RUNS = re.compile(" {2,}")
+_WORDS = re.compile(f"{_SPACE}[^{_SPACE}]*")
+# Two best segmentations closer than this (relative) are decided in float64.
+_NEAR_TIE = 1e-4
+_MAX_CACHED_WORDS = 1 << 20
 _PIECE_NORMAL, _PIECE_UNKNOWN, _PIECE_CONTROL, _PIECE_USER, _PIECE_BYTE = 1, 2, 3, 4, 6
 
 
@@ -200,6 +211,9 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
     self._raw_added = _added_pattern(added - in_normalized, lstrip)
     self._normalized_added = _added_pattern(in_normalized, lstrip)
     self._added_ids = {t: self.vocab[t] for t in added}
+    # float64 scores as the fast tokenizers hold them (ALBERT's penalty added in float64).
+    self._scores = [p.score - (100 if conv.split_digit_comma and not _check_number_comma(p.piece)
+                               else 0) for p in proto.pieces]
     # The segmentation model: text already normalised and '▁'-joined; user-defined
     # and byte pieces scored like the others (as the fast tokenizers' unigram
     # vocab holds them), no byte fallback.
@@ -210,10 +224,11 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
     for p in proto.pieces:
       if p.type in (_PIECE_USER, _PIECE_BYTE):
         p.type = _PIECE_NORMAL
-      if conv.split_digit_comma and p.type == _PIECE_NORMAL and not _check_number_comma(p.piece):
+      if conv.split_digit_comma and not _check_number_comma(p.piece):
         p.score -= 100
     self._sp = sentencepiece.SentencePieceProcessor()
     self._sp.LoadFromSerializedProto(proto.SerializeToString())
+    self._word_ids: dict[str, list[int]] = {}
 
   # -- Normalisation ---------------------------------------------------------------
 
@@ -273,7 +288,7 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
             sub[k] = (False, len(words))
             words.append(w if w.startswith(_SPACE) else _SPACE + w)
         text_items[j] = (None, sub)
-    encoded = self._sp.encode(words) if words else []
+    encoded = self._segment(words)
     out = []
     for text_items in items:
       ids = []
@@ -282,6 +297,38 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
           ids.extend([self._added_ids[v]] if sub_added else encoded[v])
       out.append(ids)
     return out
+
+  def _segment(self, texts: list[str]) -> list[list[int]]:
+    """Ids of '▁'-joined texts, word by word (cached)."""
+    words = [_WORDS.findall(t) for t in texts]
+    cache = self._word_ids  # shared by the pipeline's threads: read once per word here
+    known = {w: cache.get(w) for ws in words for w in ws}
+    new = [w for w, ids in known.items() if ids is None]
+    if new:
+      if len(cache) + len(new) > _MAX_CACHED_WORDS:
+        cache.clear()
+      nbest = self._sp.nbest_encode(new, nbest_size=2, return_type="proto")
+      for w, ids, best in zip(new, self._sp.encode(new), nbest):
+        scores = [n.score for n in best.nbests]
+        if len(scores) > 1 and abs(scores[0] - scores[1]) <= _NEAR_TIE * max(1.0, abs(scores[0])):
+          ids = self._decide_near_tie(w, ids)
+        known[w] = cache[w] = ids
+    return [[i for w in ws for i in known[w]] for ws in words]
+
+  def _decide_near_tie(self, word: str, ids: list[int]) -> list[int]:
+    """The fast tokenizers' choice among a word's best segmentations (float64 scores)."""
+    best_key = None
+    for cand in self._sp.nbest_encode(word, nbest_size=16, return_type="proto").nbests:
+      cand_ids = [p.id for p in cand.pieces]
+      if self.unk_id in cand_ids:  # unknown characters: sentencepiece's choice stands
+        return ids
+      score = 0.0
+      for i in cand_ids:  # left to right, as the fast tokenizers' Viterbi adds
+        score += self._scores[i]
+      key = (score, [-p.begin for p in reversed(cand.pieces)])
+      if best_key is None or key > best_key:
+        best_key, ids = key, cand_ids
+    return ids
 
   def basic_tokenize(self, text: str) -> list[str]:
     """The normalised text split on whitespace (SQuAD's answer alignment)."""
