@@ -168,6 +168,13 @@ def test_kind_from_the_files_and_one_line_errors(tmp_path, bpe_dir, albert_dir):
   vocab.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nhello\n", encoding="utf-8")
   assert tokenizer_files.detect(str(vocab.parent)) == tokenizer_files.TokenizerFiles(
       "wordpiece", str(vocab))
+  # config.data.tokenizer as a path: a WordPiece vocab keeps config.data.lowercase.
+  data = pretrain_config.get_config("tiny").data
+  data.tokenizer, data.lowercase = str(vocab.parent), False
+  wp = tokenizer_lib.load_tokenizer(data)
+  assert (wp.kind, wp.vocab_file, wp.lowercase) == ("wordpiece", str(vocab), False)
+  data.tokenizer = str(bpe_dir)
+  assert tokenizer_lib.load_tokenizer(data).kind == "bpe"
   empty = tmp_path / "empty"
   empty.mkdir()
   (empty / "README.md").write_text("no tokenizer here")
