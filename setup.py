@@ -10,6 +10,8 @@ INSTALL_REQUIRES = [
     "tensorflow-text>=2.16,<2.22",
     "tensorflow-datasets>=4.9,<5",
     "sentencepiece>=0.2,<0.3",
+    # RoBERTa's byte-level BPE (tensorflow-text has no BPE op).
+    "tokenizers>=0.19,<0.23",
     "ml-collections>=0.1.1,<2",
     "absl-py>=1.4",
     "numpy>=1.26",
@@ -25,7 +27,6 @@ EXTRAS = {
     "test": [
         "pytest>=7",
         "transformers>=4.44,<5",
-        "tokenizers>=0.19",
         "scipy>=1.10",
         "scikit-learn>=1.3",
         # A gs:// workdir end to end against a GCS emulator on this machine.

@@ -44,7 +44,9 @@ def _parse():
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--input", required=True, help="glob of text files")
-  p.add_argument("--vocab", required=True, help="WordPiece vocab file")
+  p.add_argument("--vocab", help="WordPiece vocab file")
+  p.add_argument("--tokenizer", help="instead of --vocab: a tokenizer directory of the family "
+                 "(config.data.tokenizer; bert_jax only, so with --skip_hf)")
   p.add_argument("--seq_len", type=int, default=128)
   p.add_argument("--batch_size", type=int, default=256)
   p.add_argument("--mode", choices=("nsp", "full_sentences"), default="full_sentences")
@@ -60,13 +62,22 @@ def _parse():
   p.add_argument("--stats", action="store_true",
                  help="also check the batches of one pass: masking rates, specials, cap, "
                       "whole words, NSP labels and layout, IsNext continuity in the source")
-  return p.parse_args()
+  args = p.parse_args()
+  if bool(args.vocab) == bool(args.tokenizer):
+    p.error("give one of --vocab and --tokenizer")
+  if args.tokenizer and not args.skip_hf:
+    p.error("--tokenizer runs bert_jax only: add --skip_hf")
+  return args
 
 
 def _pipeline_config(args):
   from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
   c = pretrain_config.get_config("tiny").data
-  c.source, c.files, c.format, c.vocab_file = "files", args.input, args.format, args.vocab
+  c.source, c.files, c.format = "files", args.input, args.format
+  if args.tokenizer:
+    c.tokenizer = args.tokenizer
+  else:
+    c.vocab_file = args.vocab
   c.lowercase, c.mode, c.packing = not args.cased, args.mode, args.packing
   c.whole_word_masking = args.whole_word_masking
   c.max_predictions_per_seq = args.max_predictions or round(args.seq_len * 0.15) + 1

@@ -1,16 +1,31 @@
-r"""Token-id parity of `python -m bert_jax.tokenize` with transformers' BertTokenizerFast.
+r"""Token-id parity of bert_jax's tokenizers with transformers' fast tokenizers.
 
   python benchmarks/tokenizer_parity.py [--data_dir ../shared/data] [--unicode]
+      [--only wordpiece|family]
 
-Every line of the real text in the shared data folder goes through the CLI
-(a subprocess, exactly as a user runs it) and through BertTokenizerFast
-(add_special_tokens=False), with the bert-base-uncased and bert-base-cased
-vocabs; the table gives lines and mismatches per source:
+WordPiece: every line of the real text in the shared data folder goes through
+`python -m bert_jax.tokenize` (a subprocess, exactly as a user runs it) and
+through BertTokenizerFast (add_special_tokens=False), with the
+bert-base-uncased and bert-base-cased vocabs.
 
-  corpus  every line of corpus/**/*.txt and wikitext-2-raw/wiki.test.raw
-  glue    every tab-separated field of every GLUE .tsv line (headers included)
-  squad   every context, question and answer text of the SQuAD JSON files
-          (split at newlines, as the CLI reads lines)
+The family: the tokenizer directories in tokenizers/ (roberta-base byte-level
+BPE, albert-base-v2 and deberta-v3-base SentencePiece), each loaded by kind
+from its files (`tokenizer.tokenizer_from_path`), against RobertaTokenizerFast,
+AlbertTokenizerFast and DebertaV2TokenizerFast built from the same local files
+(nothing downloads). Three comparisons per source: `ids` (no special tokens),
+`single` (`build_inputs(a)` vs the reference with its special tokens) and
+`pair` (`build_inputs(a, b)` for each line and the next one: ids and segment
+ids vs the reference's input_ids and token_type_ids).
+
+The table gives lines and mismatches per source:
+
+  corpus     every line of corpus/**/*.txt and wikitext-2-raw/wiki.test.raw
+  glue       every tab-separated field of every GLUE .tsv line (headers included)
+  squad      every context, question and answer text of the SQuAD JSON files
+             (split at newlines, as the CLI reads lines)
+  ner        every line of the CoNLL files, and every sentence as its words
+             joined by spaces
+  retrieval  every title, abstract and query of the BEIR .jsonl files
 
 --unicode adds an exhaustive check: every code point (surrogates excluded),
 alone and inside a word, with a vocab holding every character and its `##`
@@ -20,7 +35,7 @@ Differences there come from the Unicode versions of the character tables
 assigned or re-categorised in recent Unicode versions.
 
 Expected: 0 mismatches on every source; the last line is
-`mismatched lines: 0 of N`.
+`mismatched lines: 0 of N (100.0000 % identical)`.
 """
 import argparse
 import glob
@@ -67,6 +82,42 @@ def _squad_lines(data_dir):
           texts.append(qa["question"])
           texts += [a["text"] for a in qa.get("answers", [])]
   return [line for t in texts for line in t.split("\n")], len(files)
+
+
+def _ner_lines(data_dir):
+  """Every sentence of the CoNLL files, its words joined by spaces, and every raw line."""
+  files = sorted(glob.glob(os.path.join(data_dir, "ner", "**", "*.txt"), recursive=True))
+  lines = []
+  for path in files:
+    with open(path, "rb") as f:
+      raw = f.read().decode("utf-8", "replace").split("\n")
+    lines += raw
+    words = []
+    for line in raw + [""]:
+      if line.strip() and not line.startswith("-DOCSTART-"):
+        words.append(line.split(" ")[0])
+      elif words:
+        lines.append(" ".join(words))
+        words = []
+  return lines, len(files)
+
+
+def _retrieval_lines(data_dir):
+  """Every title, text and query of the BEIR .jsonl files (split at newlines)."""
+  files = sorted(glob.glob(os.path.join(data_dir, "retrieval", "**", "*.jsonl"), recursive=True))
+  texts = []
+  for path in files:
+    with open(path, encoding="utf-8") as f:
+      for line in f:
+        record = json.loads(line)
+        texts += [record[k] for k in ("title", "text") if record.get(k)]
+  return [line for t in texts for line in t.split("\n")], len(files)
+
+
+def _sources(data_dir):
+  return {"corpus": _corpus_lines(data_dir), "glue": _glue_lines(data_dir),
+          "squad": _squad_lines(data_dir), "ner": _ner_lines(data_dir),
+          "retrieval": _retrieval_lines(data_dir)}
 
 
 def _cli_ids(lines, vocab, cased):
@@ -119,17 +170,92 @@ def _unicode_check(cased):
   return len(cps), bad
 
 
+# Directory in tokenizers/ -> the transformers class that is the reference.
+_FAMILY = {"roberta-base": "RobertaTokenizerFast", "albert-base-v2": "AlbertTokenizerFast",
+           "deberta-v3-base": "DebertaV2TokenizerFast"}
+
+
+def _reference(name, directory):
+  """The transformers fast tokenizer of a family directory, from its local files."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  cls = getattr(transformers, _FAMILY[name])
+  if name.startswith("roberta"):
+    return cls(vocab_file=os.path.join(directory, "vocab.json"),
+               merges_file=os.path.join(directory, "merges.txt"))
+  model = [f for f in os.listdir(directory) if f.endswith(".model")][0]
+  return cls(vocab_file=os.path.join(directory, model))
+
+
+def _family_rows(name, directory, sources):
+  """Yields (source, comparison, files, lines, bad indices, ours s, hf s) for one tokenizer."""
+  sys.path.insert(0, _ROOT)
+  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  ref = _reference(name, directory)
+  ours = tokenizer_lib.tokenizer_from_path(directory)
+  for source, (lines, files) in sources.items():
+    t = time.time()
+    got = ours.tokenize_to_ids(lines)
+    t_ours = time.time() - t
+    t = time.time()
+    expected = ref(lines, add_special_tokens=False)["input_ids"]
+    t_hf = time.time() - t
+    yield source, "ids", files, len(lines), _bad(got, expected), t_ours, t_hf
+    t = time.time()
+    singles = [ours.build_inputs(ids)[0] for ids in got]
+    t_ours = time.time() - t
+    t = time.time()
+    expected = ref(lines)["input_ids"]
+    t_hf = time.time() - t
+    yield source, "single", files, len(lines), _bad(singles, expected), t_ours, t_hf
+    t = time.time()
+    pairs = [ours.build_inputs(a, b) for a, b in zip(got, got[1:] + got[:1])]
+    t_ours = time.time() - t
+    t = time.time()
+    ref_pairs = ref(lines, lines[1:] + lines[:1], return_token_type_ids=True)
+    t_hf = time.time() - t
+    expected = list(zip(ref_pairs["input_ids"], ref_pairs["token_type_ids"]))
+    yield source, "pair", files, len(lines), _bad([(i, s) for i, s in pairs], expected), \
+        t_ours, t_hf
+
+
+def _bad(got, expected):
+  assert len(got) == len(expected), (len(got), len(expected))
+  return [i for i, (a, b) in enumerate(zip(got, expected)) if list(a) != list(b)]
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--data_dir", default=os.path.join(_ROOT, "..", "shared", "data"))
   p.add_argument("--unicode", action="store_true", help="also check every code point")
+  p.add_argument("--only", choices=["wordpiece", "family"], help="one part of the check")
   args = p.parse_args()
-  import transformers  # pylint: disable=g-import-not-at-top
-  sources = {"corpus": _corpus_lines(args.data_dir), "glue": _glue_lines(args.data_dir),
-             "squad": _squad_lines(args.data_dir)}
+  sources = _sources(args.data_dir)
   total = bad_total = 0
-  print(f"{'vocab':<18} {'source':<8} {'files':>5} {'lines':>9} {'mismatched':>10} "
+  if args.only != "family":
+    t, b = _wordpiece(args, sources)
+    total, bad_total = total + t, bad_total + b
+  if args.only != "wordpiece":
+    print(f"{'tokenizer':<18} {'source':<9} {'compare':<7} {'files':>5} {'lines':>9} "
+          f"{'mismatched':>10} {'ours s':>7} {'hf s':>7}")
+    for name in _FAMILY:
+      directory = os.path.join(args.data_dir, "tokenizers", name)
+      for source, what, files, n, bad, t_ours, t_hf in _family_rows(name, directory, sources):
+        total += n
+        bad_total += len(bad)
+        print(f"{name:<18} {source:<9} {what:<7} {files:>5} {n:>9} {len(bad):>10} "
+              f"{t_ours:>7.1f} {t_hf:>7.1f}", flush=True)
+        for i in bad[:3]:
+          print(f"    line {i}: {sources[source][0][i][:100]!r}")
+  print(f"mismatched lines: {bad_total} of {total} "
+        f"({100.0 * (total - bad_total) / max(total, 1):.4f} % identical)")
+
+
+def _wordpiece(args, sources):
+  """The WordPiece rows (and --unicode); returns (lines, mismatched lines)."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  total = bad_total = 0
+  print(f"{'vocab':<18} {'source':<9} {'files':>5} {'lines':>9} {'mismatched':>10} "
         f"{'cli s':>7} {'hf s':>7}")
   for name in ("bert-base-uncased", "bert-base-cased"):
     vocab = os.path.join(args.data_dir, "vocab", name, "vocab.txt")
@@ -145,7 +271,7 @@ def main():
       bad = [i for i, (a, b) in enumerate(zip(ours, expected)) if a != b]
       total += len(lines)
       bad_total += len(bad)
-      print(f"{name:<18} {source:<8} {files:>5} {len(lines):>9} {len(bad):>10} {t_cli:>7.1f} "
+      print(f"{name:<18} {source:<9} {files:>5} {len(lines):>9} {len(bad):>10} {t_cli:>7.1f} "
             f"{t_hf:>7.1f}", flush=True)
       for i in bad[:3]:
         print(f"    {lines[i][:100]!r}\n      ours {ref.convert_ids_to_tokens(ours[i])[:20]}\n"
@@ -156,7 +282,7 @@ def main():
       print(f"unicode {'cased' if cased else 'uncased'}: {len(bad)} of {n} code points differ"
             + (": " + " ".join(f"U+{c:04X}" for c in bad[:40]) + (" ..." if len(bad) > 40
                                                                    else "") if bad else ""))
-  print(f"mismatched lines: {bad_total} of {total}")
+  return total, bad_total
 
 
 if __name__ == "__main__":

@@ -162,7 +162,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     signal.signal(signal.SIGTERM, previous_handler)
   return {"step": step, "metrics": last, "model_config": model_cfg, "state": state,
           "vocab": description["vocab"], "lowercase": data.lowercase,
-          "wordpiece": config.data.tokenizer == "wordpiece"}
+          "tokenizer_kind": data.tokenizer.kind}
 
 
 def _print_header(config, workdir: str, model_cfg, params, vocab_size: int,
@@ -223,8 +223,9 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   """Writes the params-only bundle for fine-tuning and runs the fill-mask example."""
   if summary["step"] < config.total_steps:
     return None
-  if not summary["wordpiece"]:
-    print("export skipped: bundles carry a WordPiece vocab; this run used SentencePiece "
+  if summary["tokenizer_kind"] != "wordpiece":
+    print("export skipped: bundles carry a WordPiece vocab; this run used a "
+          f"{summary['tokenizer_kind']} tokenizer "
           f"(its checkpoints are in {workdir}/checkpoints)", flush=True)
     return None
   from bert_jax import bundle  # pylint: disable=g-import-not-at-top

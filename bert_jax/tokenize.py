@@ -2,6 +2,12 @@ r"""Prints the token ids of each input line, with the pipeline's own ops.
 
   python -m bert_jax.tokenize --vocab VOCAB [--cased] < texts > ids
   python -m bert_jax.tokenize --spm_model M.model [--cased] < texts
+  python -m bert_jax.tokenize --tokenizer DIR_OR_FILE [--cased] < texts
+
+`--tokenizer` takes a tokenizer directory or file of any kind of the family
+(vocab.txt: WordPiece; vocab.json + merges.txt: RoBERTa's byte-level BPE;
+*.model: SentencePiece, ALBERT's spiece.model or DeBERTa's spm.model), with
+that family's casing unless --cased is given.
 
 One output line per input line (split at '\n' only): the ids, space-separated,
 no special tokens; an empty line for a line without tokens. Invalid UTF-8 is
@@ -22,7 +28,10 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
   fv = flags.FlagValues()
   flags.DEFINE_string("vocab", None, "WordPiece vocab file (one token per line)", flag_values=fv)
   flags.DEFINE_string("spm_model", None, "SentencePiece model file", flag_values=fv)
-  flags.mark_flags_as_mutual_exclusive(["vocab", "spm_model"], required=True, flag_values=fv)
+  flags.DEFINE_string("tokenizer", None, "tokenizer directory or file (kind from its file names)",
+                      flag_values=fv)
+  flags.mark_flags_as_mutual_exclusive(["vocab", "spm_model", "tokenizer"], required=True,
+                                       flag_values=fv)
   flags.DEFINE_boolean("cased", False, "cased vocab: no lower-casing or accent stripping",
                        flag_values=fv)
   flags.DEFINE_boolean("tokens", False, "print pieces instead of ids", flag_values=fv)
@@ -43,8 +52,11 @@ def run(argv: Optional[Sequence[str]], stdin: BinaryIO, stdout: TextIO) -> int:
   """
   args = _parse(argv)
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  tok = tokenizer_lib.cached_tokenizer("wordpiece" if args.vocab else "sentencepiece",
-                                       args.vocab or args.spm_model, lowercase=not args.cased)
+  if args.tokenizer:
+    tok = tokenizer_lib.tokenizer_from_path(args.tokenizer, False if args.cased else None)
+  else:
+    tok = tokenizer_lib.cached_tokenizer("wordpiece" if args.vocab else "sentencepiece",
+                                         args.vocab or args.spm_model, lowercase=not args.cased)
   data = stdin.read()
   if not data:
     return 0

@@ -68,7 +68,9 @@ def get_config(arg=None):
   c.data.tfds_split = "train"
   # The text feature of the TFDS dataset.
   c.data.tfds_text_key = "text"
-  # Tokenizer: 'wordpiece' (vocab_file) or 'sentencepiece' (spm_model).
+  # Tokenizer: 'wordpiece' (vocab_file), 'sentencepiece' (spm_model), or the path of a
+  # tokenizer directory or file, kind from its files (vocab.txt; vocab.json + merges.txt: RoBERTa
+  # BPE; spiece.model: ALBERT; spm.model: DeBERTa-v2/v3), with that family's casing.
   c.data.tokenizer = "wordpiece"
   # WordPiece vocab; empty means the bundled bert-base-uncased vocab.
   c.data.vocab_file = ""

@@ -2,7 +2,7 @@
 
     shards (files / TFDS ranges / builtin)          sources.py
       -> this host's documents (train or held out)
-      -> tokenized sentences (tf-text graph ops)     tokenizer.py
+      -> tokenized sentences                         tokenizer.py (WordPiece / BPE / SentencePiece)
       -> examples: NSP pairs or full sentences       segments.py
       -> pools of >= shuffle_buffer examples, shuffled
       -> rows (optionally packed)                    rows.py
@@ -171,9 +171,14 @@ class PretrainData:
       raise ValueError(f"global batch size {global_batch_size} must be a positive multiple of "
                        f"the process count {process_count}")
     self.tokenizer = tokenizer_lib.load_tokenizer(c)
-    if c.tokenizer == "wordpiece":
+    if self.tokenizer.kind == "wordpiece":
       check_casing(self.tokenizer.inv_vocab, self.tokenizer.lowercase,
                    self.tokenizer.vocab_file or "the vocab")
+    if c.mode == "nsp" and self.tokenizer.num_special_tokens(pair=True) != 3:
+      raise ValueError(f"config.data.mode='nsp' lays pairs out as `cls A sep B sep`; the "
+                       f"{self.tokenizer.kind} tokenizer {self.tokenizer.vocab_file!r} pairs "
+                       f"differently (RoBERTa: `<s> A </s></s> B </s>`, no NSP): use "
+                       f"mode='full_sentences'")
     shards = sources.list_shards(c)
 
     self.vocab_size = self.tokenizer.vocab_size
@@ -219,15 +224,14 @@ class PretrainData:
   def _tokenize(self, sentences: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """Token ids (flat int32) and per-sentence counts of a string tensor.
 
-    Chunks go through the tokenizer's compiled graph on a thread pool (the TF
-    kernels release the GIL), so all cores tokenize.
+    Chunks go through the tokenizer on a thread pool (WordPiece's TF kernels
+    and the BPE's Rust release the GIL), so all cores tokenize.
     """
     n = int(tf.size(sentences))
     if n == 0:
       return np.zeros(0, np.int32), np.zeros(0, np.int64)
     def one(start):
-      ragged = self.tokenizer.tf_tokenize_compiled(sentences[start:start + _TOKENIZE_BATCH])
-      return ragged.flat_values.numpy(), ragged.row_lengths().numpy()
+      return self.tokenizer.ids_and_lengths(sentences[start:start + _TOKENIZE_BATCH])
     with concurrent.futures.ThreadPoolExecutor(_TOKENIZE_THREADS) as pool:
       parts = list(pool.map(one, range(0, n, _TOKENIZE_BATCH)))
     return (np.concatenate([v for v, _ in parts]).astype(np.int32),

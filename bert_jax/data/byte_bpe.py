@@ -1,0 +1,96 @@
+"""RoBERTa's byte-level BPE (vocab.json + merges.txt) with the `tokenizers` library.
+
+tensorflow-text has no byte-level BPE op, so the BPE runs in Hugging Face's
+`tokenizers` (Rust), set up as transformers sets up `RobertaTokenizerFast`:
+GPT-2's byte-level pre-tokenizer (no prefix space), the BPE merges, and the
+five special tokens matched in the raw text (`<mask>` also takes the
+whitespace before it). A pair is `<s> A </s></s> B </s>`, one segment id.
+Words start at pieces beginning with 'Ġ' (a space before the word).
+"""
+import json
+from typing import Sequence
+
+import numpy as np
+
+from bert_jax.cpu_tensorflow import tf
+from bert_jax.data import tokenizer_base
+
+# Role -> token, as roberta-base names them.
+SPECIAL_TOKENS = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"}
+
+
+def _read(path: str, what: str) -> str:
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(f"BPE {what} {path!r} does not exist")
+  with tf.io.gfile.GFile(path, "rb") as f:
+    data = f.read()
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"BPE {what} {path!r} is not valid UTF-8: {e}") from None
+
+
+class ByteLevelBPETokenizer(tokenizer_base.Tokenizer):
+  """Byte-level BPE with RoBERTa's special tokens and pair layout.
+
+  Attributes: those of `tokenizer_base.Tokenizer`; `vocab_file` is the
+  vocab.json path, `is_continuation` marks pieces without a leading 'Ġ'.
+  """
+
+  kind = "bpe"
+  pair_separators = 2
+  pair_segment_ids = False
+
+  def __init__(self, vocab_file: str, merges_file: str):
+    """Loads and validates the vocab and merges.
+
+    Args:
+      vocab_file: vocab.json (token -> id, ids 0..n-1).
+      merges_file: merges.txt (one merge per line, after a `#version` line).
+    """
+    import tokenizers  # pylint: disable=g-import-not-at-top
+    try:
+      vocab = json.loads(_read(vocab_file, "vocab"))
+    except json.JSONDecodeError as e:
+      raise ValueError(f"BPE vocab {vocab_file!r} is not JSON: {e}") from None
+    if not isinstance(vocab, dict) or sorted(vocab.values()) != list(range(len(vocab))):
+      raise ValueError(f"BPE vocab {vocab_file!r} must map tokens to the ids 0..n-1")
+    missing = [t for t in SPECIAL_TOKENS.values() if t not in vocab]
+    if missing:
+      raise ValueError(f"BPE vocab {vocab_file!r} lacks the special token(s) {missing}")
+    merges = []
+    for i, line in enumerate(_read(merges_file, "merges").split("\n")):
+      if line.startswith("#version") or not line.strip():
+        continue
+      pair = line.split(" ")
+      if len(pair) != 2:
+        raise ValueError(f"BPE merges {merges_file!r} line {i + 1}: expected two tokens, "
+                         f"got {line[:80]!r}")
+      merges.append((pair[0], pair[1]))
+    model = tokenizers.models.BPE(vocab=vocab, merges=merges, dropout=None,
+                                  continuing_subword_prefix="", end_of_word_suffix="",
+                                  fuse_unk=False)
+    tok = tokenizers.Tokenizer(model)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    tok.add_special_tokens([tokenizers.AddedToken(t, lstrip=role == "mask", normalized=False)
+                            for role, t in SPECIAL_TOKENS.items()])
+    self._tok = tok
+    self.vocab_file = vocab_file
+    self.merges_file = merges_file
+    self.lowercase = False
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+      tokens[i] = t
+    self._set_vocab(tokens, SPECIAL_TOKENS)
+    specials = set(SPECIAL_TOKENS.values())
+    self.is_continuation = np.array(
+        [not t.startswith("\u0120") and t not in specials for t in tokens], bool)
+
+  def tokenize_to_ids(self, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens (batched in Rust threads)."""
+    return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+
+  def decode(self, ids: Sequence[int]) -> str:
+    """The text of ids (bytes joined back, specials kept)."""
+    return self._tok.decode(list(ids), skip_special_tokens=False)

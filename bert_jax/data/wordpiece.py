@@ -1,0 +1,223 @@
+"""BERT's WordPiece tokenizer on tensorflow-text ops (BERT, DistilBERT, ELECTRA).
+
+`WordPieceTokenizer` gives the ids of Google BERT's `FullTokenizer` and of
+Hugging Face's `BertTokenizerFast`:
+
+  clean     drop control / format / private-use characters and U+FFFD (tab, CR
+            and LF are whitespace), as BERT's `_clean_text`
+  uncased   NFD, drop non-spacing marks (accents), lower-case: the order of
+            the Rust `BertNormalizer`
+  split     whitespace, punctuation and CJK characters (tf-text's
+            FastBertTokenizer, which does this without its own normaliser)
+  wordpiece greedy longest-match-first with `##` continuations; a word longer
+            than 100 characters (not bytes) becomes one [UNK]
+
+tf-text's built-in `lower_case_nfd_strip_accents` uses NFKC case folding
+(`™` -> `tm`, `ß` -> `ss`), which BERT does not do, so the uncased
+normalisation is done here with regex / NFD / lower ops instead.
+
+The same graph ops serve the tf.data pipeline (`tf_tokenize`), the Python
+helpers used by GLUE / SQuAD feature code, and `python -m bert_jax.tokenize`.
+"""
+import functools
+import os
+from typing import Sequence, Union
+
+import numpy as np
+import tensorflow_text as tf_text
+
+from bert_jax.cpu_tensorflow import tf
+from bert_jax.data import tokenizer_base
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+# BERT's WordPiece turns a longer word (in characters) into one [UNK].
+MAX_CHARS_PER_WORD = 100
+# Characters BERT's _clean_text removes: categories Cc, Cf, Co, Cs except tab,
+# LF and CR (whitespace), and the replacement character U+FFFD.
+_CLEAN_PATTERN = r"[^\P{C}\t\n\r]|\x{FFFD}"
+
+
+def default_vocab_file() -> str:
+  """The bundled bert-base-uncased vocab (used when a config leaves it empty)."""
+  return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                      "assets", "bert-base-uncased-vocab.txt")
+
+
+def read_vocab(vocab_file: str) -> list[str]:
+  """Reads a WordPiece vocab (one token per line, id = line number).
+
+  Args:
+    vocab_file: path of the vocab file.
+
+  Returns:
+    The tokens in id order.
+
+  Raises:
+    FileNotFoundError / ValueError: a missing file, an empty token, a duplicate,
+      or a missing special token, naming the file (and line).
+  """
+  if not tf.io.gfile.exists(vocab_file):
+    raise FileNotFoundError(f"vocab file {vocab_file!r} does not exist")
+  with tf.io.gfile.GFile(vocab_file, "rb") as f:
+    data = f.read()
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"vocab file {vocab_file!r} is not valid UTF-8: {e}") from None
+  tokens = text.split("\n")
+  if tokens and tokens[-1] == "":
+    tokens.pop()
+  tokens = [t[:-1] if t.endswith("\r") else t for t in tokens]
+  seen = {}
+  for i, token in enumerate(tokens):
+    if not token.strip():
+      raise ValueError(f"vocab file {vocab_file!r} line {i + 1}: empty or whitespace token")
+    if token in seen:
+      raise ValueError(f"vocab file {vocab_file!r} line {i + 1}: duplicate token {token!r} "
+                       f"(first on line {seen[token] + 1})")
+    seen[token] = i
+  missing = [t for t in SPECIAL_TOKENS if t not in seen]
+  if missing:
+    raise ValueError(f"vocab file {vocab_file!r} lacks the special token(s) {missing}; a BERT "
+                     f"vocab needs all of {list(SPECIAL_TOKENS)}")
+  return tokens
+
+
+def clean_text(texts: tf.Tensor) -> tf.Tensor:
+  """BERT's `_clean_text` on a string tensor (control characters removed)."""
+  return tf.strings.regex_replace(texts, _CLEAN_PATTERN, "")
+
+
+def uncased_normalize(texts: tf.Tensor) -> tf.Tensor:
+  """BERT's uncased normalisation: NFD, accents (Mn) removed, lower case."""
+  texts = tf_text.normalize_utf8(texts, "NFD")
+  texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+  # ICU lower-cases a word-final capital sigma to 'ς'; BertTokenizerFast (per
+  # character) gives 'σ'.
+  texts = tf.strings.regex_replace(texts, "\u03a3", "\u03c3")
+  return tf.strings.lower(texts, encoding="utf-8")
+
+
+class WordPieceTokenizer(tokenizer_base.Tokenizer):
+  """BERT WordPiece tokenization with tf-text's FastBertTokenizer.
+
+  Attributes: those of `tokenizer_base.Tokenizer`; `is_continuation` marks
+  `##` pieces, and random replacements skip the specials and `[unusedN]`.
+  """
+
+  kind = "wordpiece"
+
+  def __init__(self, vocab: Union[str, Sequence[str]], lowercase: bool = True):
+    """Loads and validates the vocab.
+
+    Args:
+      vocab: a vocab file (one token per line) or the tokens in id order (as a
+        checkpoint carries them); must hold [PAD], [UNK], [CLS], [SEP], [MASK].
+      lowercase: True for an uncased vocab.
+    """
+    tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
+    self.vocab_file = vocab if isinstance(vocab, str) else None
+    self.lowercase = bool(lowercase)
+    missing = [t for t in SPECIAL_TOKENS if t not in set(tokens)]
+    if missing:  # Tokens from a checkpoint (a file was checked by read_vocab).
+      raise ValueError(f"the vocab lacks the special token(s) {missing}")
+    self._set_vocab(tokens, dict(zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS)),
+                    not_regular=[t for t in tokens if t.startswith("[unused") and t.endswith("]")])
+    self.is_continuation = np.array([t.startswith("##") and len(t) > 2 for t in tokens], bool)
+    # Words are split on bytes here; the 100-character rule is applied after.
+    self._fast = tf_text.FastBertTokenizer(
+        vocab=tokens, suffix_indicator="##", max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
+        token_out_type=tf.int32, unknown_token="[UNK]", lower_case_nfd_strip_accents=False)
+    self._is_continuation_tf = tf.constant(self.is_continuation)
+
+  def normalize(self, texts: tf.Tensor) -> tf.Tensor:
+    """Cleaning (and the uncased normalisation) on a [batch] string tensor."""
+    texts = clean_text(texts)
+    return uncased_normalize(texts) if self.lowercase else texts
+
+  @functools.cached_property
+  def tf_tokenize_compiled(self):
+    """`tf_tokenize` as a tf.function traced once, for eager calls on [batch] strings."""
+    return tf.function(self.tf_tokenize,
+                       input_signature=[tf.TensorSpec([None], tf.string)])
+
+  def ids_and_lengths(self, texts: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    ragged = self.tf_tokenize_compiled(texts)
+    return ragged.flat_values.numpy(), ragged.row_lengths().numpy()
+
+  def tokenize_to_ids(self, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens (batched through the TF ops)."""
+    if not len(texts):
+      return []
+    out = []
+    for i in range(0, len(texts), 65536):  # Bounded memory for huge lists.
+      ragged = self.tf_tokenize_compiled(tf.constant(list(texts[i:i + 65536]), tf.string))
+      values = ragged.flat_values.numpy().astype(np.int64).tolist()
+      splits = ragged.row_splits.numpy().tolist()
+      out.extend(values[a:b] for a, b in zip(splits[:-1], splits[1:]))
+    return out
+
+  def _pieces_with_offsets(self, texts: tf.Tensor):
+    """Normalised text, ragged piece ids and byte offsets into the normalised text."""
+    norm = self.normalize(texts)
+    ids, starts, ends = self._fast.tokenize_with_offsets(norm)
+    return norm, ids, starts, ends
+
+  def tf_tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+    """Tokenizes a [batch] string tensor to ragged int32 ids [batch, (pieces)].
+
+    Graph-safe: usable inside tf.data maps and tf.function.
+
+    Args:
+      texts: [batch] tf.string.
+
+    Returns:
+      tf.RaggedTensor [batch, (pieces)] of int32 ids, no special tokens.
+    """
+    norm, ids, starts, ends = self._pieces_with_offsets(texts)
+    flat = ids.flat_values  # [pieces]
+    rows = ids.value_rowids()  # [pieces]
+    is_cont = tf.gather(self._is_continuation_tf, flat)
+    word_start = tf.logical_not(is_cont)
+    word_of_piece = tf.cumsum(tf.cast(word_start, tf.int64)) - 1  # [pieces]
+    num_words = tf.reduce_sum(tf.cast(word_start, tf.int64))
+    w_begin = tf.boolean_mask(starts.flat_values, word_start)  # [words]
+    w_end = tf.math.unsorted_segment_max(ends.flat_values, word_of_piece, num_words)
+    w_row = tf.boolean_mask(rows, word_start)
+    # Only words over 100 bytes can be over 100 characters: count those exactly.
+    cand = tf.where(w_end - w_begin > MAX_CHARS_PER_WORD)[:, 0]
+    words = tf.strings.substr(tf.gather(norm, tf.gather(w_row, cand)),
+                              tf.gather(w_begin, cand),
+                              tf.gather(w_end - w_begin, cand))
+    too_long = tf.strings.length(words, unit="UTF8_CHAR") > MAX_CHARS_PER_WORD
+    word_too_long = tf.scatter_nd(cand[:, None], too_long, tf.reshape(num_words, [1]))
+    piece_too_long = tf.gather(word_too_long, word_of_piece)
+    keep = tf.logical_not(piece_too_long & is_cont)
+    new_flat = tf.where(piece_too_long, tf.constant(self.unk_id, tf.int32), flat)
+    return tf.RaggedTensor.from_value_rowids(
+        tf.boolean_mask(new_flat, keep), tf.boolean_mask(rows, keep), nrows=ids.nrows())
+
+  @functools.cached_property
+  def _eager_words(self):
+    def words(texts):
+      norm, ids, starts, ends = self._pieces_with_offsets(texts)
+      word_start = tf.logical_not(tf.gather(self._is_continuation_tf, ids.flat_values))
+      word_of_piece = tf.cumsum(tf.cast(word_start, tf.int64)) - 1
+      num_words = tf.reduce_sum(tf.cast(word_start, tf.int64))
+      begin = tf.boolean_mask(starts.flat_values, word_start)
+      end = tf.math.unsorted_segment_max(ends.flat_values, word_of_piece, num_words)
+      row = tf.boolean_mask(ids.value_rowids(), word_start)
+      return tf.strings.substr(tf.gather(norm, row), begin, end - begin)
+    return tf.function(words, input_signature=[tf.TensorSpec([None], tf.string)])
+
+  def basic_tokenize(self, text: str) -> list[str]:
+    """BERT's basic tokenization of one text: the normalised words WordPiece sees.
+
+    Args:
+      text: a string.
+
+    Returns:
+      Words (punctuation and CJK characters are words of their own).
+    """
+    out = self._eager_words(tf.constant([text], tf.string)).numpy()
+    return [w.decode("utf-8") for w in out]
