@@ -30,6 +30,7 @@ by the programs themselves (bert_jax.train_log).
 import contextlib
 import importlib.abc
 import importlib.util
+import logging as std_logging
 import os
 import sys
 import tempfile
@@ -142,6 +143,34 @@ def _quiet_start_up() -> None:
   if "tensorflow" not in sys.modules:
     sys.meta_path.insert(0, _QuietImport("tensorflow"))
   logging.set_verbosity(logging.WARNING)
+  _quiet_failed_saves()
+
+
+def _quiet_failed_saves() -> None:
+  """A failed checkpoint save ends in one line (checkpoint.CheckpointSaveError), not hundreds.
+
+  Orbax logs the failure from each of its background threads with a traceback
+  (kept as one line each: the message), its abandoned write futures are
+  reported by asyncio at exit, and tensorstore's callbacks into Orbax's finished
+  event loops raise 'Event loop is closed', printed as unraisable exceptions
+  (both dropped). --verbosity brings all of it back.
+  """
+  class OrbaxOneLine(std_logging.Filter):
+    def filter(self, record):
+      if "/orbax/" in record.pathname and record.exc_info:
+        record.exc_info, record.exc_text = None, None
+      return True
+  std_logging.getLogger("absl").addFilter(OrbaxOneLine())
+  # Orbax's abandoned write futures, collected at exit after the failure was reported.
+  std_logging.getLogger("asyncio").addFilter(
+      lambda record: "exception was never retrieved" not in record.getMessage())
+  default_hook = sys.unraisablehook
+
+  def hook(unraisable):
+    if not (isinstance(unraisable.exc_value, RuntimeError)
+            and str(unraisable.exc_value) == "Event loop is closed"):
+      default_hook(unraisable)
+  sys.unraisablehook = hook
 
 
 _quiet_start_up()
