@@ -25,7 +25,7 @@ import orbax.checkpoint as ocp
 
 from bert_jax import model as model_lib
 from bert_jax.json_file import read_json
-from bert_jax.model_config import ARCH_FIELDS, BertConfig
+from bert_jax.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
 
 FORMAT_VERSION = 1
 PARAMS_DIR = "params"
@@ -97,6 +97,11 @@ def check_arch(found: BertConfig, expected: BertConfig, source: str) -> None:
     expected: the config the caller wants to use.
     source: the checkpoint path, for the message.
   """
+  family = [f"{f}: checkpoint {getattr(found, f)!r} vs config {getattr(expected, f)!r}"
+            for f in FAMILY_FIELDS if getattr(found, f) != getattr(expected, f)]
+  if family:
+    raise ValueError(f"{source}: checkpoint is another member of the BERT family than the "
+                     f"config asks ({', '.join(family)})")
   diff = [f for f in ARCH_FIELDS if getattr(found, f) != getattr(expected, f)]
   if not diff:
     return
@@ -109,6 +114,8 @@ def check_arch(found: BertConfig, expected: BertConfig, source: str) -> None:
 
 def pretraining_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
   """Shapes of every parameter of BertForPreTraining (pooler, MLM, NSP), by '/' path.
+
+  (A variant without token types, DistilBERT, has no token_type_embeddings.)
 
   Computed with jax.eval_shape, so nothing is allocated.
 

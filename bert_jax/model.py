@@ -4,6 +4,7 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
 `encoder/layers` with a leading 'layers' axis, see `unstack_layers`):
 
   bert/embeddings/{word_embeddings,position_embeddings,token_type_embeddings}/embedding
+      (no token_type_embeddings when type_vocab_size is 0: DistilBERT)
   bert/embeddings/layer_norm/{scale,bias}
   bert/encoder/layer_{i}/attention/{query,key,value}/{kernel [H,heads,hd], bias [heads,hd]}
   bert/encoder/layer_{i}/attention/out/{kernel [heads,hd,H], bias [H]}
@@ -32,7 +33,7 @@ def _dtype(name: str):
 
 
 class BertEmbeddings(nn.Module):
-  """Word + position + token type embeddings, LayerNorm, dropout."""
+  """Word + position (+ token type) embeddings, LayerNorm, dropout."""
   config: BertConfig
 
   def setup(self):
@@ -42,15 +43,18 @@ class BertEmbeddings(nn.Module):
     self.word_embeddings = layers.Embed(c.vocab_size, c.hidden_size, ("vocab", "embed"), **kw)
     self.position_embeddings = layers.Embed(
         c.max_position_embeddings, c.hidden_size, ("position", "embed"), **kw)
-    self.token_type_embeddings = layers.Embed(c.type_vocab_size, c.hidden_size, ("type", "embed"), **kw)
+    if c.type_vocab_size:
+      self.token_type_embeddings = layers.Embed(
+          c.type_vocab_size, c.hidden_size, ("type", "embed"), **kw)
     self.layer_norm = layers.layer_norm(c.layer_norm_eps, _dtype(c.dtype), _dtype(c.param_dtype),
                                         "layer_norm")
     self.dropout = nn.Dropout(c.dropout_rate)
 
   def __call__(self, input_ids: Array, segment_ids: Array, position_ids: Array,
                deterministic: bool) -> Array:
-    x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
-         + self.token_type_embeddings(segment_ids))  # [batch, len, hidden]
+    x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+    if self.config.type_vocab_size:
+      x = x + self.token_type_embeddings(segment_ids)  # [batch, len, hidden]
     x = self.layer_norm(x)
     x = self.dropout(x, deterministic=deterministic)
     return layers.constrain(x, BATCH_LEN_EMBED)
@@ -173,7 +177,8 @@ class BertModel(nn.Module):
     input_ids, segment_ids: int [batch, len].
     input_mask: int [batch, len]; 0 = padding, >0 = real token (packed rows
       number their examples 1, 2, ... for a block-diagonal mask).
-    position_ids: optional int [batch, len] (defaults to 0..len-1).
+    position_ids: optional int [batch, len], used as given; by default
+      `default_position_ids` (0..len-1, or RoBERTa's offset positions).
   """
   config: BertConfig
   add_pooler: bool = True
@@ -196,7 +201,7 @@ class BertModel(nn.Module):
     the pooler, their first column must be 0, the [CLS] row), pooled_output
     [batch, hidden] with the pooler, hidden_states when asked."""
     if position_ids is None:
-      position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+      position_ids = default_position_ids(input_ids, self.config)
     x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
     x, hidden = self.encoder(x, layers.attention_mask(input_mask), deterministic,
                              output_hidden_states, output_positions)
@@ -210,6 +215,20 @@ class BertModel(nn.Module):
   def attend(self, x: Array, bias: Optional[Array] = None) -> Array:
     """Logits over the vocabulary with the tied word embeddings (+ an output bias)."""
     return self.embeddings.word_embeddings.attend(x, bias)
+
+
+def default_position_ids(input_ids: Array, config: BertConfig) -> Array:
+  """int [batch, len] position ids for input_ids [batch, len].
+
+  0..len-1 when config.position_offset is 0 (BERT, DistilBERT). Otherwise
+  transformers' RoBERTa create_position_ids_from_input_ids: tokens other than
+  config.pad_token_id count up from position_offset (= pad_token_id + 1), padding
+  tokens take position_offset - 1.
+  """
+  if not config.position_offset:
+    return jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+  real = (input_ids != config.pad_token_id).astype(jnp.int32)
+  return jnp.cumsum(real, axis=1) * real + (config.position_offset - 1)
 
 
 def gather_positions(x: Array, positions: Array) -> Array:
