@@ -151,6 +151,64 @@ def _hf_rule(rule: Rule) -> Rule:
 HF_RULES = tuple(_hf_rule(r) for r in TF1_RULES)
 
 
+def renamed(rules: Sequence[Rule], prefixes: Mapping[str, Optional[str]]) -> tuple[Rule, ...]:
+  """The rules with each foreign name's longest matching prefix replaced.
+
+  Args:
+    rules: a rule table.
+    prefixes: {old prefix: new prefix, or None to drop the rules it matches}.
+      Every rule must match one prefix, so a table names every tensor's fate.
+
+  Returns:
+    The renamed rules (same our-paths and hooks).
+
+  Raises:
+    ValueError: a rule that no prefix matches.
+  """
+  out = []
+  for r in rules:
+    hits = [p for p in prefixes if r.theirs.startswith(p)]
+    if not hits:
+      raise ValueError(f"no prefix of the rename table matches {r.theirs!r}")
+    old = max(hits, key=len)
+    if prefixes[old] is not None:
+      out.append(dataclasses.replace(r, theirs=prefixes[old] + r.theirs[len(old):]))
+  return tuple(out)
+
+
+# RoBERTa: BERT's names under `roberta.`, the MLM head as `lm_head`, no NSP.
+ROBERTA_RULES = renamed(HF_RULES, {
+    "bert.": "roberta.",
+    "cls.predictions.transform.dense.": "lm_head.dense.",
+    "cls.predictions.transform.LayerNorm.": "lm_head.layer_norm.",
+    "cls.predictions.bias": "lm_head.bias",
+    "cls.seq_relationship.": None,
+})
+
+# DistilBERT: no token types, no pooler, no NSP; its own layer and head names.
+_DISTIL_LAYER = "distilbert.transformer.layer.{i}."
+DISTILBERT_RULES = renamed(HF_RULES, {
+    "bert.embeddings.": "distilbert.embeddings.",
+    "bert.embeddings.token_type_embeddings.": None,
+    "bert.encoder.layer.{i}.attention.self.query.": _DISTIL_LAYER + "attention.q_lin.",
+    "bert.encoder.layer.{i}.attention.self.key.": _DISTIL_LAYER + "attention.k_lin.",
+    "bert.encoder.layer.{i}.attention.self.value.": _DISTIL_LAYER + "attention.v_lin.",
+    "bert.encoder.layer.{i}.attention.output.dense.": _DISTIL_LAYER + "attention.out_lin.",
+    "bert.encoder.layer.{i}.attention.output.LayerNorm.": _DISTIL_LAYER + "sa_layer_norm.",
+    "bert.encoder.layer.{i}.intermediate.dense.": _DISTIL_LAYER + "ffn.lin1.",
+    "bert.encoder.layer.{i}.output.dense.": _DISTIL_LAYER + "ffn.lin2.",
+    "bert.encoder.layer.{i}.output.LayerNorm.": _DISTIL_LAYER + "output_layer_norm.",
+    "bert.pooler.": None,
+    "cls.predictions.transform.dense.": "vocab_transform.",
+    "cls.predictions.transform.LayerNorm.": "vocab_layer_norm.",
+    "cls.predictions.bias": "vocab_projector.bias",
+    "cls.seq_relationship.": None,
+})
+
+# Hugging Face rule tables by config.model_type.
+HF_RULES_BY_TYPE = {"bert": HF_RULES, "roberta": ROBERTA_RULES, "distilbert": DISTILBERT_RULES}
+
+
 def expand(rules: Sequence[Rule], num_layers: int) -> list[Rule]:
   """Replaces '{i}' in rules by 0..num_layers-1."""
   out = []
