@@ -4,7 +4,9 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
 `encoder/layers` with a leading 'layers' axis, see `unstack_layers`):
 
   bert/embeddings/{word_embeddings,position_embeddings,token_type_embeddings}/embedding
-      (no token_type_embeddings when type_vocab_size is 0: DistilBERT)
+      (no token_type_embeddings when type_vocab_size is 0: DistilBERT; tables of
+      width embedding_size, then bert/embeddings/project/{kernel,bias} to hidden_size,
+      when it differs: ELECTRA)
   bert/embeddings/layer_norm/{scale,bias}
   bert/encoder/layer_{i}/attention/{query,key,value}/{kernel [H,heads,hd], bias [heads,hd]}
   bert/encoder/layer_{i}/attention/out/{kernel [heads,hd,H], bias [H]}
@@ -13,6 +15,7 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
   bert/pooler/{kernel,bias}
   mlm/{transform/{kernel,bias}, transform_norm/{scale,bias}}, mlm_output_bias  (pretraining)
   nsp/{kernel,bias}                                                          (pretraining)
+  discriminator/{dense,prediction}/{kernel,bias}                 (ELECTRA's discriminator)
   classifier | qa_outputs | token_classifier/{kernel,bias}                   (fine-tuning)
 """
 from typing import Any, Optional
@@ -33,19 +36,23 @@ def _dtype(name: str):
 
 
 class BertEmbeddings(nn.Module):
-  """Word + position (+ token type) embeddings, LayerNorm, dropout."""
+  """Word + position (+ token type) embeddings, LayerNorm, dropout (+ projection to hidden)."""
   config: BertConfig
 
   def setup(self):
     c = self.config
     kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
               embedding_init=layers.kernel_init(c.initializer_range))
-    self.word_embeddings = layers.Embed(c.vocab_size, c.hidden_size, ("vocab", "embed"), **kw)
+    self.word_embeddings = layers.Embed(c.vocab_size, c.embed_dim, ("vocab", "embed"), **kw)
     self.position_embeddings = layers.Embed(
-        c.max_position_embeddings, c.hidden_size, ("position", "embed"), **kw)
+        c.max_position_embeddings, c.embed_dim, ("position", "embed"), **kw)
     if c.type_vocab_size:
       self.token_type_embeddings = layers.Embed(
-          c.type_vocab_size, c.hidden_size, ("type", "embed"), **kw)
+          c.type_vocab_size, c.embed_dim, ("type", "embed"), **kw)
+    if c.embed_dim != c.hidden_size:
+      self.project = layers.DenseGeneral(
+          c.hidden_size, ("embed", "embed_out"), dtype=_dtype(c.dtype),
+          param_dtype=_dtype(c.param_dtype), kernel_init=layers.kernel_init(c.initializer_range))
     self.layer_norm = layers.layer_norm(c.layer_norm_eps, _dtype(c.dtype), _dtype(c.param_dtype),
                                         "layer_norm")
     self.dropout = nn.Dropout(c.dropout_rate)
@@ -54,9 +61,11 @@ class BertEmbeddings(nn.Module):
                deterministic: bool) -> Array:
     x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
     if self.config.type_vocab_size:
-      x = x + self.token_type_embeddings(segment_ids)  # [batch, len, hidden]
+      x = x + self.token_type_embeddings(segment_ids)  # [batch, len, embed_dim]
     x = self.layer_norm(x)
     x = self.dropout(x, deterministic=deterministic)
+    if self.config.embed_dim != self.config.hidden_size:
+      x = self.project(x)  # [batch, len, hidden]
     return layers.constrain(x, BATCH_LEN_EMBED)
 
 
@@ -237,14 +246,15 @@ def gather_positions(x: Array, positions: Array) -> Array:
 
 
 class MlmHead(nn.Module):
-  """BERT's MLM transform (dense, GELU, LayerNorm) before the tied decoder."""
+  """BERT's MLM transform (dense, GELU, LayerNorm) before the tied decoder; it maps to the
+  embedding width (ELECTRA's generator: hidden -> embedding_size)."""
   config: BertConfig
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     c = self.config
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
-    x = layers.DenseGeneral(c.hidden_size, ("embed", "embed_out"), dtype=dtype, param_dtype=pdtype,
+    x = layers.DenseGeneral(c.embed_dim, ("embed", "embed_out"), dtype=dtype, param_dtype=pdtype,
                             kernel_init=layers.kernel_init(c.initializer_range), name="transform")(x)
     x = layers.activation(c.hidden_act)(x)
     return layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "transform_norm")(x)
@@ -285,6 +295,35 @@ class BertForPreTraining(nn.Module):
     if self.with_nsp:
       result["nsp_logits"] = self.nsp(out["pooled_output"]).astype(jnp.float32)
     return result
+
+
+class ElectraDiscriminator(nn.Module):
+  """ELECTRA's discriminator: the encoder and a per-token replaced-token logit
+  (dense, activation, dense to one)."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array,
+               deterministic: bool = True) -> Array:
+    """Returns the replaced-token logits, float32 [batch, len]."""
+    x = BertModel(self.config, add_pooler=False, name="bert")(
+        input_ids, input_mask, segment_ids, deterministic=deterministic)["sequence_output"]
+    return DiscriminatorHead(self.config, name="discriminator")(x)  # [batch, len]
+
+
+class DiscriminatorHead(nn.Module):
+  """hidden [..., hidden] -> replaced-token logits [...] (float32)."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    c = self.config
+    kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
+              kernel_init=layers.kernel_init(c.initializer_range))
+    x = layers.DenseGeneral(c.hidden_size, ("embed", "embed_out"), name="dense", **kw)(x)
+    x = layers.activation(c.hidden_act)(x)
+    x = layers.DenseGeneral(1, ("embed", "labels"), name="prediction", **kw)(x)
+    return x[..., 0].astype(jnp.float32)
 
 
 def _head_dense(c: BertConfig, features: int, name: str) -> layers.DenseGeneral:

@@ -20,11 +20,12 @@ VARIANTS = {
 # Fields that define the shapes of the parameters; two configs with the same
 # values here can load each other's checkpoints.
 ARCH_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads",
-               "intermediate_size", "max_position_embeddings", "type_vocab_size")
+               "intermediate_size", "max_position_embeddings", "type_vocab_size",
+               "embedding_size")
 # Fields that change what the same parameter shapes compute (and their foreign names).
 FAMILY_FIELDS = ("model_type", "position_offset")
 # The BERT family members this encoder computes, by Hugging Face model_type.
-MODEL_TYPES = ("bert", "roberta", "distilbert")
+MODEL_TYPES = ("bert", "roberta", "distilbert", "electra")
 
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
 _REMAT = ("none", "full", "dots")
@@ -47,6 +48,9 @@ class BertConfig:
   max_position_embeddings: int = 512
   # 0: no token type embeddings (DistilBERT); segment ids are then ignored.
   type_vocab_size: int = 2
+  # Width of the embedding tables (ELECTRA's factorized embeddings, projected to
+  # hidden_size when they differ); 0: hidden_size.
+  embedding_size: int = 0
   # Which member of the BERT family (MODEL_TYPES): picks the foreign parameter
   # names and config.json keys; the computation follows from the fields here.
   model_type: str = "bert"
@@ -74,7 +78,7 @@ class BertConfig:
 
   def __post_init__(self):
     for f in ARCH_FIELDS:
-      low = 0 if f == "type_vocab_size" else 1
+      low = 0 if f in ("type_vocab_size", "embedding_size") else 1
       if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
         raise ValueError(f"BertConfig.{f} must be an int >= {low}, got {getattr(self, f)!r}")
     if self.model_type not in MODEL_TYPES:
@@ -92,6 +96,11 @@ class BertConfig:
     for f in ("dtype", "param_dtype"):
       if getattr(self, f) not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"{f} {getattr(self, f)!r} not in float32/bfloat16/float16")
+
+  @property
+  def embed_dim(self) -> int:
+    """Width of the embedding tables (and of the MLM head's transform)."""
+    return self.embedding_size or self.hidden_size
 
   @property
   def head_dim(self) -> int:
@@ -161,6 +170,7 @@ _BERT_KEYS = {
 _HF_KEYS = {
     "bert": _BERT_KEYS,
     "roberta": {**_BERT_KEYS, "pad_token_id": "pad_token_id"},
+    "electra": {**_BERT_KEYS, "embedding_size": "embedding_size"},
     "distilbert": {
         "vocab_size": "vocab_size",
         "dim": "hidden_size",
@@ -179,14 +189,16 @@ _HF_KEYS = {
 _FIXED = {
     "bert": {},
     "roberta": {},
+    "electra": {},
     "distilbert": {"type_vocab_size": 0, "layer_norm_eps": 1e-12},
 }
 # transformers' defaults where config.json may omit a key our defaults differ from.
-_HF_DEFAULTS = {"roberta": {"pad_token_id": 1}, "distilbert": {}, "bert": {}}
+_HF_DEFAULTS = {"roberta": {"pad_token_id": 1}, "electra": {"embedding_size": 128},
+                "distilbert": {}, "bert": {}}
 
 
 def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
-  """Reads a Hugging Face config.json dict (model_type bert, roberta or distilbert; no
+  """Reads a Hugging Face config.json dict (model_type bert, roberta, distilbert or electra; no
   model_type: a Google bert_config.json)."""
   model_type = d.get("model_type", "bert")
   if model_type not in _HF_KEYS:
@@ -215,8 +227,8 @@ def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
 
 
 def to_hf_dict(config: BertConfig) -> dict[str, Any]:
-  """The Hugging Face config.json dict of `config` (architectures: the pretraining model;
-  the exporter replaces it with the heads it writes).
+  """The Hugging Face config.json dict of `config`, without `architectures` (the exporter
+  names the model class of the heads it writes).
 
   Raises:
     ValueError: a field that the model_type's transformers class cannot express.
@@ -224,16 +236,18 @@ def to_hf_dict(config: BertConfig) -> dict[str, Any]:
   t = config.model_type
   fixed = {**_FIXED[t], **({"position_offset": config.pad_token_id + 1} if t == "roberta"
                            else {"position_offset": 0})}
+  if t != "electra":
+    fixed["embedding_size"] = 0
   bad = [f"{f}={getattr(config, f)!r} (must be {v!r})" for f, v in fixed.items()
          if getattr(config, f) != v]
   if bad:
     raise ValueError(f"model_type {t!r} cannot be exported with {', '.join(bad)}")
   d = {hf: getattr(config, ours) for hf, ours in _HF_KEYS[t].items()}
+  if t == "electra":
+    d["embedding_size"] = config.embed_dim
   if t == "distilbert":
-    d.update(architectures=["DistilBertForMaskedLM"], model_type=t, sinusoidal_pos_embds=False,
-             tie_weights_=True)
+    d.update(model_type=t, sinusoidal_pos_embds=False, tie_weights_=True)
   else:
-    d.update(architectures=["BertForPreTraining" if t == "bert" else "RobertaForMaskedLM"],
-             model_type=t, position_embedding_type="absolute")
+    d.update(model_type=t, position_embedding_type="absolute")
     d.setdefault("pad_token_id", config.pad_token_id)
   return d

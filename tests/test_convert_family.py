@@ -1,4 +1,5 @@
-"""The BERT family (issue 13): RoBERTa and DistilBERT from transformers, parity and round trips.
+"""The BERT family (issue 13): RoBERTa, DistilBERT and ELECTRA (encoder with its embedding
+projection, generator, discriminator) from transformers: parity and round trips.
 
 Each reference is a random transformers Flax model (tests/hf_reference.py: every
 tensor perturbed; 2 layers, hidden 32) saved with save_pretrained(safe_serialization=True),
@@ -35,30 +36,42 @@ CONFIGS = {
     "distilbert": lambda: transformers.DistilBertConfig(
         vocab_size=VOCAB_SIZE, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
         max_position_embeddings=40, pad_token_id=0),
+    "electra": lambda: transformers.ElectraConfig(
+        vocab_size=VOCAB_SIZE, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=37, max_position_embeddings=40,
+        type_vocab_size=2),
 }
 MODELS = {
     ("roberta", "base"): transformers.FlaxRobertaModel,
     ("roberta", "mlm"): transformers.FlaxRobertaForMaskedLM,
     ("distilbert", "base"): transformers.FlaxDistilBertModel,
     ("distilbert", "mlm"): transformers.FlaxDistilBertForMaskedLM,
+    ("electra", "base"): transformers.FlaxElectraModel,
+    ("electra", "mlm"): transformers.FlaxElectraForMaskedLM,
+    ("electra", "discriminator"): transformers.FlaxElectraForPreTraining,
 }
 # The heads each layout converts to (RobertaModel has a pooler, DistilBertModel none).
 HEADS = {("roberta", "base"): ("pooler",), ("roberta", "mlm"): ("mlm",),
-         ("distilbert", "base"): (), ("distilbert", "mlm"): ("mlm",)}
+         ("distilbert", "base"): (), ("distilbert", "mlm"): ("mlm",),
+         ("electra", "base"): (), ("electra", "mlm"): ("mlm",),
+         ("electra", "discriminator"): ("discriminator",)}
 CASES = sorted(MODELS)
 CASE_IDS = [f"{t}-{h}" for t, h in CASES]
 
 
-def _batch(pad_id, seed=0):
-  """Three rows, two padded (with the model's pad id), plus MLM positions."""
+def _batch(pad_id, segments=1, seed=0):
+  """Three rows, two padded (with the model's pad id), segment ids (two segments where
+  the model has them), plus MLM positions."""
   rng = np.random.default_rng(seed)
   ids = rng.integers(5, VOCAB_SIZE, (3, 16)).astype(np.int32)
-  mask = np.zeros_like(ids)
+  mask, seg = np.zeros_like(ids), np.zeros_like(ids)
   for row, n in enumerate((16, 11, 6)):
     mask[row, :n] = 1
     ids[row, n:] = pad_id
+    if segments > 1:
+      seg[row, n // 2:n] = 1
   positions = np.array([[1, 5, 9], [2, 3, 8], [1, 4, 4]], np.int32)
-  return ids, mask, positions
+  return ids, mask, seg, positions
 
 
 @pytest.fixture(scope="module", params=CASES, ids=CASE_IDS)
@@ -79,9 +92,8 @@ def test_parity_with_transformers(case):
   model_type, head, ref, _, loaded = case
   config, params = loaded["config"], loaded["params"]
   assert config.model_type == model_type and loaded["heads"] == HEADS[(model_type, head)]
-  ids, mask, positions = _batch(ref.config.pad_token_id)
-  seg = np.zeros_like(ids)
-  out = ref(ids, mask, output_hidden_states=True)
+  ids, mask, seg, positions = _batch(ref.config.pad_token_id, config.type_vocab_size)
+  out = ref(ids, mask, None if model_type == "distilbert" else seg, output_hidden_states=True)
   diffs = {}
   if head == "base":
     ours = model_lib.BertModel(config, add_pooler="pooler" in loaded["heads"]).apply(
@@ -98,6 +110,10 @@ def test_parity_with_transformers(case):
                               (np.asarray(want_seq) * m).sum(1) / m.sum(1))
     if "pooler" in loaded["heads"]:
       diffs["pooled"] = _max_diff(ours["pooled_output"], out.pooler_output)
+  elif head == "discriminator":
+    ours = model_lib.ElectraDiscriminator(config).apply({"params": params}, ids, mask, seg)
+    assert ours.shape == out.logits.shape == (3, 16)
+    diffs["discriminator"] = _max_diff(ours, out.logits)
   else:
     ours = model_lib.BertForPreTraining(config, with_nsp=False).apply(
         {"params": params}, ids, mask, seg, positions)["mlm_logits"]
@@ -116,13 +132,16 @@ def test_parity_with_transformers(case):
 
 def test_positions_and_token_types(case):
   """RoBERTa counts positions from pad_token_id + 1 (padding at pad_token_id); DistilBERT
-  has no token type embeddings at all."""
+  has no token type embeddings at all; ELECTRA projects its narrower embeddings."""
   model_type, _, ref, _, loaded = case
   config, params = loaded["config"], loaded["params"]
-  ids, _, _ = _batch(ref.config.pad_token_id)
+  ids = _batch(ref.config.pad_token_id)[0]
   pos = np.asarray(model_lib.default_position_ids(ids, config))
   embeddings = params["bert"]["embeddings"]
-  if model_type == "roberta":
+  if model_type == "electra":
+    assert config.embedding_size == 16 and embeddings["project"]["kernel"].shape == (16, 32)
+    assert embeddings["word_embeddings"]["embedding"].shape == (VOCAB_SIZE, 16)
+  elif model_type == "roberta":
     assert config.position_offset == 2 and config.max_position_embeddings == 40
     np.testing.assert_array_equal(pos[2], [2, 3, 4, 5, 6, 7] + [1] * 10)
     assert embeddings["token_type_embeddings"]["embedding"].shape == (1, 32)
@@ -164,19 +183,23 @@ def _count(tree):
     ("roberta", dict(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
                      layer_norm_eps=1e-5, pad_token_id=1)),  # roberta-base
     ("distilbert", {}),  # distilbert-base-uncased: DistilBertConfig's defaults
+    ("electra", {}),  # electra-small-discriminator: ElectraConfig's defaults (E 128, H 256)
+    ("electra", dict(embedding_size=768, hidden_size=256, num_attention_heads=4,
+                     intermediate_size=1024)),  # electra-base-generator
 ])
 def test_base_parameter_counts_equal_transformers(model_type, hf_config):
   """Parameter counts of the base configs, ours (from the converted config) vs transformers'."""
-  hf_cfg = {"roberta": transformers.RobertaConfig,
-            "distilbert": transformers.DistilBertConfig}[model_type](**hf_config)
+  hf_cfg = {"roberta": transformers.RobertaConfig, "distilbert": transformers.DistilBertConfig,
+            "electra": transformers.ElectraConfig}[model_type](**hf_config)
   config = from_hf_dict(hf_cfg.to_dict())
   counts = {}
-  for head in ("base", "mlm"):
+  for head in [h for t, h in CASES if t == model_type]:
     ref = MODELS[(model_type, head)](hf_cfg, _do_init=False)
     theirs = _count(jax.eval_shape(lambda r, m=ref: m.init_weights(r, (1, 8)),
                                    jax.random.PRNGKey(0)))
-    module = (model_lib.BertModel(config, add_pooler=model_type == "roberta") if head == "base"
-              else model_lib.BertForPreTraining(config, with_nsp=False))
+    module = {"base": model_lib.BertModel(config, add_pooler=model_type == "roberta"),
+              "mlm": model_lib.BertForPreTraining(config, with_nsp=False),
+              "discriminator": model_lib.ElectraDiscriminator(config)}[head]
     ours = _count(jax.eval_shape(
         lambda m=module: model_lib.init_params(m, jax.random.PRNGKey(0))))
     counts[head] = (ours, theirs)
@@ -191,20 +214,24 @@ def _write_vocab(directory):
     f.write("\n".join(tokens) + "\n")
 
 
-def test_distilbert_bundle_through_the_command_line(tmp_path):
-  """DistilBERT (WordPiece) converts to a bundle and back with `bert_jax.convert`."""
+@pytest.mark.parametrize("model_type,head,tokenizer_class", [
+    ("distilbert", "mlm", "DistilBertTokenizer"),
+    ("electra", "discriminator", "ElectraTokenizer"),
+], ids=["distilbert-mlm", "electra-discriminator"])
+def test_wordpiece_bundle_through_the_command_line(model_type, head, tokenizer_class, tmp_path):
+  """WordPiece variants convert to a bundle and back with `bert_jax.convert`, exactly."""
   src, dst, out = (str(tmp_path / n) for n in ("hf", "bundle", "export"))
-  ref = Reference(transformers.FlaxDistilBertForMaskedLM, CONFIGS["distilbert"](), seed=7)
+  model_cls = MODELS[(model_type, head)]
+  ref = Reference(model_cls, CONFIGS[model_type](), seed=7)
   ref.model.save_pretrained(src, params=ref.params, safe_serialization=True)
   _write_vocab(src)
   assert convert.main(["--from", "hf", "--src", src, "--dst", dst]) == 0
   b = bundle.load_bundle(dst)
-  assert b.config.model_type == "distilbert" and b.heads == ("mlm",)
+  assert b.config.model_type == model_type and b.heads == HEADS[(model_type, head)]
   assert convert.main(["--to", "hf", "--src", dst, "--dst", out]) == 0
   assert json.load(open(os.path.join(out, "tokenizer_config.json")))["tokenizer_class"] == (
-      "DistilBertTokenizer")
-  back = traverse_util.flatten_dict(
-      transformers.FlaxDistilBertForMaskedLM.from_pretrained(out).params, sep="/")
+      tokenizer_class)
+  back = traverse_util.flatten_dict(model_cls.from_pretrained(out).params, sep="/")
   orig = traverse_util.flatten_dict(ref.params, sep="/")
   assert sorted(back) == sorted(orig)
   for k in orig:
@@ -221,6 +248,8 @@ def test_roberta_bundle_refused_with_the_reason(tmp_path):
 
 
 def test_bad_family_inputs_are_named(tmp_path):
+  with pytest.raises(ValueError, match="both ELECTRA's generator"):
+    hf._architecture("electra", ("mlm", "discriminator"))  # pylint: disable=protected-access
   with pytest.raises(ValueError, match=r"my/config\.json: model_type 'xlnet' is not supported"):
     from_hf_dict({"model_type": "xlnet"}, source="my/config.json")
   with pytest.raises(ValueError, match=r"not a distilbert config, missing keys \['dim'"):

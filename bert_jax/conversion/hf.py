@@ -2,8 +2,9 @@
 
 Reads config.json + model.safetensors (or a sharded model.safetensors.index.json,
 or Flax's flax_model.msgpack) of model_type bert (BertModel, BertForPreTraining,
-BertForMaskedLM), roberta (RobertaModel, RobertaForMaskedLM) or distilbert
-(DistilBertModel, DistilBertForMaskedLM) layouts, with or without the base
+BertForMaskedLM), roberta (RobertaModel, RobertaForMaskedLM), distilbert
+(DistilBertModel, DistilBertForMaskedLM) or electra (ElectraModel, the generator
+ElectraForMaskedLM, the discriminator ElectraForPreTraining) layouts, with or without the base
 model's prefix (`bert.`, ...), saved by PyTorch (Linear weights [out, in]) or
 Flax (kernels [in, out]). Pickle checkpoints (pytorch_model.bin) are never
 loaded. Writes safetensors in the PyTorch layout, which transformers loads as
@@ -30,7 +31,7 @@ SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 FLAX_MSGPACK = "flax_model.msgpack"
 
-_ENCODER_ROOTS = ("embeddings", "encoder", "transformer", "pooler")
+_ENCODER_ROOTS = ("embeddings", "embeddings_project", "encoder", "transformer", "pooler")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Layout:
     ignore: regular expressions of buffers some checkpoints store (not params).
     tied: {tensor: the tensor it is tied to}; checked equal, then dropped.
     architectures: (base model, with the MLM head, with MLM and NSP or None).
+    discriminator: the architecture with ELECTRA's discriminator head, or None.
     tokenizer_class: for the exported tokenizer_config.json.
     wordpiece: whether its tokenizer is a WordPiece vocab.txt (a bundle holds one).
   """
@@ -50,6 +52,7 @@ class Layout:
   architectures: tuple[str, str, Optional[str]]
   tokenizer_class: str
   wordpiece: bool = True
+  discriminator: Optional[str] = None
 
   @property
   def ignore(self) -> tuple[str, ...]:
@@ -65,6 +68,10 @@ LAYOUTS = {
                        "lm_head.decoder.bias": "lm_head.bias"},
                       ("RobertaModel", "RobertaForMaskedLM", None), "RobertaTokenizer",
                       wordpiece=False),
+    "electra": Layout("electra",
+                      {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
+                      ("ElectraModel", "ElectraForMaskedLM", None), "ElectraTokenizer",
+                      discriminator="ElectraForPreTraining"),
     "distilbert": Layout("distilbert",
                          {"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
                          ("DistilBertModel", "DistilBertForMaskedLM", None), "DistilBertTokenizer"),
@@ -171,7 +178,7 @@ def normalise_names(shapes: dict[str, tuple], prefix: str = "bert") -> dict[str,
 
 
 def read_config(src: str) -> BertConfig:
-  """Reads an HF config.json (model_type bert, roberta or distilbert) into a BertConfig."""
+  """Reads an HF config.json (model_type bert, roberta, distilbert, electra) into a BertConfig."""
   path = epath.Path(src) / "config.json"
   if not epath.Path(src).is_dir():
     raise FileNotFoundError(f"Hugging Face model directory not found: {src}")
@@ -290,6 +297,11 @@ def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
 
 def _architecture(model_type: str, heads: tuple[str, ...]) -> str:
   base, masked_lm, pretraining = LAYOUTS[model_type].architectures
+  if "discriminator" in heads:
+    if "mlm" in heads:
+      raise ValueError("params hold both ELECTRA's generator (mlm) and discriminator heads; "
+                       "they are two models with their own encoders: export them separately")
+    return LAYOUTS[model_type].discriminator
   if "mlm" in heads and pretraining and ("nsp" in heads or "pooler" in heads):
     return pretraining
   return masked_lm if "mlm" in heads else base

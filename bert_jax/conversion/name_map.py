@@ -8,7 +8,8 @@ shapes are checked before any tensor is read), a key-count check, and an error
 that names the missing and unexpected keys.
 
 Rules belong to groups: 'encoder' (always required) and the optional 'pooler',
-'mlm' and 'nsp'. A group present in the source must be complete.
+'mlm', 'nsp' and 'discriminator' (ELECTRA). A group present in the source must be
+complete.
 """
 from flax import traverse_util
 import dataclasses
@@ -21,7 +22,7 @@ import numpy as np
 from bert_jax import bundle
 from bert_jax.model_config import BertConfig
 
-GROUPS = ("encoder", "pooler", "mlm", "nsp")
+GROUPS = ("encoder", "pooler", "mlm", "nsp", "discriminator")
 
 
 class ConversionError(ValueError):
@@ -205,8 +206,40 @@ DISTILBERT_RULES = renamed(HF_RULES, {
     "cls.seq_relationship.": None,
 })
 
+# ELECTRA (ElectraModel, the generator ElectraForMaskedLM, the discriminator
+# ElectraForPreTraining): BERT's names under `electra.`, no pooler or NSP, the
+# generator and discriminator heads, and the embedding projection (when
+# embedding_size != hidden_size).
+ELECTRA_RULES = renamed(HF_RULES, {
+    "bert.": "electra.",
+    "bert.pooler.": None,
+    "cls.predictions.transform.dense.": "generator_predictions.dense.",
+    "cls.predictions.transform.LayerNorm.": "generator_predictions.LayerNorm.",
+    "cls.predictions.bias": "generator_lm_head.bias",
+    "cls.seq_relationship.": None,
+}) + (
+    Rule("bert/embeddings/project/kernel", "electra.embeddings_project.weight", TRANSPOSE),
+    Rule("bert/embeddings/project/bias", "electra.embeddings_project.bias"),
+    Rule("discriminator/dense/kernel", "discriminator_predictions.dense.weight", TRANSPOSE,
+         "discriminator"),
+    Rule("discriminator/dense/bias", "discriminator_predictions.dense.bias", IDENTITY,
+         "discriminator"),
+    Rule("discriminator/prediction/kernel", "discriminator_predictions.dense_prediction.weight",
+         TRANSPOSE, "discriminator"),
+    Rule("discriminator/prediction/bias", "discriminator_predictions.dense_prediction.bias",
+         IDENTITY, "discriminator"),
+)
+
 # Hugging Face rule tables by config.model_type.
-HF_RULES_BY_TYPE = {"bert": HF_RULES, "roberta": ROBERTA_RULES, "distilbert": DISTILBERT_RULES}
+HF_RULES_BY_TYPE = {"bert": HF_RULES, "roberta": ROBERTA_RULES, "distilbert": DISTILBERT_RULES,
+                    "electra": ELECTRA_RULES}
+
+
+def _config_rules(rules: Sequence[Rule], config: BertConfig,
+                  ours_shapes: Mapping[str, tuple]) -> list[Rule]:
+  """The rules expanded for config.num_layers, without those of params the config does not
+  have (e.g. the embedding projection when embedding_size == hidden_size)."""
+  return [r for r in expand(rules, config.num_layers) if r.ours in ours_shapes]
 
 
 def expand(rules: Sequence[Rule], num_layers: int) -> list[Rule]:
@@ -269,8 +302,8 @@ def to_ours(source: TensorSource, rules: Sequence[Rule], config: BertConfig, *,
     ConversionError: no encoder, missing or unexpected names, wrong shapes, or
       a count mismatch. Raised before any tensor is read.
   """
-  rules = expand(rules, config.num_layers)
   ours_shapes = bundle.pretraining_shapes(config)
+  rules = _config_rules(rules, config, ours_shapes)
   by_theirs = {r.theirs: r for r in rules}
   where = source.description
   present = {g for g in GROUPS if any(r.theirs in source.shapes for r in rules if r.group == g)}
@@ -322,6 +355,8 @@ def _group_of_path(path: str) -> str:
     return "mlm"
   if path.startswith("nsp/"):
     return "nsp"
+  if path.startswith("discriminator/"):
+    return "discriminator"
   return "encoder"
 
 
@@ -343,8 +378,8 @@ def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
       params of a present group, or a shape mismatch.
   """
   flat = traverse_util.flatten_dict(dict(params), sep="/")
-  rules = expand(rules, config.num_layers)
   ours_shapes = bundle.pretraining_shapes(config)
+  rules = _config_rules(rules, config, ours_shapes)
   present = {_group_of_path(p) for p in flat}
   active = [r for r in rules if r.group in present]
   known = {r.ours for r in active}
@@ -355,8 +390,8 @@ def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
         "params do not match the BERT name map: "
         + (f"missing {_listing(missing)}" if missing else "")
         + ("; " if missing and unexpected else "")
-        + (f"not exportable {_listing(unexpected)} (only the encoder, pooler, MLM and NSP "
-           "heads have foreign names)" if unexpected else ""))
+        + (f"not exportable {_listing(unexpected)} (only the encoder and the pooler, MLM, NSP "
+           "and discriminator heads have foreign names)" if unexpected else ""))
   out = {}
   for r in active:
     x = np.asarray(flat[r.ours])
