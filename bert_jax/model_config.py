@@ -223,6 +223,10 @@ def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
   kw.update(_FIXED[model_type], model_type=model_type)
   if model_type == "roberta":
     kw["position_offset"] = kw["pad_token_id"] + 1
+    if kw.get("hidden_act", "gelu") != "gelu":  # RoBERTa's lm_head is always exact GELU
+      raise ValueError(f"{source}: hidden_act {d['hidden_act']!r} is not supported for roberta "
+                       "(its MLM head uses GELU whatever hidden_act says; bert_jax uses one "
+                       "activation)")
   return BertConfig(**kw)
 
 

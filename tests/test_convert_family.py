@@ -254,6 +254,13 @@ def test_bad_family_inputs_are_named(tmp_path):
     from_hf_dict({"model_type": "xlnet"}, source="my/config.json")
   with pytest.raises(ValueError, match=r"not a distilbert config, missing keys \['dim'"):
     from_hf_dict({"model_type": "distilbert", "vocab_size": 9}, source="c.json")
+  with pytest.raises(ValueError, match=r"c\.json: hidden_act 'relu' is not supported for roberta"):
+    from_hf_dict({**CONFIGS["roberta"]().to_dict(), "hidden_act": "relu"}, source="c.json")
+  roberta = from_hf_dict(CONFIGS["roberta"]().to_dict())
+  with pytest.raises(ValueError, match=r"ckpt: checkpoint is another member of the BERT family "
+                     r"than the config asks \(model_type: checkpoint 'roberta' vs config 'bert', "
+                     r"position_offset: checkpoint 2 vs config 0\)"):
+    bundle.check_arch(roberta, roberta.replace(model_type="bert", position_offset=0), "ckpt")
   with pytest.raises(ValueError, match="sinusoidal_pos_embds"):
     from_hf_dict({**CONFIGS["distilbert"]().to_dict(), "sinusoidal_pos_embds": True})
   # A RoBERTa config.json over DistilBERT tensors: the missing and unexpected names are listed.
