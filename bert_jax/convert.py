@@ -6,7 +6,9 @@
 
 `--from hf` reads config.json + model.safetensors (BertModel, BertForPreTraining
 or BertForMaskedLM layouts, with or without the `bert.` prefix; model_type
-distilbert and electra likewise, by config.json's model_type); pickle
+distilbert and electra likewise, by config.json's model_type; roberta and
+albert only through conversion.hf.load_hf_params until bundles hold their
+tokenizers); pickle
 checkpoints (pytorch_model.bin) are refused with instructions. `--from tf1`
 reads original Google BERT checkpoints (bert_model.ckpt.* + bert_config.json +
 vocab.txt). Casing defaults to tokenizer_config.json's do_lower_case, else a

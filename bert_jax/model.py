@@ -6,7 +6,8 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
   bert/embeddings/{word_embeddings,position_embeddings,token_type_embeddings}/embedding
       (no token_type_embeddings when type_vocab_size is 0: DistilBERT; tables of
       width embedding_size, then bert/embeddings/project/{kernel,bias} to hidden_size,
-      when it differs: ELECTRA)
+      when it differs: ELECTRA, ALBERT)
+  (share_layers, ALBERT: only bert/encoder/layer_0, applied num_layers times)
   bert/embeddings/layer_norm/{scale,bias}
   bert/encoder/layer_{i}/attention/{query,key,value}/{kernel [H,heads,hd], bias [heads,hd]}
   bert/encoder/layer_{i}/attention/out/{kernel [heads,hd,H], bias [H]}
@@ -139,7 +140,8 @@ def _remat_policy(name: str):
 
 
 class BertEncoder(nn.Module):
-  """N encoder layers, unrolled or scanned, optionally rematerialised."""
+  """N encoder layers, unrolled or scanned, optionally rematerialised; with share_layers
+  (ALBERT) one layer, layer_0, applied N times."""
   config: BertConfig
 
   @nn.compact
@@ -169,9 +171,11 @@ class BertEncoder(nn.Module):
       if output_positions is not None:
         x = gather_positions(x, output_positions)
     else:
+      shared = layer_cls(c, deterministic, name="layer_0") if c.share_layers else None
       for i in range(c.num_layers):
         last_rows = output_positions if i == c.num_layers - 1 and not output_hidden_states else None
-        x, _ = layer_cls(c, deterministic, name=f"layer_{i}")(x, mask, last_rows)
+        layer = shared if shared is not None else layer_cls(c, deterministic, name=f"layer_{i}")
+        x, _ = layer(x, mask, last_rows)
         if output_hidden_states:
           hidden.append(x)
       if output_positions is not None and output_hidden_states:

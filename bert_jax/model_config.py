@@ -23,9 +23,9 @@ ARCH_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads",
                "intermediate_size", "max_position_embeddings", "type_vocab_size",
                "embedding_size")
 # Fields that change what the same parameter shapes compute (and their foreign names).
-FAMILY_FIELDS = ("model_type", "position_offset")
+FAMILY_FIELDS = ("model_type", "position_offset", "share_layers")
 # The BERT family members this encoder computes, by Hugging Face model_type.
-MODEL_TYPES = ("bert", "roberta", "distilbert", "electra")
+MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "albert")
 
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
 _REMAT = ("none", "full", "dots")
@@ -51,6 +51,8 @@ class BertConfig:
   # Width of the embedding tables (ELECTRA's factorized embeddings, projected to
   # hidden_size when they differ); 0: hidden_size.
   embedding_size: int = 0
+  # ALBERT: one layer's parameters (bert/encoder/layer_0) applied num_layers times.
+  share_layers: bool = False
   # Which member of the BERT family (MODEL_TYPES): picks the foreign parameter
   # names and config.json keys; the computation follows from the fields here.
   model_type: str = "bert"
@@ -81,6 +83,9 @@ class BertConfig:
       low = 0 if f in ("type_vocab_size", "embedding_size") else 1
       if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
         raise ValueError(f"BertConfig.{f} must be an int >= {low}, got {getattr(self, f)!r}")
+    if self.share_layers and self.scan_layers:
+      raise ValueError("share_layers (ALBERT) computes one layer num_layers times; "
+                       "scan_layers is not supported with it")
     if self.model_type not in MODEL_TYPES:
       raise ValueError(f"model_type {self.model_type!r} not in {MODEL_TYPES}")
     if not isinstance(self.position_offset, int) or self.position_offset < 0:
@@ -171,6 +176,7 @@ _HF_KEYS = {
     "bert": _BERT_KEYS,
     "roberta": {**_BERT_KEYS, "pad_token_id": "pad_token_id"},
     "electra": {**_BERT_KEYS, "embedding_size": "embedding_size"},
+    "albert": {**_BERT_KEYS, "embedding_size": "embedding_size"},
     "distilbert": {
         "vocab_size": "vocab_size",
         "dim": "hidden_size",
@@ -190,15 +196,18 @@ _FIXED = {
     "bert": {},
     "roberta": {},
     "electra": {},
+    "albert": {"share_layers": True},
     "distilbert": {"type_vocab_size": 0, "layer_norm_eps": 1e-12},
 }
 # transformers' defaults where config.json may omit a key our defaults differ from.
 _HF_DEFAULTS = {"roberta": {"pad_token_id": 1}, "electra": {"embedding_size": 128},
+                "albert": {"embedding_size": 128, "hidden_act": "gelu_new"},
                 "distilbert": {}, "bert": {}}
 
 
 def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
-  """Reads a Hugging Face config.json dict (model_type bert, roberta, distilbert or electra; no
+  """Reads a Hugging Face config.json dict (model_type bert, roberta, distilbert, electra or
+  albert; no
   model_type: a Google bert_config.json)."""
   model_type = d.get("model_type", "bert")
   if model_type not in _HF_KEYS:
@@ -220,6 +229,12 @@ def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
   kw = {**_HF_DEFAULTS[model_type], **{ours: d[hf] for hf, ours in keys.items() if hf in d}}
   if kw.get("hidden_act") == "gelu_python":
     kw["hidden_act"] = "gelu"
+  if model_type == "albert":
+    groups = (d.get("num_hidden_groups", 1), d.get("inner_group_num", 1))
+    if groups != (1, 1) or kw["embedding_size"] == kw["hidden_size"]:
+      raise ValueError(f"{source}: ALBERT with num_hidden_groups, inner_group_num {groups} and "
+                       f"embedding_size {kw['embedding_size']} is not supported (only one shared "
+                       "layer, embedding_size != hidden_size, as every released ALBERT)")
   kw.update(_FIXED[model_type], model_type=model_type)
   if model_type == "roberta":
     kw["position_offset"] = kw["pad_token_id"] + 1
@@ -240,15 +255,18 @@ def to_hf_dict(config: BertConfig) -> dict[str, Any]:
   t = config.model_type
   fixed = {**_FIXED[t], **({"position_offset": config.pad_token_id + 1} if t == "roberta"
                            else {"position_offset": 0})}
-  if t != "electra":
+  if t not in ("electra", "albert"):
     fixed["embedding_size"] = 0
+  fixed.setdefault("share_layers", False)
   bad = [f"{f}={getattr(config, f)!r} (must be {v!r})" for f, v in fixed.items()
          if getattr(config, f) != v]
   if bad:
     raise ValueError(f"model_type {t!r} cannot be exported with {', '.join(bad)}")
   d = {hf: getattr(config, ours) for hf, ours in _HF_KEYS[t].items()}
-  if t == "electra":
+  if t in ("electra", "albert"):
     d["embedding_size"] = config.embed_dim
+  if t == "albert":
+    d.update(num_hidden_groups=1, inner_group_num=1)
   if t == "distilbert":
     d.update(model_type=t, sinusoidal_pos_embds=False, tie_weights_=True)
   else:

@@ -1,5 +1,6 @@
-"""The BERT family (issue 13): RoBERTa, DistilBERT and ELECTRA (encoder with its embedding
-projection, generator, discriminator) from transformers: parity and round trips.
+"""The BERT family (issue 13): RoBERTa, DistilBERT, ELECTRA (encoder with its embedding
+projection, generator, discriminator) and ALBERT (one shared layer, SOP) from transformers:
+parity and round trips.
 
 Each reference is a random transformers Flax model (tests/hf_reference.py: every
 tensor perturbed; 2 layers, hidden 32) saved with save_pretrained(safe_serialization=True),
@@ -40,6 +41,10 @@ CONFIGS = {
         vocab_size=VOCAB_SIZE, embedding_size=16, hidden_size=32, num_hidden_layers=2,
         num_attention_heads=4, intermediate_size=37, max_position_embeddings=40,
         type_vocab_size=2),
+    "albert": lambda: transformers.AlbertConfig(
+        vocab_size=VOCAB_SIZE, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+        num_attention_heads=4, intermediate_size=37, max_position_embeddings=40,
+        type_vocab_size=2),
 }
 MODELS = {
     ("roberta", "base"): transformers.FlaxRobertaModel,
@@ -49,12 +54,17 @@ MODELS = {
     ("electra", "base"): transformers.FlaxElectraModel,
     ("electra", "mlm"): transformers.FlaxElectraForMaskedLM,
     ("electra", "discriminator"): transformers.FlaxElectraForPreTraining,
+    ("albert", "base"): transformers.FlaxAlbertModel,
+    ("albert", "mlm"): transformers.FlaxAlbertForMaskedLM,
+    ("albert", "pretraining"): transformers.FlaxAlbertForPreTraining,
 }
 # The heads each layout converts to (RobertaModel has a pooler, DistilBertModel none).
 HEADS = {("roberta", "base"): ("pooler",), ("roberta", "mlm"): ("mlm",),
          ("distilbert", "base"): (), ("distilbert", "mlm"): ("mlm",),
          ("electra", "base"): (), ("electra", "mlm"): ("mlm",),
-         ("electra", "discriminator"): ("discriminator",)}
+         ("electra", "discriminator"): ("discriminator",),
+         ("albert", "base"): ("pooler",), ("albert", "mlm"): ("mlm",),
+         ("albert", "pretraining"): ("pooler", "mlm", "nsp")}
 CASES = sorted(MODELS)
 CASE_IDS = [f"{t}-{h}" for t, h in CASES]
 
@@ -99,7 +109,7 @@ def test_parity_with_transformers(case):
     ours = model_lib.BertModel(config, add_pooler="pooler" in loaded["heads"]).apply(
         {"params": params["bert"]}, ids, mask, seg, output_hidden_states=True)
     want_hidden = out.hidden_states
-    assert len(ours["hidden_states"]) == len(want_hidden) == 3
+    assert len(ours["hidden_states"]) == len(want_hidden) == config.num_layers + 1
     for i, (a, b) in enumerate(zip(ours["hidden_states"], want_hidden)):
       diffs[f"hidden_{i}"] = _max_diff(a, b)
     seq, want_seq = ours["sequence_output"], out.last_hidden_state
@@ -110,6 +120,12 @@ def test_parity_with_transformers(case):
                               (np.asarray(want_seq) * m).sum(1) / m.sum(1))
     if "pooler" in loaded["heads"]:
       diffs["pooled"] = _max_diff(ours["pooled_output"], out.pooler_output)
+  elif head == "pretraining":  # ALBERT: MLM and sentence-order prediction (the NSP group)
+    ours = model_lib.BertForPreTraining(config).apply(
+        {"params": params}, ids, mask, seg, positions)
+    want = np.take_along_axis(np.asarray(out.prediction_logits), positions[..., None], axis=1)
+    diffs["mlm"] = _max_diff(ours["mlm_logits"], want)
+    diffs["sop"] = _max_diff(ours["nsp_logits"], out.sop_logits)
   elif head == "discriminator":
     ours = model_lib.ElectraDiscriminator(config).apply({"params": params}, ids, mask, seg)
     assert ours.shape == out.logits.shape == (3, 16)
@@ -132,13 +148,17 @@ def test_parity_with_transformers(case):
 
 def test_positions_and_token_types(case):
   """RoBERTa counts positions from pad_token_id + 1 (padding at pad_token_id); DistilBERT
-  has no token type embeddings at all; ELECTRA projects its narrower embeddings."""
+  has no token type embeddings at all; ELECTRA projects its narrower embeddings; ALBERT
+  shares one layer."""
   model_type, _, ref, _, loaded = case
   config, params = loaded["config"], loaded["params"]
   ids = _batch(ref.config.pad_token_id)[0]
   pos = np.asarray(model_lib.default_position_ids(ids, config))
   embeddings = params["bert"]["embeddings"]
-  if model_type == "electra":
+  if model_type == "albert":
+    assert list(params["bert"]["encoder"]) == ["layer_0"] and config.share_layers
+    assert embeddings["project"]["kernel"].shape == (16, 32)
+  elif model_type == "electra":
     assert config.embedding_size == 16 and embeddings["project"]["kernel"].shape == (16, 32)
     assert embeddings["word_embeddings"]["embedding"].shape == (VOCAB_SIZE, 16)
   elif model_type == "roberta":
@@ -186,19 +206,23 @@ def _count(tree):
     ("electra", {}),  # electra-small-discriminator: ElectraConfig's defaults (E 128, H 256)
     ("electra", dict(embedding_size=768, hidden_size=256, num_attention_heads=4,
                      intermediate_size=1024)),  # electra-base-generator
+    ("albert", dict(vocab_size=30000, embedding_size=128, hidden_size=768, num_attention_heads=12,
+                    intermediate_size=3072)),  # albert-base-v2
 ])
 def test_base_parameter_counts_equal_transformers(model_type, hf_config):
   """Parameter counts of the base configs, ours (from the converted config) vs transformers'."""
   hf_cfg = {"roberta": transformers.RobertaConfig, "distilbert": transformers.DistilBertConfig,
-            "electra": transformers.ElectraConfig}[model_type](**hf_config)
+            "electra": transformers.ElectraConfig,
+            "albert": transformers.AlbertConfig}[model_type](**hf_config)
   config = from_hf_dict(hf_cfg.to_dict())
   counts = {}
   for head in [h for t, h in CASES if t == model_type]:
     ref = MODELS[(model_type, head)](hf_cfg, _do_init=False)
     theirs = _count(jax.eval_shape(lambda r, m=ref: m.init_weights(r, (1, 8)),
                                    jax.random.PRNGKey(0)))
-    module = {"base": model_lib.BertModel(config, add_pooler=model_type == "roberta"),
+    module = {"base": model_lib.BertModel(config, add_pooler=model_type in ("roberta", "albert")),
               "mlm": model_lib.BertForPreTraining(config, with_nsp=False),
+              "pretraining": model_lib.BertForPreTraining(config),
               "discriminator": model_lib.ElectraDiscriminator(config)}[head]
     ours = _count(jax.eval_shape(
         lambda m=module: model_lib.init_params(m, jax.random.PRNGKey(0))))
@@ -261,6 +285,11 @@ def test_bad_family_inputs_are_named(tmp_path):
                      r"than the config asks \(model_type: checkpoint 'roberta' vs config 'bert', "
                      r"position_offset: checkpoint 2 vs config 0\)"):
     bundle.check_arch(roberta, roberta.replace(model_type="bert", position_offset=0), "ckpt")
+  with pytest.raises(ValueError, match=r"c\.json: ALBERT with num_hidden_groups, inner_group_num "
+                     r"\(2, 1\)"):
+    from_hf_dict({**CONFIGS["albert"]().to_dict(), "num_hidden_groups": 2}, source="c.json")
+  with pytest.raises(ValueError, match="scan_layers is not supported"):
+    from_hf_dict(CONFIGS["albert"]().to_dict()).replace(scan_layers=True)
   with pytest.raises(ValueError, match="sinusoidal_pos_embds"):
     from_hf_dict({**CONFIGS["distilbert"]().to_dict(), "sinusoidal_pos_embds": True})
   # A RoBERTa config.json over DistilBERT tensors: the missing and unexpected names are listed.

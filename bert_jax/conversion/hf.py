@@ -4,13 +4,14 @@ Reads config.json + model.safetensors (or a sharded model.safetensors.index.json
 or Flax's flax_model.msgpack) of model_type bert (BertModel, BertForPreTraining,
 BertForMaskedLM), roberta (RobertaModel, RobertaForMaskedLM), distilbert
 (DistilBertModel, DistilBertForMaskedLM) or electra (ElectraModel, the generator
-ElectraForMaskedLM, the discriminator ElectraForPreTraining) layouts, with or without the base
+ElectraForMaskedLM, the discriminator ElectraForPreTraining) or albert (AlbertModel,
+AlbertForMaskedLM, AlbertForPreTraining) layouts, with or without the base
 model's prefix (`bert.`, ...), saved by PyTorch (Linear weights [out, in]) or
 Flax (kernels [in, out]). Pickle checkpoints (pytorch_model.bin) are never
 loaded. Writes safetensors in the PyTorch layout, which transformers loads as
-the architecture named in config.json (PyTorch or Flax). RoBERTa's BPE
-tokenizer does not fit a bundle yet: `load_hf_params` / `params_to_hf` convert
-its parameters.
+the architecture named in config.json (PyTorch or Flax). RoBERTa's BPE and
+ALBERT's SentencePiece tokenizers do not fit a bundle yet: `load_hf_params` /
+`params_to_hf` convert their parameters.
 """
 from flax import traverse_util
 import dataclasses
@@ -45,13 +46,14 @@ class Layout:
     architectures: (base model, with the MLM head, with MLM and NSP or None).
     discriminator: the architecture with ELECTRA's discriminator head, or None.
     tokenizer_class: for the exported tokenizer_config.json.
-    wordpiece: whether its tokenizer is a WordPiece vocab.txt (a bundle holds one).
+    other_tokenizer: its tokenizer when it is not a WordPiece vocab.txt (which is
+      what a bundle holds), or None.
   """
   prefix: str
   tied: dict[str, str]
   architectures: tuple[str, str, Optional[str]]
   tokenizer_class: str
-  wordpiece: bool = True
+  other_tokenizer: Optional[str] = None
   discriminator: Optional[str] = None
 
   @property
@@ -67,7 +69,12 @@ LAYOUTS = {
                       {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
                        "lm_head.decoder.bias": "lm_head.bias"},
                       ("RobertaModel", "RobertaForMaskedLM", None), "RobertaTokenizer",
-                      wordpiece=False),
+                      other_tokenizer="a byte-level BPE tokenizer (vocab.json + merges.txt)"),
+    "albert": Layout("albert",
+                     {"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+                      "predictions.decoder.bias": "predictions.bias"},
+                     ("AlbertModel", "AlbertForMaskedLM", "AlbertForPreTraining"),
+                     "AlbertTokenizer", other_tokenizer="a SentencePiece tokenizer (spiece.model)"),
     "electra": Layout("electra",
                       {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
                       ("ElectraModel", "ElectraForMaskedLM", None), "ElectraTokenizer",
@@ -178,7 +185,7 @@ def normalise_names(shapes: dict[str, tuple], prefix: str = "bert") -> dict[str,
 
 
 def read_config(src: str) -> BertConfig:
-  """Reads an HF config.json (model_type bert, roberta, distilbert, electra) into a BertConfig."""
+  """Reads an HF config.json (any model_type of LAYOUTS) into a BertConfig."""
   path = epath.Path(src) / "config.json"
   if not epath.Path(src).is_dir():
     raise FileNotFoundError(f"Hugging Face model directory not found: {src}")
@@ -272,11 +279,12 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   """
   root = epath.Path(src)
   config = read_config(src)
-  if not LAYOUTS[config.model_type].wordpiece:
-    raise ValueError(f"{root / 'config.json'}: model_type {config.model_type!r} has a byte-level "
-                     "BPE tokenizer (vocab.json + merges.txt), which bert_jax bundles cannot hold "
-                     "yet (they store a WordPiece vocab.txt); bert_jax.conversion.hf."
-                     "load_hf_params reads its parameters")
+  other_tokenizer = LAYOUTS[config.model_type].other_tokenizer
+  if other_tokenizer:
+    raise ValueError(f"{root / 'config.json'}: model_type {config.model_type!r} has "
+                     f"{other_tokenizer}, which bert_jax bundles cannot hold yet (they store a "
+                     "WordPiece vocab.txt); bert_jax.conversion.hf.load_hf_params reads its "
+                     "parameters")
   vocab = root / "vocab.txt"
   if not vocab.exists():
     raise FileNotFoundError(f"{src} has no vocab.txt (the WordPiece vocab travels with the "

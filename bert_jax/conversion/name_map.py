@@ -206,6 +206,12 @@ DISTILBERT_RULES = renamed(HF_RULES, {
     "cls.seq_relationship.": None,
 })
 
+def _projection(theirs: str) -> tuple[Rule, ...]:
+  """The rules of the embedding projection (embedding_size -> hidden_size) named `theirs`."""
+  return (Rule("bert/embeddings/project/kernel", theirs + "weight", TRANSPOSE),
+          Rule("bert/embeddings/project/bias", theirs + "bias"))
+
+
 # ELECTRA (ElectraModel, the generator ElectraForMaskedLM, the discriminator
 # ElectraForPreTraining): BERT's names under `electra.`, no pooler or NSP, the
 # generator and discriminator heads, and the embedding projection (when
@@ -217,9 +223,7 @@ ELECTRA_RULES = renamed(HF_RULES, {
     "cls.predictions.transform.LayerNorm.": "generator_predictions.LayerNorm.",
     "cls.predictions.bias": "generator_lm_head.bias",
     "cls.seq_relationship.": None,
-}) + (
-    Rule("bert/embeddings/project/kernel", "electra.embeddings_project.weight", TRANSPOSE),
-    Rule("bert/embeddings/project/bias", "electra.embeddings_project.bias"),
+}) + _projection("electra.embeddings_project.") + (
     Rule("discriminator/dense/kernel", "discriminator_predictions.dense.weight", TRANSPOSE,
          "discriminator"),
     Rule("discriminator/dense/bias", "discriminator_predictions.dense.bias", IDENTITY,
@@ -230,9 +234,29 @@ ELECTRA_RULES = renamed(HF_RULES, {
          IDENTITY, "discriminator"),
 )
 
+# ALBERT (AlbertModel, AlbertForMaskedLM, AlbertForPreTraining with SOP in the NSP
+# group): one shared layer, ours bert/encoder/layer_0; the embedding projection.
+_ALBERT_LAYER = "albert.encoder.albert_layer_groups.0.albert_layers.0."
+ALBERT_RULES = tuple(
+    dataclasses.replace(r, ours=r.ours.replace("layer_{i}", "layer_0"))
+    for r in renamed(HF_RULES, {
+        "bert.": "albert.",
+        "bert.encoder.layer.{i}.attention.self.": _ALBERT_LAYER + "attention.",
+        "bert.encoder.layer.{i}.attention.output.dense.": _ALBERT_LAYER + "attention.dense.",
+        "bert.encoder.layer.{i}.attention.output.LayerNorm.": _ALBERT_LAYER + "attention.LayerNorm.",
+        "bert.encoder.layer.{i}.intermediate.dense.": _ALBERT_LAYER + "ffn.",
+        "bert.encoder.layer.{i}.output.dense.": _ALBERT_LAYER + "ffn_output.",
+        "bert.encoder.layer.{i}.output.LayerNorm.": _ALBERT_LAYER + "full_layer_layer_norm.",
+        "bert.pooler.dense.": "albert.pooler.",
+        "cls.predictions.transform.dense.": "predictions.dense.",
+        "cls.predictions.transform.LayerNorm.": "predictions.LayerNorm.",
+        "cls.predictions.bias": "predictions.bias",
+        "cls.seq_relationship.": "sop_classifier.classifier.",
+    })) + _projection("albert.encoder.embedding_hidden_mapping_in.")
+
 # Hugging Face rule tables by config.model_type.
 HF_RULES_BY_TYPE = {"bert": HF_RULES, "roberta": ROBERTA_RULES, "distilbert": DISTILBERT_RULES,
-                    "electra": ELECTRA_RULES}
+                    "electra": ELECTRA_RULES, "albert": ALBERT_RULES}
 
 
 def _config_rules(rules: Sequence[Rule], config: BertConfig,
