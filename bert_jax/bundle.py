@@ -25,7 +25,7 @@ import orbax.checkpoint as ocp
 
 from bert_jax import model as model_lib
 from bert_jax.json_file import read_json
-from bert_jax.model_config import ARCH_FIELDS, BertConfig
+from bert_jax.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
 
 FORMAT_VERSION = 1
 PARAMS_DIR = "params"
@@ -37,7 +37,8 @@ INFO_FILE = "bundle.json"
 TASK_HEADS = ("classifier", "qa_outputs", "token_classifier")
 _FIELD_ABBREV = {"num_layers": "L", "hidden_size": "H", "num_heads": "A",
                  "intermediate_size": "I", "vocab_size": "V",
-                 "max_position_embeddings": "P", "type_vocab_size": "T"}
+                 "max_position_embeddings": "P", "type_vocab_size": "T",
+                 "embedding_size": "E"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,16 +71,13 @@ def heads_of(params: dict) -> tuple[str, ...]:
     params: a params tree of any model in bert_jax.model.
 
   Returns:
-    A subset of ('pooler', 'mlm', 'nsp', 'classifier', 'qa_outputs',
+    A subset of ('pooler', 'mlm', 'nsp', 'discriminator', 'classifier', 'qa_outputs',
     'token_classifier'), in that order.
   """
   heads = []
   if "pooler" in params.get("bert", {}):
     heads.append("pooler")
-  if "mlm" in params:
-    heads.append("mlm")
-  if "nsp" in params:
-    heads.append("nsp")
+  heads += [h for h in ("mlm", "nsp", "discriminator") if h in params]
   heads += [h for h in TASK_HEADS if h in params]
   return tuple(heads)
 
@@ -97,6 +95,11 @@ def check_arch(found: BertConfig, expected: BertConfig, source: str) -> None:
     expected: the config the caller wants to use.
     source: the checkpoint path, for the message.
   """
+  family = [f"{f}: checkpoint {getattr(found, f)!r} vs config {getattr(expected, f)!r}"
+            for f in FAMILY_FIELDS if getattr(found, f) != getattr(expected, f)]
+  if family:
+    raise ValueError(f"{source}: checkpoint is another member of the BERT family than the "
+                     f"config asks ({', '.join(family)})")
   diff = [f for f in ARCH_FIELDS if getattr(found, f) != getattr(expected, f)]
   if not diff:
     return
@@ -108,7 +111,10 @@ def check_arch(found: BertConfig, expected: BertConfig, source: str) -> None:
 
 
 def pretraining_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
-  """Shapes of every parameter of BertForPreTraining (pooler, MLM, NSP), by '/' path.
+  """Shapes of every parameter of BertForPreTraining (pooler, MLM, NSP), by '/' path;
+  for ELECTRA also its discriminator head.
+
+  (A variant without token types, DistilBERT, has no token_type_embeddings.)
 
   Computed with jax.eval_shape, so nothing is allocated.
 
@@ -118,9 +124,15 @@ def pretraining_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
   Returns:
     {'bert/embeddings/word_embeddings/embedding': (vocab, hidden), ...}.
   """
-  module = model_lib.BertForPreTraining(config.replace(scan_layers=False), with_nsp=True)
-  shapes = jax.eval_shape(lambda: model_lib.init_params(module, jax.random.PRNGKey(0)))
-  return {path: tuple(x.shape) for path, x in traverse_util.flatten_dict(shapes, sep="/").items()}
+  config = config.replace(scan_layers=False)
+  modules = [model_lib.BertForPreTraining(config, with_nsp=True)]
+  if config.model_type == "electra":
+    modules.append(model_lib.ElectraDiscriminator(config))
+  out = {}
+  for module in modules:
+    shapes = jax.eval_shape(lambda m=module: model_lib.init_params(m, jax.random.PRNGKey(0)))
+    out.update({p: tuple(x.shape) for p, x in traverse_util.flatten_dict(shapes, sep="/").items()})
+  return out
 
 
 def vocab_lines(vocab_file: str) -> list[str]:
@@ -170,7 +182,8 @@ def _check_shapes(found: dict[str, tuple], config: BertConfig, source: str) -> N
   """Every encoder / pretraining-head tensor must have the config's shape."""
   expected = pretraining_shapes(config)
   heads = heads_of(traverse_util.unflatten_dict(dict.fromkeys(found, 0), sep="/"))
-  groups = {"pooler": "bert/pooler/", "mlm": "mlm", "nsp": "nsp/"}
+  groups = {"pooler": "bert/pooler/", "mlm": "mlm", "nsp": "nsp/",
+            "discriminator": "discriminator/"}
   wanted = {p: s for p, s in expected.items()
             if not any(p.startswith(pre) for h, pre in groups.items() if h not in heads)}
   bad = [f"{p}: stored {found[p]} vs expected {s}" for p, s in wanted.items()

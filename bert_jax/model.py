@@ -4,6 +4,10 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
 `encoder/layers` with a leading 'layers' axis, see `unstack_layers`):
 
   bert/embeddings/{word_embeddings,position_embeddings,token_type_embeddings}/embedding
+      (no token_type_embeddings when type_vocab_size is 0: DistilBERT; tables of
+      width embedding_size, then bert/embeddings/project/{kernel,bias} to hidden_size,
+      when it differs: ELECTRA, ALBERT)
+  (share_layers, ALBERT: only bert/encoder/layer_0, applied num_layers times)
   bert/embeddings/layer_norm/{scale,bias}
   bert/encoder/layer_{i}/attention/{query,key,value}/{kernel [H,heads,hd], bias [heads,hd]}
   bert/encoder/layer_{i}/attention/out/{kernel [heads,hd,H], bias [H]}
@@ -12,6 +16,7 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
   bert/pooler/{kernel,bias}
   mlm/{transform/{kernel,bias}, transform_norm/{scale,bias}}, mlm_output_bias  (pretraining)
   nsp/{kernel,bias}                                                          (pretraining)
+  discriminator/{dense,prediction}/{kernel,bias}                 (ELECTRA's discriminator)
   classifier | qa_outputs | token_classifier/{kernel,bias}                   (fine-tuning)
 """
 from typing import Any, Optional
@@ -32,27 +37,36 @@ def _dtype(name: str):
 
 
 class BertEmbeddings(nn.Module):
-  """Word + position + token type embeddings, LayerNorm, dropout."""
+  """Word + position (+ token type) embeddings, LayerNorm, dropout (+ projection to hidden)."""
   config: BertConfig
 
   def setup(self):
     c = self.config
     kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
               embedding_init=layers.kernel_init(c.initializer_range))
-    self.word_embeddings = layers.Embed(c.vocab_size, c.hidden_size, ("vocab", "embed"), **kw)
+    self.word_embeddings = layers.Embed(c.vocab_size, c.embed_dim, ("vocab", "embed"), **kw)
     self.position_embeddings = layers.Embed(
-        c.max_position_embeddings, c.hidden_size, ("position", "embed"), **kw)
-    self.token_type_embeddings = layers.Embed(c.type_vocab_size, c.hidden_size, ("type", "embed"), **kw)
+        c.max_position_embeddings, c.embed_dim, ("position", "embed"), **kw)
+    if c.type_vocab_size:
+      self.token_type_embeddings = layers.Embed(
+          c.type_vocab_size, c.embed_dim, ("type", "embed"), **kw)
+    if c.embed_dim != c.hidden_size:
+      self.project = layers.DenseGeneral(
+          c.hidden_size, ("embed", "embed_out"), dtype=_dtype(c.dtype),
+          param_dtype=_dtype(c.param_dtype), kernel_init=layers.kernel_init(c.initializer_range))
     self.layer_norm = layers.layer_norm(c.layer_norm_eps, _dtype(c.dtype), _dtype(c.param_dtype),
                                         "layer_norm")
     self.dropout = nn.Dropout(c.dropout_rate)
 
   def __call__(self, input_ids: Array, segment_ids: Array, position_ids: Array,
                deterministic: bool) -> Array:
-    x = (self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
-         + self.token_type_embeddings(segment_ids))  # [batch, len, hidden]
+    x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+    if self.config.type_vocab_size:
+      x = x + self.token_type_embeddings(segment_ids)  # [batch, len, embed_dim]
     x = self.layer_norm(x)
     x = self.dropout(x, deterministic=deterministic)
+    if self.config.embed_dim != self.config.hidden_size:
+      x = self.project(x)  # [batch, len, hidden]
     return layers.constrain(x, BATCH_LEN_EMBED)
 
 
@@ -126,7 +140,8 @@ def _remat_policy(name: str):
 
 
 class BertEncoder(nn.Module):
-  """N encoder layers, unrolled or scanned, optionally rematerialised."""
+  """N encoder layers, unrolled or scanned, optionally rematerialised; with share_layers
+  (ALBERT) one layer, layer_0, applied N times."""
   config: BertConfig
 
   @nn.compact
@@ -156,9 +171,11 @@ class BertEncoder(nn.Module):
       if output_positions is not None:
         x = gather_positions(x, output_positions)
     else:
+      shared = layer_cls(c, deterministic, name="layer_0") if c.share_layers else None
       for i in range(c.num_layers):
         last_rows = output_positions if i == c.num_layers - 1 and not output_hidden_states else None
-        x, _ = layer_cls(c, deterministic, name=f"layer_{i}")(x, mask, last_rows)
+        layer = shared if shared is not None else layer_cls(c, deterministic, name=f"layer_{i}")
+        x, _ = layer(x, mask, last_rows)
         if output_hidden_states:
           hidden.append(x)
       if output_positions is not None and output_hidden_states:
@@ -173,7 +190,8 @@ class BertModel(nn.Module):
     input_ids, segment_ids: int [batch, len].
     input_mask: int [batch, len]; 0 = padding, >0 = real token (packed rows
       number their examples 1, 2, ... for a block-diagonal mask).
-    position_ids: optional int [batch, len] (defaults to 0..len-1).
+    position_ids: optional int [batch, len], used as given; by default
+      `default_position_ids` (0..len-1, or RoBERTa's offset positions).
   """
   config: BertConfig
   add_pooler: bool = True
@@ -196,7 +214,7 @@ class BertModel(nn.Module):
     the pooler, their first column must be 0, the [CLS] row), pooled_output
     [batch, hidden] with the pooler, hidden_states when asked."""
     if position_ids is None:
-      position_ids = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+      position_ids = default_position_ids(input_ids, self.config)
     x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
     x, hidden = self.encoder(x, layers.attention_mask(input_mask), deterministic,
                              output_hidden_states, output_positions)
@@ -212,20 +230,35 @@ class BertModel(nn.Module):
     return self.embeddings.word_embeddings.attend(x, bias)
 
 
+def default_position_ids(input_ids: Array, config: BertConfig) -> Array:
+  """int [batch, len] position ids for input_ids [batch, len].
+
+  0..len-1 when config.position_offset is 0 (BERT, DistilBERT). Otherwise
+  transformers' RoBERTa create_position_ids_from_input_ids: tokens other than
+  config.pad_token_id count up from position_offset (= pad_token_id + 1), padding
+  tokens take position_offset - 1.
+  """
+  if not config.position_offset:
+    return jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+  real = (input_ids != config.pad_token_id).astype(jnp.int32)
+  return jnp.cumsum(real, axis=1) * real + (config.position_offset - 1)
+
+
 def gather_positions(x: Array, positions: Array) -> Array:
   """x [batch, len, hidden], positions [batch, P] -> [batch, P, hidden]."""
   return jnp.take_along_axis(x, positions[..., None].astype(jnp.int32), axis=1)
 
 
 class MlmHead(nn.Module):
-  """BERT's MLM transform (dense, GELU, LayerNorm) before the tied decoder."""
+  """BERT's MLM transform (dense, GELU, LayerNorm) before the tied decoder; it maps to the
+  embedding width (ELECTRA's generator: hidden -> embedding_size)."""
   config: BertConfig
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     c = self.config
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
-    x = layers.DenseGeneral(c.hidden_size, ("embed", "embed_out"), dtype=dtype, param_dtype=pdtype,
+    x = layers.DenseGeneral(c.embed_dim, ("embed", "embed_out"), dtype=dtype, param_dtype=pdtype,
                             kernel_init=layers.kernel_init(c.initializer_range), name="transform")(x)
     x = layers.activation(c.hidden_act)(x)
     return layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "transform_norm")(x)
@@ -266,6 +299,35 @@ class BertForPreTraining(nn.Module):
     if self.with_nsp:
       result["nsp_logits"] = self.nsp(out["pooled_output"]).astype(jnp.float32)
     return result
+
+
+class ElectraDiscriminator(nn.Module):
+  """ELECTRA's discriminator: the encoder and a per-token replaced-token logit
+  (dense, activation, dense to one)."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array,
+               deterministic: bool = True) -> Array:
+    """Returns the replaced-token logits, float32 [batch, len]."""
+    x = BertModel(self.config, add_pooler=False, name="bert")(
+        input_ids, input_mask, segment_ids, deterministic=deterministic)["sequence_output"]
+    return DiscriminatorHead(self.config, name="discriminator")(x)  # [batch, len]
+
+
+class DiscriminatorHead(nn.Module):
+  """hidden [..., hidden] -> replaced-token logits [...] (float32)."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    c = self.config
+    kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
+              kernel_init=layers.kernel_init(c.initializer_range))
+    x = layers.DenseGeneral(c.hidden_size, ("embed", "embed_out"), name="dense", **kw)(x)
+    x = layers.activation(c.hidden_act)(x)
+    x = layers.DenseGeneral(1, ("embed", "labels"), name="prediction", **kw)(x)
+    return x[..., 0].astype(jnp.float32)
 
 
 def _head_dense(c: BertConfig, features: int, name: str) -> layers.DenseGeneral:

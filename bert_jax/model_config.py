@@ -20,7 +20,12 @@ VARIANTS = {
 # Fields that define the shapes of the parameters; two configs with the same
 # values here can load each other's checkpoints.
 ARCH_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads",
-               "intermediate_size", "max_position_embeddings", "type_vocab_size")
+               "intermediate_size", "max_position_embeddings", "type_vocab_size",
+               "embedding_size")
+# Fields that change what the same parameter shapes compute (and their foreign names).
+FAMILY_FIELDS = ("model_type", "position_offset", "share_layers")
+# The BERT family members this encoder computes, by Hugging Face model_type.
+MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "albert")
 
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
 _REMAT = ("none", "full", "dots")
@@ -41,7 +46,21 @@ class BertConfig:
   num_heads: int = 12
   intermediate_size: int = 3072
   max_position_embeddings: int = 512
+  # 0: no token type embeddings (DistilBERT); segment ids are then ignored.
   type_vocab_size: int = 2
+  # Width of the embedding tables (ELECTRA's factorized embeddings, projected to
+  # hidden_size when they differ); 0: hidden_size.
+  embedding_size: int = 0
+  # ALBERT: one layer's parameters (bert/encoder/layer_0) applied num_layers times.
+  share_layers: bool = False
+  # Which member of the BERT family (MODEL_TYPES): picks the foreign parameter
+  # names and config.json keys; the computation follows from the fields here.
+  model_type: str = "bert"
+  # 0: position ids 0..len-1 (BERT). >0 (RoBERTa: pad_token_id + 1): the default
+  # position ids are transformers' create_position_ids_from_input_ids: tokens other
+  # than pad_token_id count up from position_offset, padding takes position_offset - 1.
+  position_offset: int = 0
+  pad_token_id: int = 0
   # 'gelu' is the exact erf form used by BERT; 'gelu_new' the tanh approximation.
   hidden_act: str = "gelu"
   dropout_rate: float = 0.1
@@ -61,8 +80,16 @@ class BertConfig:
 
   def __post_init__(self):
     for f in ARCH_FIELDS:
-      if not isinstance(getattr(self, f), int) or getattr(self, f) <= 0:
-        raise ValueError(f"BertConfig.{f} must be a positive int, got {getattr(self, f)!r}")
+      low = 0 if f in ("type_vocab_size", "embedding_size") else 1
+      if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
+        raise ValueError(f"BertConfig.{f} must be an int >= {low}, got {getattr(self, f)!r}")
+    if self.share_layers and self.scan_layers:
+      raise ValueError("share_layers (ALBERT) computes one layer num_layers times; "
+                       "scan_layers is not supported with it")
+    if self.model_type not in MODEL_TYPES:
+      raise ValueError(f"model_type {self.model_type!r} not in {MODEL_TYPES}")
+    if not isinstance(self.position_offset, int) or self.position_offset < 0:
+      raise ValueError(f"position_offset must be an int >= 0, got {self.position_offset!r}")
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
     if self.attention_impl not in _ATTENTION_IMPLS:
@@ -74,6 +101,11 @@ class BertConfig:
     for f in ("dtype", "param_dtype"):
       if getattr(self, f) not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"{f} {getattr(self, f)!r} not in float32/bfloat16/float16")
+
+  @property
+  def embed_dim(self) -> int:
+    """Width of the embedding tables (and of the MLM head's transform)."""
+    return self.embedding_size or self.hidden_size
 
   @property
   def head_dim(self) -> int:
@@ -125,8 +157,8 @@ def variant(name: str, vocab_size: int, **overrides) -> BertConfig:
                     num_heads=heads, intermediate_size=4 * hidden, **overrides)
 
 
-# Hugging Face config.json key <-> our field.
-_HF_KEYS = {
+# Hugging Face config.json key <-> our field, per model_type; the first five are required.
+_BERT_KEYS = {
     "vocab_size": "vocab_size",
     "hidden_size": "hidden_size",
     "num_hidden_layers": "num_layers",
@@ -140,26 +172,104 @@ _HF_KEYS = {
     "layer_norm_eps": "layer_norm_eps",
     "initializer_range": "initializer_range",
 }
+_HF_KEYS = {
+    "bert": _BERT_KEYS,
+    "roberta": {**_BERT_KEYS, "pad_token_id": "pad_token_id"},
+    "electra": {**_BERT_KEYS, "embedding_size": "embedding_size"},
+    "albert": {**_BERT_KEYS, "embedding_size": "embedding_size"},
+    "distilbert": {
+        "vocab_size": "vocab_size",
+        "dim": "hidden_size",
+        "n_layers": "num_layers",
+        "n_heads": "num_heads",
+        "hidden_dim": "intermediate_size",
+        "max_position_embeddings": "max_position_embeddings",
+        "activation": "hidden_act",
+        "dropout": "dropout_rate",
+        "attention_dropout": "attention_dropout_rate",
+        "initializer_range": "initializer_range",
+        "pad_token_id": "pad_token_id",
+    },
+}
+# Fields each model_type fixes (transformers hard-codes them or they define the type).
+_FIXED = {
+    "bert": {},
+    "roberta": {},
+    "electra": {},
+    "albert": {"share_layers": True},
+    "distilbert": {"type_vocab_size": 0, "layer_norm_eps": 1e-12},
+}
+# transformers' defaults where config.json may omit a key our defaults differ from.
+_HF_DEFAULTS = {"roberta": {"pad_token_id": 1}, "electra": {"embedding_size": 128},
+                "albert": {"embedding_size": 128, "hidden_act": "gelu_new"},
+                "distilbert": {}, "bert": {}}
 
 
 def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
-  """Reads a Hugging Face / Google bert_config.json dict."""
-  missing = [k for k in ("vocab_size", "hidden_size", "num_hidden_layers",
-                         "num_attention_heads", "intermediate_size") if k not in d]
+  """Reads a Hugging Face config.json dict (model_type bert, roberta, distilbert, electra or
+  albert; no
+  model_type: a Google bert_config.json)."""
+  model_type = d.get("model_type", "bert")
+  if model_type not in _HF_KEYS:
+    raise ValueError(f"{source}: model_type {model_type!r} is not supported; "
+                     f"bert_jax converts {list(_HF_KEYS)}")
+  keys = _HF_KEYS[model_type]
+  missing = [k for k in list(keys)[:5] if k not in d]
   if missing:
-    raise ValueError(f"{source}: not a BERT config, missing keys {missing}")
+    raise ValueError(f"{source}: not a {model_type} config, missing keys {missing}")
   if d.get("position_embedding_type", "absolute") != "absolute":
     raise ValueError(f"{source}: position_embedding_type {d['position_embedding_type']!r} "
                      "is not supported (only 'absolute', as BERT)")
-  kw = {ours: d[hf] for hf, ours in _HF_KEYS.items() if hf in d}
+  if d.get("sinusoidal_pos_embds", False):
+    raise ValueError(f"{source}: sinusoidal_pos_embds is not supported (only learned "
+                     "position embeddings)")
+  if d.get("tie_word_embeddings", True) is not True:
+    raise ValueError(f"{source}: tie_word_embeddings false is not supported (bert_jax ties "
+                     "the MLM decoder to the word embeddings)")
+  kw = {**_HF_DEFAULTS[model_type], **{ours: d[hf] for hf, ours in keys.items() if hf in d}}
   if kw.get("hidden_act") == "gelu_python":
     kw["hidden_act"] = "gelu"
+  if model_type == "albert":
+    groups = (d.get("num_hidden_groups", 1), d.get("inner_group_num", 1))
+    if groups != (1, 1) or kw["embedding_size"] == kw["hidden_size"]:
+      raise ValueError(f"{source}: ALBERT with num_hidden_groups, inner_group_num {groups} and "
+                       f"embedding_size {kw['embedding_size']} is not supported (only one shared "
+                       "layer, embedding_size != hidden_size, as every released ALBERT)")
+  kw.update(_FIXED[model_type], model_type=model_type)
+  if model_type == "roberta":
+    kw["position_offset"] = kw["pad_token_id"] + 1
+    if kw.get("hidden_act", "gelu") != "gelu":  # RoBERTa's lm_head is always exact GELU
+      raise ValueError(f"{source}: hidden_act {d['hidden_act']!r} is not supported for roberta "
+                       "(its MLM head uses GELU whatever hidden_act says; bert_jax uses one "
+                       "activation)")
   return BertConfig(**kw)
 
 
 def to_hf_dict(config: BertConfig) -> dict[str, Any]:
-  """The Hugging Face config.json dict of a BertForPreTraining model."""
-  d = {hf: getattr(config, ours) for hf, ours in _HF_KEYS.items()}
-  d.update(architectures=["BertForPreTraining"], model_type="bert",
-           position_embedding_type="absolute", pad_token_id=0)
+  """The Hugging Face config.json dict of `config`, without `architectures` (the exporter
+  names the model class of the heads it writes).
+
+  Raises:
+    ValueError: a field that the model_type's transformers class cannot express.
+  """
+  t = config.model_type
+  fixed = {**_FIXED[t], **({"position_offset": config.pad_token_id + 1} if t == "roberta"
+                           else {"position_offset": 0})}
+  if t not in ("electra", "albert"):
+    fixed["embedding_size"] = 0
+  fixed.setdefault("share_layers", False)
+  bad = [f"{f}={getattr(config, f)!r} (must be {v!r})" for f, v in fixed.items()
+         if getattr(config, f) != v]
+  if bad:
+    raise ValueError(f"model_type {t!r} cannot be exported with {', '.join(bad)}")
+  d = {hf: getattr(config, ours) for hf, ours in _HF_KEYS[t].items()}
+  if t in ("electra", "albert"):
+    d["embedding_size"] = config.embed_dim
+  if t == "albert":
+    d.update(num_hidden_groups=1, inner_group_num=1)
+  if t == "distilbert":
+    d.update(model_type=t, sinusoidal_pos_embds=False, tie_weights_=True)
+  else:
+    d.update(model_type=t, position_embedding_type="absolute")
+    d.setdefault("pad_token_id", config.pad_token_id)
   return d

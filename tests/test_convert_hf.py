@@ -1,7 +1,7 @@
 """HF <-> bert_jax conversion: parity with transformers' Flax BERT, round trips, bad input.
 
 The reference is a randomly initialised transformers FlaxBertForPreTraining
-(every tensor perturbed so that biases and LayerNorm scales are not trivial),
+(tests/hf_reference.py: every tensor perturbed),
 saved with save_pretrained(safe_serialization=True) (Flax layout). transformers'
 own PyTorch->Flax loader checks our PyTorch-layout export.
 """
@@ -21,33 +21,11 @@ from bert_jax import convert
 from bert_jax import model as model_lib
 from bert_jax.conversion import hf
 from bert_jax.conversion import name_map
+from tests.hf_reference import Reference
 
 HF_CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"tok{i}" for i in range(94)]
-
-
-def random_params(shapes, seed):
-  """Random float32 params for a tree of shapes: N(0, 0.05), LayerNorm scales around 1."""
-  rng = np.random.default_rng(seed)
-  return jax.tree_util.tree_map_with_path(
-      lambda path, x: (rng.normal(0, 0.05, x.shape)
-                       + (path[-1].key == "scale")).astype(np.float32), shapes)
-
-
-class Reference:
-  """A transformers Flax BERT with explicit, perturbed params; init and forward jitted."""
-
-  def __init__(self, model_cls, config, seed):
-    self.config = config
-    self.model = model_cls(config, _do_init=False)
-    shapes = jax.eval_shape(lambda r: self.model.init_weights(r, (1, 8)), jax.random.PRNGKey(0))
-    self.params = random_params(shapes, seed)
-
-  def __call__(self, ids, mask, seg, params=None, model=None):
-    model = model or self.model
-    return jax.jit(lambda p: model(ids, attention_mask=mask, token_type_ids=seg, params=p))(
-        self.params if params is None else params)
 
 
 def _write_vocab(directory):

@@ -1,13 +1,20 @@
-"""Hugging Face BERT directories <-> bert_jax bundles.
+"""Hugging Face BERT-family directories <-> bert_jax bundles.
 
 Reads config.json + model.safetensors (or a sharded model.safetensors.index.json,
-or Flax's flax_model.msgpack) in the BertModel, BertForPreTraining and
-BertForMaskedLM layouts, with or without the `bert.` prefix, saved by PyTorch
-(Linear weights [out, in]) or Flax (kernels [in, out]). Pickle checkpoints
-(pytorch_model.bin) are never loaded. Writes safetensors in the PyTorch layout,
-which transformers loads as BertForPreTraining (PyTorch or Flax).
+or Flax's flax_model.msgpack) of model_type bert (BertModel, BertForPreTraining,
+BertForMaskedLM), roberta (RobertaModel, RobertaForMaskedLM), distilbert
+(DistilBertModel, DistilBertForMaskedLM) or electra (ElectraModel, the generator
+ElectraForMaskedLM, the discriminator ElectraForPreTraining) or albert (AlbertModel,
+AlbertForMaskedLM, AlbertForPreTraining) layouts, with or without the base
+model's prefix (`bert.`, ...), saved by PyTorch (Linear weights [out, in]) or
+Flax (kernels [in, out]). Pickle checkpoints (pytorch_model.bin) are never
+loaded. Writes safetensors in the PyTorch layout, which transformers loads as
+the architecture named in config.json (PyTorch or Flax). RoBERTa's BPE and
+ALBERT's SentencePiece tokenizers do not fit a bundle yet: `load_hf_params` /
+`params_to_hf` convert their parameters.
 """
 from flax import traverse_util
+import dataclasses
 import json
 import os
 from typing import Any, Optional
@@ -25,13 +32,57 @@ SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 FLAX_MSGPACK = "flax_model.msgpack"
 
-# Buffers that some PyTorch checkpoints store; not parameters.
-IGNORE = (r"bert\.embeddings\.position_ids", r"bert\.embeddings\.token_type_ids")
-# Tensors tied to another one in BERT: checked equal to their target, then dropped.
-TIED = {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-        "cls.predictions.decoder.bias": "cls.predictions.bias"}
-_ENCODER_ROOTS = ("embeddings", "encoder", "pooler")
+_ENCODER_ROOTS = ("embeddings", "embeddings_project", "encoder", "transformer", "pooler")
 
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """How transformers stores one model_type (PyTorch-layout names).
+
+  Attributes:
+    prefix: the base model's name in head models ('bert' in bert.encoder...).
+    ignore: regular expressions of buffers some checkpoints store (not params).
+    tied: {tensor: the tensor it is tied to}; checked equal, then dropped.
+    architectures: (base model, with the MLM head, with MLM and NSP or None).
+    discriminator: the architecture with ELECTRA's discriminator head, or None.
+    tokenizer_class: for the exported tokenizer_config.json.
+    other_tokenizer: its tokenizer when it is not a WordPiece vocab.txt (which is
+      what a bundle holds), or None.
+  """
+  prefix: str
+  tied: dict[str, str]
+  architectures: tuple[str, str, Optional[str]]
+  tokenizer_class: str
+  other_tokenizer: Optional[str] = None
+  discriminator: Optional[str] = None
+
+  @property
+  def ignore(self) -> tuple[str, ...]:
+    return (rf"{self.prefix}\.embeddings\.position_ids", rf"{self.prefix}\.embeddings\.token_type_ids")
+
+
+LAYOUTS = {
+    "bert": Layout("bert", {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
+                            "cls.predictions.decoder.bias": "cls.predictions.bias"},
+                   ("BertModel", "BertForMaskedLM", "BertForPreTraining"), "BertTokenizer"),
+    "roberta": Layout("roberta",
+                      {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
+                       "lm_head.decoder.bias": "lm_head.bias"},
+                      ("RobertaModel", "RobertaForMaskedLM", None), "RobertaTokenizer",
+                      other_tokenizer="a byte-level BPE tokenizer (vocab.json + merges.txt)"),
+    "albert": Layout("albert",
+                     {"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
+                      "predictions.decoder.bias": "predictions.bias"},
+                     ("AlbertModel", "AlbertForMaskedLM", "AlbertForPreTraining"),
+                     "AlbertTokenizer", other_tokenizer="a SentencePiece tokenizer (spiece.model)"),
+    "electra": Layout("electra",
+                      {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
+                      ("ElectraModel", "ElectraForMaskedLM", None), "ElectraTokenizer",
+                      discriminator="ElectraForPreTraining"),
+    "distilbert": Layout("distilbert",
+                         {"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
+                         ("DistilBertModel", "DistilBertForMaskedLM", None), "DistilBertTokenizer"),
+}
 _BIN_HELP = (
     "bert_jax reads safetensors only and never unpickles checkpoints. Convert it once where "
     "PyTorch is installed, e.g.\n"
@@ -97,14 +148,15 @@ def _raw_tensors(files: list[epath.Path], kind: str) -> tuple[dict, Any]:
   return shapes, lambda name: loaders[name]()
 
 
-def normalise_names(shapes: dict[str, tuple]) -> dict[str, tuple[str, bool]]:
-  """Maps raw HF names to the PyTorch-layout names of name_map.HF_RULES.
+def normalise_names(shapes: dict[str, tuple], prefix: str = "bert") -> dict[str, tuple[str, bool]]:
+  """Maps raw HF names to the PyTorch-layout names of the name_map rule tables.
 
-  Adds the `bert.` prefix when the file has none (BertModel layout), renames
+  Adds the base model's prefix when the file has none (BertModel layout), renames
   Flax leaves (kernel, embedding, scale) and legacy LayerNorm gamma/beta.
 
   Args:
     shapes: {raw name: shape}.
+    prefix: the base model's name (Layout.prefix: 'bert', 'roberta', ...).
 
   Returns:
     {normalised name: (raw name, transpose)}; transpose is True for Flax 2-D
@@ -113,12 +165,12 @@ def normalise_names(shapes: dict[str, tuple]) -> dict[str, tuple[str, bool]]:
   Raises:
     ValueError: two raw names normalise to the same name.
   """
-  prefixed = any(n.startswith("bert.") for n in shapes)
+  prefixed = any(n.startswith(prefix + ".") for n in shapes)
   out = {}
   for raw, shape in shapes.items():
     name, transpose = raw, False
     if not prefixed and name.split(".")[0] in _ENCODER_ROOTS:
-      name = "bert." + name
+      name = f"{prefix}.{name}"
     stem, _, leaf = name.rpartition(".")
     if leaf == "kernel":
       name, transpose = f"{stem}.weight", len(shape) == 2
@@ -133,14 +185,12 @@ def normalise_names(shapes: dict[str, tuple]) -> dict[str, tuple[str, bool]]:
 
 
 def read_config(src: str) -> BertConfig:
-  """Reads an HF config.json (model_type bert) into a BertConfig."""
+  """Reads an HF config.json (any model_type of LAYOUTS) into a BertConfig."""
   path = epath.Path(src) / "config.json"
   if not epath.Path(src).is_dir():
     raise FileNotFoundError(f"Hugging Face model directory not found: {src}")
   d = read_json(path, missing=f"{src} has no config.json; it is not a Hugging Face model "
                 "directory (Google TF checkpoints: use --from tf1)")
-  if d.get("model_type", "bert") != "bert":
-    raise ValueError(f"{path}: model_type {d['model_type']!r} is not 'bert'")
   return from_hf_dict(d, source=str(path))
 
 
@@ -156,9 +206,62 @@ def _lowercase(src: epath.Path, vocab: epath.Path, lowercase: Optional[bool]) ->
   return guess, "guessed from the vocab's capital letters"
 
 
+def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]:
+  """Reads the config and weights of an HF directory of any supported model_type.
+
+  Args:
+    src: directory with config.json and safetensors (or Flax msgpack) weights.
+    drop_unexpected: drop tensors outside the name map (e.g. a classifier).
+
+  Returns:
+    dict(params, config, dropped, heads).
+
+  Raises:
+    FileNotFoundError / ValueError / name_map.ConversionError naming the
+    file and keys; all raised before the tensors are read.
+  """
+  root = epath.Path(src)
+  config = read_config(src)
+  layout = LAYOUTS[config.model_type]
+  files, kind = _weight_files(root)
+  raw_shapes, raw_load = _raw_tensors(files, kind)
+  names = normalise_names(raw_shapes, layout.prefix)
+  for tied_name, target in layout.tied.items():
+    if tied_name in names and target not in names:  # e.g. the decoder bias stored alone
+      names[target] = names.pop(tied_name)
+  tied = {t: names.pop(t) for t in layout.tied if t in names}
+
+  def load(name: str) -> np.ndarray:
+    raw, transpose = names[name]
+    x = raw_load(raw)
+    return x.T if transpose else x
+
+  def shape(name: str) -> tuple:
+    raw, transpose = names[name]
+    s = raw_shapes[raw]
+    return tuple(reversed(s)) if transpose else tuple(s)
+
+  where = ", ".join(os.fspath(f) for f in files)
+  source = name_map.TensorSource({n: shape(n) for n in names}, load, where)
+  params, dropped = name_map.to_ours(source, name_map.HF_RULES_BY_TYPE[config.model_type],
+                                     config, ignore=layout.ignore,
+                                     drop_unexpected=drop_unexpected)
+  for tied_name, target in layout.tied.items():
+    if tied_name in tied and target in names:
+      raw, transpose = tied[tied_name]
+      x = raw_load(raw)
+      if transpose:
+        x = x.T
+      if x.shape != shape(target) or not np.array_equal(x, load(target)):
+        raise name_map.ConversionError(
+            f"{where}: {tied_name} differs from {target}; bert_jax ties the MLM decoder to "
+            "the word embeddings (and its bias to the head's output bias)")
+  return dict(params=params, config=config, dropped=dropped, heads=bundle.heads_of(params))
+
+
 def load_hf(src: str, *, drop_unexpected: bool = False,
             lowercase: Optional[bool] = None) -> dict[str, Any]:
-  """Reads an HF BERT directory into our params.
+  """Reads an HF directory with a WordPiece tokenizer (vocab.txt) into our params.
 
   Args:
     src: directory with config.json, vocab.txt and safetensors weights.
@@ -176,6 +279,12 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   """
   root = epath.Path(src)
   config = read_config(src)
+  other_tokenizer = LAYOUTS[config.model_type].other_tokenizer
+  if other_tokenizer:
+    raise ValueError(f"{root / 'config.json'}: model_type {config.model_type!r} has "
+                     f"{other_tokenizer}, which bert_jax bundles cannot hold yet (they store a "
+                     "WordPiece vocab.txt); bert_jax.conversion.hf.load_hf_params reads its "
+                     "parameters")
   vocab = root / "vocab.txt"
   if not vocab.exists():
     raise FileNotFoundError(f"{src} has no vocab.txt (the WordPiece vocab travels with the "
@@ -183,53 +292,51 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   n = bundle.count_vocab(str(vocab))
   if n != config.vocab_size:
     raise ValueError(f"{vocab}: {n} tokens but config.json has vocab_size {config.vocab_size}")
-  files, kind = _weight_files(root)
-  raw_shapes, raw_load = _raw_tensors(files, kind)
-  names = normalise_names(raw_shapes)
-  if "cls.predictions.decoder.bias" in names and "cls.predictions.bias" not in names:
-    names["cls.predictions.bias"] = names.pop("cls.predictions.decoder.bias")
-  tied = {t: names.pop(t) for t in TIED if t in names}
-
-  def load(name: str) -> np.ndarray:
-    raw, transpose = names[name]
-    x = raw_load(raw)
-    return x.T if transpose else x
-
-  def shape(name: str) -> tuple:
-    raw, transpose = names[name]
-    s = raw_shapes[raw]
-    return tuple(reversed(s)) if transpose else tuple(s)
-
-  where = ", ".join(os.fspath(f) for f in files)
-  source = name_map.TensorSource({n: shape(n) for n in names}, load, where)
-  params, dropped = name_map.to_ours(source, name_map.HF_RULES, config, ignore=IGNORE,
-                                     drop_unexpected=drop_unexpected)
-  for tied_name, target in TIED.items():
-    if tied_name in tied and target in names:
-      raw, transpose = tied[tied_name]
-      x = raw_load(raw)
-      if transpose:
-        x = x.T
-      if x.shape != shape(target) or not np.array_equal(x, load(target)):
-        raise name_map.ConversionError(
-            f"{where}: {tied_name} differs from {target}; bert_jax ties the MLM decoder to "
-            "the word embeddings (and its bias to cls.predictions.bias) as BERT does")
+  out = load_hf_params(src, drop_unexpected=drop_unexpected)
   low, reason = _lowercase(root, vocab, lowercase)
-  return dict(params=params, config=config, vocab_file=str(vocab), lowercase=low,
-              lowercase_reason=reason, dropped=dropped, heads=bundle.heads_of(params))
+  return dict(out, vocab_file=str(vocab), lowercase=low, lowercase_reason=reason)
 
 
 def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
-  """Converts an HF BERT directory into a bert_jax bundle; see `conversion.to_bundle`."""
+  """Converts an HF directory (WordPiece model_types) into a bert_jax bundle; see
+  `conversion.to_bundle`."""
   return conversion.to_bundle(load_hf, "hf", src, dst, **options)
 
 
-def _architecture(heads: tuple[str, ...]) -> str:
-  if "mlm" in heads and ("nsp" in heads or "pooler" in heads):
-    return "BertForPreTraining"
-  if "mlm" in heads:
-    return "BertForMaskedLM"
-  return "BertModel"
+def _architecture(model_type: str, heads: tuple[str, ...]) -> str:
+  base, masked_lm, pretraining = LAYOUTS[model_type].architectures
+  if "discriminator" in heads:
+    if "mlm" in heads:
+      raise ValueError("params hold both ELECTRA's generator (mlm) and discriminator heads; "
+                       "they are two models with their own encoders: export them separately")
+    return LAYOUTS[model_type].discriminator
+  if "mlm" in heads and pretraining and ("nsp" in heads or "pooler" in heads):
+    return pretraining
+  return masked_lm if "mlm" in heads else base
+
+
+def params_to_hf(params: dict, config: BertConfig, dst: str) -> dict[str, Any]:
+  """Writes params as an HF model: model.safetensors (PyTorch layout, float32) and config.json.
+
+  Args:
+    params: canonical params (encoder; pooler, MLM and NSP heads where present).
+    config: their config (its model_type picks the names).
+    dst: the output directory (created).
+
+  Returns:
+    dict(heads, architecture, num_tensors).
+  """
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  out = epath.Path(dst)
+  hf_config = to_hf_dict(config)
+  tensors = name_map.from_ours(params, name_map.HF_RULES_BY_TYPE[config.model_type], config)
+  heads = bundle.heads_of(params)
+  arch = _architecture(config.model_type, heads)
+  hf_config["architectures"] = [arch]
+  out.mkdir(parents=True, exist_ok=True)
+  save_file(tensors, os.fspath(out / SAFETENSORS), metadata={"format": "pt"})
+  (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+  return dict(heads=heads, architecture=arch, num_tensors=len(tensors))
 
 
 def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, Any]:
@@ -237,7 +344,8 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
 
   Writes model.safetensors (metadata format 'pt', float32), config.json,
   vocab.txt and tokenizer_config.json (do_lower_case). transformers loads the
-  result with BertForPreTraining.from_pretrained (or FlaxBertForPreTraining).
+  result with the architecture written in config.json (e.g. BertForPreTraining,
+  DistilBertForMaskedLM; PyTorch or Flax).
 
   Args:
     src: the bundle.
@@ -247,20 +355,14 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   Returns:
     dict(config, heads, architecture, num_tensors).
   """
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
   if out.exists() and any(out.iterdir()) and not overwrite:
     raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to write into it")
   b = bundle.load_bundle(src)
-  tensors = name_map.from_ours(b.params, name_map.HF_RULES, b.config)
-  out.mkdir(parents=True, exist_ok=True)
-  save_file(tensors, os.fspath(out / SAFETENSORS), metadata={"format": "pt"})
-  arch = _architecture(b.heads)
-  hf_config = to_hf_dict(b.config)
-  hf_config["architectures"] = [arch]
-  (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+  written = params_to_hf(b.params, b.config, dst)
   (out / "vocab.txt").write_bytes(epath.Path(b.vocab_file).read_bytes())
-  tok = {"do_lower_case": b.lowercase, "tokenizer_class": "BertTokenizer",
+  tok = {"do_lower_case": b.lowercase,
+         "tokenizer_class": LAYOUTS[b.config.model_type].tokenizer_class,
          "model_max_length": b.config.max_position_embeddings}
   (out / "tokenizer_config.json").write_text(json.dumps(tok, indent=2) + "\n")
-  return dict(config=b.config, heads=b.heads, architecture=arch, num_tensors=len(tensors))
+  return dict(written, config=b.config)

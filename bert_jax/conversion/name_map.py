@@ -8,7 +8,8 @@ shapes are checked before any tensor is read), a key-count check, and an error
 that names the missing and unexpected keys.
 
 Rules belong to groups: 'encoder' (always required) and the optional 'pooler',
-'mlm' and 'nsp'. A group present in the source must be complete.
+'mlm', 'nsp' and 'discriminator' (ELECTRA). A group present in the source must be
+complete.
 """
 from flax import traverse_util
 import dataclasses
@@ -21,7 +22,7 @@ import numpy as np
 from bert_jax import bundle
 from bert_jax.model_config import BertConfig
 
-GROUPS = ("encoder", "pooler", "mlm", "nsp")
+GROUPS = ("encoder", "pooler", "mlm", "nsp", "discriminator")
 
 
 class ConversionError(ValueError):
@@ -151,6 +152,120 @@ def _hf_rule(rule: Rule) -> Rule:
 HF_RULES = tuple(_hf_rule(r) for r in TF1_RULES)
 
 
+def renamed(rules: Sequence[Rule], prefixes: Mapping[str, Optional[str]]) -> tuple[Rule, ...]:
+  """The rules with each foreign name's longest matching prefix replaced.
+
+  Args:
+    rules: a rule table.
+    prefixes: {old prefix: new prefix, or None to drop the rules it matches}.
+      Every rule must match one prefix, so a table names every tensor's fate.
+
+  Returns:
+    The renamed rules (same our-paths and hooks).
+
+  Raises:
+    ValueError: a rule that no prefix matches.
+  """
+  out = []
+  for r in rules:
+    hits = [p for p in prefixes if r.theirs.startswith(p)]
+    if not hits:
+      raise ValueError(f"no prefix of the rename table matches {r.theirs!r}")
+    old = max(hits, key=len)
+    if prefixes[old] is not None:
+      out.append(dataclasses.replace(r, theirs=prefixes[old] + r.theirs[len(old):]))
+  return tuple(out)
+
+
+# RoBERTa: BERT's names under `roberta.`, the MLM head as `lm_head`, no NSP.
+ROBERTA_RULES = renamed(HF_RULES, {
+    "bert.": "roberta.",
+    "cls.predictions.transform.dense.": "lm_head.dense.",
+    "cls.predictions.transform.LayerNorm.": "lm_head.layer_norm.",
+    "cls.predictions.bias": "lm_head.bias",
+    "cls.seq_relationship.": None,
+})
+
+# DistilBERT: no token types, no pooler, no NSP; its own layer and head names.
+_DISTIL_LAYER = "distilbert.transformer.layer.{i}."
+DISTILBERT_RULES = renamed(HF_RULES, {
+    "bert.embeddings.": "distilbert.embeddings.",
+    "bert.embeddings.token_type_embeddings.": None,
+    "bert.encoder.layer.{i}.attention.self.query.": _DISTIL_LAYER + "attention.q_lin.",
+    "bert.encoder.layer.{i}.attention.self.key.": _DISTIL_LAYER + "attention.k_lin.",
+    "bert.encoder.layer.{i}.attention.self.value.": _DISTIL_LAYER + "attention.v_lin.",
+    "bert.encoder.layer.{i}.attention.output.dense.": _DISTIL_LAYER + "attention.out_lin.",
+    "bert.encoder.layer.{i}.attention.output.LayerNorm.": _DISTIL_LAYER + "sa_layer_norm.",
+    "bert.encoder.layer.{i}.intermediate.dense.": _DISTIL_LAYER + "ffn.lin1.",
+    "bert.encoder.layer.{i}.output.dense.": _DISTIL_LAYER + "ffn.lin2.",
+    "bert.encoder.layer.{i}.output.LayerNorm.": _DISTIL_LAYER + "output_layer_norm.",
+    "bert.pooler.": None,
+    "cls.predictions.transform.dense.": "vocab_transform.",
+    "cls.predictions.transform.LayerNorm.": "vocab_layer_norm.",
+    "cls.predictions.bias": "vocab_projector.bias",
+    "cls.seq_relationship.": None,
+})
+
+def _projection(theirs: str) -> tuple[Rule, ...]:
+  """The rules of the embedding projection (embedding_size -> hidden_size) named `theirs`."""
+  return (Rule("bert/embeddings/project/kernel", theirs + "weight", TRANSPOSE),
+          Rule("bert/embeddings/project/bias", theirs + "bias"))
+
+
+# ELECTRA (ElectraModel, the generator ElectraForMaskedLM, the discriminator
+# ElectraForPreTraining): BERT's names under `electra.`, no pooler or NSP, the
+# generator and discriminator heads, and the embedding projection (when
+# embedding_size != hidden_size).
+ELECTRA_RULES = renamed(HF_RULES, {
+    "bert.": "electra.",
+    "bert.pooler.": None,
+    "cls.predictions.transform.dense.": "generator_predictions.dense.",
+    "cls.predictions.transform.LayerNorm.": "generator_predictions.LayerNorm.",
+    "cls.predictions.bias": "generator_lm_head.bias",
+    "cls.seq_relationship.": None,
+}) + _projection("electra.embeddings_project.") + (
+    Rule("discriminator/dense/kernel", "discriminator_predictions.dense.weight", TRANSPOSE,
+         "discriminator"),
+    Rule("discriminator/dense/bias", "discriminator_predictions.dense.bias", IDENTITY,
+         "discriminator"),
+    Rule("discriminator/prediction/kernel", "discriminator_predictions.dense_prediction.weight",
+         TRANSPOSE, "discriminator"),
+    Rule("discriminator/prediction/bias", "discriminator_predictions.dense_prediction.bias",
+         IDENTITY, "discriminator"),
+)
+
+# ALBERT (AlbertModel, AlbertForMaskedLM, AlbertForPreTraining with SOP in the NSP
+# group): one shared layer, ours bert/encoder/layer_0; the embedding projection.
+_ALBERT_LAYER = "albert.encoder.albert_layer_groups.0.albert_layers.0."
+ALBERT_RULES = tuple(
+    dataclasses.replace(r, ours=r.ours.replace("layer_{i}", "layer_0"))
+    for r in renamed(HF_RULES, {
+        "bert.": "albert.",
+        "bert.encoder.layer.{i}.attention.self.": _ALBERT_LAYER + "attention.",
+        "bert.encoder.layer.{i}.attention.output.dense.": _ALBERT_LAYER + "attention.dense.",
+        "bert.encoder.layer.{i}.attention.output.LayerNorm.": _ALBERT_LAYER + "attention.LayerNorm.",
+        "bert.encoder.layer.{i}.intermediate.dense.": _ALBERT_LAYER + "ffn.",
+        "bert.encoder.layer.{i}.output.dense.": _ALBERT_LAYER + "ffn_output.",
+        "bert.encoder.layer.{i}.output.LayerNorm.": _ALBERT_LAYER + "full_layer_layer_norm.",
+        "bert.pooler.dense.": "albert.pooler.",
+        "cls.predictions.transform.dense.": "predictions.dense.",
+        "cls.predictions.transform.LayerNorm.": "predictions.LayerNorm.",
+        "cls.predictions.bias": "predictions.bias",
+        "cls.seq_relationship.": "sop_classifier.classifier.",
+    })) + _projection("albert.encoder.embedding_hidden_mapping_in.")
+
+# Hugging Face rule tables by config.model_type.
+HF_RULES_BY_TYPE = {"bert": HF_RULES, "roberta": ROBERTA_RULES, "distilbert": DISTILBERT_RULES,
+                    "electra": ELECTRA_RULES, "albert": ALBERT_RULES}
+
+
+def _config_rules(rules: Sequence[Rule], config: BertConfig,
+                  ours_shapes: Mapping[str, tuple]) -> list[Rule]:
+  """The rules expanded for config.num_layers, without those of params the config does not
+  have (e.g. the embedding projection when embedding_size == hidden_size)."""
+  return [r for r in expand(rules, config.num_layers) if r.ours in ours_shapes]
+
+
 def expand(rules: Sequence[Rule], num_layers: int) -> list[Rule]:
   """Replaces '{i}' in rules by 0..num_layers-1."""
   out = []
@@ -211,8 +326,8 @@ def to_ours(source: TensorSource, rules: Sequence[Rule], config: BertConfig, *,
     ConversionError: no encoder, missing or unexpected names, wrong shapes, or
       a count mismatch. Raised before any tensor is read.
   """
-  rules = expand(rules, config.num_layers)
   ours_shapes = bundle.pretraining_shapes(config)
+  rules = _config_rules(rules, config, ours_shapes)
   by_theirs = {r.theirs: r for r in rules}
   where = source.description
   present = {g for g in GROUPS if any(r.theirs in source.shapes for r in rules if r.group == g)}
@@ -264,6 +379,8 @@ def _group_of_path(path: str) -> str:
     return "mlm"
   if path.startswith("nsp/"):
     return "nsp"
+  if path.startswith("discriminator/"):
+    return "discriminator"
   return "encoder"
 
 
@@ -285,8 +402,8 @@ def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
       params of a present group, or a shape mismatch.
   """
   flat = traverse_util.flatten_dict(dict(params), sep="/")
-  rules = expand(rules, config.num_layers)
   ours_shapes = bundle.pretraining_shapes(config)
+  rules = _config_rules(rules, config, ours_shapes)
   present = {_group_of_path(p) for p in flat}
   active = [r for r in rules if r.group in present]
   known = {r.ours for r in active}
@@ -297,8 +414,8 @@ def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
         "params do not match the BERT name map: "
         + (f"missing {_listing(missing)}" if missing else "")
         + ("; " if missing and unexpected else "")
-        + (f"not exportable {_listing(unexpected)} (only the encoder, pooler, MLM and NSP "
-           "heads have foreign names)" if unexpected else ""))
+        + (f"not exportable {_listing(unexpected)} (only the encoder and the pooler, MLM, NSP "
+           "and discriminator heads have foreign names)" if unexpected else ""))
   out = {}
   for r in active:
     x = np.asarray(flat[r.ours])
