@@ -26,6 +26,8 @@ EXTRAS = {
     # Parity tests compare against transformers' Flax BERT (removed in v5).
     "test": [
         "pytest>=7",
+        # pytest.ini runs the suite on two workers.
+        "pytest-xdist>=3.5,<4",
         "transformers>=4.44,<5",
         "scipy>=1.10",
         "scikit-learn>=1.3",

@@ -102,11 +102,16 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   spike_check = train_core.LossSpikeCheck(config.divergence_factor, start_step)
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.update(flag=True))
 
+  checked = {"step": None}  # the step whose state check_finite passed last
+
   def nonfinite_steps():
-    return train_core.check_finite(state, step, config.on_nan, ckpts.describe_latest())
+    skipped = train_core.check_finite(state, step, config.on_nan, ckpts.describe_latest())
+    checked["step"] = step
+    return skipped
 
   def save(step):
-    nonfinite_steps()
+    if checked["step"] != step:  # a step that logs and saves is checked once
+      nonfinite_steps()
     ckpts.save(step, state, dict(description, data_position=data_position,
                                  config=config_record))
 

@@ -71,28 +71,27 @@ _EMULATOR = textwrap.dedent('''\
 ''')
 
 _WORKER = textwrap.dedent('''\
-    """Pretrains (or fine-tunes) with a gs:// workdir; argv: job, json of settings."""
+    """Runs jobs with gs:// workdirs in one process; argv: json list of [job, settings, out]."""
     import json, sys
     from etils.epath import gpath
     gpath._is_tf_installed = lambda: False  # epath on gs:// through fsspec (see the test)
-    sys.path.insert(0, sys.argv[3])
-    settings = json.loads(sys.argv[2])
-    if sys.argv[1] == "pretrain":
-      from bert_jax import pretrain
-      from configs import pretrain as pretrain_config
-      c = pretrain_config.get_config("tiny")
-      for key, value in settings.items():
-        section, _, field = key.rpartition(".")
-        (c[section] if section else c)[field] = value
-      summary = pretrain.train(c, settings["workdir"])
-      pretrain.export_and_demo(summary, c, settings["workdir"])
-    else:
-      from bert_jax import finetune
-      from configs import glue as glue_config
-      c = glue_config.get_config("task=mrpc")
-      for key, value in settings.items():
-        c[key] = value
-      finetune.finetune(c, sys.argv[4])
+    sys.path.insert(0, sys.argv[2])
+    from bert_jax import finetune, pretrain
+    from configs import glue as glue_config
+    from configs import pretrain as pretrain_config
+    for job, settings, out in json.loads(sys.argv[1]):
+      if job == "pretrain":
+        c = pretrain_config.get_config("tiny")
+        for key, value in settings.items():
+          section, _, field = key.rpartition(".")
+          (c[section] if section else c)[field] = value
+        summary = pretrain.train(c, settings["workdir"])
+        pretrain.export_and_demo(summary, c, settings["workdir"])
+      else:
+        c = glue_config.get_config("task=mrpc")
+        for key, value in settings.items():
+          c[key] = value
+        finetune.finetune(c, out)
 ''')
 
 
@@ -131,10 +130,11 @@ def gcs(tmp_path_factory):
   server.wait(timeout=10)
 
 
-def _run(env, tmp_path, job, settings, out=""):
+def _run(env, tmp_path, jobs):
+  """Runs [(job, settings, out), ...] in one child process (one start-up for all)."""
   worker = tmp_path / "gcs_worker.py"
   worker.write_text(_WORKER)
-  proc = subprocess.run([sys.executable, str(worker), job, json.dumps(settings), str(ROOT), out],
+  proc = subprocess.run([sys.executable, str(worker), json.dumps(jobs), str(ROOT)],
                         env=env, capture_output=True, text=True, timeout=600, cwd=str(ROOT))
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   return proc.stdout
@@ -166,28 +166,27 @@ def test_pretrain_resume_and_finetune_on_a_gs_workdir(gcs, tmp_path):
               "data.source": "files", "data.files": str(tmp_path / "corpus.txt"),
               "data.vocab_file": str(tmp_path / "vocab.txt"),
               "data.max_predictions_per_seq": 5}
-  _run(gcs, tmp_path, "pretrain", settings)
+  # Pretrain to 10; the same workdir again to 12 (resumes from gs://.../checkpoints/10);
+  # fine-tune from the gs:// pretraining workdir into a gs:// workdir.
+  out = _run(gcs, tmp_path, [
+      ("pretrain", settings, ""),
+      ("pretrain", dict(settings, total_steps=12, log_every=2), ""),
+      ("finetune", {"init_checkpoint": run, "data_dir": str(tmp_path), "max_seq_length": 32,
+                    "batch_size": 8, "eval_batch_size": 8, "num_epochs": 1.0, "log_every": 1},
+       "gs://bkt/ft")])
+  assert "resumed from gs://bkt/run/checkpoints/10" in out
   # gcsfs.core's class: the package default probes the bucket type over gRPC, which
   # the emulator does not serve (a minute's timeout per call).
   fs = gcsfs.core.GCSFileSystem(token="anon")
   steps = sorted(int(p.rsplit("/", 1)[1]) for p in fs.ls("bkt/run/checkpoints")
                  if p.rsplit("/", 1)[1].isdigit())
-  assert steps == [5, 10]
+  assert steps == [5, 10, 12]
   records = [json.loads(line) for line in fs.cat("bkt/run/metrics.jsonl").decode().splitlines()]
-  assert [r["step"] for r in records] == [5, 10] and all(np.isfinite(r["loss"]) for r in records)
+  # The first run's records kept, each step once.
+  assert [r["step"] for r in records] == [5, 10, 12] and all(np.isfinite(r["loss"]) for r in records)
   assert any("tfevents" in p for p in fs.find("bkt/run/tensorboard"))
   assert json.loads(fs.cat("bkt/run/export/model_config.json"))["num_layers"] == 2
 
-  # The same workdir again, two more steps: resumes from gs://.../checkpoints/10.
-  out = _run(gcs, tmp_path, "pretrain", dict(settings, total_steps=12, log_every=2))
-  assert "resumed from gs://bkt/run/checkpoints/10" in out
-  records = [json.loads(line) for line in fs.cat("bkt/run/metrics.jsonl").decode().splitlines()]
-  assert [r["step"] for r in records] == [5, 10, 12]  # the first run's records kept
-
-  # Fine-tune from the gs:// pretraining workdir into a gs:// workdir.
-  _run(gcs, tmp_path, "finetune",
-       {"init_checkpoint": run, "data_dir": str(tmp_path), "max_seq_length": 32, "batch_size": 8,
-        "eval_batch_size": 8, "num_epochs": 1.0, "log_every": 1}, out="gs://bkt/ft")
   results = json.loads(fs.cat("bkt/ft/eval_results.json"))
   assert 0.0 <= results["accuracy"] <= 1.0 and "f1" in results
   assert fs.exists("bkt/ft/export/params") and fs.exists("bkt/ft/metrics.jsonl")
