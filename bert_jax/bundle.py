@@ -5,7 +5,10 @@ A bundle is a directory:
   BUNDLE/params/             Orbax PyTree checkpoint of the params, canonical
                              unscanned layout (`bert/encoder/layer_i`)
   BUNDLE/model_config.json   the BertConfig (architecture and compute options)
-  BUNDLE/vocab.txt           the WordPiece vocabulary, one token per line
+  BUNDLE/vocab.txt           the tokenizer's tokens in id order, one per line (for
+                             WordPiece, the whole tokenizer)
+  BUNDLE/tokenizer/          any other tokenizer's files: vocab.json + merges.txt
+                             (byte-level BPE) or its SentencePiece .model
   BUNDLE/bundle.json         {format_version, lowercase, heads, ...}
 
 Pretraining export, conversion, fine-tuning, embed and fill_mask all read and
@@ -31,6 +34,7 @@ FORMAT_VERSION = 1
 PARAMS_DIR = "params"
 CONFIG_FILE = "model_config.json"
 VOCAB_FILE = "vocab.txt"
+TOKENIZER_DIR = "tokenizer"
 INFO_FILE = "bundle.json"
 
 # Top-level param groups a bundle may hold besides the encoder.
@@ -51,12 +55,15 @@ class Bundle:
     vocab_file: path of the bundle's vocab.txt.
     lowercase: whether the tokenizer lowercases (uncased model).
     info: the contents of bundle.json.
+    tokenizer_file: the BPE vocab.json or SentencePiece .model in BUNDLE/tokenizer/;
+      None: WordPiece (vocab.txt is the tokenizer).
   """
   params: dict
   config: BertConfig
   vocab_file: str
   lowercase: bool
   info: dict
+  tokenizer_file: Optional[str] = None
 
   @property
   def heads(self) -> tuple[str, ...]:
@@ -215,7 +222,7 @@ def _sync(name: str) -> None:
 def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, Sequence[str]],
                 lowercase: bool, *,
                 heads: Optional[Sequence[str]] = None, info: Optional[dict] = None,
-                overwrite: bool = False) -> None:
+                overwrite: bool = False, tokenizer_file: Optional[str] = None) -> None:
   """Writes a bundle atomically (a temporary directory renamed into place).
 
   Call it on every process (Orbax saves sharded jax.Arrays cooperatively);
@@ -226,14 +233,17 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     params: params of any model in bert_jax.model (numpy or jax arrays, scanned
       or not; stored unscanned).
     config: the model config.
-    vocab: the WordPiece vocab: its tokens in id order, or the path of a vocab
-      file; must have config.vocab_size tokens.
+    vocab: the tokenizer's tokens in id order, or the path of a vocab.txt;
+      must have config.vocab_size tokens.
     lowercase: whether the tokenizer lowercases.
     heads: optional heads the caller expects in `params` (checked); by default
       they are read from the params.
     info: extra JSON-serialisable metadata for bundle.json (e.g. source, step).
     overwrite: replace an existing non-empty directory (the old one is removed
       only after the new one is in place).
+    tokenizer_file: the BPE vocab.json (merges.txt beside it) or SentencePiece
+      .model of a tokenizer other than WordPiece; copied into BUNDLE/tokenizer/
+      under its own name (the name tells SentencePiece families apart).
 
   Raises:
     FileExistsError: `path` is a non-empty directory and overwrite is False.
@@ -244,6 +254,8 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
   if dst.exists() and any(dst.iterdir()) and not overwrite:
     raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True (--overwrite) "
                           "to replace it")
+  if tokenizer_file and not epath.Path(tokenizer_file).exists():
+    raise FileNotFoundError(f"tokenizer file {tokenizer_file} does not exist")
   tokens = vocab_lines(vocab) if isinstance(vocab, str) else list(vocab)
   _check_vocab(tokens, str(vocab) if isinstance(vocab, str) else "save_bundle", config,
                "the model config")
@@ -268,6 +280,8 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
   if primary:
     config.save_json(str(tmp / CONFIG_FILE))
     (tmp / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    if tokenizer_file:
+      _copy_tokenizer(tokenizer_file, tmp / TOKENIZER_DIR)
     meta = dict(info or {})
     meta.update(format_version=FORMAT_VERSION, lowercase=bool(lowercase), heads=list(found),
                 num_params=int(sum(int(np.prod(s)) for s in flat_shapes.values())),
@@ -279,6 +293,28 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     if old.exists():
       old.rmtree()
   _sync("bert_jax.bundle.save.end")
+
+
+def _copy_tokenizer(tokenizer_file: str, dst: epath.Path) -> None:
+  src = epath.Path(tokenizer_file)
+  files = [src] + ([src.parent / "merges.txt"] if src.name.endswith(".json") else [])
+  dst.mkdir()
+  for f in files:
+    if not f.exists():
+      raise FileNotFoundError(f"tokenizer file {f} does not exist")
+    (dst / f.name).write_bytes(f.read_bytes())
+
+
+def _tokenizer_file(p: epath.Path) -> Optional[str]:
+  """The vocab.json / .model in a bundle's tokenizer/ directory (None: WordPiece)."""
+  d = p / TOKENIZER_DIR
+  if not d.is_dir():
+    return None
+  found = sorted(d.glob("*.model")) + ([d / "vocab.json"] if (d / "vocab.json").exists() else [])
+  if len(found) != 1 or (found[0].name == "vocab.json" and not (d / "merges.txt").exists()):
+    raise ValueError(f"{d}: expected vocab.json + merges.txt or one SentencePiece .model, found "
+                     f"{sorted(f.name for f in d.iterdir())}")
+  return str(found[0])
 
 
 def metadata_tree(meta: Any) -> dict:
@@ -352,6 +388,7 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
   if not vocab.exists():
     raise FileNotFoundError(f"{path}: bundle has no {VOCAB_FILE}")
   _check_vocab(vocab_lines(str(vocab)), str(vocab), config, str(p / CONFIG_FILE))
+  tokenizer_file = _tokenizer_file(p)
   info_file = p / INFO_FILE
   info = read_json(info_file, missing=f"{path}: bundle has no {INFO_FILE}")
   version = info.get("format_version")
@@ -374,5 +411,5 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
     restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), tree)
     params = ckptr.restore(params_dir, args=ocp.args.PyTreeRestore(restore_args=restore_args))
   return Bundle(params=params, config=config, vocab_file=str(vocab),
-                lowercase=info["lowercase"], info=info)
+                lowercase=info["lowercase"], info=info, tokenizer_file=tokenizer_file)
 

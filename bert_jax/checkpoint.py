@@ -219,10 +219,22 @@ class TrainCheckpoints:
           raise
 
 
-def model_description(config: BertConfig, vocab: Sequence[str], lowercase: bool) -> dict:
-  """The record that makes a checkpoint self-describing (stored in a train checkpoint's meta)."""
-  return {"model_config": config.replace(scan_layers=False).to_dict(), "vocab": list(vocab),
-          "lowercase": bool(lowercase)}
+def model_description(config: BertConfig, vocab: Sequence[str], lowercase: bool,
+                      tokenizer_file: Optional[str] = None) -> dict:
+  """The record that makes a checkpoint self-describing (stored in a train checkpoint's meta).
+
+  Args:
+    config: the model config.
+    vocab: the tokenizer's tokens in id order.
+    lowercase: its casing.
+    tokenizer_file: the BPE vocab.json or SentencePiece .model of any tokenizer
+      but WordPiece (whose tokens are the whole vocab).
+  """
+  record = {"model_config": config.replace(scan_layers=False).to_dict(), "vocab": list(vocab),
+            "lowercase": bool(lowercase)}
+  if tokenizer_file:
+    record["tokenizer_file"] = tokenizer_file
+  return record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,12 +247,16 @@ class Pretrained:
     vocab: the tokenizer's tokens, in id order.
     lowercase: uncased tokenization.
     source: the path the params came from (a bundle, or `checkpoints/<step>`).
+    tokenizer_file: the byte-level BPE vocab.json or SentencePiece .model the
+      model was trained with; None: WordPiece, whose tokens are `vocab`.
+      `data.tokenizer.for_checkpoint` builds the tokenizer.
   """
   params: dict
   config: BertConfig
   vocab: tuple[str, ...]
   lowercase: bool
   source: str
+  tokenizer_file: Optional[str] = None
 
 
 def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
@@ -308,7 +324,7 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
   if bundle_dir is not None:
     b = bundle.load_bundle(str(bundle_dir), expect_config=expect)
     return Pretrained(b.params, b.config, tuple(bundle.vocab_lines(b.vocab_file)), b.lowercase,
-                      str(bundle_dir))
+                      str(bundle_dir), b.tokenizer_file)
   source = f"{ckpts.directory}/{step}"
   meta = ckpts.read_meta(step)
   config = BertConfig.from_dict(meta["model_config"], source=source)
@@ -318,7 +334,7 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
   checksum.verify(state, meta.get("checksums"), source)
   params = jax.tree.map(np.asarray, model_lib.unstack_layers(state["params"]))
   return Pretrained(params, config.replace(scan_layers=False), tuple(meta["vocab"]),
-                    bool(meta["lowercase"]), source)
+                    bool(meta["lowercase"]), source, meta.get("tokenizer_file"))
 
 
 def _restore_on_one_device(path: epath.Path):

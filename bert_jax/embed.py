@@ -102,7 +102,7 @@ def read_input(path: str, pairs: bool) -> InputText:
 
 
 def encode(tokenizer, texts: Sequence, max_length: int) -> tuple[list, list, int]:
-  """[CLS] a [SEP] (b [SEP]) ids and segment ids, truncated to max_length.
+  """[CLS] a [SEP] (b [SEP]) ids and segment ids (the tokenizer's layout), truncated to max_length.
 
   Args:
     tokenizer: a bert_jax.data.tokenizer tokenizer.
@@ -115,22 +115,18 @@ def encode(tokenizer, texts: Sequence, max_length: int) -> tuple[list, list, int
   pairs = bool(texts) and isinstance(texts[0], tuple)
   firsts = tokenizer.tokenize_to_ids([t[0] if pairs else t for t in texts])
   seconds = tokenizer.tokenize_to_ids([t[1] for t in texts]) if pairs else [None] * len(texts)
-  cls, sep = tokenizer.cls_id, tokenizer.sep_id
   all_ids, all_seg, truncated = [], [], 0
   for a, b in zip(firsts, seconds):
+    budget = max_length - tokenizer.num_special_tokens(pair=b is not None)
     if b is None:
-      budget = max_length - 2
       truncated += len(a) > budget
-      a = a[:budget]
-      ids, seg = [cls] + a + [sep], [0] * (len(a) + 2)
+      ids, seg = tokenizer.build_inputs(a[:budget])
     else:
-      budget = max_length - 3
       truncated += len(a) + len(b) > budget
       a, b = list(a), list(b)
       while len(a) + len(b) > budget:  # longest first, as BERT's _truncate_seq_pair
         (a if len(a) > len(b) else b).pop()
-      ids = [cls] + a + [sep] + b + [sep]
-      seg = [0] * (len(a) + 2) + [1] * (len(b) + 1)
+      ids, seg = tokenizer.build_inputs(a, b)
     all_ids.append(ids)
     all_seg.append(seg)
   return all_ids, all_seg, truncated
@@ -231,7 +227,7 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
     raise ValueError("no texts to embed")
   if tokenizer is None:
     from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-    tokenizer = tokenizer_lib.cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
+    tokenizer = tokenizer_lib.for_checkpoint(pretrained)
   start = time.time()
   ids, segs, truncated = encode(tokenizer, texts, max_length)
   seq_len = min(max_length, -(-max(len(x) for x in ids) // 8) * 8)

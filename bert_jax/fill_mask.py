@@ -66,18 +66,20 @@ def encode(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list, list
     ValueError: a text without [MASK], or one too long for the model.
   """
   all_ids, all_pos = [], []
+  mask_token = tokenizer.inv_vocab[tokenizer.mask_id]
   for n, text in enumerate(texts, 1):
     parts = text.split(MASK)
     if len(parts) < 2:
       raise ValueError(f"text {n} ({text!r}) has no {MASK}")
-    pieces = tokenizer.tokenize_to_ids(parts)
-    ids, pos = [tokenizer.cls_id], []
-    for i, piece in enumerate(pieces):
-      if i:
-        pos.append(len(ids))
-        ids.append(tokenizer.mask_id)
-      ids += piece
-    ids.append(tokenizer.sep_id)
+    if tokenizer.kind == "wordpiece":
+      pieces = tokenizer.tokenize_to_ids(parts)  # the text between the masks
+      body = list(pieces[0])
+      for piece in pieces[1:]:
+        body += [tokenizer.mask_id, *piece]
+    else:  # BPE and SentencePiece match their own mask token in the text (whitespace as HF)
+      body = tokenizer.tokenize_to_ids([text.replace(MASK, mask_token)])[0]
+    ids, _ = tokenizer.build_inputs(body)
+    pos = [i for i, t in enumerate(ids) if t == tokenizer.mask_id]
     if len(ids) > max_length:
       raise ValueError(f"text {n} is {len(ids)} tokens long; the model takes at most {max_length}")
     all_ids.append(ids)
@@ -102,7 +104,7 @@ def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int 
   config = pretrained.config
   if tokenizer is None:
     from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-    tokenizer = tokenizer_lib.cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
+    tokenizer = tokenizer_lib.for_checkpoint(pretrained)
   ids, positions = encode(tokenizer, texts, config.max_position_embeddings)
   length = max(len(x) for x in ids)
   num_masks = max(len(p) for p in positions)

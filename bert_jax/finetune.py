@@ -211,7 +211,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     check_eval_head(task_model, pretrained, config.max_seq_length)
 
   # -- Task data (every split read and encoded before any training) --------------------
-  tokenizer = tokenizer_lib.cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
+  tokenizer = tokenizer_lib.for_checkpoint(pretrained)
   task = task_lib.build(config, tokenizer, model_cfg)
   n_train = len(task.train_arrays["input_ids"]) if task.train_arrays else 0
   steps_per_epoch = n_train // config.batch_size
@@ -315,7 +315,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                        model_cfg.replace(scan_layers=False), pretrained.vocab,
                        pretrained.lowercase, overwrite=True,
                        info={"source": "finetune", "task": task.name,
-                             "init_checkpoint": pretrained.source})
+                             "init_checkpoint": pretrained.source},
+                       tokenizer_file=pretrained.tokenizer_file)
   if runs > 1:
     for key in per_seed[0]:
       if key + "_std" in summary:

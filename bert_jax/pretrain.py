@@ -95,7 +95,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                       in_shardings=(state_shardings.params, batch_shard))
 
   # -- Loop ---------------------------------------------------------------------
-  description = ckpt_lib.model_description(model_cfg, data.tokenizer.inv_vocab, data.lowercase)
+  tok = data.tokenizer
+  description = ckpt_lib.model_description(
+      model_cfg, tok.inv_vocab, data.lowercase,
+      tokenizer_file=tok.vocab_file if tok.kind != "wordpiece" else None)
   logger = train_log.RunLogger(workdir, config.total_steps, is_writer, resume_step=start_step)
   peak = flops_lib.device_peak_flops(model_cfg.dtype) * jax.device_count()
   preempted = {"flag": False}
@@ -167,7 +170,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     signal.signal(signal.SIGTERM, previous_handler)
   return {"step": step, "metrics": last, "model_config": model_cfg, "state": state,
           "vocab": description["vocab"], "lowercase": data.lowercase,
-          "tokenizer_kind": data.tokenizer.kind}
+          "tokenizer_file": description.get("tokenizer_file")}
 
 
 def _print_header(config, workdir: str, model_cfg, params, vocab_size: int,
@@ -228,18 +231,14 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   """Writes the params-only bundle for fine-tuning and runs the fill-mask example."""
   if summary["step"] < config.total_steps:
     return None
-  if summary["tokenizer_kind"] != "wordpiece":
-    print("export skipped: bundles carry a WordPiece vocab; this run used a "
-          f"{summary['tokenizer_kind']} tokenizer "
-          f"(its checkpoints are in {workdir}/checkpoints)", flush=True)
-    return None
   from bert_jax import bundle  # pylint: disable=g-import-not-at-top
   from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
   path = str(epath.Path(workdir) / "export")
   params = model_lib.unstack_layers(summary["state"].params)
   bundle.save_bundle(path, params, summary["model_config"].replace(scan_layers=False),
                      summary["vocab"], summary["lowercase"], overwrite=True,
-                     info={"source": "pretrain", "step": summary["step"]})
+                     info={"source": "pretrain", "step": summary["step"]},
+                     tokenizer_file=summary["tokenizer_file"])
   primary = jax.process_index() == 0
   if primary:
     print(f"exported params, model config and vocab to {path}", flush=True)

@@ -25,6 +25,9 @@ import pytest  # noqa: E402
 jax.config.update("jax_compilation_cache_dir", tempfile.mkdtemp(prefix="bert_jax_xla_cache_"))
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
+# Tiny BPE and SentencePiece tokenizer files (trained once per worker on first use).
+from tests.tokenizer_fixtures import albert_dir, bpe_dir, deberta_dir  # noqa: E402,F401
+
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
 

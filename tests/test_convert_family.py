@@ -10,8 +10,10 @@ agree within 1e-4 (float32); HF -> bert_jax -> HF must return every tensor exact
 (read back by transformers' own loader).
 """
 from flax import traverse_util
+import dataclasses
 import json
 import os
+import shutil
 
 import jax
 import numpy as np
@@ -262,13 +264,66 @@ def test_wordpiece_bundle_through_the_command_line(model_type, head, tokenizer_c
     np.testing.assert_array_equal(np.asarray(back[k]), np.asarray(orig[k]), err_msg=k)
 
 
-def test_roberta_bundle_refused_with_the_reason(tmp_path):
-  """A bundle holds a WordPiece vocab.txt; RoBERTa's BPE files do not fit yet (one clear error)."""
+@pytest.mark.parametrize("model_type", ["roberta", "albert"])
+def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bpe_dir,
+                                                                  albert_dir, tmp_path):
+  """RoBERTa (byte-level BPE) and ALBERT (SentencePiece) end to end: HF directory with its
+  tokenizer files -> `bert_jax.convert` -> bundle (tokenizer/ copied) -> fill_mask gives
+  transformers' ids, top tokens and probabilities; `--to hf` gives the files back."""
+  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  tok_dir = bpe_dir if model_type == "roberta" else albert_dir
+  names = ["merges.txt", "vocab.json"] if model_type == "roberta" else ["spiece.model"]
+  fast = (transformers.RobertaTokenizerFast if model_type == "roberta"
+          else transformers.AlbertTokenizerFast).from_pretrained(str(tok_dir))
+  hf_config = CONFIGS[model_type]()
+  hf_config.vocab_size = len(fast)
+  ref = Reference(MODELS[(model_type, "mlm")], hf_config, seed=3)
+  src, dst, out = (str(tmp_path / n) for n in ("hf", "bundle", "export"))
+  ref.model.save_pretrained(src, params=ref.params, safe_serialization=True)
+  for name in names:
+    shutil.copy(tok_dir / name, src)
+  assert convert.main(["--from", "hf", "--src", src, "--dst", dst]) == 0
+  assert sorted(os.listdir(os.path.join(dst, "tokenizer"))) == names
+
+  pretrained = ckpt_lib.load_pretrained(dst)
+  tok = tokenizer_lib.for_checkpoint(pretrained)
+  assert tok.kind == ("bpe" if model_type == "roberta" else "sentencepiece")
+  text = "the quick brown [MASK] jumps over lazy dogs."
+  ids, positions = fill_mask.encode(tok, [text], 40)
+  want = fast(text.replace("[MASK]", fast.mask_token))["input_ids"]
+  assert ids[0] == want and positions[0] == [want.index(fast.mask_token_id)]
+  ours = fill_mask.fill_mask(pretrained, [text], top_k=3)[0][0]
+  logits = np.asarray(ref(np.array([want]), np.ones((1, len(want)), np.int32)).logits)
+  probs = jax.nn.softmax(logits[0, positions[0][0]].astype(np.float64))
+  top = np.argsort(-probs)[:3]
+  assert [t for t, _ in ours] == fast.convert_ids_to_tokens(top.tolist())
+  np.testing.assert_allclose([p for _, p in ours], probs[top], atol=1e-5)
+
+  assert convert.main(["--to", "hf", "--src", dst, "--dst", out]) == 0
+  for name in names:
+    assert (tmp_path / "export" / name).read_bytes() == (tok_dir / name).read_bytes()
+
+
+def test_a_bundle_tokenizer_that_does_not_match_is_named(bpe_dir, albert_dir, tmp_path):
+  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   src = str(tmp_path / "hf")
   ref = Reference(transformers.FlaxRobertaModel, CONFIGS["roberta"](), seed=1)
   ref.model.save_pretrained(src, params=ref.params, safe_serialization=True)
-  with pytest.raises(ValueError, match=r"config\.json: model_type 'roberta' has a byte-level BPE"):
+  with pytest.raises(ValueError, match=r"model_type 'roberta' needs a byte-level BPE tokenizer"):
+    hf.hf_to_bundle(src, str(tmp_path / "b"))  # no tokenizer files beside the weights
+  for name in os.listdir(albert_dir):
+    shutil.copy(albert_dir / name, src)
+  with pytest.raises(ValueError, match=r"needs a byte-level BPE .*found sentencepiece"):
     hf.hf_to_bundle(src, str(tmp_path / "b"))
+  pretrained = ckpt_lib.Pretrained({}, None, ("a", "b"), False, "ckpt",
+                                   str(bpe_dir / "vocab.json"))
+  with pytest.raises(ValueError, match=r"ckpt: tokenizer .*vocab.json has other tokens"):
+    tokenizer_lib.for_checkpoint(pretrained)
+  with pytest.raises(FileNotFoundError, match=r"ckpt: its tokenizer /gone/spiece.model does not"):
+    tokenizer_lib.for_checkpoint(dataclasses.replace(pretrained, tokenizer_file="/gone/spiece.model"))
 
 
 def test_bad_family_inputs_are_named(tmp_path):

@@ -16,6 +16,7 @@ from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import embed
 from bert_jax import model as model_lib
+from bert_jax.data import tokenizer_base
 from bert_jax.model_config import BertConfig
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", ".", "hello", "world",
@@ -115,7 +116,7 @@ def test_batch_size_does_not_change_results(loaded):
 
 
 def test_truncation_counted(loaded):
-  class Tok:  # the tokenizer interface, with ids looked up by hand
+  class Tok(tokenizer_base.Tokenizer):  # the tokenizer interface, ids looked up by hand
     cls_id, sep_id, pad_id = 2, 3, 0
 
     def tokenize_to_ids(self, texts):

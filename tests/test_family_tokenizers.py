@@ -21,78 +21,7 @@ from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import tokenizer_files
 from configs import pretrain as pretrain_config
 
-_WORDS = ("the quick brown fox jumps over lazy dogs while seven wizards quietly hum jazzy tunes "
-          "about running jumping and sleeping animals in 1,000 towns 9, 12, café naïve "
-          "Ärger straße").split()
-# Texts where the fast tokenizers' steps show: added tokens in the text (with
-# and without whitespace around them), trailing / leading / repeated spaces,
-# quotes ALBERT rewrites, accents, case, digits before commas, unknown characters.
-_TRICKY = [
-    "The quick brown fox.",
-    "the <unk> cat [UNK] <mask> x [MASK] y",
-    "  leading and trailing  ",
-    "trailing ",
-    " ",
-    "",
-    "tabs\tand\nnew\r\nlines\u3000ideographic\u00a0nbsp",
-    "``quoted'' and \"plain\"",
-    "Café NAÏVE ÄRGER Straße ΣΑΣ σας",
-    "1,000, 9, 12,5 towns, 1,666.58",  # ALBERT: "666" is "6 66" or "66 6" at equal score
-    "a(b) - c.d",
-    "\u200bzero\u200bwidth \ufeffbom",
-    "中文字 🙂 unknown ☃ chars",
-    "ﬁ ａｂｃ ½ ™",
-    "<s>bos</s> <pad> [CLS] [SEP] [PAD]",
-    "jumping" * 20,
-]
-
-
-def _corpus(n=400, seed=0):
-  rng = random.Random(seed)
-  return [" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 12))) + "."
-          for _ in range(n)] + _TRICKY
-
-
-@pytest.fixture(scope="module")
-def bpe_dir(tmp_path_factory):
-  """A tiny byte-level BPE (vocab.json + merges.txt) trained with `tokenizers`."""
-  tokenizers = pytest.importorskip("tokenizers")
-  out = tmp_path_factory.mktemp("bpe")
-  bpe = tokenizers.ByteLevelBPETokenizer()
-  bpe.train_from_iterator(_corpus(), vocab_size=400, min_frequency=2,
-                          special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
-                          show_progress=False)
-  bpe.save_model(str(out))
-  return out
-
-
-def _train_spm(path, vocab_size=180, **kw):
-  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(_corpus(800)), model_prefix=str(path)[:-len(".model")],
-      vocab_size=vocab_size, model_type="unigram", character_coverage=0.98, hard_vocab_limit=False,
-      minloglevel=2, num_threads=1, **kw)
-  return str(path)
-
-
-@pytest.fixture(scope="module")
-def albert_dir(tmp_path_factory):
-  """A tiny unigram model with ALBERT's pieces: <pad> <unk> [CLS] [SEP] [MASK], user-defined '('."""
-  out = tmp_path_factory.mktemp("albert")
-  _train_spm(out / "spiece.model", pad_id=0, pad_piece="<pad>", unk_id=1, unk_piece="<unk>",
-             bos_id=-1, eos_id=-1, control_symbols=["[CLS]", "[SEP]", "[MASK]"],
-             user_defined_symbols=["(", ")", "-"])
-  return out
-
-
-@pytest.fixture(scope="module")
-def deberta_dir(tmp_path_factory):
-  """A tiny unigram model with DeBERTa-v3's pieces: [PAD] [CLS] [SEP] [UNK], byte fallback."""
-  out = tmp_path_factory.mktemp("deberta")
-  _train_spm(out / "spm.model", pad_id=0, pad_piece="[PAD]", bos_id=1, bos_piece="[CLS]",
-             eos_id=2, eos_piece="[SEP]", unk_id=3, unk_piece="[UNK]", byte_fallback=True,
-             vocab_size=450)
-  return out
+from tests.tokenizer_fixtures import _TRICKY, _WORDS, _corpus, _train_spm
 
 
 def _reference(kind, directory):
@@ -228,11 +157,16 @@ def test_tokenize_cli_takes_a_tokenizer_directory(bpe_dir, albert_dir):
 # -- The pretraining pipeline -------------------------------------------------------
 
 
-def _pipeline(tmp_path, tokenizer, **overrides):
+def _write_corpus(tmp_path) -> list[str]:
   rng = random.Random(0)
   docs = ["\n".join(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(3, 10))) + "."
                     for _ in range(rng.randint(1, 6))) for _ in range(24)]
   (tmp_path / "part-0.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+  return docs
+
+
+def _pipeline(tmp_path, tokenizer, **overrides):
+  docs = _write_corpus(tmp_path)
   c = pretrain_config.get_config("tiny").data
   c.source, c.files, c.tokenizer = "files", str(tmp_path / "*.txt"), tokenizer
   c.mode, c.shuffle_buffer, c.max_predictions_per_seq, c.prefetch_batches = (
@@ -316,3 +250,59 @@ def test_real_tokenizers_match_transformers_fast(shared_data, name, kind):
   assert len(lines) > 1_500
   assert ours.vocab_size == len(ref)
   _assert_parity(ours, ref, lines)
+
+
+@pytest.mark.parametrize("kind", ["roberta", "albert"])
+def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
+  """GLUE rows and embed inputs of pairs and single texts equal transformers' fast tokenizer
+  with longest-first truncation (RoBERTa: `<s> a </s></s> b </s>`, one segment)."""
+  from bert_jax import embed  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+  directory = bpe_dir if kind == "roberta" else albert_dir
+  ours = tokenizer_lib.tokenizer_from_path(str(directory))
+  fast = _reference(kind, directory)
+  pairs = [("the quick brown fox jumps over lazy dogs.", "seven wizards hum."),
+           ("a", "jumping " * 30), ("Café naïve towns 1,000 and 9, 12", None)]
+  examples = [glue.GlueExample(f"t:{i}", a, b, 0, i) for i, (a, b) in enumerate(pairs)]
+  rows = glue.encode_examples(ours, examples, 24)
+  emb_ids, emb_seg, _ = embed.encode(ours, [p for p in pairs if p[1] is not None], 24)
+  for i, (a, b) in enumerate(pairs):
+    want = fast(a, b, truncation="longest_first", max_length=24)
+    n = len(want["input_ids"])
+    assert rows["input_ids"][i, :n].tolist() == want["input_ids"], (kind, i)
+    assert rows["input_mask"][i].sum() == n and (rows["input_ids"][i, n:] == ours.pad_id).all()
+    if "token_type_ids" in want:
+      assert rows["segment_ids"][i, :n].tolist() == want["token_type_ids"]
+    else:
+      assert not rows["segment_ids"][i].any()
+    if b is not None:
+      assert emb_ids[i] == want["input_ids"] and emb_seg[i] == rows["segment_ids"][i, :n].tolist()
+
+
+def test_pretraining_with_bpe_exports_a_bundle_that_carries_it(tmp_path, bpe_dir):
+  """A run with RoBERTa's tokenizer records its file in every checkpoint and copies it into
+  export/tokenizer/; the fill-mask demo and load_pretrained then use it."""
+  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
+  _write_corpus(tmp_path)
+  c = pretrain_config.get_config("tiny")
+  c.data.source, c.data.files, c.data.tokenizer = "files", str(tmp_path / "*.txt"), str(bpe_dir)
+  c.data.mode, c.data.max_predictions_per_seq = "full_sentences", 5
+  c.seq_len, c.batch_size, c.total_steps, c.log_every, c.checkpoint_every = 32, 8, 2, 1, 2
+  c.fill_mask_example = "the quick brown [MASK] jumps."
+  workdir = str(tmp_path / "run")
+  summary = pretrain.train(c, workdir)
+  assert ckpt_lib.load_pretrained(workdir + "/checkpoints").tokenizer_file == str(
+      bpe_dir / "vocab.json")
+  pretrain.export_and_demo(summary, c, workdir)
+  exported = ckpt_lib.load_pretrained(workdir)
+  assert exported.tokenizer_file == str(tmp_path / "run" / "export" / "tokenizer" / "vocab.json")
+  tok = tokenizer_lib.for_checkpoint(exported)
+  assert tok.kind == "bpe" and tok.inv_vocab == tokenizer_lib.tokenizer_from_path(
+      str(bpe_dir)).inv_vocab
+
+
+def test_squad_refuses_a_tokenizer_other_than_wordpiece(bpe_dir):
+  from bert_jax.tasks import squad_task  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="SQuAD fine-tuning needs a WordPiece checkpoint .* bpe"):
+    squad_task.build(None, tokenizer_lib.tokenizer_from_path(str(bpe_dir)), None)

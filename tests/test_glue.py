@@ -7,6 +7,7 @@ import pytest
 
 from bert_jax import cpu_tensorflow
 from bert_jax import tasks
+from bert_jax.data import tokenizer_base
 from bert_jax.tasks import glue
 
 # A word list small enough to write expected ids by hand: id = position.
@@ -15,8 +16,9 @@ _VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on
 _ID = {w: i for i, w in enumerate(_VOCAB)}
 
 
-class _TestTokenizer:
-  """The WordPieceTokenizer protocol over transformers' pure-Python BertTokenizer."""
+class _TestTokenizer(tokenizer_base.Tokenizer):
+  """The tokenizer protocol over transformers' pure-Python BertTokenizer."""
+  kind = "wordpiece"
 
   def __init__(self, vocab_file, lowercase=True):
     import transformers  # pylint: disable=g-import-not-at-top

@@ -38,9 +38,9 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
   out = load(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
   check_finite(out["params"], src)
   source = src if "://" in src else os.path.abspath(src)
-  bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"], out["lowercase"],
-                     info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
-                     overwrite=overwrite)
+  bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"] or out["vocab"],
+                     out["lowercase"], info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
+                     overwrite=overwrite, tokenizer_file=out.get("tokenizer_file"))
   return out
 
 

@@ -9,9 +9,10 @@ AlbertForMaskedLM, AlbertForPreTraining) layouts, with or without the base
 model's prefix (`bert.`, ...), saved by PyTorch (Linear weights [out, in]) or
 Flax (kernels [in, out]). Pickle checkpoints (pytorch_model.bin) are never
 loaded. Writes safetensors in the PyTorch layout, which transformers loads as
-the architecture named in config.json (PyTorch or Flax). RoBERTa's BPE and
-ALBERT's SentencePiece tokenizers do not fit a bundle yet: `load_hf_params` /
-`params_to_hf` convert their parameters.
+the architecture named in config.json (PyTorch or Flax). The tokenizer travels
+with the bundle: a WordPiece vocab.txt, or RoBERTa's vocab.json + merges.txt and
+ALBERT's spiece.model copied into the bundle's tokenizer/ (and back out by
+`bundle_to_hf`).
 """
 from flax import traverse_util
 import dataclasses
@@ -46,8 +47,8 @@ class Layout:
     architectures: (base model, with the MLM head, with MLM and NSP or None).
     discriminator: the architecture with ELECTRA's discriminator head, or None.
     tokenizer_class: for the exported tokenizer_config.json.
-    other_tokenizer: its tokenizer when it is not a WordPiece vocab.txt (which is
-      what a bundle holds), or None.
+    other_tokenizer: its tokenizer when it is not a WordPiece vocab.txt (a bundle
+      copies those files into its tokenizer/), or None.
   """
   prefix: str
   tied: dict[str, str]
@@ -261,17 +262,19 @@ def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]
 
 def load_hf(src: str, *, drop_unexpected: bool = False,
             lowercase: Optional[bool] = None) -> dict[str, Any]:
-  """Reads an HF directory with a WordPiece tokenizer (vocab.txt) into our params.
+  """Reads an HF directory (weights, config and tokenizer files) into our params.
 
   Args:
-    src: directory with config.json, vocab.txt and safetensors weights.
+    src: directory with config.json, safetensors weights and the tokenizer:
+      vocab.txt (WordPiece), vocab.json + merges.txt (RoBERTa) or spiece.model (ALBERT).
     drop_unexpected: drop tensors outside the name map (e.g. a classifier).
     lowercase: tokenizer casing; None reads tokenizer_config.json or guesses
       from the vocab.
 
   Returns:
     dict(params, config, vocab_file, lowercase, lowercase_reason, dropped,
-    heads).
+    heads); for BPE / SentencePiece vocab_file is None and `vocab` (tokens) and
+    `tokenizer_file` (vocab.json / .model) are given.
 
   Raises:
     FileNotFoundError / ValueError / name_map.ConversionError naming the
@@ -281,10 +284,7 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   config = read_config(src)
   other_tokenizer = LAYOUTS[config.model_type].other_tokenizer
   if other_tokenizer:
-    raise ValueError(f"{root / 'config.json'}: model_type {config.model_type!r} has "
-                     f"{other_tokenizer}, which bert_jax bundles cannot hold yet (they store a "
-                     "WordPiece vocab.txt); bert_jax.conversion.hf.load_hf_params reads its "
-                     "parameters")
+    return _load_hf_other_tokenizer(src, config, other_tokenizer, drop_unexpected, lowercase)
   vocab = root / "vocab.txt"
   if not vocab.exists():
     raise FileNotFoundError(f"{src} has no vocab.txt (the WordPiece vocab travels with the "
@@ -297,8 +297,32 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   return dict(out, vocab_file=str(vocab), lowercase=low, lowercase_reason=reason)
 
 
+def _load_hf_other_tokenizer(src: str, config: BertConfig, other_tokenizer: str,
+                             drop_unexpected: bool, lowercase: Optional[bool]) -> dict[str, Any]:
+  """load_hf for model types whose tokenizer is BPE or SentencePiece (copied into the bundle)."""
+  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import tokenizer_files  # pylint: disable=g-import-not-at-top
+  kind = "bpe" if "BPE" in other_tokenizer else "sentencepiece"
+  try:
+    files = tokenizer_files.detect(src)
+  except ValueError as e:
+    raise ValueError(f"{src}: model_type {config.model_type!r} needs {other_tokenizer} "
+                     f"beside its weights ({e})") from None
+  if files.kind != kind:
+    raise ValueError(f"{src}: model_type {config.model_type!r} needs {other_tokenizer}, found "
+                     f"{files.kind} tokenizer files")
+  tok = tokenizer_lib.cached_tokenizer(kind, files.path, lowercase)
+  if len(tok.inv_vocab) != config.vocab_size:
+    raise ValueError(f"{files.path}: {len(tok.inv_vocab)} tokens but config.json has vocab_size "
+                     f"{config.vocab_size}")
+  out = load_hf_params(src, drop_unexpected=drop_unexpected)
+  reason = "given" if lowercase is not None else f"the {config.model_type} tokenizer's casing"
+  return dict(out, vocab_file=None, vocab=list(tok.inv_vocab), tokenizer_file=files.path,
+              lowercase=tok.lowercase, lowercase_reason=reason)
+
+
 def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
-  """Converts an HF directory (WordPiece model_types) into a bert_jax bundle; see
+  """Converts an HF directory into a bert_jax bundle (with its tokenizer); see
   `conversion.to_bundle`."""
   return conversion.to_bundle(load_hf, "hf", src, dst, **options)
 
@@ -360,7 +384,11 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
     raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to write into it")
   b = bundle.load_bundle(src)
   written = params_to_hf(b.params, b.config, dst)
-  (out / "vocab.txt").write_bytes(epath.Path(b.vocab_file).read_bytes())
+  if b.tokenizer_file:  # BPE or SentencePiece files, as transformers reads them
+    for f in epath.Path(b.tokenizer_file).parent.iterdir():
+      (out / f.name).write_bytes(f.read_bytes())
+  else:
+    (out / "vocab.txt").write_bytes(epath.Path(b.vocab_file).read_bytes())
   tok = {"do_lower_case": b.lowercase,
          "tokenizer_class": LAYOUTS[b.config.model_type].tokenizer_class,
          "model_max_length": b.config.max_position_embeddings}

@@ -3,6 +3,7 @@
   tok = tokenizer.cached_tokenizer("wordpiece", "vocab.txt", lowercase=True)
   tok = tokenizer.tokenizer_from_path("tokenizers/roberta-base")   # kind from the files
   tok = tokenizer.load_tokenizer(config.data)                       # a pretraining config
+  tok = tokenizer.for_checkpoint(pretrained)                        # what a checkpoint used
 
 The kinds live in their own modules (`wordpiece`, `byte_bpe`,
 `sentencepiece_tokenizer`) behind one surface (`tokenizer_base.Tokenizer`);
@@ -91,6 +92,37 @@ def cached_tokenizer(kind: str, source: Union[str, Sequence[str]],
       tok = SentencePieceTokenizer(source, lowercase=lowercase)
     _TOKENIZERS[key] = tok
   return _TOKENIZERS[key]
+
+
+def for_checkpoint(pretrained) -> Tokenizer:
+  """The tokenizer a checkpoint was trained with (from the shared cache).
+
+  A checkpoint records a WordPiece vocab by its tokens, and any other tokenizer
+  by its file (a bundle's tokenizer/ copy, or the file a pretraining run read).
+
+  Args:
+    pretrained: a `checkpoint.Pretrained`.
+
+  Returns:
+    The tokenizer.
+
+  Raises:
+    FileNotFoundError: the recorded tokenizer file is gone.
+    ValueError: its tokens are not the checkpoint's vocab.
+  """
+  if pretrained.tokenizer_file is None:
+    return cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
+  path = pretrained.tokenizer_file
+  if not tf.io.gfile.exists(path):
+    raise FileNotFoundError(f"{pretrained.source}: its tokenizer {path} does not exist (the "
+                            "checkpoint records the file it was trained with)")
+  files = tokenizer_files.detect(path)
+  tok = cached_tokenizer(files.kind, files.path,
+                         pretrained.lowercase if files.kind == "sentencepiece" else None)
+  if tuple(tok.inv_vocab) != tuple(pretrained.vocab):
+    raise ValueError(f"{pretrained.source}: tokenizer {path} has other tokens than the "
+                     f"checkpoint's vocab ({len(tok.inv_vocab)} vs {len(pretrained.vocab)})")
+  return tok
 
 
 def tokenizer_from_path(path: str, lowercase: Optional[bool] = None) -> Tokenizer:

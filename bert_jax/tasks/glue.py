@@ -467,13 +467,13 @@ def encode_examples(tokenizer, examples: Sequence[GlueExample], max_seq_length: 
                     is_regression: bool = False) -> dict:
   """Encodes examples as BERT classifier inputs (Google run_classifier layout).
 
-  `[CLS] a [SEP]` (segment 0) `b [SEP]` (segment 1), zero-padded; pairs are
-  truncated longest-first to max_seq_length - 3 word pieces, single texts to
-  max_seq_length - 2.
+  `[CLS] a [SEP]` (segment 0) `b [SEP]` (segment 1), padded; pairs are
+  truncated longest-first to max_seq_length - 3 pieces, single texts to
+  max_seq_length - 2 (the tokenizer's `build_inputs` layout: RoBERTa's
+  `<s> a </s></s> b </s>`, one segment, takes 4).
 
   Args:
-    tokenizer: a WordPiece tokenizer with `tokenize_to_ids(texts)` (no special
-      tokens), `cls_id`, `sep_id` and `pad_id`.
+    tokenizer: a bert_jax.data.tokenizer tokenizer.
     examples: GlueExample list (labels None are encoded as 0).
     max_seq_length: tokens per row, including special tokens.
     is_regression: float labels (STS-B) under 'labels' instead of class ids.
@@ -502,18 +502,15 @@ def encode_examples(tokenizer, examples: Sequence[GlueExample], max_seq_length: 
     a = list(ids_a[i])
     b = ids_b.get(i)
     if b is None:
-      keep_a = min(len(a), max_seq_length - 2)
+      keep_a = min(len(a), max_seq_length - tokenizer.num_special_tokens(pair=False))
       truncated[i] = keep_a < len(a)
-      row = [tokenizer.cls_id] + a[:keep_a] + [tokenizer.sep_id]
-      segments = [0] * len(row)
+      row, segments = tokenizer.build_inputs(a[:keep_a])
     else:
       b = list(b)
-      keep_a, keep_b = _truncate_pair_lengths(len(a), len(b), max_seq_length - 3)
+      keep_a, keep_b = _truncate_pair_lengths(
+          len(a), len(b), max_seq_length - tokenizer.num_special_tokens(pair=True))
       truncated[i] = keep_a < len(a) or keep_b < len(b)
-      first = [tokenizer.cls_id] + a[:keep_a] + [tokenizer.sep_id]
-      second = b[:keep_b] + [tokenizer.sep_id]
-      row = first + second
-      segments = [0] * len(first) + [1] * len(second)
+      row, segments = tokenizer.build_inputs(a[:keep_a], b[:keep_b])
     input_ids[i, :len(row)] = row
     input_mask[i, :len(row)] = 1
     segment_ids[i, :len(row)] = segments

@@ -31,6 +31,10 @@ def _squad_path(config, name: str) -> str:
 
 def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   """SQuAD v1.1 / v2.0 from the original JSON files (or TFDS)."""
+  if tokenizer.kind != "wordpiece":
+    raise ValueError(f"SQuAD fine-tuning needs a WordPiece checkpoint (answer spans are mapped "
+                     f"back through BERT's basic tokenization); this one has a {tokenizer.kind} "
+                     f"tokenizer")
   v2 = config.version == "2.0"
 
   def read(name, split, is_training):
