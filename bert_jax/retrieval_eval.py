@@ -1,0 +1,202 @@
+r"""Dense retrieval on a BEIR dataset: embed corpus and queries, exact top-k, BEIR's metrics.
+
+  python -m bert_jax.retrieval_eval --checkpoint CKPT --beir_dir DIR --split test \
+      [--max_length 256] [--pooling mean] [--normalize] [--top_k 100] [--output metrics.json]
+
+DIR is BEIR's layout: corpus.jsonl ({"_id", "title", "text"}), queries.jsonl
+({"_id", "text"}) and qrels/SPLIT.tsv (`query-id corpus-id score`, a header
+line). Documents are embedded as "title text" (BEIR's SentenceBERT joins them
+with a space), the judged queries of the split as their text, both with
+bert_jax.embed (length-sorted batches when embed sorts). Scores are the dot
+product of the embeddings (cosine with --normalize, the default, as BEIR's
+`cos_sim`), searched exactly by matmul top-k in blocks of queries; a document
+whose id equals the query's is dropped from its results (BEIR's
+ignore_identical_ids). Metrics are `retrieval_metrics` (trec_eval's
+definitions): nDCG@1/3/5/10/100, MAP@10, Recall@10/100, P@10 and MRR@10,
+written as JSON; the last line printed is `ndcg@10: X`.
+"""
+import json
+from typing import Optional, Sequence
+
+from absl import flags
+from etils import epath
+import numpy as np
+
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import cli
+from bert_jax import embed as embed_lib
+from bert_jax import retrieval_metrics
+
+REPORTED = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "ndcg@100", "map@10", "recall@10",
+            "recall@100", "p@10", "mrr@10")
+
+
+def _read_jsonl(path: epath.Path, keys: Sequence[str]) -> dict[str, dict]:
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist (BEIR layout: corpus.jsonl, queries.jsonl, "
+                            "qrels/SPLIT.tsv)")
+  rows = {}
+  with path.open("r", encoding="utf-8") as f:
+    for n, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+      missing = [k for k in keys if not isinstance(row.get(k), str)]
+      if missing:
+        raise ValueError(f"{path}:{n}: missing string field(s) {missing}")
+      rows[row["_id"]] = row
+  if not rows:
+    raise ValueError(f"{path} holds no rows")
+  return rows
+
+
+def read_qrels(path: epath.Path) -> dict[str, dict[str, int]]:
+  """qrels/SPLIT.tsv -> {query id: {document id: relevance}} (a header line first)."""
+  if not path.exists():
+    raise FileNotFoundError(f"{path} does not exist (the split's judgements)")
+  qrels: dict[str, dict[str, int]] = {}
+  lines = path.read_text(encoding="utf-8").splitlines()
+  for n, line in enumerate(lines[1:], 2):
+    if not line.strip():
+      continue
+    parts = line.split("\t")
+    try:
+      query, doc, score = parts[0], parts[1], int(parts[2])
+    except (IndexError, ValueError):
+      raise ValueError(f"{path}:{n}: expected query-id<TAB>corpus-id<TAB>integer score, got "
+                       f"{line[:80]!r}") from None
+    qrels.setdefault(query, {})[doc] = score
+  if not qrels:
+    raise ValueError(f"{path} holds no judgements")
+  return qrels
+
+
+def read_beir(beir_dir: str, split: str):
+  """(corpus, queries, qrels) of a BEIR directory; qrels name only known ids."""
+  root = epath.Path(beir_dir)
+  qrels = read_qrels(root / "qrels" / f"{split}.tsv")
+  corpus = _read_jsonl(root / "corpus.jsonl", ("_id", "text"))
+  queries = _read_jsonl(root / "queries.jsonl", ("_id", "text"))
+  unknown = sorted(q for q in qrels if q not in queries)
+  if unknown:
+    raise ValueError(f"qrels/{split}.tsv judges {len(unknown)} query id(s) not in queries.jsonl, "
+                     f"e.g. {unknown[:3]}")
+  return corpus, queries, qrels
+
+
+def document_text(doc: dict) -> str:
+  """BEIR's SentenceBERT input: title and text joined by a space."""
+  return (doc.get("title", "") + " " + doc["text"]).strip()
+
+
+def search(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int,
+           block: int = 256) -> tuple[np.ndarray, np.ndarray]:
+  """Exact top-k by dot product, in blocks of queries.
+
+  Args:
+    query_emb: float32 [queries, dim].
+    doc_emb: float32 [docs, dim].
+    top_k: results per query (at most the number of documents).
+    block: queries per matmul.
+
+  Returns:
+    (scores float32 [queries, k], document indices int [queries, k]), best first.
+  """
+  k = min(top_k, len(doc_emb))
+  scores, index = [], []
+  for i in range(0, len(query_emb), block):
+    s = query_emb[i:i + block] @ doc_emb.T  # [block, docs]
+    top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+    top_s = np.take_along_axis(s, top, 1)
+    order = np.argsort(-top_s, axis=1, kind="stable")
+    scores.append(np.take_along_axis(top_s, order, 1))
+    index.append(np.take_along_axis(top, order, 1))
+  return np.concatenate(scores), np.concatenate(index)
+
+
+def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 256,
+             pooling: str = "mean", normalize: bool = True, batch_size: int = 32,
+             top_k: int = 100) -> dict:
+  """Embeds, searches and scores one BEIR split.
+
+  Args:
+    pretrained: the checkpoint.
+    data: (corpus, queries, qrels) from `read_beir`.
+    max_length, pooling, normalize, batch_size: bert_jax.embed's options.
+    top_k: results kept per query.
+
+  Returns:
+    dict of REPORTED metrics plus `queries`, `documents`, `truncated_documents`, `seconds`.
+  """
+  corpus, queries, qrels = data
+  doc_ids = list(corpus)
+  query_ids = list(qrels)
+  options = dict(pooling=pooling, normalize=normalize, batch_size=batch_size,
+                 max_length=min(max_length, pretrained.config.max_position_embeddings))
+  doc_emb, doc_stats = embed_lib.embed(pretrained, [document_text(corpus[d]) for d in doc_ids],
+                                       **options)
+  query_emb, query_stats = embed_lib.embed(pretrained, [queries[q]["text"] for q in query_ids],
+                                           **options)
+  # One more than asked, so that dropping a query's own id still leaves top_k.
+  scores, index = search(query_emb, doc_emb, top_k + 1)
+  results = {}
+  for qi, q in enumerate(query_ids):
+    hits = {doc_ids[j]: float(s) for s, j in zip(scores[qi], index[qi]) if doc_ids[j] != q}
+    results[q] = dict(list(hits.items())[:top_k])
+  metrics = retrieval_metrics.evaluate(results, qrels)
+  out = {name: metrics[name] for name in REPORTED}
+  out.update(queries=len(query_ids), documents=len(doc_ids),
+             truncated_documents=doc_stats.truncated,
+             seconds=doc_stats.seconds + query_stats.seconds)
+  return out
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
+  """The command line's flags (on a FlagValues of their own), parsed."""
+  fv = flags.FlagValues()
+  flags.DEFINE_string("checkpoint", None, "a bert_jax checkpoint (a bundle, a pretraining "
+                      "workdir or its checkpoints/)", flag_values=fv, required=True)
+  flags.DEFINE_string("beir_dir", None, "BEIR dataset directory (corpus.jsonl, queries.jsonl, "
+                      "qrels/)", flag_values=fv, required=True)
+  flags.DEFINE_string("split", "test", "qrels/SPLIT.tsv to evaluate", flag_values=fv)
+  flags.DEFINE_integer("max_length", 256, "longest input, special tokens included",
+                       flag_values=fv)
+  flags.DEFINE_enum("pooling", "mean", embed_lib.POOLINGS, "how token vectors become one",
+                    flag_values=fv)
+  flags.DEFINE_boolean("normalize", True, "cosine scores (L2-normalised embeddings); "
+                       "--nonormalize for dot product", flag_values=fv)
+  flags.DEFINE_integer("batch_size", 32, "texts per forward pass", flag_values=fv)
+  flags.DEFINE_integer("top_k", 100, "results kept per query", flag_values=fv)
+  flags.DEFINE_string("output", None, "write the metrics as JSON here", flag_values=fv)
+  cli.parse(fv, argv, "bert_jax.retrieval_eval", __doc__)
+  return fv
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  args = parse_args(argv)
+  if args.top_k < 1:
+    raise ValueError(f"--top_k {args.top_k} must be >= 1")
+  pretrained = ckpt_lib.load_pretrained(args.checkpoint)
+  embed_lib.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
+                          args.batch_size, pairs=False)
+  data = read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
+  metrics = evaluate(pretrained, data, max_length=args.max_length,
+                     pooling=args.pooling, normalize=args.normalize,
+                     batch_size=args.batch_size, top_k=args.top_k)
+  if args.output:
+    epath.Path(args.output).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+  print(f"{metrics['queries']} queries, {metrics['documents']} documents "
+        f"({metrics['truncated_documents']} truncated to {args.max_length} tokens), "
+        f"{metrics['seconds']:.0f} s embedding")
+  for name in REPORTED:
+    if name != "ndcg@10":
+      print(f"{name}: {metrics[name]:.4f}")
+  print(f"ndcg@10: {metrics['ndcg@10']:.4f}")
+  return 0
+
+
+if __name__ == "__main__":
+  cli.run_tool(main)
