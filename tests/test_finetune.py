@@ -468,3 +468,19 @@ def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrain
     assert sorted(other) == sorted(full)
     diff = max(float(np.max(np.abs(full[k] - other[k]))) for k in full)
     assert diff <= 1e-5, diff
+
+
+def test_python_api_classifies_as_the_run_predicted(mrpc_run, glue_dir):
+  """`Encoder.load(export).classify` gives the labels the run wrote for the test split."""
+  from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
+  workdir, _ = mrpc_run
+  enc = Encoder.load(os.path.join(workdir, "export"))
+  assert enc.task == "mrpc" and "classifier" in enc.heads
+  rows = [r.split("\t") for r in _mrpc_rows(11, 2, test=True)]
+  got = enc.classify([(r[3], r[4]) for r in rows], max_length=32, batch_size=4)
+  with open(os.path.join(workdir, "predictions", "MRPC.tsv")) as f:
+    written = [line.rstrip("\n").split("\t")[1] for line in f][1:]
+  assert [label for label, _ in got] == written and all(0.5 <= p <= 1 for _, p in got)
+  assert enc.embed([rows[0][3], rows[1][3]], pooling="cls").shape == (2, enc.config.hidden_size)
+  with pytest.raises(ValueError, match="no MLM head"):
+    enc.fill_mask("the [MASK] .")
