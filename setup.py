@@ -29,6 +29,8 @@ EXTRAS = {
         "transformers>=4.44,<5",
         "scipy>=1.10",
         "scikit-learn>=1.3",
+        # NER entity scores are compared with seqeval's (conlleval's definition).
+        "seqeval>=1.2",
         # A gs:// workdir end to end against a GCS emulator on this machine.
         "gcp-storage-emulator>=2026.7.18,<2027",  # the test patches two of its handlers
         "gcsfs>=2025.3",

@@ -153,6 +153,9 @@ def run_bert_jax(task: str, b: Budget, args, out: str, squad_files=None) -> dict
     extra = [f"--config.train_file={squad_files[0]}", f"--config.eval_file={squad_files[1]}",
              f"--config.doc_stride={b.doc_stride}",
              f"--config.max_query_length={b.max_query_length}"]
+  elif task == "ner":
+    config = f"{ROOT}/configs/ner.py"
+    extra = [f"--config.data_dir={args.ner_dir}", "--config.test_file="]
   else:
     config = f"{ROOT}/configs/glue.py:task={task}"
     extra = [f"--config.data_dir={args.glue_dir}", "--config.predict_test=false"]
@@ -197,6 +200,8 @@ def bert_jax_head(task: str, bundle_dir: str, num_labels: int, seed: int) -> dic
   cfg = bundle.read_config(bundle_dir).replace(scan_layers=False)
   if task == "squad":
     model, head = model_lib.BertForQuestionAnswering(cfg), "qa_outputs"
+  elif task == "ner":
+    model, head = model_lib.BertForTokenClassification(cfg, num_labels), "token_classifier"
   else:
     model, head = model_lib.BertForSequenceClassification(cfg, num_labels=num_labels), "classifier"
   dummy = jnp.zeros((1, 8), jnp.int32)
