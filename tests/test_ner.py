@@ -4,6 +4,8 @@ import json
 import os
 import warnings
 
+import flax.linen as nn
+import jax
 import numpy as np
 import pytest
 
@@ -209,3 +211,29 @@ def test_ner_end_to_end(tmp_path):
   assert losses and all(np.isfinite(losses))
   exported = bundle.load_bundle(os.path.join(workdir, "export"))
   assert exported.params["token_classifier"]["kernel"].shape == (16, 4)
+
+
+def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):
+  init = _random_bundle(tmp_path / "init")
+  loaded = ckpt_lib.load_pretrained(init)
+  tok = tokenizer_lib.cached_tokenizer("wordpiece", loaded.vocab, loaded.lowercase)
+  rng = np.random.default_rng(2)
+  _write(tmp_path / "train.txt", _conll(rng, 8))
+  _write(tmp_path / "valid.txt", _conll(rng, 2))
+  task = task_lib.build(_ner_config(tmp_path, init, test_file=""), tok, loaded.config)
+  batch = {k: task.train_arrays[k][:4] for k in task_lib.MODEL_INPUTS + task.label_keys}
+  params = nn.unbox(jax.jit(task_lib.init_fn(task.model, 8))(jax.random.PRNGKey(0)))
+  logits = np.asarray(jax.jit(task_lib.predict_fn(task.model))(params, batch)["logits"])  # [4, 8, 4]
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  ce = -np.take_along_axis(log_probs, batch["label_ids"][..., None], -1)[..., 0]
+  w = batch["label_weights"]
+  want = (ce * w).sum() / w.sum()  # pieces per window differ, so not a mean of window means
+  assert want != pytest.approx(np.mean((ce * w).sum(1) / w.sum(1)))
+  objective = task_lib.objective(task)
+  sums = jax.jit(lambda p, b: objective.sums(p, b, None, True))
+  denominators = objective.denominators(batch)
+  whole = objective.loss(sums(params, batch), denominators)
+  halves = [sums(params, {k: v[i::2] for k, v in batch.items()}) for i in (0, 1)]
+  split = objective.loss(jax.tree.map(lambda a, b: a + b, *halves), denominators)
+  assert float(whole) == pytest.approx(want, rel=1e-5)
+  assert float(split) == pytest.approx(want, rel=1e-5)
