@@ -13,6 +13,7 @@ conlleval's entity-level f1, precision, recall (fractions), word accuracy and
 f1_<TYPE> on valid (test_* too when test.txt has tags), and
 predictions/{valid,test}.txt (`word gold predicted`, conlleval's input).
 
+`--config.max_train_examples=N` trains on the first N sentences.
 Hyperparameters: batch 32, learning rate 5e-5, 3 epochs, AdamW with 10% warmup
 and linear decay, 128 pieces. Expected: BERT-Base ~95 valid F1 on CoNLL-2003
 (BERT paper, dev 96.4 with document context); all-MiniLM-L6-v2 (6 layers,
