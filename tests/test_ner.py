@@ -156,10 +156,15 @@ def _conll(rng, n, labeled=True):
   return "-DOCSTART- -X- O\n\n" + "\n".join(out)
 
 
-def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
+def _random_init(tmp_path):
+  """A random 1-layer bundle, its loaded checkpoint and tokenizer."""
   init = _random_bundle(tmp_path / "init")
   loaded = ckpt_lib.load_pretrained(init)
-  tok = tokenizer_lib.cached_tokenizer("wordpiece", loaded.vocab, loaded.lowercase)
+  return init, loaded, tokenizer_lib.cached_tokenizer("wordpiece", loaded.vocab, loaded.lowercase)
+
+
+def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
+  init, loaded, tok = _random_init(tmp_path)
   rng = np.random.default_rng(0)
   _write(tmp_path / "train.txt", _conll(rng, 8))
   _write(tmp_path / "valid.txt", _conll(rng, 4) + "\nw5 X B-ORG\n")
@@ -214,9 +219,7 @@ def test_ner_end_to_end(tmp_path):
 
 
 def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):
-  init = _random_bundle(tmp_path / "init")
-  loaded = ckpt_lib.load_pretrained(init)
-  tok = tokenizer_lib.cached_tokenizer("wordpiece", loaded.vocab, loaded.lowercase)
+  init, loaded, tok = _random_init(tmp_path)
   rng = np.random.default_rng(2)
   _write(tmp_path / "train.txt", _conll(rng, 8))
   _write(tmp_path / "valid.txt", _conll(rng, 2))
