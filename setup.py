@@ -33,6 +33,8 @@ EXTRAS = {
         "scikit-learn>=1.3",
         # trec_eval's C code: the reference for bert_jax.retrieval_metrics.
         "pytrec-eval-terrier>=0.5.6,<0.6",
+        # NER entity scores are compared with seqeval's (conlleval's definition).
+        "seqeval>=1.2,<2",
         # A gs:// workdir end to end against a GCS emulator on this machine.
         "gcp-storage-emulator>=2026.7.18,<2027",  # the test patches two of its handlers
         "gcsfs>=2025.3",

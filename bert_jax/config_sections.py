@@ -140,10 +140,10 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
     max_seq_length, learning_rate, num_epochs, eval_only: the task's defaults.
   """
   # Where the data comes from: the task's files under data_dir ('tsv' for GLUE, 'json'
-  # for SQuAD) or 'tfds'.
+  # for SQuAD, 'conll' for NER) or 'tfds' (GLUE and SQuAD).
   c.data_source = data_source
   # Folder of the task's files: GLUE's <TASK>/{train,dev,test}.tsv (CoLA/, MRPC/, SST-2/,
-  # ...), or SQuAD's JSON files.
+  # ...), SQuAD's JSON files, or NER's CoNLL train.txt, valid.txt, test.txt.
   c.data_dir = ""
   # TFDS data_dir where glue/<task> or squad/v<version> is prepared, when
   # data_source='tfds' (never downloaded).

@@ -1,9 +1,11 @@
-r"""Fine-tuning entry point (GLUE, SQuAD, and every task in bert_jax/tasks).
+r"""Fine-tuning entry point (GLUE, SQuAD, NER, and every task in bert_jax/tasks).
 
   python -m bert_jax.finetune --config configs/glue.py:task=mrpc --workdir DIR \
       --config.init_checkpoint=CKPT --config.data_dir=GLUE_DIR
   python -m bert_jax.finetune --config configs/squad.py:version=1.1 --workdir DIR \
       --config.init_checkpoint=CKPT --config.data_dir=SQUAD_DIR
+  python -m bert_jax.finetune --config configs/ner.py --workdir DIR \
+      --config.init_checkpoint=CKPT --config.data_dir=CONLL_DIR
 
 CKPT is any bert_jax checkpoint: a pretraining workdir (or its checkpoints/),
 a params bundle, or a Hugging Face / Google checkpoint converted with
@@ -20,8 +22,8 @@ example. Writes workdir/eval_results.json (dev metrics; the mean over `seeds`
 with `<metric>_std` when seeds > 1; per-seed values in
 eval_results_per_seed.json), prediction files (GLUE: predictions/<TASK>.tsv,
 MNLI also AX.tsv; SQuAD: predictions.json, nbest_predictions.json,
-null_odds.json), metrics.jsonl, TensorBoard logs, and the fine-tuned bundle in
-workdir/export (prediction files and export are of the last seed).
+null_odds.json; NER: predictions/valid.txt, test.txt), metrics.jsonl,
+TensorBoard logs, and the fine-tuned bundle in workdir/export (prediction files and export are of the last seed).
 """
 import json
 import time
@@ -335,7 +337,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
 def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:])."""
   cli.run_config_program(finetune, argv, "bert_jax.finetune", __doc__,
-                         "configs/glue.py:task=TASK or configs/squad.py:version=V.",
+                         "configs/glue.py:task=TASK, configs/squad.py:version=V or configs/ner.py.",
                          "Output directory.")
 
 

@@ -11,7 +11,8 @@ from bert_jax import config_sections
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Config file, an argument of get_config.
-_CONFIGS = [("pretrain.py", "tiny"), ("glue.py", "task=mrpc"), ("squad.py", "version=1.1")]
+_CONFIGS = [("pretrain.py", "tiny"), ("glue.py", "task=mrpc"), ("squad.py", "version=1.1"),
+            ("ner.py", "")]
 # Section functions of config_sections.py; finetune's arguments (it fills a given config).
 _SECTIONS = {"model": None, "optimizer": None, "mesh": None,
              "finetune": dict(data_source="tsv", max_seq_length=128, learning_rate=1e-5,

@@ -71,6 +71,9 @@ class Task:
     train_arrays: feature arrays of the training rows ({} in eval-only mode).
     label_keys: arrays of the training targets.
     loss: (model outputs, batch) -> per-example loss [b].
+    loss_weight: batch -> per-example weight [b] of `loss`, or None (1 each): the
+      training loss is sum(loss) / sum(loss_weight) over the whole batch (NER:
+      summed token losses over labeled tokens, the mean over the batch's tokens).
     eval_sets: EvalSets, dev splits first.
     primary_metric: the eval_results key that ranks runs.
     data_stats: counts for the log (examples, windows, skipped questions).
@@ -82,6 +85,7 @@ class Task:
   eval_sets: list
   primary_metric: str
   data_stats: dict = dataclasses.field(default_factory=dict)
+  loss_weight: Optional[Callable[[dict], jax.Array]] = None
 
   @property
   def name(self) -> str:
@@ -89,7 +93,8 @@ class Task:
 
 
 def objective(task: Task) -> train_core.Objective:
-  """The task's loss as a train_core.Objective: the mean per-example loss of the batch."""
+  """The task's loss as a train_core.Objective: sum(loss) / sum(loss_weight) over the batch
+  (the mean per-example loss without loss_weight), the same with microbatches."""
   model = task.model.model
 
   def sums(params, batch, rng, deterministic):
@@ -100,10 +105,13 @@ def objective(task: Task) -> train_core.Objective:
             "examples": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
 
   def denominators(batch):
-    return {"examples": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+    examples = jnp.asarray(batch["input_ids"].shape[0], jnp.float32)
+    weight = (examples if task.loss_weight is None
+              else jnp.maximum(jnp.sum(task.loss_weight(batch)), 1.0))
+    return {"examples": examples, "loss_weight": weight}
 
   return train_core.Objective(sums=sums, denominators=denominators,
-                              loss=lambda s, d: s["loss_sum"] / d["examples"])
+                              loss=lambda s, d: s["loss_sum"] / d["loss_weight"])
 
 
 def init_fn(task_model: TaskModel, seq_len: int) -> Callable[[jax.Array], Any]:
@@ -124,8 +132,8 @@ def predict_fn(task_model: TaskModel) -> Callable[[Any, dict], dict]:
 
 
 def _family(config):
-  from bert_jax.tasks import glue_task, squad_task  # pylint: disable=g-import-not-at-top
-  families = {"squad": squad_task}
+  from bert_jax.tasks import glue_task, ner_task, squad_task  # pylint: disable=g-import-not-at-top
+  families = {"squad": squad_task, "ner": ner_task}
   return families.get(config.task, glue_task)
 
 
@@ -138,7 +146,7 @@ def build(config, tokenizer, model_cfg) -> Task:
   """The Task of a fine-tuning config; every split read and encoded up front.
 
   Args:
-    config: a configs/glue.py or configs/squad.py ConfigDict.
+    config: a configs/glue.py, squad.py or ner.py ConfigDict.
     tokenizer: the checkpoint's WordPiece tokenizer.
     model_cfg: the model config (from the checkpoint, with the run's compute options).
 

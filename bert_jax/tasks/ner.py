@@ -1,0 +1,209 @@
+"""CoNLL-format token classification data: reading, word-piece windows, prediction files.
+
+A CoNLL file has one word per line, the word in the first column and its tag
+in the last (CoNLL-2003: `word POS chunk NER`), blank lines between sentences
+and `-DOCSTART-` lines between documents. Tags are IOB1 or IOB2 (O, B-TYPE,
+I-TYPE). A file whose lines have one column is unlabeled (prediction only).
+
+Encoding: each word is tokenized alone; its first word piece carries its label,
+the other pieces are ignored (weight 0). A sentence longer than a window
+(max_seq_length - 2 pieces) is split at word boundaries into several windows,
+so every word is predicted exactly once.
+"""
+import dataclasses
+import re
+from typing import Optional, Sequence
+
+from etils import epath
+import numpy as np
+
+# Tags read: O, B-TYPE, I-TYPE (IOB1 and IOB2).
+_TAG = re.compile(r"^(O|[BI]-\S+)$")
+DOCSTART = "-DOCSTART-"
+
+
+@dataclasses.dataclass
+class Sentence:
+  """One sentence of a CoNLL file.
+
+  Attributes:
+    words: the words (first column).
+    tags: their tags (last column), or None in an unlabeled file.
+    lines: 1-based line number of each word in its file (for error messages).
+  """
+  words: list
+  tags: Optional[list]
+  lines: list
+
+
+def read_conll(path: str) -> list[Sentence]:
+  """Reads a CoNLL file.
+
+  Args:
+    path: the file (local or gs://).
+
+  Returns:
+    Its sentences, in order (all labeled, or all unlabeled).
+
+  Raises:
+    FileNotFoundError: no such file.
+    ValueError: `path:line: ...` for a line with another number of columns than
+      the file's first word line, or a tag that is not O / B-TYPE / I-TYPE; or
+      a file without sentences.
+  """
+  p = epath.Path(path)
+  if not p.exists():
+    raise FileNotFoundError(f"{path}: no such CoNLL file")
+  sentences, words, tags, lines, columns = [], [], [], [], None
+
+  def close():
+    if words:
+      sentences.append(Sentence(list(words), list(tags) if columns > 1 else None, list(lines)))
+      words.clear(), tags.clear(), lines.clear()
+
+  for number, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+    fields = line.split()
+    if not fields or fields[0] == DOCSTART:
+      close()
+      continue
+    if columns is None:
+      columns = len(fields)
+    if len(fields) != columns:
+      raise ValueError(f"{path}:{number}: {len(fields)} columns, but the file's first word "
+                       f"line has {columns} (word first, tag last): {line!r}")
+    if columns > 1 and not _TAG.match(fields[-1]):
+      raise ValueError(f"{path}:{number}: tag {fields[-1]!r} is not IOB (O, B-TYPE or I-TYPE; "
+                       f"IOB1 and IOB2 are read): {line!r}")
+    words.append(fields[0])
+    tags.append(fields[-1])
+    lines.append(number)
+  close()
+  if not sentences:
+    raise ValueError(f"{path}: no sentences (an empty CoNLL file)")
+  return sentences
+
+
+def label_list(sentences: Sequence[Sentence], path: str) -> list[str]:
+  """The labels of a training file: 'O' first (when present), then the others sorted.
+
+  Raises:
+    ValueError: the file is unlabeled.
+  """
+  if sentences[0].tags is None:
+    raise ValueError(f"{path}: a training file needs tags (word first, tag last), "
+                     "its lines have one column")
+  tags = {t for s in sentences for t in s.tags}
+  return (["O"] if "O" in tags else []) + sorted(tags - {"O"})
+
+
+def check_tags(sentences: Sequence[Sentence], labels: Sequence[str], path: str) -> None:
+  """Every tag of `sentences` is a training label.
+
+  Raises:
+    ValueError: `path:line: tag ... is not in the training file's labels [...]`.
+  """
+  known = set(labels)
+  for s in sentences:
+    for tag, number in zip(s.tags or (), s.lines):
+      if tag not in known:
+        raise ValueError(f"{path}:{number}: tag {tag!r} is not in the training file's labels "
+                         f"{list(labels)}")
+
+
+def encode(tokenizer, sentences: Sequence[Sentence], labels: Sequence[str],
+           max_seq_length: int) -> dict:
+  """Word-piece windows of `sentences`, labels on the first piece of each word.
+
+  Args:
+    tokenizer: the checkpoint's tokenizer (`tokenize_to_ids`, cls/sep/unk ids).
+    sentences: the sentences (tags may be None).
+    labels: the label list (index = label id).
+    max_seq_length: pieces per window, [CLS] and [SEP] included (>= 3).
+
+  Returns:
+    Arrays of n windows: input_ids, input_mask, segment_ids, label_ids (int32
+    [n, max_seq_length]; 0 where unlabeled), label_weights (float32 [n, len]; 1
+    on the first piece of each word of a labeled file), word_index (int32 [n,
+    len]; the word at a first piece, -1 elsewhere) and sentence_index (int32 [n]).
+  """
+  if max_seq_length < 3:
+    raise ValueError(f"max_seq_length must be at least 3 for NER, got {max_seq_length}")
+  capacity = max_seq_length - 2
+  label_id = {t: i for i, t in enumerate(labels)}
+  all_words = [w for s in sentences for w in s.words]
+  pieces = tokenizer.tokenize_to_ids(all_words) if all_words else []
+  rows = []  # (sentence index, [(word index, its pieces)])
+  k = 0
+  for si, s in enumerate(sentences):
+    window, used = [], 0
+    for wi in range(len(s.words)):
+      ids = list(pieces[k + wi])[:capacity] or [tokenizer.unk_id]  # no piece: [UNK]
+      if used + len(ids) > capacity:
+        rows.append((si, window))
+        window, used = [], 0
+      window.append((wi, ids))
+      used += len(ids)
+    k += len(s.words)
+    rows.append((si, window))
+
+  n, length = len(rows), max_seq_length
+  arrays = {"input_ids": np.zeros((n, length), np.int32),
+            "input_mask": np.zeros((n, length), np.int32),
+            "segment_ids": np.zeros((n, length), np.int32),
+            "label_ids": np.zeros((n, length), np.int32),
+            "label_weights": np.zeros((n, length), np.float32),
+            "word_index": np.full((n, length), -1, np.int32),
+            "sentence_index": np.zeros((n,), np.int32)}
+  for r, (si, window) in enumerate(rows):
+    tags = sentences[si].tags
+    ids, pos = [tokenizer.cls_id], 1
+    for wi, word_ids in window:
+      arrays["word_index"][r, pos] = wi
+      if tags is not None:
+        arrays["label_ids"][r, pos] = label_id[tags[wi]]
+        arrays["label_weights"][r, pos] = 1.0
+      ids += word_ids
+      pos += len(word_ids)
+    ids.append(tokenizer.sep_id)
+    arrays["input_ids"][r, :len(ids)] = ids
+    arrays["input_mask"][r, :len(ids)] = 1
+    arrays["sentence_index"][r] = si
+  return arrays
+
+
+def predicted_tags(logits: np.ndarray, arrays: dict, sentences: Sequence[Sentence],
+                   labels: Sequence[str]) -> list[list[str]]:
+  """The tag of every word: the argmax at its first piece.
+
+  Args:
+    logits: [n, len, labels] model outputs of the windows of `arrays`.
+    arrays: `encode`'s arrays (word_index, sentence_index).
+    sentences: the sentences encoded.
+    labels: the label list.
+
+  Returns:
+    Per sentence, one predicted tag per word.
+  """
+  best = np.argmax(logits, axis=-1)  # [n, len]
+  tags = [[None] * len(s.words) for s in sentences]
+  rows, cols = np.nonzero(arrays["word_index"] >= 0)
+  for r, c in zip(rows, cols):
+    tags[arrays["sentence_index"][r]][arrays["word_index"][r, c]] = labels[best[r, c]]
+  missing = sum(t is None for s in tags for t in s)
+  if missing:
+    raise AssertionError(f"{missing} words have no prediction (windows lost words)")
+  return tags
+
+
+def write_predictions(path: str, sentences: Sequence[Sentence],
+                      predicted: Sequence[Sequence[str]]) -> None:
+  """Writes `word gold predicted` lines (`word predicted` when unlabeled), blank lines
+  between sentences: the input format of conlleval."""
+  out = []
+  for s, pred in zip(sentences, predicted):
+    for i, word in enumerate(s.words):
+      out.append(" ".join([word] + ([s.tags[i]] if s.tags is not None else []) + [pred[i]]))
+    out.append("")
+  p = epath.Path(path)
+  p.parent.mkdir(parents=True, exist_ok=True)
+  p.write_text("\n".join(out), encoding="utf-8")

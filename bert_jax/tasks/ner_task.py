@@ -1,0 +1,108 @@
+"""CoNLL-style named-entity recognition as a fine-tuning task: per-token labels.
+
+Labels come from the training file; the first word piece of each word carries
+its label (bert_jax.tasks.ner); the loss is the mean cross-entropy over the
+labeled pieces of the batch. Scores (bert_jax.tasks.conlleval): entity-level
+f1 / precision / recall and word accuracy on the valid file, `test_*` on the
+test file when it exists and has tags; predictions/<split>.txt in CoNLL format.
+"""
+import os
+
+from etils import epath
+import jax.numpy as jnp
+import optax
+
+from bert_jax import model as model_lib
+from bert_jax.model_config import BertConfig
+from bert_jax.tasks import conlleval
+from bert_jax.tasks import ner
+from bert_jax.tasks import task as task_lib
+
+
+def _path(config, name: str) -> str:
+  if "://" in name or os.path.isabs(name):
+    return name
+  if not config.data_dir:
+    raise ValueError("bad config: data_dir is required for NER (the folder holding "
+                     f"{config.train_file}, {config.valid_file}, {config.test_file})")
+  return str(epath.Path(config.data_dir) / name)
+
+
+def labels_of(config) -> list[str]:
+  """The label list of the config's training file."""
+  path = _path(config, config.train_file)
+  return ner.label_list(ner.read_conll(path), path)
+
+
+def _task_model(model_cfg: BertConfig, num_labels: int) -> task_lib.TaskModel:
+  return task_lib.TaskModel(
+      "ner", model_lib.BertForTokenClassification(model_cfg, num_labels=num_labels),
+      "token_classifier")
+
+
+def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
+  """BertForTokenClassification with one output per training-file label."""
+  return _task_model(model_cfg, len(labels_of(config)))
+
+
+def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
+  """NER from CoNLL files in data_dir (train, valid, optional test)."""
+  if config.data_source != "conll":
+    raise ValueError(f"bad config: NER reads CoNLL files (data_source='conll'), "
+                     f"not {config.data_source!r}")
+  train_path = _path(config, config.train_file)
+  train = ner.read_conll(train_path)
+  labels = ner.label_list(train, train_path)
+  splits = [("valid", _path(config, config.valid_file))]
+  test_path = _path(config, config.test_file) if config.test_file else ""
+  if test_path and epath.Path(test_path).exists():
+    splits.append(("test", test_path))
+  elif test_path:
+    print(f"NER: no test file {test_path}, only valid is scored", flush=True)
+  read = {}
+  for split, path in splits:  # every file read and checked before any encoding
+    read[split] = ner.read_conll(path)
+    ner.check_tags(read[split], labels, path)
+
+  stats = {"labels": len(labels)}
+  train_arrays = {}
+  if not config.eval_only:
+    if config.max_train_examples:
+      train = train[:config.max_train_examples]
+    train_arrays = ner.encode(tokenizer, train, labels, config.max_seq_length)
+    stats.update(train_sentences=len(train), train_windows=len(train_arrays["input_ids"]))
+
+  def loss(logits, batch):  # logits [b, len, labels]: summed cross-entropy per window [b]
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits, batch["label_ids"])
+    return jnp.sum(ce * batch["label_weights"], axis=-1)
+
+  def loss_weight(batch):  # labeled pieces per window [b]: the loss is their mean
+    return jnp.sum(batch["label_weights"], axis=-1)
+
+  eval_sets = []
+  for split, path in splits:
+    sentences = read[split]
+    arrays = ner.encode(tokenizer, sentences, labels, config.max_seq_length)
+    stats.update({f"{split}_sentences": len(sentences),
+                  f"{split}_windows": len(arrays["input_ids"])})
+    prefix = "" if split == "valid" else f"{split}_"
+
+    def score(outputs, workdir, split=split, sentences=sentences, arrays=arrays, prefix=prefix):
+      predicted = ner.predicted_tags(outputs["logits"], arrays, sentences, labels)
+      if workdir is not None:
+        out = os.path.join(workdir, "predictions", f"{split}.txt")
+        ner.write_predictions(out, sentences, predicted)
+        print(f"wrote {len(sentences)} NER {split} sentences to {out}", flush=True)
+      if sentences[0].tags is None:
+        return {}
+      gold = [s.tags for s in sentences]
+      results = {prefix + k: v for k, v in conlleval.evaluate(gold, predicted).items()}
+      no_entity = not any(t != "O" for p in predicted for t in p)
+      has_entity = any(t != "O" for g in gold for t in g)
+      results[task_lib.WARNINGS] = ([f"ner {split}: no entity predicted (every word O)"]
+                                    if no_entity and has_entity else [])
+      return results
+    eval_sets.append(task_lib.EvalSet(split, arrays, score))
+
+  return task_lib.Task(_task_model(model_cfg, len(labels)), train_arrays, ("label_ids", "label_weights"),
+                       loss, eval_sets, "f1", data_stats=stats, loss_weight=loss_weight)

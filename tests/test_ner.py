@@ -1,0 +1,242 @@
+"""NER: CoNLL reading and its errors, first-piece labels and windows, conlleval scores
+(equal to seqeval's), and one short fine-tuning run end to end."""
+import json
+import os
+import warnings
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import bundle
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import finetune
+from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.tasks import conlleval
+from bert_jax.tasks import ner
+from bert_jax.tasks import task as task_lib
+from tests.test_finetune import _config
+from tests.test_finetune import _random_bundle
+
+# (gold, predicted) sentence lists: IOB1 (CoNLL-2003's I- starts) and IOB2 edge cases.
+EDGE_CASES = [
+    # IOB1: I- starts a chunk after O, B- only between two chunks of one type.
+    ([["I-PER", "I-PER", "B-PER", "O", "I-LOC"]], [["I-PER", "I-PER", "I-PER", "O", "I-LOC"]]),
+    # IOB2, a type change inside a run, chunks at both sentence ends.
+    ([["B-ORG", "I-ORG", "I-LOC", "O", "B-MISC"]], [["B-ORG", "I-ORG", "B-LOC", "O", "B-MISC"]]),
+    # I- after O in the prediction (conlleval: a chunk start), B- after B- of one type.
+    ([["O", "B-PER", "I-PER"], ["B-LOC", "B-LOC"]], [["O", "I-PER", "I-PER"], ["B-LOC", "I-LOC"]]),
+    # A chunk does not run over a sentence boundary; one-word sentences.
+    ([["I-PER"], ["I-PER"], ["O"]], [["I-PER"], ["I-PER"], ["I-PER"]]),
+    # No gold entity; no predicted entity; nothing at all.
+    ([["O", "O"]], [["B-PER", "O"]]),
+    ([["B-PER", "O"]], [["O", "O"]]),
+    ([["O"]], [["O"]]),
+]
+
+
+def test_conlleval_chunks_read_iob1_and_iob2_alike():
+  assert conlleval.chunks(["I-PER", "I-PER", "B-PER", "O", "I-LOC"]) == [
+      ("PER", 0, 1), ("PER", 2, 2), ("LOC", 4, 4)]
+  assert conlleval.chunks(["B-PER", "I-PER", "B-PER", "O", "B-LOC"]) == [
+      ("PER", 0, 1), ("PER", 2, 2), ("LOC", 4, 4)]
+  assert conlleval.chunks(["B-PER", "I-LOC", "I-LOC", "O", "O", "I-ORG"]) == [
+      ("PER", 0, 0), ("LOC", 1, 2), ("ORG", 5, 5)]
+  scores = conlleval.evaluate([["B-PER", "I-PER", "O", "B-LOC"]], [["B-PER", "O", "O", "B-LOC"]])
+  # Gold PER(0-1), LOC(3); predicted PER(0-0) wrong (ends early), LOC right.
+  assert scores["precision"] == 0.5 and scores["recall"] == 0.5 and scores["f1"] == 0.5
+  assert scores["accuracy"] == 0.75
+  assert scores["f1_PER"] == 0.0 and scores["f1_LOC"] == 1.0
+  with pytest.raises(ValueError, match="sentence 0: 2 gold tags but 1 predicted"):
+    conlleval.evaluate([["O", "O"]], [["O"]])
+
+
+def test_entity_scores_equal_seqeval():
+  seqeval = pytest.importorskip(
+      "seqeval.metrics", reason="needs seqeval (pip install -e .[test]) to compare with")
+  rng = np.random.default_rng(0)
+  tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC", "I-MISC", "B-MISC"]
+  cases = list(EDGE_CASES)
+  for _ in range(300):  # random IOB1 / IOB2 mixes, several sentences each
+    gold = [list(rng.choice(tags, rng.integers(1, 8))) for _ in range(rng.integers(1, 4))]
+    pred = [[t if rng.random() < 0.6 else str(rng.choice(tags)) for t in s] for s in gold]
+    cases.append((gold, pred))
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # seqeval warns on sentences without entities
+    for gold, pred in cases:
+      ours = conlleval.evaluate(gold, pred)
+      theirs = {"precision": seqeval.precision_score(gold, pred, zero_division=0),
+                "recall": seqeval.recall_score(gold, pred, zero_division=0),
+                "f1": seqeval.f1_score(gold, pred, zero_division=0),
+                "accuracy": seqeval.accuracy_score(gold, pred)}
+      for key, value in theirs.items():
+        assert ours[key] == pytest.approx(value, abs=1e-12), (gold, pred, key)
+
+
+def _write(path, text):
+  path.write_text(text, encoding="utf-8")
+  return str(path)
+
+
+def _piece_tokenizer(tmp_path):
+  tokens = list(tokenizer_lib.SPECIAL_TOKENS) + ["new", "york", "is", "big", "##ger", "paris"]
+  return tokenizer_lib.WordPieceTokenizer(_write(tmp_path / "vocab.txt", "\n".join(tokens)), True)
+
+
+def test_read_conll_docstart_columns_and_errors(tmp_path):
+  good = _write(tmp_path / "good.txt", "-DOCSTART- -X- O O\n\nNew NNP I-NP I-LOC\n"
+                "York NNP I-NP I-LOC\n\n\nis VBZ I-VP O\n-DOCSTART- -X- O O\nParis NNP I-NP B-LOC\n")
+  sentences = ner.read_conll(good)
+  assert [s.words for s in sentences] == [["New", "York"], ["is"], ["Paris"]]
+  assert [s.tags for s in sentences] == [["I-LOC", "I-LOC"], ["O"], ["B-LOC"]]
+  assert sentences[0].lines == [3, 4]
+  assert ner.label_list(sentences, good) == ["O", "B-LOC", "I-LOC"]
+  unlabeled = ner.read_conll(_write(tmp_path / "u.txt", "New\nYork\n\nis\n"))
+  assert unlabeled[0].tags is None and unlabeled[1].words == ["is"]
+  cases = [("cols.txt", "New NNP I-LOC\nYork I-LOC\n", r"cols.txt:2: 2 columns, but .* has 3"),
+           ("tag.txt", "New I-LOC\nYork LOC\n", r"tag.txt:2: tag 'LOC' is not IOB"),
+           ("iobes.txt", "New S-LOC\n", r"iobes.txt:1: tag 'S-LOC' is not IOB"),
+           ("empty.txt", "", r"empty.txt: no sentences"),
+           ("blank.txt", "-DOCSTART- -X- O O\n\n\n", r"blank.txt: no sentences")]
+  for name, text, message in cases:
+    with pytest.raises(ValueError, match=message):
+      ner.read_conll(_write(tmp_path / name, text))
+  with pytest.raises(ValueError, match=r"train needs tags|a training file needs tags"):
+    ner.label_list(unlabeled, "train")
+  with pytest.raises(FileNotFoundError, match="nope.txt"):
+    ner.read_conll(str(tmp_path / "nope.txt"))
+
+
+def test_first_piece_labels_and_windows_predict_every_word_once(tmp_path):
+  tok = _piece_tokenizer(tmp_path)
+  labels = ["O", "B-LOC", "I-LOC"]
+  # 'bigger' is two pieces (big ##ger); the 7-piece sentence splits at word boundaries.
+  sentences = [ner.Sentence(["New", "York", "is", "bigger", "Paris", "is", "big"],
+                            ["B-LOC", "I-LOC", "O", "O", "B-LOC", "O", "O"], list(range(7))),
+               ner.Sentence(["Paris"], ["B-LOC"], [9])]
+  arrays = ner.encode(tok, sentences, labels, max_seq_length=6)  # 4 pieces a window
+  ids = lambda *ws: [tok.vocab[w] for w in ws]  # noqa: E731
+  cls, sep = tok.cls_id, tok.sep_id
+  assert arrays["input_ids"].tolist() == [
+      [cls] + ids("new", "york", "is") + [sep, 0],
+      [cls] + ids("big", "##ger", "paris", "is") + [sep],
+      [cls] + ids("big") + [sep, 0, 0, 0],
+      [cls] + ids("paris") + [sep, 0, 0, 0]]
+  assert arrays["sentence_index"].tolist() == [0, 0, 0, 1]
+  assert arrays["word_index"][1].tolist() == [-1, 3, -1, 4, 5, -1]  # ##ger carries no label
+  assert arrays["label_weights"][1].tolist() == [0, 1, 0, 1, 1, 0]
+  assert arrays["label_ids"][0].tolist() == [0, 1, 2, 0, 0, 0]
+  assert arrays["input_mask"].sum(1).tolist() == [5, 6, 3, 3]
+  # Logits that pick each first piece's gold label give back every word's tag once.
+  logits = np.eye(3)[arrays["label_ids"]] * (arrays["label_weights"][..., None] > 0)
+  assert ner.predicted_tags(logits, arrays, sentences, labels) == [s.tags for s in sentences]
+
+
+def _ner_config(data_dir, init, **overrides):
+  c = _config("ner", None)
+  c.data_dir, c.init_checkpoint = str(data_dir), init
+  c.max_seq_length, c.batch_size, c.eval_batch_size = 8, 8, 8
+  c.num_epochs, c.log_every, c.learning_rate = 1.0, 1, 1e-3
+  for k, v in overrides.items():
+    c[k] = v
+  return c
+
+
+def _conll(rng, n, labeled=True):
+  """Sentences of w<i> words; w1 w2 is a PER, w3 a LOC; some longer than a window."""
+  out = []
+  for _ in range(n):
+    words = [f"w{i}" for i in rng.integers(4, 30, rng.integers(1, 9))]
+    at = int(rng.integers(0, len(words) + 1))
+    words[at:at] = ["w1", "w2"] if rng.random() < 0.5 else ["w3"]
+    tags = ["B-PER" if w == "w1" else "I-PER" if w == "w2" else "I-LOC" if w == "w3" else "O"
+            for w in words]
+    out += [f"{w} X {t}" if labeled else w for w, t in zip(words, tags)] + [""]
+  return "-DOCSTART- -X- O\n\n" + "\n".join(out)
+
+
+def _random_init(tmp_path):
+  """A random 1-layer bundle, its loaded checkpoint and tokenizer."""
+  init = _random_bundle(tmp_path / "init")
+  loaded = ckpt_lib.load_pretrained(init)
+  return init, loaded, tokenizer_lib.cached_tokenizer("wordpiece", loaded.vocab, loaded.lowercase)
+
+
+def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
+  init, loaded, tok = _random_init(tmp_path)
+  rng = np.random.default_rng(0)
+  _write(tmp_path / "train.txt", _conll(rng, 8))
+  _write(tmp_path / "valid.txt", _conll(rng, 4) + "\nw5 X B-ORG\n")
+  with pytest.raises(ValueError, match=r"valid.txt:\d+: tag 'B-ORG' is not in the training "
+                                       r"file's labels \['O', 'B-PER', 'I-LOC', 'I-PER'\]"):
+    task_lib.build(_ner_config(tmp_path, init), tok, loaded.config)
+  _write(tmp_path / "valid.txt", "")
+  with pytest.raises(ValueError, match="valid.txt: no sentences"):
+    finetune.finetune(_ner_config(tmp_path, init), str(tmp_path / "w"))
+  assert not (tmp_path / "w" / "eval_results.json").exists()
+  with pytest.raises(ValueError, match="data_dir is required for NER"):
+    task_lib.task_model(_ner_config("", init), loaded.config)
+  # An unlabeled test file is predicted, not scored.
+  _write(tmp_path / "valid.txt", _conll(rng, 4))
+  _write(tmp_path / "test.txt", _conll(rng, 3, labeled=False))
+  task = task_lib.build(_ner_config(tmp_path, init), tok, loaded.config)
+  test = task.eval_sets[1]
+  logits = np.zeros(test.arrays["input_ids"].shape + (4,), np.float32)
+  assert test.score({"logits": logits}, str(tmp_path / "out")) == {}
+  lines = (tmp_path / "out" / "predictions" / "test.txt").read_text().splitlines()
+  assert all(len(l.split()) == 2 and l.split()[1] == "O" for l in lines if l)
+
+
+def test_ner_end_to_end(tmp_path):
+  init = _random_bundle(tmp_path / "init")
+  rng = np.random.default_rng(1)
+  data = tmp_path / "conll"
+  data.mkdir()
+  for name, n in (("train.txt", 24), ("valid.txt", 6), ("test.txt", 5)):
+    _write(data / name, _conll(rng, n))
+  workdir = tmp_path / "run"
+  results = finetune.finetune(_ner_config(data, init), str(workdir))
+  written = json.loads((workdir / "eval_results.json").read_text())
+  assert written == results
+  for prefix in ("", "test_"):
+    assert {prefix + k for k in ("f1", "precision", "recall", "accuracy")} <= set(written)
+  # The scores are conlleval's over the written predictions, which hold every valid word.
+  for split, prefix in (("valid", ""), ("test", "test_")):
+    gold_sentences = ner.read_conll(str(data / f"{split}.txt"))
+    blocks = (workdir / "predictions" / f"{split}.txt").read_text().strip().split("\n\n")
+    rows = [[line.split() for line in block.splitlines()] for block in blocks]
+    assert [[r[0] for r in s] for s in rows] == [s.words for s in gold_sentences]
+    assert [[r[1] for r in s] for s in rows] == [s.tags for s in gold_sentences]
+    scores = conlleval.evaluate([[r[1] for r in s] for s in rows], [[r[2] for r in s] for s in rows])
+    for key in ("f1", "precision", "recall", "accuracy"):
+      assert written[prefix + key] == pytest.approx(scores[key])
+  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  losses = [r["seed0_train_loss"] for r in records if "seed0_train_loss" in r]
+  assert losses and all(np.isfinite(losses))
+  exported = bundle.load_bundle(os.path.join(workdir, "export"))
+  assert exported.params["token_classifier"]["kernel"].shape == (16, 4)
+
+
+def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):
+  init, loaded, tok = _random_init(tmp_path)
+  rng = np.random.default_rng(2)
+  _write(tmp_path / "train.txt", _conll(rng, 8))
+  _write(tmp_path / "valid.txt", _conll(rng, 2))
+  task = task_lib.build(_ner_config(tmp_path, init, test_file=""), tok, loaded.config)
+  batch = {k: task.train_arrays[k][:4] for k in task_lib.MODEL_INPUTS + task.label_keys}
+  params = nn.unbox(jax.jit(task_lib.init_fn(task.model, 8))(jax.random.PRNGKey(0)))
+  logits = np.asarray(jax.jit(task_lib.predict_fn(task.model))(params, batch)["logits"])  # [4, 8, 4]
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  ce = -np.take_along_axis(log_probs, batch["label_ids"][..., None], -1)[..., 0]
+  w = batch["label_weights"]
+  want = (ce * w).sum() / w.sum()  # pieces per window differ, so not a mean of window means
+  assert want != pytest.approx(np.mean((ce * w).sum(1) / w.sum(1)))
+  objective = task_lib.objective(task)
+  sums = jax.jit(lambda p, b: objective.sums(p, b, None, True))
+  denominators = objective.denominators(batch)
+  whole = objective.loss(sums(params, batch), denominators)
+  halves = [sums(params, {k: v[i::2] for k, v in batch.items()}) for i in (0, 1)]
+  split = objective.loss(jax.tree.map(lambda a, b: a + b, *halves), denominators)
+  assert float(whole) == pytest.approx(want, rel=1e-5)
+  assert float(split) == pytest.approx(want, rel=1e-5)
