@@ -15,6 +15,7 @@ on the reference's own results.
 """
 import argparse
 import json
+import os
 import time
 
 import numpy as np
@@ -36,9 +37,10 @@ def reference_embed(model_dir, texts, max_length, batch_size):
 
   @jax.jit
   def forward(ids, mask):
-    hidden = model(ids, attention_mask=mask, token_type_ids=np.zeros_like(ids)).last_hidden_state
+    hidden = model(ids, attention_mask=mask,
+                   token_type_ids=jax.numpy.zeros_like(ids)).last_hidden_state
     m = mask[..., None].astype(hidden.dtype)
-    pooled = (hidden * m).sum(1) / np.maximum(m.sum(1), 1e-9)
+    pooled = (hidden * m).sum(1) / jax.numpy.maximum(m.sum(1), 1e-9)
     return pooled / jax.numpy.linalg.norm(pooled, axis=-1, keepdims=True)
 
   out = np.zeros((len(texts), model.config.hidden_size), np.float32)
@@ -65,15 +67,25 @@ def main():
   p.add_argument("--max_length", type=int, default=256)
   p.add_argument("--batch_size", type=int, default=32)
   p.add_argument("--top_k", type=int, default=100)
+  p.add_argument("--results", default="",
+                 help="a JSON file keeping bert_jax's metrics: reused when present, so a rerun "
+                      "only runs the reference")
   args = p.parse_args()
   import pytrec_eval  # pylint: disable=g-import-not-at-top
 
   data = retrieval_eval.read_beir(args.beir_dir, args.split)
   corpus, queries, qrels = data
   start = time.time()
-  ours = retrieval_eval.evaluate(ckpt_lib.load_pretrained(args.bundle), data,
-                                 max_length=args.max_length, batch_size=args.batch_size,
-                                 top_k=args.top_k)
+  if args.results and os.path.exists(args.results):
+    with open(args.results) as f:
+      ours = json.load(f)
+  else:
+    ours = retrieval_eval.evaluate(ckpt_lib.load_pretrained(args.bundle), data,
+                                   max_length=args.max_length, batch_size=args.batch_size,
+                                   top_k=args.top_k)
+    if args.results:
+      with open(args.results, "w") as f:
+        json.dump(ours, f)
   ours_s = time.time() - start
 
   doc_ids, query_ids = list(corpus), list(qrels)
