@@ -50,7 +50,20 @@ def get_config(arg=None):
   # Training steps.
   c.total_steps = steps
 
+  # Pretraining objective: 'mlm_nsp' (BERT: MLM + next-sentence prediction, data.mode='nsp'),
+  # 'mlm' (MLM alone, any data mode), 'mlm_sop' (ALBERT: MLM + sentence order, data.mode='sop')
+  # or 'electra' (replaced-token detection with a small generator; the `electra` section).
+  c.objective = "mlm_nsp"
+
   c.model = config_sections.model()
+
+  c.electra = ml_collections.ConfigDict()
+  # Generator hidden size as a fraction of the discriminator's (ELECTRA paper: 1/4 to 1/2);
+  # its heads are hidden // 64 (at least 1) and its intermediate size 4 x hidden, as
+  # google-research/electra's get_generator_config.
+  c.electra.generator_hidden_fraction = 0.25
+  # Weight of the discriminator's loss against the generator's MLM loss (ELECTRA: 50).
+  c.electra.disc_weight = 50.0
 
   c.data = ml_collections.ConfigDict()
   # Where text comes from: 'builtin' (no download), 'files' (glob) or 'tfds'.
@@ -78,14 +91,16 @@ def get_config(arg=None):
   c.data.spm_model = ""
   # Lower-case and strip accents (uncased vocab).
   c.data.lowercase = True
-  # 'nsp' (Google BERT sentence pairs) or 'full_sentences' (RoBERTa, no NSP).
+  # 'nsp' (Google BERT sentence pairs, random next), 'sop' (ALBERT: consecutive segments of
+  # one document, swapped with probability 1/2) or 'full_sentences' (RoBERTa, no pairs).
   c.data.mode = "nsp"
   # Probability of a shorter target length in nsp mode.
   c.data.short_seq_prob = 0.1
   # Fraction of tokens selected for masking.
   c.data.mask_prob = 0.15
-  # Mask all pieces of a word together.
-  c.data.whole_word_masking = False
+  # What is masked together: 'token' (BERT), 'whole_word' (all pieces of a word) or 'ngram'
+  # (ALBERT: spans of n <= 3 whole words, P(n) proportional to 1/n).
+  c.data.masking = "token"
   # Masked positions per sequence (static); ~ seq_len * mask_prob.
   c.data.max_predictions_per_seq = 20
   # Pack several short examples into one row (block-diagonal attention).
