@@ -23,11 +23,13 @@ jitted step. Masking is the pipeline's (BERT's 80/10/10); ELECTRA's own masks 85
 and keeps 15%.
 
 rtd_auc is computed per batch on device from histograms: each real token's discriminator
-logit is binned (AUC_BINS bins over [-AUC_LOGIT_RANGE, AUC_LOGIT_RANGE], clipped) separately
-for replaced and original tokens; the histograms are sums, so they add over microbatches and
-log steps like every other metric, and the host computes the Mann-Whitney AUC from them,
-counting pairs in the same bin as half. Its error is at most half the fraction of
-(replaced, original) pairs that share a bin.
+logit is binned (AUC_BINS bins over [-AUC_LOGIT_RANGE, AUC_LOGIT_RANGE], clipped; a scatter-add,
+so no [tokens, bins] array) separately for replaced and original tokens; the histograms are
+sums, so they add over microbatches and log steps like every other metric, and the host
+computes the Mann-Whitney AUC from them, counting pairs in the same bin as half. Its error is
+at most half the fraction of (replaced, original) pairs that share a bin. Bins of 1/256 logit:
+an early discriminator's logits crowd into a narrow range (measured on War and Peace after 300
+tiny steps: std 0.84; 128 bins gave 0.546 where the exact AUC was 0.530, 4,096 bins 0.5297).
 """
 from typing import Any, Callable
 
@@ -41,7 +43,7 @@ from bert_jax import train_core
 from bert_jax.model_config import BertConfig
 from bert_jax.objectives import mlm_nsp
 
-AUC_BINS = 128
+AUC_BINS = 4096
 AUC_LOGIT_RANGE = 8.0
 # The generator's embedding sub-modules that are the discriminator's (its `project` is its own).
 SHARED_EMBEDDINGS = ("word_embeddings", "position_embeddings", "token_type_embeddings",
@@ -140,8 +142,10 @@ def objective(models: Models, disc_weight: float) -> train_core.Objective:
     disc_xent = optax.sigmoid_binary_cross_entropy(logits, replaced)
     predicted = (logits > 0).astype(jnp.float32)
     bins = jnp.clip(((logits + AUC_LOGIT_RANGE) / (2 * AUC_LOGIT_RANGE) * AUC_BINS).astype(
-        jnp.int32), 0, AUC_BINS - 1)
-    onehot = jax.nn.one_hot(bins, AUC_BINS, dtype=jnp.float32)  # [b, L, bins]
+        jnp.int32), 0, AUC_BINS - 1).reshape(-1)  # [b * L]
+
+    def histogram(weights):  # [b, L] -> [bins]
+      return jnp.zeros(AUC_BINS, jnp.float32).at[bins].add(weights.reshape(-1))
     return {
         "mlm_xent": jnp.sum(xent * w),
         "mlm_correct": jnp.sum(correct * w),
@@ -151,8 +155,8 @@ def objective(models: Models, disc_weight: float) -> train_core.Objective:
         "rtd_correct": jnp.sum((predicted == replaced) * real),
         "rtd_replaced": jnp.sum(replaced),
         "rtd_replaced_hit": jnp.sum(predicted * replaced),
-        "rtd_hist_replaced": jnp.einsum("blk,bl->k", onehot, replaced),
-        "rtd_hist_original": jnp.einsum("blk,bl->k", onehot, real - replaced),
+        "rtd_hist_replaced": histogram(replaced),
+        "rtd_hist_original": histogram(real - replaced),
     }
 
   def denominators(batch):
