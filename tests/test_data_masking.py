@@ -42,6 +42,19 @@ def _selected(out, rows, seq_len):
   return sel
 
 
+def _assert_whole_maskable_words(ids, mask, sel):
+  """Only maskable tokens are selected, and a continuation piece exactly when the piece
+  before it is (words are never split); returns the maskable tokens."""
+  rows = ids.shape[0]
+  maskable = (mask > 0) & ~np.isin(ids, [PAD, CLS, SEP])
+  assert not np.any(sel & ~maskable)
+  prev_maskable = np.concatenate([np.zeros((rows, 1), bool), maskable[:, :-1]], axis=1)
+  cont = maskable & IS_CONT[ids] & prev_maskable
+  prev_sel = np.concatenate([np.zeros((rows, 1), bool), sel[:, :-1]], axis=1)
+  assert np.array_equal(sel[cont], prev_sel[cont])
+  return maskable
+
+
 def test_masking_statistics_over_100k_tokens():
   rows, seq_len = 1600, 128
   ids, mask = _batch(rows, seq_len, 0)
@@ -102,13 +115,7 @@ def test_whole_word_masking_never_splits_a_word(max_predictions):
   keys = srand.derive(srand.root_key(1, "mask"), np.arange(rows))
   out = masking.mask_batch(ids, mask, keys, _spec(max_predictions, unit="whole_word"))
   sel = _selected(out, rows, seq_len)
-  maskable = (mask > 0) & ~np.isin(ids, [PAD, CLS, SEP])
-  assert not np.any(sel & ~maskable)
-  prev_maskable = np.concatenate([np.zeros((rows, 1), bool), maskable[:, :-1]], axis=1)
-  cont = maskable & IS_CONT[ids] & prev_maskable
-  prev_sel = np.concatenate([np.zeros((rows, 1), bool), sel[:, :-1]], axis=1)
-  # A continuation piece is selected exactly when the piece before it is.
-  assert np.array_equal(sel[cont], prev_sel[cont])
+  maskable = _assert_whole_maskable_words(ids, mask, sel)
   n = sel.sum(axis=1)
   assert n.max() <= max_predictions
   rate = sel.sum() / maskable.sum()
@@ -160,12 +167,7 @@ def test_ngram_masking_takes_whole_words_up_to_the_count():
   keys = srand.derive(srand.root_key(3, "mask"), np.arange(rows))
   out = masking.mask_batch(ids, mask, keys, _spec(20, unit="ngram"))
   sel = _selected(out, rows, seq_len)
-  maskable = (mask > 0) & ~np.isin(ids, [PAD, CLS, SEP])
-  assert not np.any(sel & ~maskable)
-  prev_maskable = np.concatenate([np.zeros((rows, 1), bool), maskable[:, :-1]], axis=1)
-  cont = maskable & IS_CONT[ids] & prev_maskable
-  prev_sel = np.concatenate([np.zeros((rows, 1), bool), sel[:, :-1]], axis=1)
-  assert np.array_equal(sel[cont], prev_sel[cont])  # never splits a word
+  maskable = _assert_whole_maskable_words(ids, mask, sel)
   n = sel.sum(axis=1)
   rounding = srand.uniform(srand.derive(keys, 0), 0)
   num = np.minimum(np.maximum(1, np.floor(maskable.sum(1) * 0.15 + rounding)), 20)
