@@ -54,7 +54,7 @@ def _parse():
                  default="sentence_per_line")
   p.add_argument("--cased", action="store_true")
   p.add_argument("--packing", action="store_true")
-  p.add_argument("--whole_word_masking", action="store_true")
+  p.add_argument("--masking", choices=("token", "whole_word", "ngram"), default="token")
   p.add_argument("--max_predictions", type=int, default=0,
                  help="masked positions per row (default: round(seq_len * 0.15) + 1)")
   p.add_argument("--repeats", type=int, default=1)
@@ -79,7 +79,7 @@ def _pipeline_config(args):
   else:
     c.vocab_file = args.vocab
   c.lowercase, c.mode, c.packing = not args.cased, args.mode, args.packing
-  c.whole_word_masking = args.whole_word_masking
+  c.masking = args.masking
   c.max_predictions_per_seq = args.max_predictions or round(args.seq_len * 0.15) + 1
   c.eval_every_nth_document = 0
   return c
@@ -113,12 +113,12 @@ def pass_stats(args):
         f"{np.mean((new != tok.mask_id) & (new != old)):.4f}, unchanged {np.mean(new == old):.4f}")
   print(f"  specials or padding selected: {int((selected & ~maskable).sum())}; most predictions "
         f"in a row: {int((w > 0).sum(1).max())} (cap {w.shape[1]})")
-  if args.whole_word_masking:
+  if args.masking != "token":
     cont = maskable & tok.is_continuation[original] & np.concatenate(
         [np.zeros((n, 1), bool), maskable[:, :-1]], axis=1)
     prev_sel = np.concatenate([np.zeros((n, 1), bool), selected[:, :-1]], axis=1)
     print(f"  words split by whole-word masking: {int((cont & (selected != prev_sel)).sum())}")
-  if data.has_nsp:
+  if data.has_pairs:
     nsl = cat("next_sentence_labels")
     seps = (original == tok.sep_id).sum(1)
     seg = cat("segment_ids")

@@ -161,7 +161,7 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
   mesh = sharding.make_mesh(config.mesh.shape, devices, dcn_shape)
   rules = sharding.logical_rules(config.mesh.preset)
   pretrain_setup.check_config(config, mesh)
-  setup = pretrain_setup.build(config, vocab_size, with_nsp=config.data.mode == "nsp")
+  setup = pretrain_setup.build(config, vocab_size)
   target, shardings = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch_shard = sharding.batch_sharding(mesh)
   batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
@@ -191,7 +191,7 @@ def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int) -> fl
   cpu = jax.devices("cpu")[:1]
   mesh = sharding.make_mesh((1, 1, 1), cpu)
   rules = sharding.logical_rules("data_parallel")
-  setup = pretrain_setup.build(config, vocab_size, with_nsp=config.data.mode == "nsp")
+  setup = pretrain_setup.build(config, vocab_size)
   target, _ = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
                          config.data.packing, sharding.batch_sharding(mesh))

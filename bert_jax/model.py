@@ -308,10 +308,11 @@ class ElectraDiscriminator(nn.Module):
 
   @nn.compact
   def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array,
-               deterministic: bool = True) -> Array:
-    """Returns the replaced-token logits, float32 [batch, len]."""
+               deterministic: bool = True, position_ids: Optional[Array] = None) -> Array:
+    """Returns the replaced-token logits, float32 [batch, len] (position_ids as BertModel's)."""
     x = BertModel(self.config, add_pooler=False, name="bert")(
-        input_ids, input_mask, segment_ids, deterministic=deterministic)["sequence_output"]
+        input_ids, input_mask, segment_ids, position_ids,
+        deterministic=deterministic)["sequence_output"]
     return DiscriminatorHead(self.config, name="discriminator")(x)  # [batch, len]
 
 

@@ -27,7 +27,6 @@ from bert_jax import pretrain_setup
 from bert_jax import sharding
 from bert_jax import train_core
 from bert_jax import train_log
-from bert_jax.objectives import mlm_nsp
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -62,7 +61,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count())
 
   # -- Abstract model, objective, optimizer --------------------------------------
-  setup = pretrain_setup.build(config, data.vocab_size, with_nsp=data.has_nsp)
+  setup = pretrain_setup.build(config, data.vocab_size)
   model_cfg = setup.model_config
 
   # -- State: resume this workdir, or start from init_checkpoint, or scratch -----
@@ -143,12 +142,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       if step % config.log_every == 0 or step == config.total_steps:
         sums = jax.device_get(acc)
         dt = time.time() - t_log
-        last = mlm_nsp.summarize(sums)
+        last = setup.summarize(sums)
         tokens = float(sums["real_tokens"])
         last["tokens_per_second"] = tokens / dt
         masked_fraction = float(sums["mlm_weight"]) / max(tokens, 1.0)
-        last["mfu"] = (last["tokens_per_second"] * flops_lib.train_flops_per_token(
-            model_cfg, config.seq_len, masked_fraction) / peak)
+        last["mfu"] = (last["tokens_per_second"]
+                       * setup.flops_per_token(config.seq_len, masked_fraction) / peak)
         skipped = nonfinite_steps()
         ckpts.check_saves()
         spike_check(last["loss"], step, ckpts.all_steps(), str(ckpts.directory))
@@ -162,13 +161,15 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       if config.eval_every and step % config.eval_every == 0:
         with sharding.mesh_context(mesh, rules):
           eval_batches = _host_rows(data.eval_iterator(config.eval_batches), config)
-          logger.log(step, evaluate(eval_step, state.params, eval_batches, mesh), prefix="eval_")
+          logger.log(step, evaluate(eval_step, state.params, eval_batches, mesh,
+                                    setup.summarize), prefix="eval_")
         t_log = time.time()
   finally:
     ckpts.close()
     logger.close()
     signal.signal(signal.SIGTERM, previous_handler)
   return {"step": step, "metrics": last, "model_config": model_cfg, "state": state,
+          "export_params": setup.export_params(state.params),
           "vocab": description["vocab"], "lowercase": data.lowercase,
           "tokenizer_file": description.get("tokenizer_file")}
 
@@ -203,15 +204,15 @@ def _host_rows(batches, config):
   return ({k: v[rows] for k, v in b.items()} for b in batches)
 
 
-def evaluate(eval_step, params, batches, mesh) -> dict[str, float]:
-  """Metrics on held-out host batches (deterministic, no dropout)."""
+def evaluate(eval_step, params, batches, mesh, summarize) -> dict[str, float]:
+  """Metrics on held-out host batches (deterministic, no dropout), summarized by `summarize`."""
   acc = None
   for batch in batches:
     sums = eval_step(params, sharding.host_to_global(batch, mesh))
     acc = sums if acc is None else jax.tree.map(jnp.add, acc, sums)
   if acc is None:
     return {}
-  return mlm_nsp.summarize(jax.device_get(acc))
+  return summarize(jax.device_get(acc))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -234,7 +235,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   from bert_jax import bundle  # pylint: disable=g-import-not-at-top
   from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
   path = str(epath.Path(workdir) / "export")
-  params = model_lib.unstack_layers(summary["state"].params)
+  params = model_lib.unstack_layers(summary["export_params"])
   bundle.save_bundle(path, params, summary["model_config"].replace(scan_layers=False),
                      summary["vocab"], summary["lowercase"], overwrite=True,
                      info={"source": "pretrain", "step": summary["step"]},
@@ -242,7 +243,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   primary = jax.process_index() == 0
   if primary:
     print(f"exported params, model config and vocab to {path}", flush=True)
-  if config.fill_mask_example:
+  if config.fill_mask_example and "mlm" in params:  # (ELECTRA exports its discriminator)
     # Every process loads the bundle and runs the example: Orbax's restore is collective,
     # so a process that skipped it would leave the others waiting for ever.
     result = fill_mask.fill_mask(ckpt_lib.load_pretrained(path), [config.fill_mask_example],

@@ -14,11 +14,18 @@ import optax
 
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
+from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import model_config as model_config_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import train_core
+from bert_jax.objectives import electra
 from bert_jax.objectives import mlm_nsp
+
+# config.objective -> the data modes it trains on.
+OBJECTIVE_MODES = {"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
+                   "mlm": ("nsp", "sop", "full_sentences"),
+                   "electra": ("nsp", "sop", "full_sentences")}
 
 
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
@@ -37,6 +44,21 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.data.max_predictions_per_seq > config.seq_len:
     bad(f"data.max_predictions_per_seq {config.data.max_predictions_per_seq} > seq_len "
         f"{config.seq_len}")
+  if config.objective not in OBJECTIVE_MODES:
+    bad(f"objective {config.objective!r} not in {list(OBJECTIVE_MODES)}")
+  if config.data.mode not in OBJECTIVE_MODES[config.objective]:
+    bad(f"objective {config.objective!r} needs data.mode in "
+        f"{list(OBJECTIVE_MODES[config.objective])}, got {config.data.mode!r}"
+        + (" (MLM alone is objective='mlm')" if config.data.mode == "full_sentences" else ""))
+  if config.objective == "electra":
+    if not 0.0 < config.electra.generator_hidden_fraction <= 1.0:
+      bad(f"electra.generator_hidden_fraction {config.electra.generator_hidden_fraction} must be "
+          "in (0, 1]")
+    if config.electra.disc_weight <= 0:
+      bad(f"electra.disc_weight must be positive, got {config.electra.disc_weight}")
+    if config.init_checkpoint:
+      bad("init_checkpoint is not supported with objective='electra' yet (the state holds a "
+          "generator and a discriminator)")
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
   opt_lib.check_config(config.optimizer, config.learning_rate)
@@ -64,31 +86,60 @@ class Pretraining:
   """The pieces of a pretraining run that do not depend on devices or data.
 
   Attributes:
-    model_config: the BertConfig computed with.
-    model: BertForPreTraining (with the NSP head when the data has sentence pairs).
+    model_config: the BertConfig of the exported model (ELECTRA: the discriminator).
     objective: the train_core.Objective.
     tx: the optimizer.
     schedule: its learning-rate schedule.
     init_fn: rng -> TrainState with boxed params (for eval_shape / jit).
+    summarize: host side, accumulated metric sums -> the logged metrics.
+    export_params: the state's params -> the params of the exported model.
+    flops_per_token: (seq_len, masked fraction) -> training FLOPs per real token.
   """
   model_config: model_config_lib.BertConfig
-  model: model_lib.BertForPreTraining
   objective: train_core.Objective
   tx: optax.GradientTransformation
   schedule: optax.Schedule
   init_fn: Callable[[jax.Array], Any]
+  summarize: Callable[[dict], dict[str, float]]
+  export_params: Callable[[Any], Any]
+  flops_per_token: Callable[[int, float], float]
 
   def train_step(self, grad_accum_steps: int):
     return train_core.make_train_step(self.objective, self.tx, self.schedule, grad_accum_steps)
 
 
-def build(config: ml_collections.ConfigDict, vocab_size: int, with_nsp: bool) -> Pretraining:
-  """The model, objective, optimizer and init function of a pretraining config."""
+def build(config: ml_collections.ConfigDict, vocab_size: int) -> Pretraining:
+  """The model, objective, optimizer and init function of a pretraining config.
+
+  Args:
+    config: a configs/pretrain.py config (config.objective picks the objective).
+    vocab_size: the tokenizer's vocab size.
+
+  Returns:
+    The Pretraining pieces.
+  """
   model_cfg = model_config_from(config, vocab_size)
-  model = model_lib.BertForPreTraining(model_cfg, with_nsp=with_nsp)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
                                         config.warmup_steps, config.total_steps)
-  init_fn = functools.partial(
-      train_core.init_state,
-      mlm_nsp.init_fn(model, config.seq_len, config.data.max_predictions_per_seq), tx)
-  return Pretraining(model_cfg, model, mlm_nsp.objective(model), tx, schedule, init_fn)
+  seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq
+  if config.objective == "electra":
+    models = electra.Models(model_cfg.replace(model_type="electra"),
+                            config.electra.generator_hidden_fraction)
+    init_params = electra.init_fn(models, seq_len, num_predictions)
+
+    def flops(length, masked_fraction):  # both encoders; the generator's MLM head
+      return (flops_lib.train_flops_per_token(models.discriminator_config, length, 0.0)
+              + flops_lib.train_flops_per_token(models.generator_config, length, masked_fraction))
+    return Pretraining(
+        models.discriminator_config, electra.objective(models, config.electra.disc_weight), tx,
+        schedule, functools.partial(train_core.init_state, init_params, tx),
+        functools.partial(electra.summarize, disc_weight=config.electra.disc_weight),
+        lambda params: params["discriminator"], flops)
+  pair_task = mlm_nsp.PAIR_TASKS.get(config.objective)
+  model = model_lib.BertForPreTraining(model_cfg, with_nsp=pair_task is not None)
+  init_params = mlm_nsp.init_fn(model, seq_len, num_predictions)
+  return Pretraining(
+      model_cfg, mlm_nsp.objective(model, pair_task or "nsp"), tx, schedule,
+      functools.partial(train_core.init_state, init_params, tx), mlm_nsp.summarize,
+      lambda params: params,
+      functools.partial(flops_lib.train_flops_per_token, model_cfg))

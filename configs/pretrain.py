@@ -1,4 +1,7 @@
-r"""Pretraining configs: `configs/pretrain.py:VARIANT` (tiny, mini, small, medium, base, large).
+r"""Pretraining configs: `configs/pretrain.py:VARIANT[,recipe=RECIPE][,phase2]`.
+
+VARIANT is the model size (tiny, mini, small, medium, base, large); RECIPE how it is trained
+(bert, roberta, albert, electra; see _apply_recipe), which sets the variant's default objective.
 
 The main job (tiny, built-in corpus, CPU, a few minutes):
 
@@ -8,6 +11,11 @@ Phase 2 of BERT's recipe (seq 512 from a phase-1 checkpoint):
 
   python -m bert_jax.pretrain --config configs/pretrain.py:base,phase2 --workdir DIR2 \
       --config.init_checkpoint=DIR1/checkpoints
+
+RoBERTa's recipe (full sentences, MLM only, packing, Adam b2 0.98, 8K batches by accumulation
+for base and large):
+
+  python -m bert_jax.pretrain --config configs/pretrain.py:base,recipe=roberta --workdir DIR
 
 Every key is declared here (the model, optimizer and mesh sections, shared by all
 entry points, in bert_jax/config_sections.py); `--config.a.b=v` overrides it, an
@@ -29,13 +37,18 @@ _RECIPES = {
 }
 
 
+RECIPES = ("bert", "roberta", "albert", "electra")
+
+
 def get_config(arg=None):
-  """Returns the pretraining ConfigDict for `arg` = 'VARIANT[,phase2]' (default: tiny)."""
-  options = config_sections.parse_arg(arg, positional="variant", variant="tiny",
+  """Returns the pretraining ConfigDict for `arg` = 'VARIANT[,recipe=R][,phase2]' (default: tiny)."""
+  options = config_sections.parse_arg(arg, positional="variant", variant="tiny", recipe="bert",
                                       phase2=False, example="configs/pretrain.py:base,phase2")
   variant = options.variant
   if variant not in _RECIPES:
     raise ValueError(f"unknown variant {variant!r}; known: {sorted(_RECIPES)}")
+  if options.recipe not in RECIPES:
+    raise ValueError(f"unknown recipe {options.recipe!r}; known: {list(RECIPES)}")
   batch, steps, lr, warmup = _RECIPES[variant]
 
   c = ml_collections.ConfigDict()
@@ -50,7 +63,20 @@ def get_config(arg=None):
   # Training steps.
   c.total_steps = steps
 
+  # Pretraining objective: 'mlm_nsp' (BERT: MLM + next-sentence prediction, data.mode='nsp'),
+  # 'mlm' (MLM alone, any data mode), 'mlm_sop' (ALBERT: MLM + sentence order, data.mode='sop')
+  # or 'electra' (replaced-token detection with a small generator; the `electra` section).
+  c.objective = "mlm_nsp"
+
   c.model = config_sections.model()
+
+  c.electra = ml_collections.ConfigDict()
+  # Generator hidden size as a fraction of the discriminator's (ELECTRA paper: 1/4 to 1/2);
+  # its heads are hidden // 64 (at least 1) and its intermediate size 4 x hidden, as
+  # google-research/electra's get_generator_config.
+  c.electra.generator_hidden_fraction = 0.25
+  # Weight of the discriminator's loss against the generator's MLM loss (ELECTRA: 50).
+  c.electra.disc_weight = 50.0
 
   c.data = ml_collections.ConfigDict()
   # Where text comes from: 'builtin' (no download), 'files' (glob) or 'tfds'.
@@ -78,14 +104,16 @@ def get_config(arg=None):
   c.data.spm_model = ""
   # Lower-case and strip accents (uncased vocab).
   c.data.lowercase = True
-  # 'nsp' (Google BERT sentence pairs) or 'full_sentences' (RoBERTa, no NSP).
+  # 'nsp' (Google BERT sentence pairs, random next), 'sop' (ALBERT: consecutive segments of
+  # one document, swapped with probability 1/2) or 'full_sentences' (RoBERTa, no pairs).
   c.data.mode = "nsp"
   # Probability of a shorter target length in nsp mode.
   c.data.short_seq_prob = 0.1
   # Fraction of tokens selected for masking.
   c.data.mask_prob = 0.15
-  # Mask all pieces of a word together.
-  c.data.whole_word_masking = False
+  # What is masked together: 'token' (BERT), 'whole_word' (all pieces of a word) or 'ngram'
+  # (ALBERT: spans of n <= 3 whole words, P(n) proportional to 1/n).
+  c.data.masking = "token"
   # Masked positions per sequence (static); ~ seq_len * mask_prob.
   c.data.max_predictions_per_seq = 20
   # Pack several short examples into one row (block-diagonal attention).
@@ -153,9 +181,83 @@ def get_config(arg=None):
     c.optimizer.b1 = 0.8
     c.optimizer.b2 = 0.98
 
+  _apply_recipe(c, options.recipe)
+
   if options.phase2:
     c.seq_len = 512
     c.data.max_predictions_per_seq = 80
     c.total_steps = max(1, steps // 9)  # BERT: 90% of steps at 128, 10% at 512.
     c.warmup_steps = max(1, warmup // 10)
   return c
+
+
+def _apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
+  """How the family member is trained: objective, data and, for its published sizes, optimizer.
+
+  'bert' is the config as built (Devlin et al. 2019: MLM + NSP on sentence pairs). The others
+  change the keys below; from tiny to medium only the objective, data and scale-free optimizer
+  settings apply (their batch, steps and rate stay the variant's, sized for this project's
+  machines), base and large also take the paper's batch, steps and rate.
+  """
+  variant = c.variant
+  if recipe == "roberta":
+    # RoBERTa (Liu et al. 2019, arXiv:1907.11692). Sec. 4.2: FULL-SENTENCES without NSP ("removing
+    # the NSP loss matches or slightly improves downstream task performance").
+    c.objective = "mlm"
+    c.data.mode = "full_sentences"
+    # Rows filled with whole sentences and no padding (Sec. 4.2's inputs are "packed with full
+    # sentences ... so that the total length is at most 512 tokens"); packed here as several
+    # documents per row with block-diagonal attention (DOC-SENTENCES, which Sec. 4.2 found
+    # slightly better; FULL-SENTENCES crossing documents is packing=False).
+    c.data.packing = True
+    # Sec. 4.1: dynamic masking (every batch is masked afresh; this pipeline always does).
+    # Sec. 3.1: "setting beta2 = 0.98 to improve stability when training with large batch sizes";
+    # Table 9: Adam eps 1e-6, weight decay 0.01, no gradient clipping, linear decay.
+    c.optimizer.b2 = 0.98
+    c.optimizer.eps = 1e-6
+    c.optimizer.weight_decay = 0.01
+    c.optimizer.grad_clip_norm = 0.0
+    if variant in ("base", "large"):
+      c.optimizer.name = "adamw"
+      c.optimizer.schedule = "linear"
+      # Sec. 4.3 / Table 9: batches of 8K sequences (here 32 microbatches of 256), 500K steps,
+      # peak rate 6e-4 (base) / 4e-4 (large), warmup 24K (base) / 30K (large) steps.
+      c.batch_size = 8192
+      c.optimizer.grad_accum_steps = 32
+      c.total_steps = 500_000
+      c.learning_rate = 6e-4 if variant == "base" else 4e-4
+      c.warmup_steps = 24_000 if variant == "base" else 30_000
+      # Sec. 3.1: "we train only with full-length sequences" of T = 512 tokens.
+      c.seq_len = 512
+      c.data.max_predictions_per_seq = 80
+  elif recipe == "albert":
+    # ALBERT (Lan et al. 2020, arXiv:1909.11942). Sec. 3.1: sentence-order prediction in place of
+    # NSP; Sec. 4.1: n-gram masking with n <= 3 and p(n) proportional to 1/n. (The factorized
+    # embeddings and shared layers of ALBERT's models are architecture, not part of this recipe.)
+    c.objective = "mlm_sop"
+    c.data.mode = "sop"
+    c.data.masking = "ngram"
+    if variant in ("base", "large"):
+      # Sec. 4.1: batch 4096, LAMB at 0.00176, 125K steps, inputs of 512 (shorter with p=0.1);
+      # 3,125 warmup steps as google-research/albert's run_pretraining.
+      c.optimizer.name = "lamb"
+      c.batch_size = 4096
+      c.optimizer.grad_accum_steps = 16
+      c.total_steps = 125_000
+      c.learning_rate = 0.00176
+      c.warmup_steps = 3_125
+      c.seq_len = 512
+      c.data.max_predictions_per_seq = 80
+  elif recipe == "electra":
+    # ELECTRA (Clark et al. 2020, arXiv:2003.10555): replaced-token detection with a generator of
+    # 1/4 the discriminator's hidden size (config.electra), on contiguous text without NSP.
+    c.objective = "electra"
+    c.data.mode = "full_sentences"
+    if variant == "base":
+      # Appendix Table 6: ELECTRA-Base, lr 2e-4, batch 256 (the variant's), 10K warmup steps (the
+      # variant's), 766K steps, seq 512, a generator of 1/3 the discriminator's size.
+      c.electra.generator_hidden_fraction = 1 / 3
+      c.learning_rate = 2e-4
+      c.total_steps = 766_000
+      c.seq_len = 512
+      c.data.max_predictions_per_seq = 80

@@ -3,6 +3,7 @@ parse_arg reads every config's argument."""
 import importlib.util
 import pathlib
 
+import jax
 import ml_collections
 import pytest
 
@@ -11,8 +12,8 @@ from bert_jax import config_sections
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Config file, an argument of get_config.
-_CONFIGS = [("pretrain.py", "tiny"), ("glue.py", "task=mrpc"), ("squad.py", "version=1.1"),
-            ("ner.py", "")]
+_CONFIGS = [("pretrain.py", "tiny"), ("pretrain.py", "base,recipe=roberta"), ("glue.py", "task=mrpc"),
+            ("squad.py", "version=1.1"), ("ner.py", "")]
 # Section functions of config_sections.py; finetune's arguments (it fills a given config).
 _SECTIONS = {"model": None, "optimizer": None, "mesh": None,
              "finetune": dict(data_source="tsv", max_seq_length=128, learning_rate=1e-5,
@@ -98,10 +99,33 @@ def test_pretrain_config_arguments():
   assert phase2.total_steps == base.total_steps // 9
   assert get_config("base,phase2=false").to_dict() == base.to_dict()
   with pytest.raises(ValueError, match=r"unknown config options \['phase3'\]; known: "
-                                       r"\['phase2', 'variant'\]"):
+                                       r"\['phase2', 'recipe', 'variant'\]"):
     get_config("base,phase3")
   with pytest.raises(ValueError, match=r"unknown variant 'huge'; known: \['base', "):
     get_config("huge")
+  with pytest.raises(ValueError, match=r"unknown recipe 'gpt'; known: \['bert', 'roberta', "):
+    get_config("base,recipe=gpt")
+
+
+@pytest.mark.parametrize("variant", ["tiny", "base"])
+def test_each_recipe_is_a_config_pretraining_accepts(variant):
+  """Every recipe's objective fits its data mode, batch and mesh (checked before any data)."""
+  from bert_jax import pretrain_setup  # pylint: disable=g-import-not-at-top
+  from bert_jax import sharding  # pylint: disable=g-import-not-at-top
+  module = _config_module("pretrain.py")
+  mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
+  objectives = {}
+  for recipe in module.RECIPES:
+    c = module.get_config(f"{variant},recipe={recipe}")
+    pretrain_setup.check_config(c, mesh)
+    objectives[recipe] = (c.objective, c.data.mode)
+  assert objectives == {"bert": ("mlm_nsp", "nsp"), "roberta": ("mlm", "full_sentences"),
+                        "albert": ("mlm_sop", "sop"), "electra": ("electra", "full_sentences")}
+  roberta = module.get_config(f"{variant},recipe=roberta")
+  assert roberta.data.packing and roberta.optimizer.b2 == 0.98
+  if variant == "base":  # 8K sequences per update in 32 microbatches
+    assert (roberta.batch_size, roberta.optimizer.grad_accum_steps) == (8192, 32)
+  assert module.get_config(f"{variant},recipe=bert").to_dict() == module.get_config(variant).to_dict()
 
 
 def test_config_help_lists_every_key_with_its_comment_and_default():

@@ -11,9 +11,9 @@ VOCAB = 1000
 IS_CONT = np.arange(VOCAB) >= 500
 
 
-def _spec(max_predictions=20, whole_word=False, mask_prob=0.15):
+def _spec(max_predictions=20, unit="token", mask_prob=0.15):
   return masking.MaskingSpec(
-      mask_prob=mask_prob, max_predictions=max_predictions, whole_word=whole_word, mask_id=MASK,
+      mask_prob=mask_prob, max_predictions=max_predictions, unit=unit, mask_id=MASK,
       special_ids=np.array([PAD, CLS, SEP, MASK], np.int32),
       regular_ids=np.arange(5, VOCAB, dtype=np.int32), is_continuation=IS_CONT)
 
@@ -40,6 +40,19 @@ def _selected(out, rows, seq_len):
   r, k = np.nonzero(out["masked_lm_weights"] > 0)
   sel[r, out["masked_lm_positions"][r, k]] = True
   return sel
+
+
+def _assert_whole_maskable_words(ids, mask, sel):
+  """Only maskable tokens are selected, and a continuation piece exactly when the piece
+  before it is (words are never split); returns the maskable tokens."""
+  rows = ids.shape[0]
+  maskable = (mask > 0) & ~np.isin(ids, [PAD, CLS, SEP])
+  assert not np.any(sel & ~maskable)
+  prev_maskable = np.concatenate([np.zeros((rows, 1), bool), maskable[:, :-1]], axis=1)
+  cont = maskable & IS_CONT[ids] & prev_maskable
+  prev_sel = np.concatenate([np.zeros((rows, 1), bool), sel[:, :-1]], axis=1)
+  assert np.array_equal(sel[cont], prev_sel[cont])
+  return maskable
 
 
 def test_masking_statistics_over_100k_tokens():
@@ -100,15 +113,9 @@ def test_whole_word_masking_never_splits_a_word(max_predictions):
   rows, seq_len = 800, 128
   ids, mask = _batch(rows, seq_len, 3, cont_prob=0.4)
   keys = srand.derive(srand.root_key(1, "mask"), np.arange(rows))
-  out = masking.mask_batch(ids, mask, keys, _spec(max_predictions, whole_word=True))
+  out = masking.mask_batch(ids, mask, keys, _spec(max_predictions, unit="whole_word"))
   sel = _selected(out, rows, seq_len)
-  maskable = (mask > 0) & ~np.isin(ids, [PAD, CLS, SEP])
-  assert not np.any(sel & ~maskable)
-  prev_maskable = np.concatenate([np.zeros((rows, 1), bool), maskable[:, :-1]], axis=1)
-  cont = maskable & IS_CONT[ids] & prev_maskable
-  prev_sel = np.concatenate([np.zeros((rows, 1), bool), sel[:, :-1]], axis=1)
-  # A continuation piece is selected exactly when the piece before it is.
-  assert np.array_equal(sel[cont], prev_sel[cont])
+  maskable = _assert_whole_maskable_words(ids, mask, sel)
   n = sel.sum(axis=1)
   assert n.max() <= max_predictions
   rate = sel.sum() / maskable.sum()
@@ -121,7 +128,7 @@ def test_whole_word_greedy_matches_googles_rule():
   """Words are taken in random order, skipping those that do not fit (Google's loop)."""
   rows, seq_len = 300, 64
   ids, mask = _batch(rows, seq_len, 4, cont_prob=0.5)
-  spec = _spec(8, whole_word=True)
+  spec = _spec(8, unit="whole_word")
   keys = srand.derive(srand.root_key(2, "mask"), np.arange(rows))
   out = masking.mask_batch(ids, mask, keys, spec)
   sel = _selected(out, rows, seq_len)
@@ -145,3 +152,49 @@ def test_whole_word_greedy_matches_googles_rule():
         continue
       chosen += w
     np.testing.assert_array_equal(np.flatnonzero(sel[r]), sorted(chosen))
+
+
+def _runs(sel_row):
+  """Lengths of the maximal runs of selected positions in a row."""
+  padded = np.concatenate([[False], sel_row, [False]]).astype(np.int8)
+  edges = np.flatnonzero(np.diff(padded))
+  return edges[1::2] - edges[::2]
+
+
+def test_ngram_masking_takes_whole_words_up_to_the_count():
+  rows, seq_len = 400, 128
+  ids, mask = _batch(rows, seq_len, 5, cont_prob=0.4)
+  keys = srand.derive(srand.root_key(3, "mask"), np.arange(rows))
+  out = masking.mask_batch(ids, mask, keys, _spec(20, unit="ngram"))
+  sel = _selected(out, rows, seq_len)
+  maskable = _assert_whole_maskable_words(ids, mask, sel)
+  n = sel.sum(axis=1)
+  rounding = srand.uniform(srand.derive(keys, 0), 0)
+  num = np.minimum(np.maximum(1, np.floor(maskable.sum(1) * 0.15 + rounding)), 20)
+  assert np.all(n <= num)
+  assert n.mean() > 0.95 * num.mean()
+  # A row's mask depends on its key only.
+  part = masking.mask_batch(ids[7:9], mask[7:9], keys[7:9], _spec(20, unit="ngram"))
+  np.testing.assert_array_equal(part["masked_lm_positions"], out["masked_lm_positions"][7:9])
+
+
+def test_ngram_lengths_follow_one_over_n():
+  """Sparse masks of single-piece words: each run of masked tokens is one n-gram (rarely two
+  adjacent ones), so run lengths show P(n) = (1/n) / (1 + 1/2 + 1/3). Long rows (~30 n-grams
+  each) keep small the share of n-grams shortened to fit the row's count."""
+  rows, seq_len = 600, 1024
+  ids, mask = _batch(rows, seq_len, 6)
+  mask[:] = 1
+  ids[:, 1:][ids[:, 1:] < 5] = 5  # no specials but [CLS]: one long run of words
+  ids[:, -1] = SEP
+  keys = srand.derive(srand.root_key(4, "mask"), np.arange(rows))
+  out = masking.mask_batch(ids, mask, keys, _spec(40, unit="ngram", mask_prob=0.03))
+  sel = _selected(out, rows, seq_len)
+  runs = np.concatenate([_runs(r) for r in sel])
+  observed = np.bincount(runs, minlength=4)[1:4] / len(runs)
+  expected = masking.ngram_probabilities(3)
+  np.testing.assert_allclose(expected, [6 / 11, 3 / 11, 2 / 11])
+  assert np.max(np.abs(observed - expected)) < 0.02, observed
+  # Token masking, for contrast, is mostly single tokens.
+  tok = _selected(masking.mask_batch(ids, mask, keys, _spec(40, mask_prob=0.03)), rows, seq_len)
+  assert np.mean(np.concatenate([_runs(r) for r in tok]) == 1) > 0.85

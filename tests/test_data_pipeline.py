@@ -106,10 +106,12 @@ def _epoch_rows(data, epoch=0):
 
 
 MODES = [dict(mode="nsp"), dict(mode="full_sentences"),
-         dict(mode="full_sentences", packing=True, whole_word_masking=True)]
+         dict(mode="full_sentences", packing=True, masking="whole_word"),
+         dict(mode="sop", masking="ngram")]
+MODE_IDS = ["nsp", "full", "packed_wwm", "sop_ngram"]
 
 
-@pytest.mark.parametrize("mode", MODES, ids=["nsp", "full", "packed_wwm"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_batches_have_bert_features_and_layout(tmp_path, mode):
   _write_corpus(tmp_path, num_files=2)
   data = _data(_config(tmp_path, str(tmp_path / "*.txt"), **mode))
@@ -128,8 +130,8 @@ def test_batches_have_bert_features_and_layout(tmp_path, mode):
   assert np.all(ids[:, 0] == tok.cls_id)
   real = batch["input_mask"] > 0
   assert np.all(ids[~real] == tok.pad_id) and np.all(ids[real] != tok.pad_id)
-  assert data.has_nsp == (mode["mode"] == "nsp")
-  if mode["mode"] == "nsp":
+  assert data.has_pairs == (mode["mode"] in ("nsp", "sop"))
+  if data.has_pairs:
     for r in range(b):
       n = real[r].sum()
       seps = np.flatnonzero(ids[r, :n] == tok.sep_id)
@@ -147,7 +149,7 @@ def test_batches_have_bert_features_and_layout(tmp_path, mode):
       np.testing.assert_array_equal(batch["position_ids"][r, starts], 0)
 
 
-@pytest.mark.parametrize("mode", MODES, ids=["nsp", "full", "packed_wwm"])
+@pytest.mark.parametrize("mode", MODES, ids=MODE_IDS)
 def test_determinism_and_resume_across_epochs(tmp_path, mode):
   _write_corpus(tmp_path, num_files=3, docs_per_file=5)
   cfg = _config(tmp_path, str(tmp_path / "*.txt"), **mode)
@@ -418,7 +420,7 @@ def test_builtin_source_gives_batches(tmp_path):
   c = pretrain_config.get_config("tiny")
   c.data.prefetch_batches = 0
   data = pretrain_data.PretrainData(c.data, seq_len=64, global_batch_size=8, seed=0)
-  assert data.vocab_size == 30522 and data.lowercase and data.has_nsp
+  assert data.vocab_size == 30522 and data.lowercase and data.has_pairs
   assert data.vocab_file.endswith("bert-base-uncased-vocab.txt")
   batch = next(data.train_iterator())
   assert batch["input_ids"].shape == (8, 64)

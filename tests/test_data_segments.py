@@ -256,3 +256,34 @@ def test_stateless_random_is_pure_and_uniform():
   assert abs(b.mean() - 50) < 0.3 and abs(b.var() - 25) < 2
   r = stateless_random.randint(key, np.arange(50000), 3, 8)
   np.testing.assert_array_equal(np.unique(r), [3, 4, 5, 6, 7])
+
+
+def test_sop_pairs_are_consecutive_segments_of_one_document_swapped_half_the_time():
+  rng = random.Random(5)
+  docs = [[rng.randint(5, 25) for _ in range(rng.randint(1, 40))] for _ in range(200)]
+  shard = _shard(docs)
+  doc_of_token = np.repeat(np.arange(len(docs)), [sum(d) for d in docs])
+  ex = segments.sop_examples(shard, key=stateless_random.root_key(7, "nsp"), max_num_tokens=125,
+                             short_seq_prob=0.1)
+  swapped = ex.label == 1
+  assert len(ex) > 500
+  assert abs(swapped.mean() - 0.5) < 0.04, swapped.mean()
+  assert np.all(ex.a_len >= 1) and np.all(ex.b_len >= 1)
+  assert np.all(ex.a_len + ex.b_len <= 125)
+  tok = shard.tokens - 10
+  # Both segments always come from the same document ...
+  np.testing.assert_array_equal(doc_of_token[tok[ex.a_start]], doc_of_token[tok[ex.b_start]])
+  # ... in order (B after A) unless swapped (A after B), separated only by tokens truncation
+  # removed: the second segment starts where the first ended, up to the cut.
+  first_start = np.where(swapped, ex.b_start, ex.a_start)
+  first_len = np.where(swapped, ex.b_len, ex.a_len)
+  second_start = np.where(swapped, ex.a_start, ex.b_start)
+  assert np.all(second_start >= first_start + first_len)
+  # One-sentence documents give no pair; the NSP examples of the same shard use them.
+  lone = [d for d, sizes in enumerate(docs) if len(sizes) == 1]
+  assert lone and not np.isin(doc_of_token[tok[ex.a_start]], lone).any()
+  # A pure function of the shard and the key.
+  again = segments.sop_examples(shard, key=stateless_random.root_key(7, "nsp"), max_num_tokens=125,
+                                short_seq_prob=0.1)
+  np.testing.assert_array_equal(again.a_start, ex.a_start)
+  np.testing.assert_array_equal(again.label, ex.label)

@@ -179,7 +179,7 @@ def _pipeline(tmp_path, tokenizer, **overrides):
 @pytest.mark.parametrize("kind", ["roberta", "albert"])
 def test_pretraining_batches_with_a_family_tokenizer(tmp_path, kind, bpe_dir, albert_dir):
   directory = str(bpe_dir if kind == "roberta" else albert_dir)
-  data, docs = _pipeline(tmp_path, directory, whole_word_masking=True)
+  data, docs = _pipeline(tmp_path, directory, masking="whole_word")
   tok = data.tokenizer
   assert tok.kind == ("bpe" if kind == "roberta" else "sentencepiece")
   assert data.vocab_size == tok.vocab_size

@@ -83,42 +83,67 @@ class _Compiles(logging.Handler):
     self.messages.append(record.getMessage())
 
 
+# Each objective's config overrides and the metrics it must log.
+OBJECTIVES = {
+    "mlm_nsp": ({}, ("mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")),
+    "mlm_sop": ({"objective": "mlm_sop", "data.mode": "sop", "data.masking": "ngram"},
+                ("mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy")),
+    "mlm": ({"objective": "mlm", "data.mode": "full_sentences", "data.packing": True},
+            ("mlm_loss", "mlm_accuracy")),
+    "electra": ({"objective": "electra", "data.mode": "full_sentences"},
+                ("mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy", "rtd_replaced_recall",
+                 "rtd_auc")),
+}
+_STRAIGHT = {}
+
+
+def _straight_run(objective, corpus, tmp_path_factory):
+  """6 steps of `objective` from scratch (once per module), counting train-step compiles."""
+  if objective not in _STRAIGHT:
+    workdir = str(tmp_path_factory.mktemp(f"straight_{objective}"))
+    handler = _Compiles()
+    logging.getLogger("jax").addHandler(handler)
+    try:
+      with jax.log_compiles(True):
+        summary = pretrain.train(small_config(corpus, **OBJECTIVES[objective][0]), workdir)
+    finally:
+      logging.getLogger("jax").removeHandler(handler)
+    summary["train_step_compiles"] = sum(
+        m.startswith("Compiling jit(train_step)") for m in handler.messages)
+    _STRAIGHT[objective] = workdir, summary
+  return _STRAIGHT[objective]
+
+
 @pytest.fixture(scope="module")
 def straight_run(corpus, tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("straight"))
-  handler = _Compiles()
-  logging.getLogger("jax").addHandler(handler)
-  try:
-    with jax.log_compiles(True):
-      summary = pretrain.train(small_config(corpus), workdir)
-  finally:
-    logging.getLogger("jax").removeHandler(handler)
-  summary["train_step_compiles"] = sum(
-      m.startswith("Compiling jit(train_step)") for m in handler.messages)
-  return workdir, summary
+  return _straight_run("mlm_nsp", corpus, tmp_path_factory)
 
 
-def test_runs_logs_and_checkpoints(straight_run):
-  workdir, summary = straight_run
+@pytest.mark.parametrize("objective", list(OBJECTIVES))
+def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
+  workdir, summary = _straight_run(objective, corpus, tmp_path_factory)
   assert summary["step"] == 6
   # Static shapes: the train step compiles once, never again after the first step.
   assert summary["train_step_compiles"] == 1
   records = [json.loads(l) for l in open(os.path.join(workdir, "metrics.jsonl"))]
   assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6]
-  for key in ("loss", "mlm_loss", "mlm_accuracy", "nsp_accuracy", "learning_rate",
-              "tokens_per_second", "mfu"):
+  for key in ("loss", "learning_rate", "tokens_per_second", "mfu") + OBJECTIVES[objective][1]:
     assert all(np.isfinite(r[key]) for r in records), key
+  other_pair = {"mlm_nsp": "sop_accuracy", "mlm_sop": "nsp_accuracy"}.get(objective, "nsp_accuracy")
+  assert other_pair not in records[0]
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6"]
   assert os.listdir(os.path.join(workdir, "tensorboard"))
 
 
-def test_resume_after_preemption_is_exact(corpus, straight_run, tmp_path):
-  straight, _ = straight_run
+@pytest.mark.parametrize("objective", list(OBJECTIVES))
+def test_resume_after_preemption_is_exact(objective, corpus, tmp_path_factory, tmp_path):
+  straight, _ = _straight_run(objective, corpus, tmp_path_factory)
+  overrides = OBJECTIVES[objective][0]
   workdir = str(tmp_path / "resumed")
-  first = pretrain.train(small_config(corpus), workdir, preempt_at_step=4)
+  first = pretrain.train(small_config(corpus, **overrides), workdir, preempt_at_step=4)
   assert first["step"] == 4  # preempted: checkpoint written at step 4
   assert "4" in os.listdir(os.path.join(workdir, "checkpoints"))
-  pretrain.train(small_config(corpus), workdir)
+  pretrain.train(small_config(corpus, **overrides), workdir)
   a, b = _losses(straight), _losses(workdir)
   for step in (5, 6):
     assert a[step] == b[step], (step, a[step], b[step])
@@ -255,6 +280,15 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
     ({"optimizer.b2": 1.0}, r"optimizer.b2 must be in \[0, 1\)"),
     ({"optimizer.eps": 0.0}, "optimizer.eps must be positive"),
     ({"optimizer.weight_decay": -0.01}, "optimizer.weight_decay must be >= 0"),
+    ({"objective": "mlm_nsp", "data.mode": "full_sentences"},
+     r"objective 'mlm_nsp' needs data.mode in \['nsp'\], got 'full_sentences' \(MLM alone is "
+     r"objective='mlm'\)"),
+    ({"objective": "mlm_sop"}, r"objective 'mlm_sop' needs data.mode in \['sop'\], got 'nsp'"),
+    ({"objective": "sop"}, "objective 'sop' not in"),
+    ({"objective": "electra", "electra.generator_hidden_fraction": 0.0},
+     r"electra.generator_hidden_fraction 0.0 must be in \(0, 1\]"),
+    ({"objective": "electra", "electra.disc_weight": -1.0}, "electra.disc_weight must be positive"),
+    ({"data.masking": "span"}, r"config.data.masking='span'; expected one of"),
 ])
 def test_bad_configs_fail_fast(corpus, tmp_path, override, message):
   with pytest.raises(ValueError, match=message):

@@ -14,6 +14,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import model as model_lib
 from bert_jax import model_config
 from bert_jax import optimizer
+from bert_jax import pretrain_setup
 from bert_jax import train_core
 from bert_jax.objectives import mlm_nsp
 from bert_jax import sharding
@@ -194,6 +195,18 @@ def _tiny_setup(vocab=512):
   return init_fn, step
 
 
+def _tiny_electra_setup(vocab=512):
+  """ELECTRA (tiny discriminator, 1/4-width generator) as pretraining builds it, dropout on."""
+  c = pretrain_config.get_config("tiny")
+  c.objective, c.data.mode, c.seq_len, c.data.max_predictions_per_seq = (
+      "electra", "full_sentences", 32, 5)
+  c.model.dropout_rate = c.model.attention_dropout_rate = 0.1
+  c.optimizer = _opt_config()
+  c.learning_rate, c.warmup_steps, c.total_steps = 1e-3, 0, 10
+  setup = pretrain_setup.build(c, vocab)
+  return setup.init_fn, setup.train_step(1)
+
+
 def _batches(n, b=16, length=32, p=5, vocab=512, seed=0):
   rng = np.random.default_rng(seed)
   out = []
@@ -215,8 +228,8 @@ _STEPS = {}
 
 
 def _sharded_step(step, mesh, rules, shardings):
-  """The jitted step for a mesh, compiled once per (mesh, rules) in this module."""
-  key = (mesh.devices.shape, tuple(d.id for d in mesh.devices.flat), rules)
+  """The jitted step for a mesh, compiled once per (step, mesh, rules) in this module."""
+  key = (step, mesh.devices.shape, tuple(d.id for d in mesh.devices.flat), rules)
   if key not in _STEPS:
     _STEPS[key] = jax.jit(step, in_shardings=(shardings, sharding.batch_sharding(mesh)),
                           out_shardings=(shardings, None))
@@ -232,10 +245,8 @@ def _run(state, step, batches, mesh, rules):
   return state, losses
 
 
-@pytest.fixture(scope="module")
-def tiny():
-  """The tiny variant (vocab 512), its first state, and 3 steps on one device."""
-  init_fn, step = _tiny_setup()
+def _one_device(init_fn, step):
+  """The first state and 3 steps on one device."""
   batches = _batches(3)
   state0 = jax.jit(lambda r: nn.unbox(init_fn(r)))(jax.random.PRNGKey(0))
   jstep = jax.jit(step)
@@ -247,9 +258,23 @@ def tiny():
               params=jax.device_get(state.params), losses=losses)
 
 
+@pytest.fixture(scope="module")
+def tiny():
+  """The tiny variant (vocab 512), its first state, and 3 steps on one device."""
+  return _one_device(*_tiny_setup())
+
+
+@pytest.fixture(scope="module")
+def tiny_electra():
+  """The same for objective='electra' (generator and discriminator in one state)."""
+  return _one_device(*_tiny_electra_setup())
+
+
+@pytest.mark.parametrize("objective", ["mlm_nsp", "electra"])
 @pytest.mark.parametrize("preset, shape", [
     ("data_parallel", (8, 1, 1)), ("fsdp", (2, 4, 1)), ("fsdp_tensor", (2, 2, 2))])
-def test_train_step_under_preset_matches_one_device(tiny, preset, shape):
+def test_train_step_under_preset_matches_one_device(request, objective, preset, shape):
+  tiny = request.getfixturevalue({"mlm_nsp": "tiny", "electra": "tiny_electra"}[objective])
   mesh = sharding.make_mesh(shape)
   rules = sharding.logical_rules(preset)
   _, shardings = sharding.abstract_state(tiny["init_fn"], mesh, rules, jax.random.PRNGKey(0))
@@ -257,7 +282,8 @@ def test_train_step_under_preset_matches_one_device(tiny, preset, shape):
   state, losses = _run(state, _sharded_step(tiny["step"], mesh, rules, shardings),
                        tiny["batches"], mesh, rules)
   # The state really is spread over the mesh.
-  emb = state.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
+  encoder = state.params.get("discriminator", state.params)  # ELECTRA: the shared table
+  emb = encoder["bert"]["embeddings"]["word_embeddings"]["embedding"]
   if preset != "data_parallel":
     assert emb.addressable_shards[0].data.size < emb.size
   np.testing.assert_allclose(losses, tiny["losses"], atol=1e-5, rtol=0)

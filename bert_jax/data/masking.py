@@ -4,11 +4,23 @@ Per row: `mask_prob` of the row's maskable tokens (real tokens other than
 [CLS], [SEP] and [PAD]) are selected, at most `max_predictions`; the count is
 the stochastic rounding of n * mask_prob (so the expected rate is exactly
 mask_prob), at least 1. Selected tokens become [MASK] 80% of the time, a random
-regular token 10%, and stay unchanged 10%, as Google BERT. With whole-word
-masking, the pieces of a word (`##` continuations) are selected together and
-words are added greedily in random order while they fit the count (Google's
-rule). Every draw is keyed by the row's key, so the masks of a row do not
-depend on the batch it is in.
+regular token 10%, and stay unchanged 10%, as Google BERT. What is selected
+together (`unit`):
+
+  token       single tokens (Google BERT)
+  whole_word  the pieces of a word (`##` continuations) together; words are
+              added greedily in random order while they fit the count
+              (Google's whole-word rule)
+  ngram       ALBERT's n-gram masking: spans of n consecutive whole words,
+              n <= max_ngram drawn with P(n) proportional to 1/n (the ALBERT
+              paper's p(n) = (1/n) / sum_k 1/k; 6/11, 3/11, 2/11 for n <= 3),
+              taken in a random order of their first word; a span that does not
+              fit the remaining count is shortened, then skipped, and spans
+              overlapping chosen ones are skipped (create_pretraining_data's
+              create_masked_lm_predictions)
+
+Every draw is keyed by the row's key, so the masks of a row do not depend on the
+batch it is in.
 """
 import dataclasses
 
@@ -16,17 +28,26 @@ import numpy as np
 
 from bert_jax.data import stateless_random
 
+UNITS = ("token", "whole_word", "ngram")
+
 
 @dataclasses.dataclass(frozen=True)
 class MaskingSpec:
   """What masking needs to know about the vocab and the config."""
   mask_prob: float
   max_predictions: int
-  whole_word: bool
+  unit: str  # one of UNITS
   mask_id: int
   special_ids: np.ndarray  # ids never selected ([CLS], [SEP], [PAD], ...)
   regular_ids: np.ndarray  # ids a random replacement is drawn from
   is_continuation: np.ndarray  # bool [vocab], pieces that continue a word
+  max_ngram: int = 3  # the longest n-gram (in words) with unit='ngram'
+
+  def __post_init__(self):
+    if self.unit not in UNITS:
+      raise ValueError(f"config.data.masking={self.unit!r}; expected one of {list(UNITS)}")
+    if self.max_ngram < 1:
+      raise ValueError(f"max_ngram={self.max_ngram} must be >= 1")
 
 
 def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, row_keys: np.ndarray,
@@ -54,8 +75,10 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, row_keys: np.ndarr
 
   scores = stateless_random.uniform(stateless_random.derive(row_keys, 1)[:, None],
                                     pos[None, :])  # [b, L]
-  if spec.whole_word:
+  if spec.unit == "whole_word":
     selected = _whole_word_select(input_ids, cand, scores, num, spec.is_continuation)
+  elif spec.unit == "ngram":
+    selected = _ngram_select(input_ids, cand, num, spec.is_continuation, row_keys, spec.max_ngram)
   else:
     scores = np.where(cand, scores, 2.0)
     order = np.argsort(scores, axis=1, kind="stable")  # [b, L]
@@ -89,9 +112,7 @@ def _whole_word_select(input_ids, cand, scores, num, is_continuation, passes: in
   """Selects whole words in random order while they fit `num` (Google's rule)."""
   b, length = input_ids.shape
   pos = np.arange(length)
-  prev_cand = np.concatenate([np.zeros((b, 1), bool), cand[:, :-1]], axis=1)
-  cont = cand & is_continuation[input_ids] & prev_cand
-  word_start = cand & ~cont
+  word_start = _word_starts(input_ids, cand, is_continuation)
   start_pos = np.maximum.accumulate(np.where(word_start, pos[None, :], 0), axis=1)  # [b, L]
   word_score = np.take_along_axis(scores, start_pos, axis=1)
   word_id = np.cumsum(word_start, axis=1) - 1  # [b, L], valid where cand
@@ -119,4 +140,57 @@ def _whole_word_select(input_ids, cand, scores, num, is_continuation, passes: in
     remaining = remaining - take.sum(axis=1)
   selected = np.zeros((b, length), bool)
   np.put_along_axis(selected, order, chosen, axis=1)
+  return selected
+
+
+def ngram_probabilities(max_ngram: int) -> np.ndarray:
+  """P(n) for n = 1..max_ngram, proportional to 1/n (ALBERT)."""
+  p = 1.0 / np.arange(1, max_ngram + 1)
+  return p / p.sum()
+
+
+def _word_starts(input_ids, cand, is_continuation):
+  """bool [b, L]: candidates that begin a word (not a `##` piece after a candidate)."""
+  b = input_ids.shape[0]
+  prev_cand = np.concatenate([np.zeros((b, 1), bool), cand[:, :-1]], axis=1)
+  return cand & ~(is_continuation[input_ids] & prev_cand)
+
+
+def _ngram_select(input_ids, cand, num, is_continuation, row_keys, max_ngram):
+  """ALBERT's n-gram selection, row by row (a short loop: it stops once `num` is reached).
+
+  Words are the maximal runs of a word-start candidate and its `##` pieces; an
+  n-gram starting at word w spans words w..w+n-1 (consecutive candidates, as
+  ALBERT's cand_indexes). Draws: the order of the start words (key 5), and each
+  start word's n (key 6), from P(n) renormalised over the n that fit before the
+  row's last word.
+  """
+  b, length = input_ids.shape
+  pos = np.arange(length)
+  starts = _word_starts(input_ids, cand, is_continuation)
+  order_u = stateless_random.uniform(stateless_random.derive(row_keys, 5)[:, None], pos[None, :])
+  n_u = stateless_random.uniform(stateless_random.derive(row_keys, 6)[:, None], pos[None, :])
+  cdfs = [np.cumsum(ngram_probabilities(k)) for k in range(1, max_ngram + 1)]
+  selected = np.zeros((b, length), bool)
+  for r in range(b):
+    cand_pos = np.flatnonzero(cand[r])  # [C]
+    first = np.append(np.flatnonzero(starts[r][cand_pos]), len(cand_pos))  # [W + 1]
+    num_words = len(first) - 1
+    covered = np.zeros(length, bool)
+    count = 0
+    for w in np.argsort(order_u[r, :num_words], kind="stable"):
+      if count >= num[r]:
+        break
+      avail = min(max_ngram, num_words - w)
+      n = 1 + int(np.searchsorted(cdfs[avail - 1], n_u[r, w], side="right"))
+      n = min(n, avail)
+      # Shorter n-grams while the span does not fit the remaining count.
+      while n > 1 and count + first[w + n] - first[w] > num[r]:
+        n -= 1
+      span = cand_pos[first[w]:first[w + n]]
+      if count + len(span) > num[r] or covered[span].any():
+        continue
+      covered[span] = True
+      count += len(span)
+    selected[r] = covered
   return selected

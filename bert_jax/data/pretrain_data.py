@@ -45,7 +45,9 @@ from bert_jax.data import sources
 from bert_jax.data import stateless_random
 from bert_jax.data import tokenizer as tokenizer_lib
 
-MODES = ("nsp", "full_sentences")
+MODES = ("nsp", "sop", "full_sentences")
+# Modes whose rows are sentence pairs with a label (next sentence / swapped order).
+PAIR_MODES = ("nsp", "sop")
 # Sentences per tf-text call while tokenizing a shard, and threads making the calls.
 _TOKENIZE_BATCH = 4096
 _TOKENIZE_THREADS = min(8, os.cpu_count() or 1)
@@ -122,7 +124,8 @@ class PretrainData:
     vocab_size: tokens in the vocab.
     vocab_file: the vocab (or SentencePiece model) in use.
     lowercase: uncased tokenization.
-    has_nsp: batches carry real next_sentence_labels (mode 'nsp').
+    has_pairs: rows are sentence pairs whose next_sentence_labels are real (modes
+      'nsp': 1 = random next, and 'sop': 1 = swapped order).
     per_host_batch_size: rows per batch on this host.
     tokenizer: the tokenizer.
   """
@@ -146,10 +149,10 @@ class PretrainData:
     self._config = c
     if c.mode not in MODES:
       raise ValueError(f"config.data.mode={c.mode!r}; expected one of {list(MODES)}")
-    if c.packing and c.mode == "nsp":
+    if c.packing and c.mode in PAIR_MODES:
       raise ValueError("config.data.packing=True is supported with mode='full_sentences' only "
                        "(a packed row would need one next_sentence_label per example)")
-    min_len = 5 if c.mode == "nsp" else 4
+    min_len = 5 if c.mode in PAIR_MODES else 4
     if seq_len < min_len:
       raise ValueError(f"seq_len={seq_len} is too short for mode {c.mode!r} (>= {min_len})")
     if not 1 <= c.max_predictions_per_seq <= seq_len:
@@ -174,8 +177,8 @@ class PretrainData:
     if self.tokenizer.kind == "wordpiece":
       check_casing(self.tokenizer.inv_vocab, self.tokenizer.lowercase,
                    self.tokenizer.vocab_file or "the vocab")
-    if c.mode == "nsp" and self.tokenizer.num_special_tokens(pair=True) != 3:
-      raise ValueError(f"config.data.mode='nsp' lays pairs out as `cls A sep B sep`; the "
+    if c.mode in PAIR_MODES and self.tokenizer.num_special_tokens(pair=True) != 3:
+      raise ValueError(f"config.data.mode={c.mode!r} lays pairs out as `cls A sep B sep`; the "
                        f"{self.tokenizer.kind} tokenizer {self.tokenizer.vocab_file!r} pairs "
                        f"differently (RoBERTa: `<s> A </s></s> B </s>`, no NSP): use "
                        f"mode='full_sentences'")
@@ -184,7 +187,7 @@ class PretrainData:
     self.vocab_size = self.tokenizer.vocab_size
     self.vocab_file = self.tokenizer.vocab_file
     self.lowercase = self.tokenizer.lowercase
-    self.has_nsp = c.mode == "nsp"
+    self.has_pairs = c.mode in PAIR_MODES
     self.per_host_batch_size = global_batch_size // process_count
     self.seq_len = seq_len
     self.seed = seed
@@ -194,7 +197,7 @@ class PretrainData:
     tok = self.tokenizer
     self._mask_spec = masking.MaskingSpec(
         mask_prob=c.mask_prob, max_predictions=c.max_predictions_per_seq,
-        whole_word=c.whole_word_masking, mask_id=tok.mask_id,
+        unit=c.masking, mask_id=tok.mask_id,
         special_ids=np.array([tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id], np.int32),
         regular_ids=tok.regular_ids, is_continuation=tok.is_continuation)
     self._keys = {name: stateless_random.root_key(seed, name)
@@ -262,7 +265,7 @@ class PretrainData:
     shard_tokens = segments.TokenizedShard(
         tokens, np.append(0, np.cumsum(lengths[keep])).astype(np.int64),
         np.append(0, np.cumsum(per_doc[per_doc > 0])).astype(np.int64))
-    piece = (self.seq_len - 3) // 2 if self.has_nsp else self.seq_len - 3
+    piece = (self.seq_len - 3) // 2 if self.has_pairs else self.seq_len - 3
     before = shard_tokens.num_sentences
     shard_tokens = segments.split_long_sentences(shard_tokens, max(1, piece))
     self.stats["split_sentence_pieces"] += shard_tokens.num_sentences - before
@@ -283,10 +286,11 @@ class PretrainData:
                 epoch: int) -> tuple[np.ndarray, segments.Examples]:
     ts = self._tokenized(shard, split)
     tok = self.tokenizer
-    if self.has_nsp:
+    if self.has_pairs:
       key = stateless_random.derive(self._keys["nsp"], epoch, shard.index, split == "eval",
                          self.process_index)
-      return ts.tokens, segments.nsp_examples(
+      pairs = segments.nsp_examples if self._config.mode == "nsp" else segments.sop_examples
+      return ts.tokens, pairs(
           ts, key=key, max_num_tokens=self.seq_len - 3,
           short_seq_prob=self._config.short_seq_prob)
     return segments.sentence_examples(ts, max_len=self.seq_len, sep_id=tok.sep_id,

@@ -157,8 +157,33 @@ def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
     short_seq_prob: probability of a document's shorter random target length.
 
   Returns:
-    Examples with A, B and next-sentence labels.
+    Examples with A, B and next-sentence labels (1 = random B).
   """
+  return _pair_examples(shard, key, max_num_tokens, short_seq_prob, sentence_order=False)
+
+
+def sop_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
+                 short_seq_prob: float) -> Examples:
+  """ALBERT's sentence-order pairs (create_pretraining_data with random_next_sentence=False).
+
+  Chunks are cut as for NSP; B is always the rest of A's chunk, and A and B are
+  swapped with probability 1/2 before truncation, as ALBERT does.
+
+  Args:
+    shard: documents (sentences longer than max_num_tokens // 2 split first).
+    key: a stateless_random key (derive it from seed, epoch and shard).
+    max_num_tokens: seq_len - 3.
+    short_seq_prob: probability of a document's shorter random target length.
+
+  Returns:
+    Examples with A, B and sentence-order labels (1 = swapped).
+  """
+  return _pair_examples(shard, key, max_num_tokens, short_seq_prob, sentence_order=True)
+
+
+def _pair_examples(shard: TokenizedShard, key, max_num_tokens: int, short_seq_prob: float,
+                   sentence_order: bool) -> Examples:
+  """NSP pairs (sentence_order=False) or SOP pairs (True); see nsp_examples / sop_examples."""
   num_sent, num_docs = shard.num_sentences, shard.num_docs
   if num_sent == 0:
     return Examples.empty()
@@ -179,6 +204,8 @@ def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
   # The chunk that would start at each sentence: sentences [i, end).
   end = np.minimum(np.searchsorted(cum, cum[:-1] + target, side="left"), doc_end)
   draw_random = stateless_random.uniform(stateless_random.derive(key, 4), sent) < 0.5
+  if sentence_order:  # B always continues A: never a random document.
+    draw_random = np.zeros(num_sent, bool)
   # A one-sentence chunk that draws IsNext takes the next sentence as B (Google
   # forces a random B there, which pulls IsNext well below 50%).
   end = np.where((end == sent + 1) & ~draw_random & (sent + 1 < doc_end), sent + 2, end)
@@ -188,6 +215,8 @@ def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
   is_random = (size == 1) | draw_random
   nxt = np.where(is_random, sent + a_end, end)  # Unused sentences are put back.
   starts = chain_starts(nxt)
+  if sentence_order:  # A lone last sentence of a document has no order to predict.
+    starts = starts[size[starts] >= 2]
 
   a_end, is_random, end, target = a_end[starts], is_random[starts], end[starts], target[starts]
   a_start = cum[starts]
@@ -206,6 +235,11 @@ def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
   r_end = np.clip(r_end, r_start + 1, shard.doc_splits[other + 1])
   b_start = np.where(is_random, cum[r_start], b_start)
   b_len = np.where(is_random, cum[r_end] - cum[r_start], b_len)
+  label = is_random
+  if sentence_order:  # Swapped with probability 1/2, before truncation (ALBERT).
+    label = stateless_random.uniform(stateless_random.derive(key, 9), starts) < 0.5
+    a_start, a_len, b_start, b_len = (np.where(label, b_start, a_start), np.where(label, b_len, a_len),
+                                      np.where(label, a_start, b_start), np.where(label, a_len, b_len))
 
   # truncate_seq_pair: drop from the longer side (ties: B) until it fits.
   excess = np.maximum(a_len + b_len - max_num_tokens, 0)
@@ -219,7 +253,7 @@ def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
   return Examples(
       a_start=a_start + front_a, a_len=a_len - from_a,
       b_start=b_start + front_b, b_len=b_len - from_b,
-      label=is_random.astype(np.int32), final_sep=np.ones(len(starts), bool))
+      label=label.astype(np.int32), final_sep=np.ones(len(starts), bool))
 
 
 def sentence_examples(shard: TokenizedShard, *, max_len: int, sep_id: int,

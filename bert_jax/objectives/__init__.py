@@ -1,9 +1,12 @@
-"""Pretraining objectives: each module gives a train_core.Objective and its logged metrics.
+"""Pretraining objectives (config.objective): each module gives a train_core.Objective and its logged metrics.
 
-  mlm_nsp  BERT's masked-LM loss plus, when the data has sentence pairs, next-sentence
-           prediction (MLM alone for RoBERTa-style full sentences)
+  mlm_nsp  masked LM with a sentence-pair task on BertForPreTraining's pair head:
+           objectives 'mlm_nsp' (BERT, next sentence), 'mlm_sop' (ALBERT, sentence order)
+           and 'mlm' (RoBERTa, MLM alone, no pair head)
+  electra  'electra': a small MLM generator and the discriminator in one params tree;
+           replaced-token detection
 
-An objective module provides `init_fn(model, seq_len, num_predictions)` (rng ->
-params), `objective(model)` (a train_core.Objective) and `summarize(sums)` (host
-side: accumulated sums -> the logged means).
+An objective module provides `init_fn(...)` (rng -> params), `objective(...)` (a
+train_core.Objective) and `summarize(sums, ...)` (host side: accumulated sums -> the
+logged means); bert_jax.pretrain_setup.build picks one from the config.
 """

@@ -1,9 +1,13 @@
-"""BERT's pretraining objective: masked-LM loss plus next-sentence prediction.
+"""Masked-LM pretraining with an optional sentence-pair task: objectives mlm_nsp, mlm_sop, mlm.
+
+  mlm_nsp  BERT: MLM + next-sentence prediction (labels 1 = random next)
+  mlm_sop  ALBERT: MLM + sentence-order prediction (labels 1 = swapped), the same head
+  mlm      MLM alone (RoBERTa); the model has no pair head
 
 Google BERT's normalisation: the MLM loss is the weighted mean over the
-predictions of the whole batch, the NSP loss the mean over its rows. Without
-sentence pairs (full_sentences data) the model has no NSP head and the loss is
-MLM alone.
+predictions of the whole batch, the pair loss the mean over its rows. The pair
+head is BertForPreTraining's `nsp` (pooler, dense to 2) for both tasks, as
+ALBERT's SOP head is its NSP head's shape and place.
 """
 from typing import Any, Callable
 
@@ -42,8 +46,23 @@ def mlm_xent_and_correct(logits: jax.Array, ids: jax.Array) -> tuple[jax.Array, 
   return lse - label_logit, correct
 
 
-def objective(model: model_lib.BertForPreTraining) -> train_core.Objective:
-  """MLM (+ NSP when the model has the NSP head) as a train_core.Objective."""
+# The sentence-pair task of each objective that has one (its metrics' prefix).
+PAIR_TASKS = {"mlm_nsp": "nsp", "mlm_sop": "sop"}
+
+
+def objective(model: model_lib.BertForPreTraining, pair_task: str = "nsp"
+              ) -> train_core.Objective:
+  """MLM (+ the pair task when the model has the pair head) as a train_core.Objective.
+
+  Args:
+    model: BertForPreTraining; with_nsp=True adds the pair loss.
+    pair_task: 'nsp' or 'sop': what the batch's next_sentence_labels mean; names
+      the metrics (nsp_loss / nsp_accuracy or sop_loss / sop_accuracy).
+
+  Returns:
+    The objective.
+  """
+  t = pair_task
 
   def sums(params, batch, rng, deterministic):
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
@@ -61,20 +80,20 @@ def objective(model: model_lib.BertForPreTraining) -> train_core.Objective:
     if "nsp_logits" in out:
       labels = batch["next_sentence_labels"]
       nsp_logp = jax.nn.log_softmax(out["nsp_logits"], axis=-1)
-      result["nsp_xent"] = -jnp.sum(jnp.take_along_axis(nsp_logp, labels[:, None], axis=-1))
-      result["nsp_correct"] = jnp.sum(jnp.argmax(out["nsp_logits"], -1) == labels
-                                      ).astype(jnp.float32)
-      result["nsp_count"] = jnp.asarray(labels.shape[0], jnp.float32)
+      result[f"{t}_xent"] = -jnp.sum(jnp.take_along_axis(nsp_logp, labels[:, None], axis=-1))
+      result[f"{t}_correct"] = jnp.sum(jnp.argmax(out["nsp_logits"], -1) == labels
+                                       ).astype(jnp.float32)
+      result[f"{t}_count"] = jnp.asarray(labels.shape[0], jnp.float32)
     return result
 
   def denominators(batch):
     return {"mlm": jnp.sum(batch["masked_lm_weights"].astype(jnp.float32)) + 1e-5,
-            "nsp": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+            "pair": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
 
   def loss(s, d):
     total = s["mlm_xent"] / d["mlm"]
-    if "nsp_xent" in s:
-      total = total + s["nsp_xent"] / d["nsp"]
+    if f"{t}_xent" in s:
+      total = total + s[f"{t}_xent"] / d["pair"]
     return total
 
   return train_core.Objective(sums=sums, denominators=denominators, loss=loss)
@@ -91,10 +110,12 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
   w = max(sums["mlm_weight"], 1e-5)
   out["mlm_loss"] = sums["mlm_xent"] / w
   out["mlm_accuracy"] = sums["mlm_correct"] / w
-  if "nsp_xent" in sums:
-    n = max(sums["nsp_count"], 1.0)
-    out["nsp_loss"] = sums["nsp_xent"] / n
-    out["nsp_accuracy"] = sums["nsp_correct"] / n
+  pair_loss = 0.0
+  for t in PAIR_TASKS.values():
+    if f"{t}_xent" in sums:
+      n = max(sums[f"{t}_count"], 1.0)
+      out[f"{t}_loss"] = pair_loss = sums[f"{t}_xent"] / n
+      out[f"{t}_accuracy"] = sums[f"{t}_correct"] / n
   if "loss" not in sums:
-    out["loss"] = out["mlm_loss"] + out.get("nsp_loss", 0.0)
+    out["loss"] = out["mlm_loss"] + pair_loss
   return out

@@ -1,0 +1,109 @@
+"""ELECTRA's objective: shared embeddings, gradients through the sample, the AUC from histograms."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax import model_config
+from bert_jax.objectives import electra
+
+VOCAB, LEN, P = 64, 16, 4
+
+
+def _models():
+  return electra.Models(model_config.variant("tiny", VOCAB, model_type="electra"), 0.25)
+
+
+def _batch(b=4, seed=0):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, VOCAB, (b, LEN)).astype(np.int32)
+  mask = np.ones((b, LEN), np.int32)
+  mask[:, -3:] = 0
+  pos = np.stack([np.sort(rng.choice(np.arange(1, LEN - 3), P, replace=False))
+                  for _ in range(b)]).astype(np.int32)
+  weights = np.ones((b, P), np.float32)
+  weights[0, -1] = 0.0  # a padding prediction (its position must not be written)
+  labels = np.take_along_axis(ids, pos, 1)
+  masked = ids.copy()
+  np.put_along_axis(masked, pos, 4, 1)  # [MASK]
+  return dict(input_ids=masked, input_mask=mask, segment_ids=np.zeros_like(ids),
+              masked_lm_positions=pos, masked_lm_ids=labels, masked_lm_weights=weights)
+
+
+def test_generator_config_follows_electras_get_generator_config():
+  m = _models()
+  g, d = m.generator_config, m.discriminator_config
+  assert (g.hidden_size, g.num_heads, g.intermediate_size) == (32, 1, 128)
+  assert g.embed_dim == d.embed_dim == 128 and g.num_layers == d.num_layers
+
+
+def test_embeddings_are_shared_and_no_gradient_flows_through_the_sample():
+  m = _models()
+  params = nn.unbox(electra.init_fn(m, LEN, P)(jax.random.PRNGKey(0)))
+  # Stored once: the generator keeps only its projection to its hidden size.
+  assert set(params["generator"]["bert"]["embeddings"]) == {"project"}
+  objective = electra.objective(m, disc_weight=50.0)
+  batch = jax.tree.map(jnp.asarray, _batch())
+  rng = jax.random.PRNGKey(1)
+
+  def rtd_of_generator(g, p):
+    return objective.sums({**p, "generator": g}, batch, rng, True)["rtd_xent"]
+
+  @jax.jit
+  def grads(p):
+    return (jax.grad(lambda q: objective.sums(q, batch, rng, True)["mlm_xent"])(p),
+            jax.grad(rtd_of_generator)(p["generator"], p))
+
+  def norm(tree):
+    return float(sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(tree)))
+
+  g_mlm, g_rtd_generator = grads(params)
+  shared = ("discriminator", "bert", "embeddings", "word_embeddings")
+  pick = lambda tree, path: tree[path[0]][path[1]][path[2]][path[3]]  # noqa: E731
+  # The generator's MLM loss trains the shared table, never the discriminator's encoder ...
+  assert norm(pick(g_mlm, shared)) > 0
+  assert norm(g_mlm["discriminator"]["bert"]["encoder"]) == 0
+  assert norm(g_mlm["discriminator"]["discriminator"]) == 0
+  # ... and the discriminator's loss reaches none of the generator's own parameters: the
+  # sampled tokens are integers drawn from stop_gradient(logits).
+  assert norm(g_rtd_generator) == 0
+
+
+def test_replaced_tokens_are_the_samples_that_differ_from_the_original():
+  m = _models()
+  params = nn.unbox(electra.init_fn(m, LEN, P)(jax.random.PRNGKey(0)))
+  batch = _batch()
+  sums = jax.jit(lambda p, b: electra.objective(m, 50.0).sums(p, b, jax.random.PRNGKey(2), True))(
+      params, batch)
+  real = batch["input_mask"].sum()
+  assert float(sums["real_tokens"]) == real
+  # At most the weighted predictions can be replaced; an untrained generator over 64 tokens
+  # rarely samples the original.
+  assert 0.5 * batch["masked_lm_weights"].sum() <= float(sums["rtd_replaced"]) <= (
+      batch["masked_lm_weights"].sum())
+  hist = np.asarray(sums["rtd_hist_replaced"]) + np.asarray(sums["rtd_hist_original"])
+  assert hist.sum() == real and hist.shape == (electra.AUC_BINS,)
+  assert float(sums["rtd_hist_replaced"].sum()) == float(sums["rtd_replaced"])
+
+
+def test_scatter_predictions_writes_only_weighted_positions():
+  ids = jnp.arange(12).reshape(2, 6)
+  pos = jnp.array([[1, 3, 0], [2, 5, 0]])
+  out = electra.scatter_predictions(ids, pos, jnp.full((2, 3), 99),
+                                    jnp.array([[1.0, 1.0, 0.0], [1.0, 1.0, 0.0]]))
+  np.testing.assert_array_equal(out, [[0, 99, 2, 99, 4, 5], [6, 7, 99, 9, 10, 99]])
+
+
+def test_auc_from_histograms_is_the_binned_mann_whitney_statistic():
+  rng = np.random.default_rng(0)
+  pos_scores, neg_scores = rng.normal(1.0, 1.5, 3000), rng.normal(-1.0, 1.5, 20000)
+  bins = lambda s: np.clip(((s + 8) / 16 * 128).astype(int), 0, 127)  # noqa: E731
+  hp = np.bincount(bins(pos_scores), minlength=128)
+  hn = np.bincount(bins(neg_scores), minlength=128)
+  bp, bn = bins(pos_scores)[:, None], bins(neg_scores)[None, :]
+  pairwise = np.mean((bp > bn) + 0.5 * (bp == bn))  # the definition, ties half
+  assert abs(electra.auc_from_histograms(hp, hn) - pairwise) < 1e-12
+  exact = np.mean(pos_scores[:, None] > neg_scores[None, :])  # unbinned
+  assert abs(electra.auc_from_histograms(hp, hn) - exact) < 2e-3
+  assert abs(electra.auc_from_histograms(hn, hp) - (1 - exact)) < 2e-3
+  assert np.isnan(electra.auc_from_histograms(np.zeros(4), np.ones(4)))
