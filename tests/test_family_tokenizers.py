@@ -287,7 +287,7 @@ def test_pretraining_with_bpe_exports_a_bundle_that_carries_it(tmp_path, bpe_dir
   _write_corpus(tmp_path)
   c = pretrain_config.get_config("tiny")
   c.data.source, c.data.files, c.data.tokenizer = "files", str(tmp_path / "*.txt"), str(bpe_dir)
-  c.data.mode, c.data.max_predictions_per_seq = "full_sentences", 5
+  c.objective, c.data.mode, c.data.max_predictions_per_seq = "mlm", "full_sentences", 5
   c.seq_len, c.batch_size, c.total_steps, c.log_every, c.checkpoint_every = 32, 8, 2, 1, 2
   c.fill_mask_example = "the quick brown [MASK] jumps."
   workdir = str(tmp_path / "run")
