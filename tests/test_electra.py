@@ -10,8 +10,11 @@ from bert_jax.objectives import electra
 VOCAB, LEN, P = 64, 16, 4
 
 
-def _models():
-  return electra.Models(model_config.variant("tiny", VOCAB, model_type="electra"), 0.25)
+def _models(layers=None):
+  config = model_config.variant("tiny", VOCAB, model_type="electra")
+  if layers:  # fewer layers: a quicker compile where only the wiring is tested
+    config = config.replace(num_layers=layers)
+  return electra.Models(config, 0.25)
 
 
 def _batch(b=4, seed=0):
@@ -38,7 +41,7 @@ def test_generator_config_follows_electras_get_generator_config():
 
 
 def test_embeddings_are_shared_and_no_gradient_flows_through_the_sample():
-  m = _models()
+  m = _models(layers=1)
   params = nn.unbox(electra.init_fn(m, LEN, P)(jax.random.PRNGKey(0)))
   # Stored once: the generator keeps only its projection to its hidden size.
   assert set(params["generator"]["bert"]["embeddings"]) == {"project"}
