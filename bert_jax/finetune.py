@@ -321,6 +321,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
         print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
       step, t0, acc, steps_since = 0, time.time(), None, 0
       for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
+        epoch_start, epoch_first_step = time.time(), step
         for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch):
           if step >= total_steps:
             break
@@ -340,6 +341,15 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                               "examples_per_second": float(sums["examples"]) / dt},
                        prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
             acc, t0, steps_since = None, time.time(), 0
+        jax.block_until_ready(state.step)
+        seconds = time.time() - epoch_start
+        examples = (step - epoch_first_step) * config.batch_size
+        logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
+                          examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
+        if is_writer:
+          print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
+                f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
+                flush=True)
       if is_writer and compiled_lengths:
         what = "packed row counts" if pack else "sequence lengths"
         print(f"seed {seed}: the train step is compiled for {len(compiled_lengths)} {what} of "
