@@ -307,7 +307,8 @@ def run_hf_glue(task_name: str, b: Budget, args, out: str, pad_to_longest: bool 
   tok = transformers.BertTokenizerFast.from_pretrained(args.model_dir)
 
   def encode(examples):
-    enc = tok([e.text_a for e in examples], [e.text_b for e in examples], truncation=True,
+    pairs = [e.text_b for e in examples] if task.text_b else None  # None: single sentences
+    enc = tok([e.text_a for e in examples], pairs, truncation=True,
               max_length=b.max_seq_length, padding="max_length", return_tensors="np")
     arrays = {k: enc[k].astype(np.int32)
               for k in ("input_ids", "attention_mask", "token_type_ids")}

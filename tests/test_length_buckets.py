@@ -95,3 +95,32 @@ def test_bucketed_predictions_equal_the_padded_ones():
   assert step._cache_size() == 3  # lengths 32 (padded path and last batch), 8 and 16
   np.testing.assert_allclose(bucketed["logits"], padded["logits"], atol=1e-5)
   np.testing.assert_array_equal(np.argmax(bucketed["logits"], -1), np.argmax(padded["logits"], -1))
+
+
+def test_squad_and_accumulation_refuse_what_they_cannot_use():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import pathlib  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(__file__).resolve().parents[1]
+
+  def config(name, arg, **overrides):
+    spec = importlib.util.spec_from_file_location(f"{name}_cfg", root / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(arg)
+    c.init_checkpoint, c.data_dir = "ckpt", "data"
+    for k, v in overrides.items():
+      c[k] = v
+    return c
+  mesh = sharding.make_mesh((-1, 1, 1))
+  glue_config = config("glue", "task=mrpc")
+  assert glue_config.length_bucketing and not glue_config.packing
+  finetune.check_config(glue_config, mesh)
+  assert not config("squad", "version=1.1").length_bucketing
+  for c, message in ((config("squad", "version=1.1", length_bucketing=True),
+                      "length_bucketing applies to sequence-level tasks"),
+                     (config("squad", "version=1.1", packing=True), "packing applies to"),
+                     (config("glue", "task=mrpc", packing=True), "packing needs optimizer")):
+    if message.startswith("packing needs"):
+      c.optimizer.grad_accum_steps = 2
+    with pytest.raises(ValueError, match=message):
+      finetune.check_config(c, mesh)
