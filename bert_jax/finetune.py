@@ -19,7 +19,8 @@ initialisation policy) -> jit(train_step) -> epochs -> padded eval of every
 example. With length_bucketing (GLUE's default) each training and eval batch is
 cut to the shortest of a few fixed lengths that holds its longest row
 (bert_jax.data.length_buckets; the step compiles once per length, logged);
-with packing each training batch's examples share rows (bert_jax.tasks.packing). Writes workdir/eval_results.json (dev metrics; the mean over `seeds`
+with packing each training batch's examples share rows (bert_jax.tasks.packing).
+Writes workdir/eval_results.json (dev metrics; the mean over `seeds`
 with `<metric>_std` when seeds > 1; per-seed values in
 eval_results_per_seed.json), prediction files (GLUE: predictions/<TASK>.tsv,
 MNLI also AX.tsv; SQuAD: predictions.json, nbest_predictions.json,

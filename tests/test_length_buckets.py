@@ -74,6 +74,18 @@ def test_eval_batches_score_every_row_once_in_row_order():
   np.testing.assert_array_equal(out["label"], arrays["label_ids"])
 
 
+def test_sequential_batches_pad_eval_and_drop_the_training_remainder():
+  evals = length_buckets.sequential_batches(np.arange(5), 4, 16, pad_last=True)
+  assert [b.rows.tolist() for b in evals] == [[0, 1, 2, 3], [4, -1, -1, -1]]
+  assert [b.length for b in evals] == [16, 16]
+  assert len(length_buckets.sequential_batches(np.arange(0), 4, 16, pad_last=True)) == 1
+  train = length_buckets.sequential_batches(np.array([3, 1, 4, 0, 2]), 2, 16, pad_last=False)
+  assert [b.rows.tolist() for b in train] == [[3, 1], [4, 0]]
+  cut = length_buckets.cut({"input_mask": np.ones((5, 16), np.int32), "weights": np.ones(5)},
+                           evals[1], ("input_mask", "weights"))
+  assert cut["weights"].tolist() == [1, 0, 0, 0] and cut["input_mask"][1:].sum() == 0
+
+
 def test_bucketed_predictions_equal_the_padded_ones():
   """The same model on rows cut to their bucket gives the padded path's logits."""
   cfg = BertConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=2,

@@ -32,8 +32,8 @@ def row_step(batch_size: int, shards: int) -> int:
   return -(-step // shards) * shards
 
 
-def pack_batch(batch: dict, seq_len: int, step: int, pad_id: int, position_offset: int = 0,
-               first_row: int = 0) -> dict:
+def pack_batch(batch: dict, seq_len: int, step: int, pad_id: int,
+               position_offset: int = 0) -> dict:
   """One batch of unpacked examples as packed rows.
 
   Args:
@@ -45,13 +45,11 @@ def pack_batch(batch: dict, seq_len: int, step: int, pad_id: int, position_offse
     pad_id: input_ids of padding positions.
     position_offset: added to the restarting positions (the model's
       position_offset: RoBERTa's first token is at pad_token_id + 1).
-    first_row: rows before this batch's in the global batch (processes > 0
-      pack their share separately), for `cls_index`.
 
   Returns:
     Per-token arrays [rows, seq_len] (input_mask numbering the examples,
     position_ids), per-example arrays unchanged, and cls_index int32 [batch]:
-    each example's first token as (first_row + row) * seq_len + column.
+    each example's first token as row * seq_len + column.
   """
   lengths = length_buckets.row_lengths(batch["input_mask"])
   splits = segments.pack_rows(lengths, seq_len)
@@ -66,5 +64,5 @@ def pack_batch(batch: dict, seq_len: int, step: int, pad_id: int, position_offse
   real = packed["input_mask"] > 0
   out["position_ids"] = np.where(real, packed["position_ids"] + position_offset,
                                  max(position_offset - 1, 0)).astype(np.int32)
-  out["cls_index"] = (packed["example_start"] + first_row * seq_len).astype(np.int32)
+  out["cls_index"] = packed["example_start"].astype(np.int32)
   return out
