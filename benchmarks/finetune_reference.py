@@ -146,8 +146,10 @@ def batches(n: int, batch_size: int, seed: int, num_epochs: float):
 # -- bert_jax: the real CLI ------------------------------------------------------------------
 
 
-def run_bert_jax(task: str, b: Budget, args, out: str, squad_files=None) -> dict:
-  """`python -m bert_jax.finetune` as a subprocess; returns eval_results + timing."""
+def run_bert_jax(task: str, b: Budget, args, out: str, squad_files=None,
+                 flags: tuple = ()) -> dict:
+  """`python -m bert_jax.finetune` as a subprocess (extra `flags`); returns eval_results, the
+  training losses and the epoch times."""
   if task == "squad":
     config = f"{ROOT}/configs/squad.py:version=1.1"
     extra = [f"--config.train_file={squad_files[0]}", f"--config.eval_file={squad_files[1]}",
@@ -169,7 +171,7 @@ def run_bert_jax(task: str, b: Budget, args, out: str, squad_files=None) -> dict
          f"--config.seed={b.seed}", f"--config.max_train_examples={b.max_train_examples}",
          f"--config.model.dropout_rate={b.dropout}",
          f"--config.model.attention_dropout_rate={b.dropout}",
-         f"--config.log_every={args.log_every}"] + extra
+         f"--config.log_every={args.log_every}"] + extra + list(flags)
   print("  $ " + " ".join(cmd), flush=True)
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   with open(os.path.join(out, "log.txt"), "w", encoding="utf-8") as log:
@@ -180,7 +182,10 @@ def run_bert_jax(task: str, b: Budget, args, out: str, squad_files=None) -> dict
     results = json.load(f)
   key = f"seed{b.seed}_train_loss"
   with open(os.path.join(out, "metrics.jsonl"), encoding="utf-8") as f:
-    losses = [(r["step"], r[key]) for r in map(json.loads, f) if key in r]
+    records = [json.loads(line) for line in f]
+  losses = [(r["step"], r[key]) for r in records if key in r]
+  results["epoch_seconds"] = [r[f"seed{b.seed}_train_epoch_seconds"] for r in records
+                              if f"seed{b.seed}_train_epoch_seconds" in r]
   results["train_losses"] = losses
   results["final_train_loss"] = final_loss(losses)
   results["command"] = " ".join(cmd)
@@ -211,8 +216,13 @@ def bert_jax_head(task: str, bundle_dir: str, num_labels: int, seed: int) -> dic
 
 
 def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Budget,
-                         log_path: str, log_every: int) -> tuple[dict, list, float]:
+                         log_path: str, log_every: int,
+                         pad_to_longest: bool = False) -> tuple[dict, list, float]:
   """The run_flax_glue / run_qa training loop.
+
+  pad_to_longest: each training batch cut to its longest row (dynamic padding, as
+  PyTorch's DataCollatorWithPadding; jit compiles once per length) instead of
+  max_seq_length.
 
   Returns:
     (eval outputs, [(step, mean loss of the steps since the previous entry)], examples/s)
@@ -257,15 +267,20 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
   with open(log_path, "w", encoding="utf-8") as log:
     for step, rows in enumerate(batches(n, b.batch_size, b.seed, b.num_epochs)):
       batch = {k: v[rows] for k, v in train.items()}
+      if pad_to_longest:
+        longest = int(batch["attention_mask"].sum(1).max())
+        batch = {k: v[:, :longest] if v.ndim == 2 else v for k, v in batch.items()}
       params, opt_state, loss = train_step(params, opt_state, batch,
                                            jax.random.fold_in(dropout_key, step))
       window.append(loss)
       if (step + 1) % log_every == 0 or step + 1 == total:  # bert_jax.finetune's windows
         logged.append((step + 1, float(np.mean(jax.device_get(window)))))
         log.write(json.dumps({"step": step + 1, "loss": logged[-1][1],
-                              "learning_rate": float(schedule(step))}) + "\n")
+                              "learning_rate": float(schedule(step)),
+                              "seconds": time.time() - t0}) + "\n")
         log.flush()
         window = []
+  jax.block_until_ready(params)
   rate = total * b.batch_size / max(time.time() - t0, 1e-9)
 
   outputs = {}
@@ -281,8 +296,8 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
   return outputs, logged, rate
 
 
-def run_hf_glue(task_name: str, b: Budget, args, out: str) -> dict:
-  """Reference GLUE fine-tuning; metrics from scikit-learn."""
+def run_hf_glue(task_name: str, b: Budget, args, out: str, pad_to_longest: bool = False) -> dict:
+  """Reference GLUE fine-tuning (pad_to_longest: dynamic padding); metrics from scikit-learn."""
   import optax  # pylint: disable=g-import-not-at-top
   from sklearn import metrics as skm  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -297,7 +312,8 @@ def run_hf_glue(task_name: str, b: Budget, args, out: str) -> dict:
   tok = transformers.BertTokenizerFast.from_pretrained(args.model_dir)
 
   def encode(examples):
-    enc = tok([e.text_a for e in examples], [e.text_b for e in examples], truncation=True,
+    pairs = [e.text_b for e in examples] if task.text_b else None  # None: single sentences
+    enc = tok([e.text_a for e in examples], pairs, truncation=True,
               max_length=b.max_seq_length, padding="max_length", return_tensors="np")
     arrays = {k: enc[k].astype(np.int32)
               for k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -322,11 +338,13 @@ def run_hf_glue(task_name: str, b: Budget, args, out: str) -> dict:
 
   outputs, losses, rate = hf_train_and_predict(model, params, train, {"dev": dev}, loss_of, b,
                                                os.path.join(out, "train_log.jsonl"),
-                                               args.log_every)
+                                               args.log_every, pad_to_longest)
   preds = np.argmax(outputs["dev"][0], -1)
   results = {"accuracy": float(skm.accuracy_score(dev["labels"], preds))}
   if "f1" in task.metrics:
     results["f1"] = float(skm.f1_score(dev["labels"], preds))
+  if "matthews_corrcoef" in task.metrics:
+    results["matthews_corrcoef"] = float(skm.matthews_corrcoef(dev["labels"], preds))
   results.update(train_losses=losses, final_train_loss=final_loss(losses),
                  examples_per_second=rate, tokenization_rows_identical=same_rows)
   return results

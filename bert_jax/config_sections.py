@@ -131,13 +131,15 @@ def mesh() -> ml_collections.ConfigDict:
 
 
 def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: int,
-             learning_rate: float, num_epochs: float, eval_only: bool = False) -> None:
+             learning_rate: float, num_epochs: float, eval_only: bool = False,
+             length_bucketing: bool = False, packing: bool = False) -> None:
   """Adds the keys of every fine-tuning config, and its model, optimizer and mesh, to `c`.
 
   Args:
     c: the config of configs/glue.py or squad.py, holding the task's own keys.
     data_source: the default of `c.data_source`, the task's own file format.
-    max_seq_length, learning_rate, num_epochs, eval_only: the task's defaults.
+    max_seq_length, learning_rate, num_epochs, eval_only, length_bucketing, packing: the
+      task's defaults.
   """
   # Where the data comes from: the task's files under data_dir ('tsv' for GLUE, 'json'
   # for SQuAD, 'conll' for NER) or 'tfds' (GLUE and SQuAD).
@@ -154,6 +156,13 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   # Word pieces per example, [CLS] and [SEP]s included (GLUE pairs are truncated longest
   # first; a SQuAD window is [CLS] question [SEP] context window [SEP]).
   c.max_seq_length = max_seq_length
+  # Cut each training and eval batch to the shortest of a few fixed lengths (multiples of 8
+  # up to max_seq_length) that holds its longest row; False: every row max_seq_length long.
+  c.length_bucketing = length_bucketing
+  # Training only: pack each batch's examples several to a row of max_seq_length (block-
+  # diagonal attention, restarting positions; the same examples per step and the same
+  # loss as unpacked); sequence-level tasks, grad_accum_steps 1. Eval is never packed.
+  c.packing = packing
   # Use only the first N training examples (SQuAD: questions; 0: all); for smoke runs.
   c.max_train_examples = 0
   # Training batch size (SQuAD: in windows), global over all hosts and devices.

@@ -18,8 +18,12 @@ approach of the BERT paper) and `--combine` merges them (mean, max or concat).
 Every text is [CLS] a [SEP] (b [SEP]) truncated to --max_length (longest
 first for pairs, as BERT); truncation is counted and reported, and invalid
 UTF-8 is replaced with U+FFFD, counted and reported. The forward pass is jitted
-once for fixed shapes: [batch_size, L] with L the longest encoded text rounded
-up to a multiple of 8 (at most --max_length); the last batch is padded.
+once per shape: texts are sorted by length and each batch of --batch_size is
+cut to the shortest of a few fixed lengths (multiples of 8, each at most 1.5x
+the last, up to --max_length) that holds its longest text, so short texts do
+not pay for long ones (--nolength_bucketing: every batch at the longest text's
+length, rounded up to a multiple of 8); the last batch is padded. Embeddings
+come back in input order.
 """
 import dataclasses
 import functools
@@ -38,6 +42,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
 from bert_jax import model as model_lib
 from bert_jax import train_log
+from bert_jax.data import length_buckets
 
 POOLINGS = ("cls", "pooler", "mean", "max")
 DEFAULT_MAX_LENGTH = 128
@@ -195,12 +200,14 @@ class EmbedStats:
   truncated: int
   bad_utf8_lines: list[int]
   seconds: float
+  # The padded lengths of the batches, one compilation each.
+  lengths: list[int] = dataclasses.field(default_factory=list)
 
 
 def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "mean",
           layers: Sequence[int] = (-1,), combine: str = "mean", normalize: bool = False,
           max_length: Optional[int] = None, batch_size: int = 32, dtype: str = "float32",
-          tokenizer=None) -> tuple[np.ndarray, EmbedStats]:
+          tokenizer=None, length_bucketing: bool = True) -> tuple[np.ndarray, EmbedStats]:
   """Embeds texts (or (a, b) pairs) with a loaded checkpoint.
 
   Args:
@@ -215,6 +222,10 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
     batch_size: texts per forward pass.
     dtype: compute dtype ('float32' or 'bfloat16').
     tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
+    length_bucketing: texts sorted by length, each batch cut to the shortest
+      bucket length (bert_jax.data.length_buckets) that holds its longest text;
+      False: every batch at the longest text's length. Same embeddings up to
+      float rounding.
 
   Returns:
     (float32 [len(texts), dim] embeddings, EmbedStats).
@@ -230,15 +241,20 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
   start = time.time()
   ids, segs, truncated = encode(tokenizer, texts, max_length)
-  seq_len = min(max_length, -(-max(len(x) for x in ids) // 8) * 8)
+  lengths = np.array([len(x) for x in ids], np.int64)
+  seq_len = min(max_length, -(-int(lengths.max()) // 8) * 8)
   n = len(ids)
-  total = -(-n // batch_size) * batch_size
-  ids_arr = np.full((total, seq_len), tokenizer.pad_id, np.int32)  # [texts, len]
-  seg_arr = np.zeros((total, seq_len), np.int32)
-  mask_arr = np.zeros((total, seq_len), np.int32)
+  ids_arr = np.full((n, seq_len), tokenizer.pad_id, np.int32)  # [texts, len]
+  seg_arr = np.zeros((n, seq_len), np.int32)
+  mask_arr = np.zeros((n, seq_len), np.int32)
   for i, (x, s) in enumerate(zip(ids, segs)):
     ids_arr[i, :len(x)], seg_arr[i, :len(x)], mask_arr[i, :len(x)] = x, s, 1
-  mask_arr[n:, 0] = 1  # padding rows: one "real" token so nothing divides by zero
+  arrays = {"input_ids": ids_arr, "input_mask": mask_arr, "segment_ids": seg_arr}
+  if length_bucketing:
+    batches = length_buckets.eval_batches(lengths, batch_size,
+                                          length_buckets.bucket_lengths(seq_len))
+  else:
+    batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
   config = config.replace(dtype=dtype)
   params = model_lib.match_scan_layout(pretrained.params, config)["bert"]
   if pooling != "pooler":
@@ -249,11 +265,13 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
   # float32 means float32 matmuls (GPUs would otherwise use TF32 for them).
   precision = "float32" if dtype == "float32" else "default"
   with jax.default_matmul_precision(precision):
-    for i in range(0, total, batch_size):
-      sl = slice(i, i + batch_size)
-      out.append(fn(params, ids_arr[sl], mask_arr[sl], seg_arr[sl]))
-    emb = np.concatenate([np.asarray(x) for x in out])[:n]
-  return emb, EmbedStats(n, seq_len, truncated, [], time.time() - start)
+    for batch in batches:
+      cut = length_buckets.cut(arrays, batch, ("input_ids", "input_mask", "segment_ids"))
+      cut["input_mask"][batch.rows < 0, 0] = 1  # padding rows: one "real" token, no 0 / 0
+      out.append(fn(params, cut["input_ids"], cut["input_mask"], cut["segment_ids"]))
+    emb = length_buckets.scatter_outputs([np.asarray(x) for x in out], batches, n)
+  lengths_used = sorted({b.length for b in batches})
+  return emb, EmbedStats(n, seq_len, truncated, [], time.time() - start, lengths_used)
 
 
 def check_options(pretrained: ckpt_lib.Pretrained, pooling: str, layers: Sequence[int],
@@ -302,6 +320,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                        "model's max positions when smaller)", flag_values=fv)
   flags.DEFINE_integer("batch_size", 32, "texts per forward pass", flag_values=fv)
   flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "compute dtype", flag_values=fv)
+  flags.DEFINE_boolean("length_bucketing", True, "sort texts by length and cut each batch to "
+                       "a fixed bucket length (one compilation per length)", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.embed", __doc__)
   return fv
 
@@ -330,7 +350,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       ("output", args.output)], file=sys.stderr)
   emb, stats = embed(pretrained, inp.texts, pooling=args.pooling, layers=layers,
                      combine=args.combine, normalize=args.normalize, max_length=max_length,
-                     batch_size=args.batch_size, dtype=args.dtype)
+                     batch_size=args.batch_size, dtype=args.dtype,
+                     length_bucketing=args.length_bucketing)
   stats.bad_utf8_lines = inp.bad_utf8_lines
   with epath.Path(args.output).open("wb") as f:  # exactly this path (np.save would add .npy)
     np.save(f, emb)
@@ -338,7 +359,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         f"(pooling {args.pooling}, layers {list(layers)}"
         + (f" combined by {args.combine}" if len(layers) > 1 else "")
         + (", L2-normalised" if args.normalize else "")
-        + f"; padded length {stats.seq_len}; {stats.seconds:.1f}s)", file=sys.stderr)
+        + f"; padded lengths {stats.lengths}, one compilation each; {stats.seconds:.1f}s)",
+        file=sys.stderr)
   print(f"truncated {stats.truncated} of {stats.num_texts} {kind} to --max_length "
         f"{max_length}", file=sys.stderr)
   if stats.bad_utf8_lines:

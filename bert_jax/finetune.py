@@ -18,7 +18,11 @@ One linear program, on the training core that pretraining uses: mesh -> checkpoi
 (config, vocab, params) -> task data (every split read and encoded first, so
 bad data fails fast) -> per seed: optimizer -> initial state (the shared
 initialisation policy) -> jit(train_step) -> epochs -> padded eval of every
-example. Writes workdir/eval_results.json (dev metrics; the mean over `seeds`
+example. With length_bucketing (GLUE's default) each training and eval batch is
+cut to the shortest of a few fixed lengths that holds its longest row
+(bert_jax.data.length_buckets; the step compiles once per length, logged);
+with packing each training batch's examples share rows (bert_jax.tasks.packing).
+Writes workdir/eval_results.json (dev metrics; the mean over `seeds`
 with `<metric>_std` when seeds > 1; per-seed values in
 eval_results_per_seed.json), prediction files (GLUE: predictions/<TASK>.tsv,
 MNLI also AX.tsv; SQuAD: predictions.json, nbest_predictions.json,
@@ -46,8 +50,9 @@ from bert_jax import optimizer as opt_lib
 from bert_jax import sharding
 from bert_jax import train_core
 from bert_jax import train_log
+from bert_jax.data import length_buckets
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.tasks import pad_to_multiple
+from bert_jax.tasks import packing
 from bert_jax.tasks import task as task_lib
 
 
@@ -70,6 +75,14 @@ def check_config(config, mesh) -> None:
     bad(f"layerwise_lr_decay must be positive (1.0: off), got {config.layerwise_lr_decay}")
   if config.seeds <= 0:
     bad(f"seeds must be positive, got {config.seeds}")
+  why = {"squad": "SQuAD windows fill max_seq_length",
+         "ner": "token-level heads are not bucketed or packed yet"}.get(config.task)
+  for key in ("length_bucketing", "packing"):
+    if config[key] and why:
+      bad(f"{key} applies to sequence-level tasks (GLUE), not {config.task}: {why}")
+  if config.packing and config.optimizer.grad_accum_steps != 1:
+    bad(f"packing needs optimizer.grad_accum_steps 1 (got {config.optimizer.grad_accum_steps}): "
+        "packed rows do not split into microbatches")
 
 
 def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrained,
@@ -97,16 +110,45 @@ def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrai
                      f"(kernel {want})")
 
 
-def train_batches(arrays: dict, keys, order: np.ndarray, batch_size: int):
-  """Global batches in `order` (remainder dropped); each host yields its rows."""
+def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,
+                  epoch: int) -> list[length_buckets.Batch]:
+  """The training batches of one epoch: a permutation seeded by (seed, epoch), remainder
+  dropped; with length_bucketing (and no packing), sorted within windows and cut to
+  bucket lengths."""
+  order = np.random.default_rng([seed, epoch]).permutation(n_train)
+  if config.packing or not config.length_bucketing:  # packed rows are max_seq_length long
+    return length_buckets.sequential_batches(order, config.batch_size, config.max_seq_length,
+                                             pad_last=False)
+  return length_buckets.train_batches(
+      lengths, order, config.batch_size, length_buckets.bucket_lengths(config.max_seq_length),
+      np.random.default_rng([seed, epoch, 1]))
+
+
+def train_batch(arrays: dict, keys, batch: length_buckets.Batch,
+                pack: Optional[dict]) -> tuple[dict, int]:
+  """This process's share of a global training batch, and the shape it has.
+
+  Args:
+    arrays: the training arrays (the same on every process).
+    keys: the features to take.
+    batch: the global batch.
+    pack: None, or packing.pack_batch's keyword arguments (seq_len, step,
+      pad_id, position_offset): the global batch is packed on every process
+      alike and each takes its share of rows and of examples.
+
+  Returns:
+    (host-local batch, its sequence length or, packed, its global row count).
+  """
   pi, pc = jax.process_index(), jax.process_count()
-  per_host = batch_size // pc
-  for start in range(0, len(order) - batch_size + 1, batch_size):
-    rows = order[start + pi * per_host: start + (pi + 1) * per_host]
-    yield {k: arrays[k][rows] for k in keys}
+  if pack is None:
+    return length_buckets.cut(arrays, length_buckets.host_share(batch, pi, pc), keys), batch.length
+  packed = packing.pack_batch(length_buckets.cut(arrays, batch, keys), **pack)
+  share = lambda x: x[pi * (len(x) // pc):(pi + 1) * (len(x) // pc)]  # noqa: E731
+  return jax.tree.map(share, packed), len(packed["input_ids"])
 
 
-def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=()) -> dict:
+def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
+            bucketing: bool = False) -> dict:
   """Model outputs for every row of `arrays` (padded to whole batches, never dropped).
 
   Args:
@@ -116,21 +158,27 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=())
     batch_size: global eval batch size.
     mesh: the device mesh.
     rules: logical -> mesh axis rules.
+    bucketing: rows sorted by length and each batch cut to its bucket length
+      (outputs must then be per example, [batch, ...] of no token axis).
 
   Returns:
-    Outputs gathered on every host as numpy, [n, ...] for the n rows.
+    Outputs gathered on every host as numpy, [n, ...] for the n rows, in row order.
   """
-  n = len(arrays["input_ids"])
-  padded = pad_to_multiple({k: arrays[k] for k in task_lib.MODEL_INPUTS}, batch_size)
+  n, seq_len = arrays["input_ids"].shape
+  if bucketing:
+    batches = length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
+                                          batch_size, length_buckets.bucket_lengths(seq_len))
+  else:
+    batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
   pi, pc = jax.process_index(), jax.process_count()
-  per_host = batch_size // pc
   chunks = []
-  for start in range(0, len(padded["input_ids"]), batch_size):
-    local = {k: v[start + pi * per_host: start + (pi + 1) * per_host] for k, v in padded.items()}
+  for batch in batches:
+    local = length_buckets.cut(arrays, length_buckets.host_share(batch, pi, pc),
+                               task_lib.MODEL_INPUTS)
     with sharding.mesh_context(mesh, rules):
       out = predict_step(params, sharding.host_to_global(local, mesh))
     chunks.append(multihost_utils.process_allgather(out, tiled=True))
-  return jax.tree.map(lambda *xs: np.concatenate(xs)[:n], *chunks)
+  return length_buckets.scatter_outputs(jax.device_get(chunks), batches, n)
 
 
 def mean_over_seeds(per_seed: list[dict]) -> dict:
@@ -254,6 +302,18 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   fresh_heads = () if config.eval_only else bundle.TASK_HEADS
   runs = 1 if config.eval_only else config.seeds
   per_seed, state = [], None
+  train_lengths = length_buckets.row_lengths(task.train_arrays["input_mask"]) if n_train else None
+  pack = None
+  if config.packing:
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    pack = dict(seq_len=config.max_seq_length, step=packing.row_step(config.batch_size, shards),
+                pad_id=tokenizer.pad_id, position_offset=model_cfg.position_offset)
+    shape_limit = -(-config.batch_size // pack["step"])
+  elif config.length_bucketing:
+    shape_limit = len(length_buckets.bucket_lengths(config.max_seq_length))
+  else:
+    shape_limit = 1
+  compiled_lengths = set()  # the shapes the train step was compiled for
   try:
     for seed in range(config.seed, config.seed + runs):
       state, _, _, how = ckpt_lib.initial_state(
@@ -263,10 +323,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
         print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
       step, t0, acc, steps_since = 0, time.time(), None, 0
       for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
-        order = np.random.default_rng([seed, epoch]).permutation(n_train)
-        for batch in train_batches(task.train_arrays, keys, order, config.batch_size):
+        epoch_start, epoch_first_step = time.time(), step
+        for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch):
           if step >= total_steps:
             break
+          batch, shape = train_batch(task.train_arrays, keys, global_batch, pack)
+          compiled_lengths.add(shape)
           with sharding.mesh_context(mesh, rules):
             state, metrics = train_step(state, sharding.host_to_global(batch, mesh))
           step += 1
@@ -281,13 +343,26 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                               "examples_per_second": float(sums["examples"]) / dt},
                        prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
             acc, t0, steps_since = None, time.time(), 0
+        jax.block_until_ready(state.step)
+        seconds = time.time() - epoch_start
+        examples = (step - epoch_first_step) * config.batch_size
+        logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
+                          examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
+        if is_writer:
+          print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
+                f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
+                flush=True)
+      if is_writer and compiled_lengths:
+        what = "packed row counts" if pack else "sequence lengths"
+        print(f"seed {seed}: the train step is compiled for {len(compiled_lengths)} {what} of "
+              f"at most {shape_limit}: {sorted(compiled_lengths)}", flush=True)
       if is_writer:
         print(f"seed {seed}: evaluating " + ", ".join(
             f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
       results, warnings, checked = {}, [], False
       for eval_set in task.eval_sets:  # every process scores, process 0 writes files
         outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
-                          mesh, rules)
+                          mesh, rules, bucketing=config.length_bucketing)
         scores = eval_set.score(outputs, workdir if is_writer else None)
         checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
         warnings += scores.pop(task_lib.WARNINGS, [])

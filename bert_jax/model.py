@@ -208,11 +208,16 @@ class BertModel(nn.Module):
   def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array,
                position_ids: Optional[Array] = None, deterministic: bool = True,
                output_hidden_states: bool = False,
-               output_positions: Optional[Array] = None) -> dict[str, Any]:
+               output_positions: Optional[Array] = None,
+               pool_index: Optional[Array] = None) -> dict[str, Any]:
     """Returns sequence_output [batch, len, hidden] (or [batch, Q, hidden]: the rows
     at `output_positions` [batch, Q], the only rows the last layer computes; with
     the pooler, their first column must be 0, the [CLS] row), pooled_output
-    [batch, hidden] with the pooler, hidden_states when asked."""
+    [batch, hidden] with the pooler, hidden_states when asked.
+
+    With `pool_index` int [E] (packed rows: flat indices row * len + column of
+    each example's [CLS] in sequence_output), pooled_output is [E, hidden], one
+    per example."""
     if position_ids is None:
       position_ids = default_position_ids(input_ids, self.config)
     x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
@@ -222,7 +227,11 @@ class BertModel(nn.Module):
     if hidden is not None:
       out["hidden_states"] = hidden  # num_layers + 1 of [batch, len, hidden]
     if self.add_pooler:
-      out["pooled_output"] = jnp.tanh(self.pooler(x[:, 0]))  # [batch, hidden]
+      if pool_index is None:
+        first = x[:, 0]  # [batch, hidden]
+      else:
+        first = x.reshape(-1, x.shape[-1])[pool_index]  # [examples, hidden]
+      out["pooled_output"] = jnp.tanh(self.pooler(first))
     return out
 
   def attend(self, x: Array, bias: Optional[Array] = None) -> Array:
@@ -346,16 +355,32 @@ def _dropout_dense(c: BertConfig, x: Array, features: int, name: str,
 
 
 class BertForSequenceClassification(nn.Module):
-  """Pooled output -> dropout -> dense; num_labels=1 is regression."""
+  """Pooled output -> dropout -> dense; num_labels=1 is regression.
+
+  One example per row: the last layer computes only the [CLS] row. Packed rows
+  (several examples to a row, bert_jax.tasks.packing): `position_ids` restart
+  for each example, `input_mask` numbers them, and `cls_index` int [examples]
+  gives each example's [CLS] as a flat index row * len + column; the logits are
+  then per example.
+  """
   config: BertConfig
   num_labels: int
 
   @nn.compact
-  def __call__(self, input_ids, input_mask, segment_ids, deterministic: bool = True) -> Array:
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic: bool = True,
+               position_ids: Optional[Array] = None,
+               cls_index: Optional[Array] = None) -> Array:
     c = self.config
-    out = BertModel(c, name="bert")(input_ids, input_mask, segment_ids, deterministic=deterministic)
+    bert = BertModel(c, name="bert")
+    if cls_index is None:
+      cls_rows = jnp.zeros((input_ids.shape[0], 1), jnp.int32)  # [batch, 1]
+      out = bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
+                 output_positions=cls_rows)
+    else:
+      out = bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
+                 pool_index=cls_index)
     return _dropout_dense(c, out["pooled_output"], self.num_labels, "classifier",
-                          deterministic)  # [batch, labels]
+                          deterministic)  # [batch or examples, labels]
 
 
 class BertForQuestionAnswering(nn.Module):

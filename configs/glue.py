@@ -61,5 +61,5 @@ def get_config(arg=None):
   # AX has no training data: it only evaluates an MNLI checkpoint.
   config_sections.finetune(c, data_source="tsv", max_seq_length=128,
                            learning_rate=_LEARNING_RATES[task], num_epochs=3.0,
-                           eval_only=task == "ax")
+                           eval_only=task == "ax", length_bucketing=True)
   return c

@@ -115,6 +115,16 @@ def test_batch_size_does_not_change_results(loaded):
   np.testing.assert_allclose(a, b, atol=1e-6)
 
 
+def test_length_buckets_keep_input_order_and_results(loaded):
+  texts = ["hello", "the cat sat on the mat . " * 3, "a dog", "big red dog ran far . " * 2,
+           "the cat", "world"] * 2
+  a, stats = embed.embed(loaded, texts, pooling="mean", batch_size=4)
+  b, flat = embed.embed(loaded, texts, pooling="mean", batch_size=4, length_bucketing=False)
+  np.testing.assert_allclose(a, b, atol=1e-5)
+  assert stats.lengths == [8, 24] and flat.lengths == [24]  # 3 tokens .. 23 tokens
+  assert not np.allclose(a[0], a[1])  # rows were not mixed up (texts differ)
+
+
 def test_truncation_counted(loaded):
   class Tok(tokenizer_base.Tokenizer):  # the tokenizer interface, ids looked up by hand
     cls_id, sep_id, pad_id = 2, 3, 0

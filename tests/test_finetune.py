@@ -448,13 +448,18 @@ def test_layerwise_scales_agree_between_layouts():
 
 def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrained, glue_dir,
                                                                        tmp_path):
-  """2 microbatches = 1 batch, and scanned layers = unrolled, on a task objective (no dropout)."""
+  """2 microbatches = 1 batch, scanned layers = unrolled, and packed rows = one example per
+  row, on a task objective (no dropout; the same batches: no length bucketing)."""
   def configured(name, **nested):
-    c = _glue_config(glue_dir, pretrained, predict_test=False, batch_size=16)  # 2 microbatches of 8
+    c = _glue_config(glue_dir, pretrained, predict_test=False, batch_size=16,  # 2 microbatches of 8
+                     length_bucketing=False)
     c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
     for key, value in nested.items():
-      section, field = key.split("__")
-      c[section][field] = value
+      if "__" in key:
+        section, field = key.split("__")
+        c[section][field] = value
+      else:
+        c[key] = value
     finetune.finetune(c, str(tmp_path / name))
     params = bundle.load_bundle(str(tmp_path / name / "export")).params
     return traverse_util.flatten_dict(params, sep="/")
@@ -464,7 +469,8 @@ def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrain
   query = "bert/encoder/layer_0/attention/query/kernel"
   assert float(np.max(np.abs(full[query] - start[query]))) > 1e-6  # training moved the encoder
   for other in (configured("accum", optimizer__grad_accum_steps=2),
-                configured("scan", model__scan_layers=True)):
+                configured("scan", model__scan_layers=True),
+                configured("packed", packing=True)):
     assert sorted(other) == sorted(full)
     diff = max(float(np.max(np.abs(full[k] - other[k]))) for k in full)
     assert diff <= 1e-5, diff

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from bert_jax import cpu_tensorflow
-from bert_jax import tasks
 from bert_jax.data import tokenizer_base
 from bert_jax.tasks import glue
 
@@ -362,19 +361,6 @@ def test_encode_pair_truncation_matches_google_loop(tokenizer):
         [0] * (first_sep + 1) + [1] * (len(tokens) - first_sep - 1) + [0] * (16 - len(tokens)))
   assert f["truncated"].sum() == sum(
       len(ex.text_a.split()) + len(ex.text_b.split()) > 13 for ex in examples)
-
-
-def test_pad_to_multiple(tokenizer):
-  examples = [glue.GlueExample(str(i), "the cat", None, 1, i) for i in range(5)]
-  f = tasks.pad_to_multiple(glue.encode_examples(tokenizer, examples, 8), 4)
-  assert f["input_ids"].shape == (8, 8)
-  assert f["weights"].tolist() == [1.0] * 5 + [0.0] * 3
-  assert f["example_index"].tolist() == [0, 1, 2, 3, 4, -1, -1, -1]
-  assert f["input_mask"][5:].sum() == 0
-  same = tasks.pad_to_multiple({"weights": np.ones(4)}, 4)
-  assert same["weights"].shape == (4,)
-  with pytest.raises(ValueError, match="differ in leading size"):
-    tasks.pad_to_multiple({"a": np.ones(2), "b": np.ones(3)}, 4)
 
 
 # ---------------------------------------------------------------- submissions

@@ -32,3 +32,17 @@ def test_memory_benchmark_fits_only_when_asked_and_checks_variant_names():
   assert "none by default" in proc.stdout
   proc = _run(sys.executable, "benchmarks/memory.py", "--variants", "tiny,huge")
   assert proc.returncode == 2 and "unknown variants ['huge']" in proc.stderr
+
+
+def test_finetune_speed_extrapolates_a_partial_reference_epoch(tmp_path):
+  sys.path.insert(0, str(ROOT / "benchmarks"))
+  try:
+    import finetune_speed  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.remove(str(ROOT / "benchmarks"))
+  log = tmp_path / "train_log.jsonl"
+  # 30 s to step 10 (compilation included), then 2 s a step.
+  log.write_text("\n".join('{"step": %d, "seconds": %d}' % (s, 30 + 2 * (s - 10))
+                           for s in (10, 20, 30)) + "\n")
+  assert finetune_speed.hf_epoch_seconds(str(log), 100) == 30 + 2 * 90
+  assert finetune_speed.hf_epoch_seconds(str(log), 30) == 70  # the whole epoch was run

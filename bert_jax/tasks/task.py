@@ -23,6 +23,8 @@ from bert_jax import train_core
 
 # Arrays the model consumes; everything else in a feature dict is labels or metadata.
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
+# What packed batches add (bert_jax.tasks.packing), passed to the model by keyword.
+PACKED_INPUTS = ("position_ids", "cls_index")
 # Key of an EvalSet score's list of warnings (e.g. predictions at the majority-class
 # baseline); fine-tuning prints them and records them in eval_results.json.
 WARNINGS = "warnings"
@@ -94,21 +96,28 @@ class Task:
 
 def objective(task: Task) -> train_core.Objective:
   """The task's loss as a train_core.Objective: sum(loss) / sum(loss_weight) over the batch
-  (the mean per-example loss without loss_weight), the same with microbatches."""
+  (the mean per-example loss without loss_weight), the same with microbatches.
+
+  Batches are one example per row, or packed (bert_jax.tasks.packing: with
+  position_ids and cls_index, the model's outputs are per example); either way
+  the examples are counted by the first label array.
+  """
   model = task.model.model
+  examples = lambda batch: jnp.asarray(  # noqa: E731
+      batch[task.label_keys[0]].shape[0], jnp.float32)
 
   def sums(params, batch, rng, deterministic):
+    packed = {k: batch[k] for k in PACKED_INPUTS if k in batch}
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], deterministic=deterministic,
-                      rngs=None if deterministic else {"dropout": rng})
-    return {"loss_sum": jnp.sum(task.loss(out, batch)),
-            "examples": jnp.asarray(batch["input_ids"].shape[0], jnp.float32)}
+                      rngs=None if deterministic else {"dropout": rng}, **packed)
+    return {"loss_sum": jnp.sum(task.loss(out, batch)), "examples": examples(batch)}
 
   def denominators(batch):
-    examples = jnp.asarray(batch["input_ids"].shape[0], jnp.float32)
-    weight = (examples if task.loss_weight is None
+    count = examples(batch)
+    weight = (count if task.loss_weight is None
               else jnp.maximum(jnp.sum(task.loss_weight(batch)), 1.0))
-    return {"examples": examples, "loss_weight": weight}
+    return {"examples": count, "loss_weight": weight}
 
   return train_core.Objective(sums=sums, denominators=denominators,
                               loss=lambda s, d: s["loss_sum"] / d["loss_weight"])

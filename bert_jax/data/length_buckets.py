@@ -1,0 +1,179 @@
+"""Length-bucketed batches: each batch padded to the shortest of a few fixed lengths.
+
+Fine-tuning and inference pad every row to max_seq_length unless told
+otherwise; most GLUE and embedding texts are a fraction of it. Here a batch is
+cut to the smallest length of a small fixed set (`bucket_lengths`) that holds its
+longest row, so a jitted step compiles at most once per length (and the count
+is logged).
+
+  bucket_lengths    the fixed set for a max length: multiples of 8, each at most 1.5x the last
+  row_lengths       real tokens per row from an input_mask [n, L]
+  train_batches     a seeded, reproducible epoch: windows of the permutation sorted by
+                    length, cut into batches, batch order shuffled (remainder dropped)
+  eval_batches      every row once, sorted by length; the last batch padded with rows that
+                    are dropped again (`scatter_outputs` puts outputs back in row order)
+  sequential_batches  the unbucketed batches: rows in a given order, all at one length
+  cut               a batch's arrays (or one host's share of them) cut to its length
+"""
+import dataclasses
+import jax
+import numpy as np
+
+# Lengths a bucket may take (those up to the max length, and the max length itself).
+_LENGTHS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+# Training batches are formed within windows of this many batches of the permutation,
+# sorted by length: rows of a batch are alike in length, batches still random.
+WINDOW_BATCHES = 64
+
+
+def bucket_lengths(max_len: int) -> tuple[int, ...]:
+  """The fixed lengths for rows of at most `max_len` tokens (max_len itself the last)."""
+  if max_len < 1:
+    raise ValueError(f"max length must be positive, got {max_len}")
+  return tuple(x for x in _LENGTHS if x < max_len) + (max_len,)
+
+
+def bucket_of(length: int, buckets: tuple[int, ...]) -> int:
+  """The smallest of `buckets` (ascending) that holds `length` tokens."""
+  i = int(np.searchsorted(np.asarray(buckets), length, side="left"))
+  if i == len(buckets):
+    raise ValueError(f"a row of {length} tokens exceeds the longest bucket {buckets[-1]}")
+  return buckets[i]
+
+
+def row_lengths(input_mask: np.ndarray) -> np.ndarray:
+  """int64 [n]: the position after the last real token of each row of input_mask [n, L]."""
+  real = np.asarray(input_mask) > 0
+  last = real.shape[1] - np.argmax(real[:, ::-1], axis=1)
+  return np.where(real.any(axis=1), last, 0).astype(np.int64)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+  """One bucketed batch.
+
+  Attributes:
+    rows: int64 [batch] indices into the arrays (eval: -1 for padding rows).
+    length: the bucket length every row of the batch is cut to.
+  """
+  rows: np.ndarray
+  length: int
+
+
+def train_batches(lengths: np.ndarray, order: np.ndarray, batch_size: int,
+                  buckets: tuple[int, ...], rng: np.random.Generator) -> list[Batch]:
+  """One epoch of bucketed training batches.
+
+  The seeded permutation `order` is cut into windows of WINDOW_BATCHES batches;
+  each window is sorted by row length (stably, so ties keep the permutation's
+  order) and cut into batches, and the batches of the epoch are shuffled with
+  `rng`. Same `order` and `rng` state: same batches. As unbucketed batching,
+  the remainder of `order` (len % batch_size rows) is dropped.
+
+  Args:
+    lengths: int [n] tokens of each row.
+    order: int [n] this epoch's permutation of the rows.
+    batch_size: rows per batch.
+    buckets: ascending bucket lengths (`bucket_lengths`).
+    rng: shuffles the batch order.
+
+  Returns:
+    Batches of `batch_size` rows each, len(order) // batch_size of them.
+  """
+  used = np.asarray(order, np.int64)[:len(order) // batch_size * batch_size]
+  window = WINDOW_BATCHES * batch_size
+  batches = []
+  for start in range(0, len(used), window):
+    chunk = used[start:start + window]
+    chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+    for b in range(0, len(chunk), batch_size):
+      rows = chunk[b:b + batch_size]
+      batches.append(Batch(rows, bucket_of(int(lengths[rows].max()), buckets)))
+  return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def sequential_batches(order: np.ndarray, batch_size: int, length: int,
+                       pad_last: bool) -> list[Batch]:
+  """Rows in `order`, `batch_size` at a time, every batch at `length`.
+
+  Args:
+    order: int [n] row indices.
+    batch_size: rows per batch.
+    length: tokens per row of every batch.
+    pad_last: fill the last batch up with -1 rows (eval: every row scored);
+      False drops the remainder (training).
+
+  Returns:
+    The batches.
+  """
+  order = np.asarray(order, np.int64)
+  if pad_last:
+    total = max(1, -(-len(order) // batch_size)) * batch_size
+    order = np.concatenate([order, np.full(total - len(order), -1, np.int64)])
+  return [Batch(order[b:b + batch_size], length)
+          for b in range(0, len(order) - batch_size + 1, batch_size)]
+
+
+def eval_batches(lengths: np.ndarray, batch_size: int,
+                 buckets: tuple[int, ...]) -> list[Batch]:
+  """Every row once, in batches of rows sorted by length (padding rows -1 at the end).
+
+  Args:
+    lengths: int [n] tokens of each row.
+    batch_size: rows per batch.
+    buckets: ascending bucket lengths.
+
+  Returns:
+    ceil(n / batch_size) batches (at least one); the last one filled up with -1 rows.
+  """
+  batches = sequential_batches(np.argsort(lengths, kind="stable"), batch_size, buckets[-1],
+                               pad_last=True)
+  out = []
+  for batch in batches:
+    real = batch.rows[batch.rows >= 0]
+    longest = int(lengths[real].max()) if len(real) else 1
+    out.append(Batch(batch.rows, bucket_of(longest, buckets)))
+  return out
+
+
+def host_share(batch: Batch, process_index: int, process_count: int) -> Batch:
+  """The rows of a global batch that one process feeds (its contiguous 1/count)."""
+  per_host = len(batch.rows) // process_count
+  return Batch(batch.rows[process_index * per_host:(process_index + 1) * per_host], batch.length)
+
+
+def cut(arrays: dict, batch: Batch, keys) -> dict:
+  """arrays[k][batch.rows] cut to batch.length tokens (padding rows -1: all zeros).
+
+  Args:
+    arrays: feature arrays [n, ...]; those of rank 2 are per-token [n, L] and cut.
+    batch: the batch.
+    keys: the features to take.
+
+  Returns:
+    dict key -> [batch, length] (per-token) or [batch, ...] arrays.
+  """
+  rows = batch.rows
+  pad = rows < 0
+  out = {}
+  for k in keys:
+    x = np.asarray(arrays[k])[np.where(pad, 0, rows)]
+    if x.ndim == 2:
+      x = x[:, :batch.length]
+    if pad.any():
+      x = np.where(pad.reshape((-1,) + (1,) * (x.ndim - 1)), np.zeros((), x.dtype), x)
+    out[k] = x
+  return out
+
+
+def scatter_outputs(chunks: list, batches: list[Batch], n: int):
+  """Per-batch outputs (pytrees of [batch, ...] numpy) -> one pytree of [n, ...] in row order."""
+  rows = np.concatenate([b.rows for b in batches])
+  keep = rows >= 0
+
+  def place(*xs):
+    stacked = np.concatenate(xs)
+    out = np.zeros((n,) + stacked.shape[1:], stacked.dtype)
+    out[rows[keep]] = stacked[keep]
+    return out
+  return jax.tree.map(place, *chunks)

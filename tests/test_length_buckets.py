@@ -1,0 +1,140 @@
+"""Length-bucketed batching: the fixed lengths, seeded epochs, eval order, equal outputs."""
+import jax
+import numpy as np
+import pytest
+
+from bert_jax import finetune
+from bert_jax import model as model_lib
+from bert_jax import sharding
+from bert_jax.data import length_buckets
+from bert_jax.model_config import BertConfig
+
+
+def _mask(lengths, seq_len):
+  return (np.arange(seq_len)[None, :] < np.asarray(lengths)[:, None]).astype(np.int32)
+
+
+def test_bucket_lengths_are_few_and_end_at_the_max():
+  assert length_buckets.bucket_lengths(128) == (8, 16, 24, 32, 48, 64, 96, 128)
+  assert length_buckets.bucket_lengths(100) == (8, 16, 24, 32, 48, 64, 96, 100)
+  assert length_buckets.bucket_lengths(8) == (8,)
+  buckets = length_buckets.bucket_lengths(128)
+  assert [length_buckets.bucket_of(n, buckets) for n in (1, 8, 9, 33, 97, 128)] == [
+      8, 8, 16, 48, 128, 128]
+  with pytest.raises(ValueError, match="129 tokens exceeds the longest bucket 128"):
+    length_buckets.bucket_of(129, buckets)
+
+
+def test_row_lengths_count_to_the_last_real_token():
+  mask = _mask([3, 0, 5], 6)
+  mask[2, 1] = 2  # packed numbering still counts as real
+  np.testing.assert_array_equal(length_buckets.row_lengths(mask), [3, 0, 5])
+
+
+def test_train_batches_cover_the_epoch_reproducibly_with_less_padding():
+  rng = np.random.default_rng(0)
+  n, batch_size, buckets = 1000, 16, length_buckets.bucket_lengths(128)
+  lengths = rng.integers(3, 129, n)
+  order = np.random.default_rng([0, 0]).permutation(n)
+
+  def epoch(seed):
+    return length_buckets.train_batches(lengths, order, batch_size, buckets,
+                                        np.random.default_rng([seed, 0, 1]))
+  batches = epoch(0)
+  assert len(batches) == n // batch_size
+  rows = np.concatenate([b.rows for b in batches])
+  # Exactly the rows unbucketed batching uses (the remainder of the permutation dropped).
+  assert sorted(rows) == sorted(order[:n // batch_size * batch_size])
+  for b in batches:
+    assert len(b.rows) == batch_size
+    assert b.length == length_buckets.bucket_of(int(lengths[b.rows].max()), buckets)
+  again = epoch(0)
+  assert all((a.rows == b.rows).all() and a.length == b.length for a, b in zip(batches, again))
+  other = epoch(1)
+  assert any((a.rows != b.rows).any() for a, b in zip(batches, other))
+  padded = sum(b.length * batch_size for b in batches)
+  assert padded < 0.75 * len(rows) * 128  # uniform lengths: about 2x fewer tokens
+  assert len({b.length for b in batches}) <= len(buckets)
+
+
+def test_eval_batches_score_every_row_once_in_row_order():
+  lengths = np.array([5, 30, 2, 17, 9, 64, 3])
+  batches = length_buckets.eval_batches(lengths, 3, length_buckets.bucket_lengths(64))
+  assert [b.length for b in batches] == [8, 32, 64]  # sorted: (2,3,5) (9,17,30) (64,-,-)
+  rows = np.concatenate([b.rows for b in batches])
+  assert sorted(rows[rows >= 0]) == list(range(7)) and (rows < 0).sum() == 2
+  arrays = {"input_ids": np.arange(7 * 64).reshape(7, 64), "label_ids": np.arange(7)}
+  chunks = []
+  for b in batches:
+    cut = length_buckets.cut(arrays, b, ("input_ids", "label_ids"))
+    assert cut["input_ids"].shape == (3, b.length)
+    chunks.append({"first": cut["input_ids"][:, 0], "label": cut["label_ids"]})
+  out = length_buckets.scatter_outputs(chunks, batches, 7)
+  np.testing.assert_array_equal(out["first"], arrays["input_ids"][:, 0])
+  np.testing.assert_array_equal(out["label"], arrays["label_ids"])
+
+
+def test_sequential_batches_pad_eval_and_drop_the_training_remainder():
+  evals = length_buckets.sequential_batches(np.arange(5), 4, 16, pad_last=True)
+  assert [b.rows.tolist() for b in evals] == [[0, 1, 2, 3], [4, -1, -1, -1]]
+  assert [b.length for b in evals] == [16, 16]
+  assert len(length_buckets.sequential_batches(np.arange(0), 4, 16, pad_last=True)) == 1
+  train = length_buckets.sequential_batches(np.array([3, 1, 4, 0, 2]), 2, 16, pad_last=False)
+  assert [b.rows.tolist() for b in train] == [[3, 1], [4, 0]]
+  cut = length_buckets.cut({"input_mask": np.ones((5, 16), np.int32), "weights": np.ones(5)},
+                           evals[1], ("input_mask", "weights"))
+  assert cut["weights"].tolist() == [1, 0, 0, 0] and cut["input_mask"][1:].sum() == 0
+
+
+def test_bucketed_predictions_equal_the_padded_ones():
+  """The same model on rows cut to their bucket gives the padded path's logits."""
+  cfg = BertConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=2,
+                   intermediate_size=64, max_position_embeddings=32)
+  model = model_lib.BertForSequenceClassification(cfg, num_labels=3)
+  params = jax.jit(lambda r: model_lib.init_params(model, r))(jax.random.PRNGKey(0))
+  rng = np.random.default_rng(1)
+  # Sorted in 8s: 8 rows of <= 8 tokens, 8 of <= 16, one of 30 (bucket 32).
+  lengths = np.array([3, 30, 5, 7, 12, 4, 2, 6, 14, 8, 16, 9, 10, 11, 13, 15, 2])
+  n = len(lengths)
+  mask = _mask(lengths, 32)
+  arrays = {"input_ids": rng.integers(1, 50, (n, 32)).astype(np.int32) * mask,
+            "input_mask": mask, "segment_ids": (rng.random((n, 32)) < 0.5).astype(np.int32) * mask}
+  step = jax.jit(lambda p, b: {"logits": model.apply({"params": p}, b["input_ids"],
+                                                     b["input_mask"], b["segment_ids"])})
+  mesh = sharding.make_mesh((-1, 1, 1))
+  padded = finetune.predict(step, params, arrays, 8, mesh)
+  bucketed = finetune.predict(step, params, arrays, 8, mesh, bucketing=True)
+  assert step._cache_size() == 3  # lengths 32 (padded path and last batch), 8 and 16
+  np.testing.assert_allclose(bucketed["logits"], padded["logits"], atol=1e-5)
+  np.testing.assert_array_equal(np.argmax(bucketed["logits"], -1), np.argmax(padded["logits"], -1))
+
+
+def test_squad_and_accumulation_refuse_what_they_cannot_use():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  import pathlib  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(__file__).resolve().parents[1]
+
+  def config(name, arg, **overrides):
+    spec = importlib.util.spec_from_file_location(f"{name}_cfg", root / "configs" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    c = module.get_config(arg)
+    c.init_checkpoint, c.data_dir = "ckpt", "data"
+    for k, v in overrides.items():
+      c[k] = v
+    return c
+  mesh = sharding.make_mesh((-1, 1, 1))
+  glue_config = config("glue", "task=mrpc")
+  assert glue_config.length_bucketing and not glue_config.packing
+  finetune.check_config(glue_config, mesh)
+  assert not config("squad", "version=1.1").length_bucketing
+  for c, message in ((config("squad", "version=1.1", length_bucketing=True),
+                      "length_bucketing applies to sequence-level tasks"),
+                     (config("squad", "version=1.1", packing=True), "packing applies to"),
+                     (config("ner", "", packing=True), "packing applies to .* not ner"),
+                     (config("ner", "", length_bucketing=True), "length_bucketing .* not ner"),
+                     (config("glue", "task=mrpc", packing=True), "packing needs optimizer")):
+    if message.startswith("packing needs"):
+      c.optimizer.grad_accum_steps = 2
+    with pytest.raises(ValueError, match=message):
+      finetune.check_config(c, mesh)
