@@ -135,7 +135,9 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   assert os.listdir(os.path.join(workdir, "tensorboard"))
 
 
-@pytest.mark.parametrize("objective", list(OBJECTIVES))
+# mlm_sop and mlm use mlm_nsp's objective code; their data streams' resume is exact in
+# test_data_pipeline. ELECTRA has its own state (two models, one optimizer).
+@pytest.mark.parametrize("objective", ["mlm_nsp", "electra"])
 def test_resume_after_preemption_is_exact(objective, corpus, tmp_path_factory, tmp_path):
   straight, _ = _straight_run(objective, corpus, tmp_path_factory)
   overrides = OBJECTIVES[objective][0]
