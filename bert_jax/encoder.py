@@ -23,6 +23,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import embed as embed_lib
 from bert_jax import fill_mask as fill_mask_lib
 from bert_jax import model as model_lib
+from bert_jax.data import length_buckets
 from bert_jax.json_file import read_json
 from bert_jax.data import tokenizer as tokenizer_lib
 
@@ -92,17 +93,16 @@ class Encoder:
     examples = [glue.GlueExample(f"text:{i}", *(t if isinstance(t, tuple) else (t, None)), None, i)
                 for i, t in enumerate(texts)]
     arrays = glue.encode_examples(self.tokenizer, examples, max_length)
-    n = len(examples)
-    rows = -(-n // batch_size) * batch_size
-    inputs = [np.zeros((rows, max_length), np.int32) for _ in range(3)]
-    for x, key in zip(inputs, ("input_ids", "input_mask", "segment_ids")):
-      x[:n] = arrays[key]
-    inputs[1][n:, 0] = 1  # padding rows: one real token
+    # Rows sorted by length into fixed buckets, as fine-tuning's evaluation batches them.
+    batches = length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
+                                          batch_size, length_buckets.bucket_lengths(max_length))
     params = model_lib.match_scan_layout(self.pretrained.params, self.config)
     forward = _classifier_fn(self.config, task.num_labels)
     with jax.default_matmul_precision("float32"):
-      logits = np.concatenate([np.asarray(forward(params, *(x[i:i + batch_size] for x in inputs)))
-                               for i in range(0, rows, batch_size)])[:n]
+      chunks = [np.asarray(forward(params, *length_buckets.cut(
+          arrays, batch, ("input_ids", "input_mask", "segment_ids")).values()))
+                for batch in batches]
+    logits = length_buckets.scatter_outputs(chunks, batches, len(examples))
     if task.is_regression:
       return [(float(x[0]), 1.0) for x in logits]
     probs = np.asarray(jax.nn.softmax(logits.astype(np.float64), -1))
