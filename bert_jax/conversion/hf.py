@@ -5,13 +5,14 @@ or Flax's flax_model.msgpack) of model_type bert (BertModel, BertForPreTraining,
 BertForMaskedLM), roberta (RobertaModel, RobertaForMaskedLM), distilbert
 (DistilBertModel, DistilBertForMaskedLM) or electra (ElectraModel, the generator
 ElectraForMaskedLM, the discriminator ElectraForPreTraining) or albert (AlbertModel,
-AlbertForMaskedLM, AlbertForPreTraining) layouts, with or without the base
+AlbertForMaskedLM, AlbertForPreTraining) or deberta-v2 (DebertaV2Model,
+DebertaV2ForMaskedLM with the legacy cls.predictions head; DeBERTa-v3) layouts, with or without the base
 model's prefix (`bert.`, ...), saved by PyTorch (Linear weights [out, in]) or
 Flax (kernels [in, out]). Pickle checkpoints (pytorch_model.bin) are never
 loaded. Writes safetensors in the PyTorch layout, which transformers loads as
 the architecture named in config.json (PyTorch or Flax). The tokenizer travels
 with the bundle: a WordPiece vocab.txt, or RoBERTa's vocab.json + merges.txt and
-ALBERT's spiece.model copied into the bundle's tokenizer/ (and back out by
+ALBERT's spiece.model or DeBERTa's spm.model copied into the bundle's tokenizer/ (and back out by
 `bundle_to_hf`).
 """
 from flax import traverse_util
@@ -80,6 +81,12 @@ LAYOUTS = {
                       {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
                       ("ElectraModel", "ElectraForMaskedLM", None), "ElectraTokenizer",
                       discriminator="ElectraForPreTraining"),
+    "deberta-v2": Layout("deberta",
+                         {"cls.predictions.decoder.weight":
+                              "deberta.embeddings.word_embeddings.weight",
+                          "cls.predictions.decoder.bias": "cls.predictions.bias"},
+                         ("DebertaV2Model", "DebertaV2ForMaskedLM", None), "DebertaV2Tokenizer",
+                         other_tokenizer="a SentencePiece tokenizer (spm.model)"),
     "distilbert": Layout("distilbert",
                          {"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
                          ("DistilBertModel", "DistilBertForMaskedLM", None), "DistilBertTokenizer"),
