@@ -188,6 +188,19 @@ def variant(name: str, vocab_size: int, **overrides) -> BertConfig:
                     num_heads=heads, intermediate_size=4 * hidden, **overrides)
 
 
+# The architectures pretraining builds from a variant's sizes (configs/pretrain.py model_type).
+PRETRAIN_MODEL_TYPES = ("bert", "deberta-v2")
+
+
+def deberta_v3(config: BertConfig) -> BertConfig:
+  """`config`'s sizes with DeBERTa-v3's encoder (microsoft/deberta-v3-base's config.json):
+  disentangled attention over 256 log position buckets up to max_position_embeddings, no
+  absolute position embeddings, no token types, LayerNorm eps 1e-7."""
+  return config.replace(model_type="deberta-v2", absolute_positions=False, type_vocab_size=0,
+                        max_relative_positions=config.max_position_embeddings,
+                        position_buckets=256, layer_norm_eps=1e-7)
+
+
 # Hugging Face config.json key <-> our field, per model_type; the first five are required.
 _BERT_KEYS = {
     "vocab_size": "vocab_size",
