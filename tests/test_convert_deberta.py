@@ -57,17 +57,26 @@ def _torch_model(config, seed):
   return model
 
 
+_BUILT = {}
+
+
+def _build(type_vocab_size, deberta_dir, tmp_path_factory):
+  """(torch model, fast tokenizer, HF dir, bundle dir) with the tiny spm.model, once."""
+  if type_vocab_size not in _BUILT:
+    fast = transformers.DebertaV2TokenizerFast(vocab_file=str(deberta_dir / "spm.model"))
+    model = _torch_model(_hf_config(len(fast), type_vocab_size), seed=type_vocab_size)
+    root = tmp_path_factory.mktemp(f"deberta{type_vocab_size}")
+    src, dst = str(root / "hf"), str(root / "bundle")
+    model.save_pretrained(src, safe_serialization=True)
+    shutil.copy(deberta_dir / "spm.model", src)
+    assert convert.main(["--from", "hf", "--src", src, "--dst", dst]) == 0
+    _BUILT[type_vocab_size] = model, fast, src, dst
+  return _BUILT[type_vocab_size]
+
+
 @pytest.fixture(scope="module", params=[0, 2], ids=["v3-types0", "types2-absolute"])
 def case(request, deberta_dir, tmp_path_factory):
-  """(torch model, fast tokenizer, HF dir, bundle dir) with the tiny spm.model."""
-  fast = transformers.DebertaV2TokenizerFast(vocab_file=str(deberta_dir / "spm.model"))
-  model = _torch_model(_hf_config(len(fast), request.param), seed=request.param)
-  root = tmp_path_factory.mktemp(f"deberta{request.param}")
-  src, dst = str(root / "hf"), str(root / "bundle")
-  model.save_pretrained(src, safe_serialization=True)
-  shutil.copy(deberta_dir / "spm.model", src)
-  assert convert.main(["--from", "hf", "--src", src, "--dst", dst]) == 0
-  return model, fast, src, dst
+  return _build(request.param, deberta_dir, tmp_path_factory)
 
 
 def _max_diff(a, b):
@@ -97,8 +106,8 @@ def test_parity_with_transformers(case):
   with torch.no_grad():
     out = model(torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
                 token_type_ids=torch.tensor(seg, dtype=torch.long), output_hidden_states=True)
-  ours = model_lib.BertModel(config, add_pooler=False).apply(
-      {"params": params["bert"]}, ids, mask, seg, output_hidden_states=True)
+  ours = jax.jit(lambda p: model_lib.BertModel(config, add_pooler=False).apply(
+      {"params": p}, ids, mask, seg, output_hidden_states=True))(params["bert"])
   diffs = {f"hidden_{i}": _max_diff(a, b.numpy())  # padding rows included
            for i, (a, b) in enumerate(zip(ours["hidden_states"], out.hidden_states))}
   assert len(diffs) == config.num_layers + 1
@@ -109,12 +118,13 @@ def test_parity_with_transformers(case):
                             (want * m).sum(1) / m.sum(1))
   # The MLM head; the last layer computes only the masked rows (relative positions of a
   # subset of queries).
-  logits = model_lib.BertForPreTraining(config, with_nsp=False).apply(
-      {"params": params}, ids, mask, seg, positions)["mlm_logits"]
+  logits = jax.jit(lambda p: model_lib.BertForPreTraining(config, with_nsp=False).apply(
+      {"params": p}, ids, mask, seg, positions)["mlm_logits"])(params)
   diffs["mlm"] = _max_diff(logits, np.take_along_axis(out.logits.numpy(), positions[..., None], 1))
   # Scanned layers (the relative embeddings stay beside the stacked layers).
-  scanned = model_lib.BertModel(config.replace(scan_layers=True), add_pooler=False).apply(
-      {"params": model_lib.stack_layers(params)["bert"]}, ids, mask, seg)["sequence_output"]
+  scanned = jax.jit(lambda p: model_lib.BertModel(config.replace(scan_layers=True),
+                                                   add_pooler=False).apply(
+      {"params": p}, ids, mask, seg)["sequence_output"])(model_lib.stack_layers(params)["bert"])
   diffs["scan"] = _max_diff(scanned, want)
   print("deberta-v2 max abs diffs: " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
   bad = {k: v for k, v in diffs.items() if not v <= 1e-4}
@@ -173,6 +183,31 @@ def test_hf_round_trip_exact(case, tmp_path):
       os.path.join(src, "spm.model"), "rb").read()
 
 
+def test_a_table_padded_past_the_tokenizer_is_cut_to_it(deberta_dir, tmp_path):
+  """microsoft/deberta-v3-base has 128,100 embedding rows for 128,001 tokens: the rows past
+  the tokenizer's go (named in `dropped`); fewer rows than tokens is an error."""
+  fast = transformers.DebertaV2TokenizerFast(vocab_file=str(deberta_dir / "spm.model"))
+  for extra in (99, -1):
+    src = str(tmp_path / f"hf{extra}")
+    model = _torch_model(_hf_config(len(fast) + extra, 0), seed=5)
+    model.save_pretrained(src, safe_serialization=True)
+    shutil.copy(deberta_dir / "spm.model", src)
+    if extra < 0:
+      with pytest.raises(ValueError, match=rf"spm\.model: {len(fast)} tokens but config\.json has "
+                         rf"vocab_size {len(fast) - 1}"):
+        hf.load_hf(src)
+      continue
+    out = hf.load_hf(src)
+    assert out["config"].vocab_size == len(out["vocab"]) == len(fast)
+    assert out["dropped"] == [f"word_embeddings rows {len(fast)}..{len(fast) + 98} (past the "
+                              f"tokenizer's {len(fast)} tokens)"]
+    np.testing.assert_array_equal(
+        out["params"]["bert"]["embeddings"]["word_embeddings"]["embedding"],
+        model.deberta.embeddings.word_embeddings.weight.detach().numpy()[:len(fast)])
+    np.testing.assert_array_equal(out["params"]["mlm_output_bias"],
+                                  model.cls.predictions.bias.detach().numpy()[:len(fast)])
+
+
 @pytest.mark.parametrize("buckets,max_position", [(256, 512), (8, 40), (32, 128)])
 def test_log_buckets_equal_transformers(buckets, max_position):
   from transformers.models.deberta_v2 import modeling_deberta_v2 as ref  # pylint: disable=g-import-not-at-top
@@ -223,3 +258,27 @@ def test_configs_bert_jax_does_not_compute_are_refused_in_one_line(key, value, m
   with pytest.raises(ValueError, match=r"^c\.json: DeBERTa-v2 with " + message + r".* is not "
                      r"supported \(bert_jax computes DeBERTa-v3's attention"):
     from_hf_dict(d, source="c.json")
+
+
+def test_glue_finetuning_from_the_converted_bundle(deberta_dir, tmp_path_factory, tmp_path):
+  """MRPC (tiny, its SentencePiece pairs) fine-tunes from the DeBERTa-v3 bundle end to end:
+  the pooler and classifier start fresh (one padded length: one train and one eval compile)."""
+  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
+  from tests.test_finetune import MRPC_HEADER, _glue_config, _mrpc_rows  # pylint: disable=g-import-not-at-top
+  _, _, _, dst = _build(0, deberta_dir, tmp_path_factory)
+  glue_dir = tmp_path / "glue"
+  (glue_dir / "MRPC").mkdir(parents=True)
+  for split, rows in (("train", _mrpc_rows(8, 0)), ("dev", _mrpc_rows(8, 1))):
+    (glue_dir / "MRPC" / f"{split}.tsv").write_text("\n".join([MRPC_HEADER] + rows) + "\n")
+  workdir = str(tmp_path / "run")
+  results = finetune.finetune(_glue_config(str(glue_dir), dst, length_bucketing=False,
+                                           eval_batch_size=8, max_seq_length=48), workdir)
+  assert 0.0 <= results["accuracy"] <= 1.0 and np.isfinite(results["f1"])
+  losses = [json.loads(line)["seed0_train_loss"] for line in open(os.path.join(workdir,
+                                                                                "metrics.jsonl"))
+            if "seed0_train_loss" in line]
+  assert losses and all(np.isfinite(losses))
+  exported = bundle.load_bundle(os.path.join(workdir, "export"))
+  assert exported.config.model_type == "deberta-v2"
+  assert exported.heads == ("pooler", "classifier")
+  assert "rel_embeddings" in exported.params["bert"]["encoder"]

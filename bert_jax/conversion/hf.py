@@ -319,13 +319,33 @@ def _load_hf_other_tokenizer(src: str, config: BertConfig, other_tokenizer: str,
     raise ValueError(f"{src}: model_type {config.model_type!r} needs {other_tokenizer}, found "
                      f"{files.kind} tokenizer files")
   tok = tokenizer_lib.cached_tokenizer(kind, files.path, lowercase)
-  if len(tok.inv_vocab) != config.vocab_size:
-    raise ValueError(f"{files.path}: {len(tok.inv_vocab)} tokens but config.json has vocab_size "
+  n = len(tok.inv_vocab)
+  # DeBERTa-v3's released table has 128,100 rows for 128,001 tokens: the rows past the
+  # tokenizer's are no token's and are dropped (the bundle's vocab is the tokenizer's).
+  padded = config.model_type == "deberta-v2" and n < config.vocab_size
+  if n != config.vocab_size and not padded:
+    raise ValueError(f"{files.path}: {n} tokens but config.json has vocab_size "
                      f"{config.vocab_size}")
   out = load_hf_params(src, drop_unexpected=drop_unexpected)
+  if padded:
+    out = _drop_rows_past_the_vocab(out, n)
   reason = "given" if lowercase is not None else f"the {config.model_type} tokenizer's casing"
   return dict(out, vocab_file=None, vocab=list(tok.inv_vocab), tokenizer_file=files.path,
               lowercase=tok.lowercase, lowercase_reason=reason)
+
+
+def _drop_rows_past_the_vocab(loaded: dict[str, Any], n: int) -> dict[str, Any]:
+  """load_hf_params' output with the word embeddings (and MLM output bias) cut to n rows."""
+  params, config = loaded["params"], loaded["config"]
+  emb = params["bert"]["embeddings"]
+  cut = {**params, "bert": {**params["bert"], "embeddings": {
+      **emb, "word_embeddings": {"embedding": emb["word_embeddings"]["embedding"][:n]}}}}
+  if "mlm_output_bias" in params:
+    cut["mlm_output_bias"] = params["mlm_output_bias"][:n]
+  note = (f"word_embeddings rows {n}..{config.vocab_size - 1} (past the tokenizer's {n} "
+          "tokens)")
+  return dict(loaded, params=cut, config=config.replace(vocab_size=n),
+              dropped=loaded["dropped"] + [note])
 
 
 def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
