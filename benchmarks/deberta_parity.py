@@ -159,11 +159,11 @@ def main() -> int:
                       for r in m]).astype(np.int32)
       masked = i.copy()
       np.put_along_axis(masked, pos, tok.mask_id, axis=1)
-      with torch.no_grad():
-        logits = model(torch.tensor(masked, dtype=torch.long), attention_mask=torch.tensor(m),
-                       token_type_ids=torch.tensor(s, dtype=torch.long)).logits.numpy()
-      note("mlm", mlm_fn(params, masked, m, s, pos),
-           np.take_along_axis(logits, pos[..., None], axis=1))
+      with torch.no_grad():  # the head on the masked rows only (all rows: 2 GB of logits)
+        h = model.deberta(torch.tensor(masked, dtype=torch.long), attention_mask=torch.tensor(m),
+                          token_type_ids=torch.tensor(s, dtype=torch.long)).last_hidden_state
+        logits = model.cls(h[torch.arange(len(pos))[:, None], torch.tensor(pos, dtype=torch.long)])
+      note("mlm", mlm_fn(params, masked, m, s, pos), logits.numpy())
     # bert_jax.embed on the text file, as a user runs it.
     text_file = os.path.join(work, f"{name}.txt")
     with open(text_file, "w", encoding="utf-8") as f:
