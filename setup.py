@@ -29,6 +29,9 @@ EXTRAS = {
         # pytest.ini runs the suite on two workers.
         "pytest-xdist>=3.5,<4",
         "transformers>=4.44,<5",
+        # DeBERTa-v2's reference: transformers has no Flax DeBERTa, so its PyTorch classes
+        # (the CPU wheel; tests/test_convert_deberta.py).
+        "torch>=2.4",
         "scipy>=1.10",
         "scikit-learn>=1.3",
         # trec_eval's C code: the reference for bert_jax.retrieval_metrics.

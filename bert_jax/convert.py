@@ -6,15 +6,15 @@
 
 `--from hf` reads config.json + model.safetensors (BertModel, BertForPreTraining
 or BertForMaskedLM layouts, with or without the `bert.` prefix; model_type
-distilbert and electra likewise, by config.json's model_type; roberta and
-albert only through conversion.hf.load_hf_params until bundles hold their
-tokenizers); pickle
+roberta, distilbert, electra, albert and deberta-v2 likewise, by config.json's
+model_type, with their tokenizer files beside the weights); pickle
 checkpoints (pytorch_model.bin) are refused with instructions. `--from tf1`
 reads original Google BERT checkpoints (bert_model.ckpt.* + bert_config.json +
 vocab.txt). Casing defaults to tokenizer_config.json's do_lower_case, else a
 guess from the vocab (printed). `--to hf` writes safetensors + config.json +
 vocab.txt that transformers loads as the architecture in config.json
-(BertForPreTraining, DistilBertForMaskedLM, ElectraForPreTraining, ...).
+(BertForPreTraining, DistilBertForMaskedLM, ElectraForPreTraining,
+DebertaV2ForMaskedLM, ...).
 """
 import os
 import sys

@@ -139,24 +139,27 @@ def activation(name: str) -> Callable[[jax.Array], jax.Array]:
   raise ValueError(f"unknown activation {name!r}")
 
 
-def attention_mask(input_mask: jax.Array) -> jax.Array:
+def attention_mask(input_mask: jax.Array, padding_attends: bool = True) -> jax.Array:
   """Boolean attention mask [batch, 1, len, len] from `input_mask` [batch, len].
 
   `input_mask` is 0 at padding and >0 at real tokens. Rows packed with several
   examples number them 1, 2, ...: a token attends only to tokens of its own
   example (block-diagonal). Padding queries attend to all real tokens, so no row
-  is fully masked.
+  is fully masked; with `padding_attends` False they attend to nothing (DeBERTa's
+  mask: the softmax of a fully masked row is uniform over every column, as in
+  transformers).
   """
   q = input_mask[:, :, None]  # [batch, len, 1]
   k = input_mask[:, None, :]  # [batch, 1, len]
-  mask = (k > 0) & ((q == k) | (q == 0))
+  mask = (k > 0) & ((q == k) | (q == 0)) if padding_attends else (k > 0) & (q == k)
   return mask[:, None, :, :]
 
 
 def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                           mask: jax.Array, *, impl: str, dropout_rate: float,
                           deterministic: bool, dropout_rng: Optional[jax.Array],
-                          dtype: Dtype) -> jax.Array:
+                          dtype: Dtype, bias: Optional[jax.Array] = None,
+                          scale: Optional[float] = None) -> jax.Array:
   """Multi-head attention over [batch, len, heads, head_dim] inputs.
 
   Args:
@@ -167,6 +170,9 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     deterministic: no dropout when True.
     dropout_rng: PRNG key for attention dropout.
     dtype: compute dtype.
+    bias: optional float [batch, heads, q_len, k_len] added to the scaled scores
+      (DeBERTa's relative terms).
+    scale: the scores' factor; None: 1 / sqrt(head_dim).
 
   Returns:
     [batch, q_len, heads, head_dim].
@@ -174,11 +180,15 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   use_dropout = not deterministic and dropout_rate > 0.0
   if impl in ("xla", "cudnn") or (impl == "auto" and not use_dropout):
     return jax.nn.dot_product_attention(
-        query, key, value, mask=mask,
-        implementation=None if impl == "auto" else impl)
-  depth = query.shape[-1]
-  query = query / np.sqrt(depth).astype(dtype)
+        query, key, value, mask=mask, bias=None if bias is None else bias.astype(dtype),
+        scale=scale, implementation=None if impl == "auto" else impl)
+  if scale is None:
+    query = query / np.sqrt(query.shape[-1]).astype(dtype)
+  else:
+    query = query * np.asarray(scale, dtype)
   logits = jnp.einsum("bqhd,bkhd->bhqk", query, key)  # [batch, heads, q, k]
+  if bias is not None:
+    logits = logits.astype(jnp.float32) + bias
   logits = jnp.where(mask, logits.astype(jnp.float32), jnp.finfo(jnp.float32).min)
   probs = jax.nn.softmax(logits, axis=-1).astype(dtype)
   if use_dropout:

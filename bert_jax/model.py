@@ -8,6 +8,9 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
       width embedding_size, then bert/embeddings/project/{kernel,bias} to hidden_size,
       when it differs: ELECTRA, ALBERT)
   (share_layers, ALBERT: only bert/encoder/layer_0, applied num_layers times)
+  (DeBERTa-v2/v3: no position_embeddings when absolute_positions is False;
+      bert/encoder/rel_embeddings/embedding [2 x relative_span, H] and
+      bert/encoder/rel_norm/{scale,bias}, shared by the layers' disentangled attention)
   bert/embeddings/layer_norm/{scale,bias}
   bert/encoder/layer_{i}/attention/{query,key,value}/{kernel [H,heads,hd], bias [heads,hd]}
   bert/encoder/layer_{i}/attention/out/{kernel [heads,hd,H], bias [H]}
@@ -24,7 +27,9 @@ from typing import Any, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from bert_jax import disentangled
 from bert_jax import layers
 from bert_jax.model_config import BertConfig
 
@@ -45,8 +50,9 @@ class BertEmbeddings(nn.Module):
     kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
               embedding_init=layers.kernel_init(c.initializer_range))
     self.word_embeddings = layers.Embed(c.vocab_size, c.embed_dim, ("vocab", "embed"), **kw)
-    self.position_embeddings = layers.Embed(
-        c.max_position_embeddings, c.embed_dim, ("position", "embed"), **kw)
+    if c.absolute_positions:
+      self.position_embeddings = layers.Embed(
+          c.max_position_embeddings, c.embed_dim, ("position", "embed"), **kw)
     if c.type_vocab_size:
       self.token_type_embeddings = layers.Embed(
           c.type_vocab_size, c.embed_dim, ("type", "embed"), **kw)
@@ -59,11 +65,16 @@ class BertEmbeddings(nn.Module):
     self.dropout = nn.Dropout(c.dropout_rate)
 
   def __call__(self, input_ids: Array, segment_ids: Array, position_ids: Array,
-               deterministic: bool) -> Array:
-    x = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+               deterministic: bool, input_mask: Optional[Array] = None) -> Array:
+    """DeBERTa-v2 (with `input_mask`) zeroes the padding rows after the LayerNorm."""
+    x = self.word_embeddings(input_ids)
+    if self.config.absolute_positions:
+      x = x + self.position_embeddings(position_ids)
     if self.config.type_vocab_size:
       x = x + self.token_type_embeddings(segment_ids)  # [batch, len, embed_dim]
     x = self.layer_norm(x)
+    if self.config.model_type == "deberta-v2":
+      x = x * (input_mask > 0)[..., None].astype(x.dtype)
     x = self.dropout(x, deterministic=deterministic)
     if self.config.embed_dim != self.config.hidden_size:
       x = self.project(x)  # [batch, len, hidden]
@@ -76,24 +87,39 @@ class SelfAttention(nn.Module):
   deterministic: bool
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, queries: Optional[Array] = None) -> Array:
+  def __call__(self, x: Array, mask: Array, queries: Optional[Array] = None,
+               relative: Optional[Array] = None,
+               query_positions: Optional[Array] = None) -> Array:
     """x [batch, len, hidden] -> [batch, len, hidden]; with `queries` [batch, Q, hidden]
-    (rows of x), only those rows attend: -> [batch, Q, hidden], mask [batch, 1, Q, len]."""
+    (rows of x), only those rows attend: -> [batch, Q, hidden], mask [batch, 1, Q, len].
+
+    DeBERTa-v2: `relative` [2 x span, hidden] is the encoder's LayerNorm'd relative
+    embeddings, `query_positions` [batch, Q] the columns of `queries` (bert_jax.disentangled)."""
     c = self.config
     kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
               kernel_init=layers.kernel_init(c.initializer_range))
     proj = lambda name: layers.DenseGeneral(  # noqa: E731
         (c.num_heads, c.head_dim), ("embed", "heads", "kv"), name=name, **kw)
-    q = proj("query")(x if queries is None else queries)  # [batch, Q, heads, hd]
-    k, v = proj("key")(x), proj("value")(x)  # [batch, len, heads, hd]
+    query, key = proj("query"), proj("key")
+    q = query(x if queries is None else queries)  # [batch, Q, heads, hd]
+    k, v = key(x), proj("value")(x)  # [batch, len, heads, hd]
     names = ("activation_batch", "activation_length", "activation_heads", None)
     q, k, v = (layers.constrain(t, names) for t in (q, k, v))
+    bias = scale = None
+    if relative is not None:  # DeBERTa's c2p and p2c terms (share_att_key: the same projections)
+      relative = nn.Dropout(c.dropout_rate)(relative, deterministic=self.deterministic)
+      if query_positions is None:
+        query_positions = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape[:2])
+      index = disentangled.relative_index(query_positions, x.shape[1], c)
+      bias = disentangled.attention_bias(q, k, query(relative), key(relative), index)
+      scale = 1 / float(np.sqrt(c.head_dim * disentangled.SCALE_FACTOR))
     dropout_rng = None
     if not self.deterministic and c.attention_dropout_rate > 0:
       dropout_rng = self.make_rng("dropout")
     y = layers.dot_product_attention(
         q, k, v, mask, impl=c.attention_impl, dropout_rate=c.attention_dropout_rate,
-        deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype))
+        deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype),
+        bias=bias, scale=scale)
     y = layers.constrain(y, names)
     return layers.DenseGeneral(c.hidden_size, ("heads", "kv", "embed"), in_dims=2,
                                name="out", **kw)(y)  # [batch, len, hidden]
@@ -105,10 +131,11 @@ class EncoderLayer(nn.Module):
   deterministic: bool
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array,
+  def __call__(self, x: Array, mask: Array, relative: Optional[Array] = None,
                positions: Optional[Array] = None) -> tuple[Array, Array]:
     """x [batch, len, hidden] -> (x', x'); with `positions` [batch, Q] only those rows
-    are computed (keys and values still come from every row): x' is [batch, Q, hidden]."""
+    are computed (keys and values still come from every row): x' is [batch, Q, hidden].
+    `relative`: DeBERTa's relative embeddings (SelfAttention)."""
     c = self.config
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
     kw = dict(dtype=dtype, param_dtype=pdtype, kernel_init=layers.kernel_init(c.initializer_range))
@@ -117,7 +144,8 @@ class EncoderLayer(nn.Module):
     if positions is not None:
       queries = gather_positions(x, positions)  # [batch, Q, hidden]
       mask = jnp.take_along_axis(mask, positions[:, None, :, None].astype(jnp.int32), axis=2)
-    y = SelfAttention(c, self.deterministic, name="attention")(x, mask, queries)
+    y = SelfAttention(c, self.deterministic, name="attention")(x, mask, queries, relative,
+                                                              positions)
     x = x if queries is None else queries
     y = drop(y, deterministic=self.deterministic)
     x = layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "attention_norm")(x + y)
@@ -160,12 +188,20 @@ class BertEncoder(nn.Module):
     if c.remat != "none":
       layer_cls = nn.remat(EncoderLayer, policy=_remat_policy(c.remat), prevent_cse=not c.scan_layers)
     hidden = [x] if output_hidden_states else None
+    extra = ()  # DeBERTa: the relative embeddings every layer reads
+    if c.relative_span:
+      table = layers.Embed(2 * c.relative_span, c.hidden_size, ("position", "embed"),
+                           dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
+                           embedding_init=layers.kernel_init(c.initializer_range),
+                           name="rel_embeddings")
+      extra = (layers.layer_norm(c.layer_norm_eps, _dtype(c.dtype), _dtype(c.param_dtype),
+                                 "rel_norm")(table(jnp.arange(2 * c.relative_span))),)
     if c.scan_layers:
       scanned = nn.scan(
           layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
           in_axes=nn.broadcast, length=c.num_layers,
           metadata_params={nn.PARTITION_NAME: "layers"})
-      x, ys = scanned(c, deterministic, name="layers")(x, mask)  # ys: [layers, batch, len, hidden]
+      x, ys = scanned(c, deterministic, name="layers")(x, mask, *extra)  # ys: [layers, batch, len, hidden]
       if output_hidden_states:
         hidden += [ys[i] for i in range(c.num_layers)]
       if output_positions is not None:
@@ -175,7 +211,7 @@ class BertEncoder(nn.Module):
       for i in range(c.num_layers):
         last_rows = output_positions if i == c.num_layers - 1 and not output_hidden_states else None
         layer = shared if shared is not None else layer_cls(c, deterministic, name=f"layer_{i}")
-        x, _ = layer(x, mask, last_rows)
+        x, _ = layer(x, mask, extra[0] if extra else None, last_rows)
         if output_hidden_states:
           hidden.append(x)
       if output_positions is not None and output_hidden_states:
@@ -220,9 +256,10 @@ class BertModel(nn.Module):
     per example."""
     if position_ids is None:
       position_ids = default_position_ids(input_ids, self.config)
-    x = self.embeddings(input_ids, segment_ids, position_ids, deterministic)
-    x, hidden = self.encoder(x, layers.attention_mask(input_mask), deterministic,
-                             output_hidden_states, output_positions)
+    deberta = self.config.model_type == "deberta-v2"
+    x = self.embeddings(input_ids, segment_ids, position_ids, deterministic, input_mask)
+    mask = layers.attention_mask(input_mask, padding_attends=not deberta)
+    x, hidden = self.encoder(x, mask, deterministic, output_hidden_states, output_positions)
     out = {"sequence_output": x}  # [batch, len or Q, hidden]
     if hidden is not None:
       out["hidden_states"] = hidden  # num_layers + 1 of [batch, len, hidden]
@@ -420,9 +457,10 @@ def stack_layers(params: dict) -> dict:
   enc = params["bert"]["encoder"]
   if "layers" in enc:
     return params
-  per_layer = [enc[k] for k in _layer_keys(enc)]
-  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *per_layer)
-  return {**params, "bert": {**params["bert"], "encoder": {"layers": stacked}}}
+  keys = _layer_keys(enc)
+  stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[enc[k] for k in keys])
+  shared = {k: v for k, v in enc.items() if k not in keys}  # DeBERTa's relative embeddings
+  return {**params, "bert": {**params["bert"], "encoder": {**shared, "layers": stacked}}}
 
 
 def unstack_layers(params: dict) -> dict:
@@ -432,7 +470,8 @@ def unstack_layers(params: dict) -> dict:
     return params
   n = jax.tree.leaves(enc["layers"])[0].shape[0]
   layers_ = {f"layer_{i}": jax.tree.map(lambda x, i=i: x[i], enc["layers"]) for i in range(n)}
-  return {**params, "bert": {**params["bert"], "encoder": layers_}}
+  shared = {k: v for k, v in enc.items() if k != "layers"}  # DeBERTa's relative embeddings
+  return {**params, "bert": {**params["bert"], "encoder": {**shared, **layers_}}}
 
 
 def match_scan_layout(params: dict, config: BertConfig) -> dict:

@@ -21,11 +21,12 @@ VARIANTS = {
 # values here can load each other's checkpoints.
 ARCH_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads",
                "intermediate_size", "max_position_embeddings", "type_vocab_size",
-               "embedding_size")
+               "embedding_size", "absolute_positions", "max_relative_positions",
+               "position_buckets")
 # Fields that change what the same parameter shapes compute (and their foreign names).
 FAMILY_FIELDS = ("model_type", "position_offset", "share_layers")
 # The BERT family members this encoder computes, by Hugging Face model_type.
-MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "albert")
+MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "albert", "deberta-v2")
 
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
 _REMAT = ("none", "full", "dots")
@@ -51,6 +52,15 @@ class BertConfig:
   # Width of the embedding tables (ELECTRA's factorized embeddings, projected to
   # hidden_size when they differ); 0: hidden_size.
   embedding_size: int = 0
+  # False: no absolute position embeddings (DeBERTa-v3: position_biased_input false).
+  absolute_positions: bool = True
+  # DeBERTa-v2/v3's disentangled attention (model_type 'deberta-v2' only): relative
+  # positions q - k clipped to +-max_relative_positions, or with position_buckets > 0
+  # mapped to 2 x position_buckets log buckets (make_log_bucket_position); one shared
+  # table of relative embeddings (bert/encoder/rel_embeddings) of 2 x relative_span rows.
+  # 0, 0: no relative attention (every other model_type).
+  max_relative_positions: int = 0
+  position_buckets: int = 0
   # ALBERT: one layer's parameters (bert/encoder/layer_0) applied num_layers times.
   share_layers: bool = False
   # Which member of the BERT family (MODEL_TYPES): picks the foreign parameter
@@ -80,7 +90,8 @@ class BertConfig:
 
   def __post_init__(self):
     for f in ARCH_FIELDS:
-      low = 0 if f in ("type_vocab_size", "embedding_size") else 1
+      low = 0 if f in ("type_vocab_size", "embedding_size", "absolute_positions",
+                       "max_relative_positions", "position_buckets") else 1
       if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
         raise ValueError(f"BertConfig.{f} must be an int >= {low}, got {getattr(self, f)!r}")
     if self.share_layers and self.scan_layers:
@@ -88,6 +99,7 @@ class BertConfig:
                        "scan_layers is not supported with it")
     if self.model_type not in MODEL_TYPES:
       raise ValueError(f"model_type {self.model_type!r} not in {MODEL_TYPES}")
+    self._check_disentangled()
     if not isinstance(self.position_offset, int) or self.position_offset < 0:
       raise ValueError(f"position_offset must be an int >= 0, got {self.position_offset!r}")
     if self.hidden_size % self.num_heads:
@@ -101,6 +113,25 @@ class BertConfig:
     for f in ("dtype", "param_dtype"):
       if getattr(self, f) not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"{f} {getattr(self, f)!r} not in float32/bfloat16/float16")
+
+  def _check_disentangled(self):
+    """DeBERTa-v2's fields are set exactly for model_type 'deberta-v2'."""
+    if self.model_type != "deberta-v2":
+      if self.max_relative_positions or self.position_buckets or not self.absolute_positions:
+        raise ValueError(f"model_type {self.model_type!r} has absolute positions only "
+                         "(max_relative_positions, position_buckets 0, absolute_positions True)")
+      return
+    if self.max_relative_positions < 1:
+      raise ValueError("model_type 'deberta-v2' needs max_relative_positions >= 1, got "
+                       f"{self.max_relative_positions}")
+    if self.embedding_size not in (0, self.hidden_size) or self.share_layers:
+      raise ValueError("model_type 'deberta-v2' with embedding_size != hidden_size or "
+                       "share_layers is not supported")
+
+  @property
+  def relative_span(self) -> int:
+    """DeBERTa's attention span: relative embeddings have 2 x relative_span rows (0: none)."""
+    return self.position_buckets or self.max_relative_positions
 
   @property
   def embed_dim(self) -> int:
@@ -157,6 +188,19 @@ def variant(name: str, vocab_size: int, **overrides) -> BertConfig:
                     num_heads=heads, intermediate_size=4 * hidden, **overrides)
 
 
+# The architectures pretraining builds from a variant's sizes (configs/pretrain.py model_type).
+PRETRAIN_MODEL_TYPES = ("bert", "deberta-v2")
+
+
+def deberta_v3(config: BertConfig) -> BertConfig:
+  """`config`'s sizes with DeBERTa-v3's encoder (microsoft/deberta-v3-base's config.json):
+  disentangled attention over 256 log position buckets up to max_position_embeddings, no
+  absolute position embeddings, no token types, LayerNorm eps 1e-7."""
+  return config.replace(model_type="deberta-v2", absolute_positions=False, type_vocab_size=0,
+                        max_relative_positions=config.max_position_embeddings,
+                        position_buckets=256, layer_norm_eps=1e-7)
+
+
 # Hugging Face config.json key <-> our field, per model_type; the first five are required.
 _BERT_KEYS = {
     "vocab_size": "vocab_size",
@@ -177,6 +221,8 @@ _HF_KEYS = {
     "roberta": {**_BERT_KEYS, "pad_token_id": "pad_token_id"},
     "electra": {**_BERT_KEYS, "embedding_size": "embedding_size"},
     "albert": {**_BERT_KEYS, "embedding_size": "embedding_size"},
+    # The relative-attention keys are read by _deberta_fields.
+    "deberta-v2": {**_BERT_KEYS, "pad_token_id": "pad_token_id"},
     "distilbert": {
         "vocab_size": "vocab_size",
         "dim": "hidden_size",
@@ -198,17 +244,52 @@ _FIXED = {
     "electra": {},
     "albert": {"share_layers": True},
     "distilbert": {"type_vocab_size": 0, "layer_norm_eps": 1e-12},
+    "deberta-v2": {},
 }
 # transformers' defaults where config.json may omit a key our defaults differ from.
 _HF_DEFAULTS = {"roberta": {"pad_token_id": 1}, "electra": {"embedding_size": 128},
                 "albert": {"embedding_size": 128, "hidden_act": "gelu_new"},
-                "distilbert": {}, "bert": {}}
+                "distilbert": {}, "bert": {},
+                "deberta-v2": {"type_vocab_size": 0, "layer_norm_eps": 1e-7}}
+# DeBERTa-v2's attention as bert_jax computes it (DeBERTa-v3's), as config.json spells it.
+_DEBERTA_ATTENTION = {"relative_attention": True, "pos_att_type": ["p2c", "c2p"],
+                      "share_att_key": True, "norm_rel_ebd": "layer_norm", "conv_kernel_size": 0,
+                      "legacy": True}
+
+
+def _deberta_fields(d: dict[str, Any], kw: dict[str, Any], source: str) -> dict[str, Any]:
+  """The relative-attention fields of a deberta-v2 config.json (transformers' getattr
+  defaults where a key is absent); one error naming every setting bert_jax does not compute."""
+  pos_att = d.get("pos_att_type") or []
+  if isinstance(pos_att, str):
+    pos_att = [x.strip() for x in pos_att.lower().split("|")]
+  norm = [x.strip() for x in str(d.get("norm_rel_ebd", "none")).lower().split("|")]
+  found = {"relative_attention": bool(d.get("relative_attention", False)),
+           "pos_att_type": sorted(pos_att, reverse=True),
+           "share_att_key": bool(d.get("share_att_key", False)),
+           "norm_rel_ebd": "layer_norm" if "layer_norm" in norm else d.get("norm_rel_ebd", "none"),
+           "conv_kernel_size": d.get("conv_kernel_size", 0), "legacy": d.get("legacy", True)}
+  bad = [f"{k}={v!r}" for k, v in found.items() if v != _DEBERTA_ATTENTION[k]]
+  hidden = kw["hidden_size"]
+  if d.get("embedding_size", hidden) != hidden:
+    bad.append(f"embedding_size={d['embedding_size']!r} (!= hidden_size)")
+  if d.get("attention_head_size", hidden // kw["num_heads"]) != hidden // kw["num_heads"]:
+    bad.append(f"attention_head_size={d['attention_head_size']!r}")
+  if bad:
+    raise ValueError(f"{source}: DeBERTa-v2 with {', '.join(bad)} is not supported (bert_jax "
+                     "computes DeBERTa-v3's attention: relative_attention, pos_att_type p2c|c2p, "
+                     "share_att_key, norm_rel_ebd layer_norm, no ConvLayer, the legacy "
+                     "cls.predictions MLM head)")
+  max_rel = d.get("max_relative_positions", -1)
+  return dict(max_relative_positions=max_rel if max_rel >= 1 else kw.get(
+                  "max_position_embeddings", 512),
+              position_buckets=max(d.get("position_buckets", -1), 0),
+              absolute_positions=bool(d.get("position_biased_input", True)))
 
 
 def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
-  """Reads a Hugging Face config.json dict (model_type bert, roberta, distilbert, electra or
-  albert; no
-  model_type: a Google bert_config.json)."""
+  """Reads a Hugging Face config.json dict (model_type bert, roberta, distilbert, electra,
+  albert or deberta-v2; no model_type: a Google bert_config.json)."""
   model_type = d.get("model_type", "bert")
   if model_type not in _HF_KEYS:
     raise ValueError(f"{source}: model_type {model_type!r} is not supported; "
@@ -236,6 +317,8 @@ def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
                        f"embedding_size {kw['embedding_size']} is not supported (only one shared "
                        "layer, embedding_size != hidden_size, as every released ALBERT)")
   kw.update(_FIXED[model_type], model_type=model_type)
+  if model_type == "deberta-v2":
+    kw.update(_deberta_fields(d, kw, source))
   if model_type == "roberta":
     kw["position_offset"] = kw["pad_token_id"] + 1
     if kw.get("hidden_act", "gelu") != "gelu":  # RoBERTa's lm_head is always exact GELU
@@ -269,6 +352,10 @@ def to_hf_dict(config: BertConfig) -> dict[str, Any]:
     d.update(num_hidden_groups=1, inner_group_num=1)
   if t == "distilbert":
     d.update(model_type=t, sinusoidal_pos_embds=False, tie_weights_=True)
+  elif t == "deberta-v2":
+    d.update(_DEBERTA_ATTENTION, model_type=t, max_relative_positions=config.max_relative_positions,
+             position_buckets=config.position_buckets or -1,
+             position_biased_input=config.absolute_positions)
   else:
     d.update(model_type=t, position_embedding_type="absolute")
     d.setdefault("pad_token_id", config.pad_token_id)

@@ -44,6 +44,11 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.data.max_predictions_per_seq > config.seq_len:
     bad(f"data.max_predictions_per_seq {config.data.max_predictions_per_seq} > seq_len "
         f"{config.seq_len}")
+  if config.model_type not in model_config_lib.PRETRAIN_MODEL_TYPES:
+    bad(f"model_type {config.model_type!r} not in {list(model_config_lib.PRETRAIN_MODEL_TYPES)}")
+  if config.model_type != "bert" and config.objective == "electra":
+    bad(f"objective 'electra' trains ELECTRA's own encoders; model_type {config.model_type!r} "
+        "is not supported with it")
   if config.objective not in OBJECTIVE_MODES:
     bad(f"objective {config.objective!r} not in {list(OBJECTIVE_MODES)}")
   if config.data.mode not in OBJECTIVE_MODES[config.objective]:
@@ -77,8 +82,10 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
 def model_config_from(config: ml_collections.ConfigDict,
                       vocab_size: int) -> model_config_lib.BertConfig:
   """The BertConfig of a pretraining config and the tokenizer's vocab size."""
-  return train_core.model_config_from(config.model,
-                                      model_config_lib.variant(config.variant, vocab_size))
+  base = model_config_lib.variant(config.variant, vocab_size)
+  if config.model_type == "deberta-v2":
+    base = model_config_lib.deberta_v3(base)
+  return train_core.model_config_from(config.model, base)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,8 @@
 r"""Pretraining configs: `configs/pretrain.py:VARIANT[,recipe=RECIPE][,phase2]`.
 
 VARIANT is the model size (tiny, mini, small, medium, base, large); RECIPE how it is trained
-(bert, roberta, albert, electra; see _apply_recipe), which sets the variant's default objective.
+(bert, roberta, albert, electra, deberta; see _apply_recipe), which sets the variant's default
+objective (and for deberta the encoder: DeBERTa-v3's disentangled attention).
 
 The main job (tiny, built-in corpus, CPU, a few minutes):
 
@@ -37,7 +38,7 @@ _RECIPES = {
 }
 
 
-RECIPES = ("bert", "roberta", "albert", "electra")
+RECIPES = ("bert", "roberta", "albert", "electra", "deberta")
 
 
 def get_config(arg=None):
@@ -67,6 +68,10 @@ def get_config(arg=None):
   # 'mlm' (MLM alone, any data mode), 'mlm_sop' (ALBERT: MLM + sentence order, data.mode='sop')
   # or 'electra' (replaced-token detection with a small generator; the `electra` section).
   c.objective = "mlm_nsp"
+  # The encoder built with the variant's sizes: 'bert', or 'deberta-v2' (DeBERTa-v3's
+  # disentangled attention, 256 log position buckets, no absolute positions or token types;
+  # bert_jax.model_config.deberta_v3).
+  c.model_type = "bert"
 
   c.model = config_sections.model()
 
@@ -248,6 +253,14 @@ def _apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
       c.warmup_steps = 3_125
       c.seq_len = 512
       c.data.max_predictions_per_seq = 80
+  elif recipe == "deberta":
+    # DeBERTa-v3's encoder (He et al. 2021, arXiv:2111.09543) trained with DeBERTa's MLM
+    # (arXiv:2006.03654) on full sentences without NSP. v3's own objective (replaced-token
+    # detection with gradient-disentangled embedding sharing) is not implemented here; the
+    # sizes and optimizer stay the variant's.
+    c.model_type = "deberta-v2"
+    c.objective = "mlm"
+    c.data.mode = "full_sentences"
   elif recipe == "electra":
     # ELECTRA (Clark et al. 2020, arXiv:2003.10555): replaced-token detection with a generator of
     # 1/4 the discriminator's hidden size (config.electra), on contiguous text without NSP.

@@ -118,9 +118,15 @@ def test_each_recipe_is_a_config_pretraining_accepts(variant):
   for recipe in module.RECIPES:
     c = module.get_config(f"{variant},recipe={recipe}")
     pretrain_setup.check_config(c, mesh)
-    objectives[recipe] = (c.objective, c.data.mode)
-  assert objectives == {"bert": ("mlm_nsp", "nsp"), "roberta": ("mlm", "full_sentences"),
-                        "albert": ("mlm_sop", "sop"), "electra": ("electra", "full_sentences")}
+    objectives[recipe] = (c.objective, c.data.mode, c.model_type)
+  assert objectives == {"bert": ("mlm_nsp", "nsp", "bert"),
+                        "roberta": ("mlm", "full_sentences", "bert"),
+                        "albert": ("mlm_sop", "sop", "bert"),
+                        "electra": ("electra", "full_sentences", "bert"),
+                        "deberta": ("mlm", "full_sentences", "deberta-v2")}
+  deberta = pretrain_setup.model_config_from(module.get_config(f"{variant},recipe=deberta"), 300)
+  assert (deberta.position_buckets, deberta.absolute_positions, deberta.type_vocab_size) == (
+      256, False, 0)
   roberta = module.get_config(f"{variant},recipe=roberta")
   assert roberta.data.packing and roberta.optimizer.b2 == 0.98
   if variant == "base":  # 8K sequences per update in 32 microbatches

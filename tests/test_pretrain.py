@@ -90,6 +90,9 @@ OBJECTIVES = {
                 ("mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy")),
     "mlm": ({"objective": "mlm", "data.mode": "full_sentences", "data.packing": True},
             ("mlm_loss", "mlm_accuracy")),
+    # DeBERTa-v3's encoder (recipe=deberta), packed rows: disentangled attention in training.
+    "deberta": ({"model_type": "deberta-v2", "objective": "mlm", "data.mode": "full_sentences",
+                 "data.packing": True}, ("mlm_loss", "mlm_accuracy")),
     "electra": ({"objective": "electra", "data.mode": "full_sentences"},
                 ("mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy", "rtd_replaced_recall",
                  "rtd_auc")),
@@ -133,6 +136,9 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   assert other_pair not in records[0]
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6"]
   assert os.listdir(os.path.join(workdir, "tensorboard"))
+  config = ckpt_lib.read_model_config(workdir)
+  assert config.model_type == ("deberta-v2" if objective == "deberta" else
+                               "electra" if objective == "electra" else "bert")
 
 
 # mlm_sop and mlm use mlm_nsp's objective code; their data streams' resume is exact in
@@ -291,6 +297,9 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
      r"electra.generator_hidden_fraction 0.0 must be in \(0, 1\]"),
     ({"objective": "electra", "electra.disc_weight": -1.0}, "electra.disc_weight must be positive"),
     ({"data.masking": "span"}, r"config.data.masking='span'; expected one of"),
+    ({"model_type": "albert"}, r"model_type 'albert' not in \['bert', 'deberta-v2'\]"),
+    ({"model_type": "deberta-v2", "objective": "electra", "data.mode": "full_sentences"},
+     r"objective 'electra' trains ELECTRA's own encoders; model_type 'deberta-v2' is not"),
 ])
 def test_bad_configs_fail_fast(corpus, tmp_path, override, message):
   with pytest.raises(ValueError, match=message):

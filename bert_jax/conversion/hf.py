@@ -5,13 +5,14 @@ or Flax's flax_model.msgpack) of model_type bert (BertModel, BertForPreTraining,
 BertForMaskedLM), roberta (RobertaModel, RobertaForMaskedLM), distilbert
 (DistilBertModel, DistilBertForMaskedLM) or electra (ElectraModel, the generator
 ElectraForMaskedLM, the discriminator ElectraForPreTraining) or albert (AlbertModel,
-AlbertForMaskedLM, AlbertForPreTraining) layouts, with or without the base
+AlbertForMaskedLM, AlbertForPreTraining) or deberta-v2 (DebertaV2Model,
+DebertaV2ForMaskedLM with the legacy cls.predictions head; DeBERTa-v3) layouts, with or without the base
 model's prefix (`bert.`, ...), saved by PyTorch (Linear weights [out, in]) or
 Flax (kernels [in, out]). Pickle checkpoints (pytorch_model.bin) are never
 loaded. Writes safetensors in the PyTorch layout, which transformers loads as
 the architecture named in config.json (PyTorch or Flax). The tokenizer travels
 with the bundle: a WordPiece vocab.txt, or RoBERTa's vocab.json + merges.txt and
-ALBERT's spiece.model copied into the bundle's tokenizer/ (and back out by
+ALBERT's spiece.model or DeBERTa's spm.model copied into the bundle's tokenizer/ (and back out by
 `bundle_to_hf`).
 """
 from flax import traverse_util
@@ -80,6 +81,12 @@ LAYOUTS = {
                       {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
                       ("ElectraModel", "ElectraForMaskedLM", None), "ElectraTokenizer",
                       discriminator="ElectraForPreTraining"),
+    "deberta-v2": Layout("deberta",
+                         {"cls.predictions.decoder.weight":
+                              "deberta.embeddings.word_embeddings.weight",
+                          "cls.predictions.decoder.bias": "cls.predictions.bias"},
+                         ("DebertaV2Model", "DebertaV2ForMaskedLM", None), "DebertaV2Tokenizer",
+                         other_tokenizer="a SentencePiece tokenizer (spm.model)"),
     "distilbert": Layout("distilbert",
                          {"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
                          ("DistilBertModel", "DistilBertForMaskedLM", None), "DistilBertTokenizer"),
@@ -312,13 +319,33 @@ def _load_hf_other_tokenizer(src: str, config: BertConfig, other_tokenizer: str,
     raise ValueError(f"{src}: model_type {config.model_type!r} needs {other_tokenizer}, found "
                      f"{files.kind} tokenizer files")
   tok = tokenizer_lib.cached_tokenizer(kind, files.path, lowercase)
-  if len(tok.inv_vocab) != config.vocab_size:
-    raise ValueError(f"{files.path}: {len(tok.inv_vocab)} tokens but config.json has vocab_size "
+  n = len(tok.inv_vocab)
+  # DeBERTa-v3's released table has 128,100 rows for 128,001 tokens: the rows past the
+  # tokenizer's are no token's and are dropped (the bundle's vocab is the tokenizer's).
+  padded = config.model_type == "deberta-v2" and n < config.vocab_size
+  if n != config.vocab_size and not padded:
+    raise ValueError(f"{files.path}: {n} tokens but config.json has vocab_size "
                      f"{config.vocab_size}")
   out = load_hf_params(src, drop_unexpected=drop_unexpected)
+  if padded:
+    out = _drop_rows_past_the_vocab(out, n)
   reason = "given" if lowercase is not None else f"the {config.model_type} tokenizer's casing"
   return dict(out, vocab_file=None, vocab=list(tok.inv_vocab), tokenizer_file=files.path,
               lowercase=tok.lowercase, lowercase_reason=reason)
+
+
+def _drop_rows_past_the_vocab(loaded: dict[str, Any], n: int) -> dict[str, Any]:
+  """load_hf_params' output with the word embeddings (and MLM output bias) cut to n rows."""
+  params, config = loaded["params"], loaded["config"]
+  emb = params["bert"]["embeddings"]
+  cut = {**params, "bert": {**params["bert"], "embeddings": {
+      **emb, "word_embeddings": {"embedding": emb["word_embeddings"]["embedding"][:n]}}}}
+  if "mlm_output_bias" in params:
+    cut["mlm_output_bias"] = params["mlm_output_bias"][:n]
+  note = (f"word_embeddings rows {n}..{config.vocab_size - 1} (past the tokenizer's {n} "
+          "tokens)")
+  return dict(loaded, params=cut, config=config.replace(vocab_size=n),
+              dropped=loaded["dropped"] + [note])
 
 
 def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:

@@ -254,9 +254,30 @@ ALBERT_RULES = tuple(
         "cls.seq_relationship.": "sop_classifier.classifier.",
     })) + _projection("albert.encoder.embedding_hidden_mapping_in.")
 
+# DeBERTa-v2/v3 (DebertaV2Model, DebertaV2ForMaskedLM with transformers' legacy
+# cls.predictions head): BERT's names under `deberta.` with query_proj / key_proj /
+# value_proj, no pooler or NSP, the encoder's relative embeddings and their LayerNorm.
+# (No position_embeddings when position_biased_input is false: that rule drops out
+# with the parameter.)
+_DEBERTA_SELF = "deberta.encoder.layer.{i}.attention.self."
+DEBERTA_V2_RULES = renamed(HF_RULES, {
+    "bert.": "deberta.",
+    "bert.encoder.layer.{i}.attention.self.query.": _DEBERTA_SELF + "query_proj.",
+    "bert.encoder.layer.{i}.attention.self.key.": _DEBERTA_SELF + "key_proj.",
+    "bert.encoder.layer.{i}.attention.self.value.": _DEBERTA_SELF + "value_proj.",
+    "bert.pooler.": None,
+    "cls.predictions.": "cls.predictions.",
+    "cls.seq_relationship.": None,
+}) + (
+    Rule("bert/encoder/rel_embeddings/embedding", "deberta.encoder.rel_embeddings.weight"),
+    Rule("bert/encoder/rel_norm/scale", "deberta.encoder.LayerNorm.weight"),
+    Rule("bert/encoder/rel_norm/bias", "deberta.encoder.LayerNorm.bias"),
+)
+
 # Hugging Face rule tables by config.model_type.
 HF_RULES_BY_TYPE = {"bert": HF_RULES, "roberta": ROBERTA_RULES, "distilbert": DISTILBERT_RULES,
-                    "electra": ELECTRA_RULES, "albert": ALBERT_RULES}
+                    "electra": ELECTRA_RULES, "albert": ALBERT_RULES,
+                    "deberta-v2": DEBERTA_V2_RULES}
 
 
 def _config_rules(rules: Sequence[Rule], config: BertConfig,
