@@ -30,8 +30,10 @@ EXTRAS = {
         "pytest-xdist>=3.5,<4",
         "transformers>=4.44,<5",
         # DeBERTa-v2's reference: transformers has no Flax DeBERTa, so its PyTorch classes
-        # (the CPU wheel; tests/test_convert_deberta.py).
-        "torch>=2.4",
+        # (tests/test_convert_deberta.py). Pinned: a range lets pip pick a newer release, on Linux a
+        # CUDA build of several GB; for the CPU build, first
+        # `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`.
+        "torch==2.13.0",
         "scipy>=1.10",
         "scikit-learn>=1.3",
         # trec_eval's C code: the reference for bert_jax.retrieval_metrics.
