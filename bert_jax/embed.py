@@ -41,7 +41,9 @@ from bert_jax import bundle as bundle_lib
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
 from bert_jax import model as model_lib
+from bert_jax import pooling as pooling_lib
 from bert_jax import train_log
+from bert_jax.json_file import read_json
 from bert_jax.data import length_buckets
 
 POOLINGS = ("cls", "pooler", "mean", "max")
@@ -153,18 +155,6 @@ def parse_layers(spec: str, num_layers: int) -> tuple[int, ...]:
   return layers
 
 
-def _pool(h: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
-  """h [batch, len, hidden], mask [batch, len] -> [batch, hidden]."""
-  m = mask[..., None].astype(h.dtype)  # [batch, len, 1]
-  if pooling == "cls":
-    return h[:, 0]
-  if pooling == "mean":
-    return (h * m).sum(axis=1) / jnp.maximum(m.sum(axis=1), 1.0)
-  if pooling == "max":
-    return jnp.where(m > 0, h, -jnp.inf).max(axis=1)
-  raise ValueError(f"unknown pooling {pooling!r}")
-
-
 @functools.lru_cache(maxsize=16)
 def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, normalize: bool):
   """A jitted fn(params, ids, mask, segment_ids) -> float32 [batch, dim] (cached)."""
@@ -179,7 +169,7 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
       x = out["pooled_output"].astype(jnp.float32)
     else:
       hidden = out["hidden_states"] if want_hidden else [out["sequence_output"]]
-      pooled = [_pool(hidden[i].astype(jnp.float32), mask, pooling)
+      pooled = [pooling_lib.pool(hidden[i].astype(jnp.float32), mask, pooling)
                 for i in (layers if want_hidden else (0,))]
       if combine == "concat":
         x = jnp.concatenate(pooled, axis=-1)
@@ -187,9 +177,26 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
         stacked = jnp.stack(pooled)  # [layers, batch, hidden]
         x = stacked.mean(0) if combine == "mean" else stacked.max(0)
     if normalize:
-      x = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+      x = pooling_lib.l2_normalize(x)
     return x
   return fn
+
+
+def bundle_defaults(pretrained: ckpt_lib.Pretrained) -> dict:
+  """The pooling and normalisation a checkpoint was trained to embed with.
+
+  A sentence-embedding fine-tuning export records them in its bundle.json
+  (`embedding: {pooling, normalize}`); any other checkpoint gets mean pooling,
+  not normalised.
+
+  Returns:
+    {'pooling': str, 'normalize': bool}.
+  """
+  defaults = {"pooling": "mean", "normalize": False}
+  info = epath.Path(pretrained.source) / bundle_lib.INFO_FILE
+  if info.is_file():
+    defaults.update(read_json(info, missing=f"{info} is missing").get("embedding", {}))
+  return defaults
 
 
 @dataclasses.dataclass
@@ -204,8 +211,9 @@ class EmbedStats:
   lengths: list[int] = dataclasses.field(default_factory=list)
 
 
-def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "mean",
-          layers: Sequence[int] = (-1,), combine: str = "mean", normalize: bool = False,
+def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional[str] = None,
+          layers: Sequence[int] = (-1,), combine: str = "mean",
+          normalize: Optional[bool] = None,
           max_length: Optional[int] = None, batch_size: int = 32, dtype: str = "float32",
           tokenizer=None, length_bucketing: bool = True) -> tuple[np.ndarray, EmbedStats]:
   """Embeds texts (or (a, b) pairs) with a loaded checkpoint.
@@ -213,10 +221,10 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
   Args:
     pretrained: the checkpoint (`checkpoint.load_pretrained`; params on host).
     texts: strs, or (a, b) tuples for pairs.
-    pooling: one of POOLINGS.
+    pooling: one of POOLINGS (None: the checkpoint's, `bundle_defaults`).
     layers: hidden states to pool (0 = embeddings, -1 = last layer).
     combine: how several layers merge: one of COMBINES.
-    normalize: L2-normalise each embedding.
+    normalize: L2-normalise each embedding (None: the checkpoint's, `bundle_defaults`).
     max_length: longest sequence, special tokens included (default: 128, or
       the model's max positions when smaller).
     batch_size: texts per forward pass.
@@ -231,6 +239,9 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
     (float32 [len(texts), dim] embeddings, EmbedStats).
   """
   config = pretrained.config
+  defaults = bundle_defaults(pretrained)
+  pooling = defaults["pooling"] if pooling is None else pooling
+  normalize = defaults["normalize"] if normalize is None else normalize
   max_length = max_length or min(DEFAULT_MAX_LENGTH, config.max_position_embeddings)
   check_options(pretrained, pooling, layers, combine, max_length, batch_size, bool(texts) and
                 isinstance(texts[0], tuple))
