@@ -118,17 +118,19 @@ def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrai
 
 
 def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,
-                  epoch: int) -> list[length_buckets.Batch]:
+                  epoch: int, sort_by_length: bool = True) -> list[length_buckets.Batch]:
   """The training batches of one epoch: a permutation seeded by (seed, epoch), remainder
-  dropped; with length_bucketing (and no packing), sorted within windows and cut to
-  bucket lengths."""
+  dropped; with length_bucketing (and no packing), sorted within windows (within each
+  batch only, when not `sort_by_length`: the task's loss compares a batch's examples)
+  and cut to bucket lengths."""
   order = np.random.default_rng([seed, epoch]).permutation(n_train)
   if config.packing or not config.length_bucketing:  # packed rows are max_seq_length long
     return length_buckets.sequential_batches(order, config.batch_size, config.max_seq_length,
                                              pad_last=False)
   return length_buckets.train_batches(
       lengths, order, config.batch_size, length_buckets.bucket_lengths(config.max_seq_length),
-      np.random.default_rng([seed, epoch, 1]))
+      np.random.default_rng([seed, epoch, 1]),
+      length_buckets.WINDOW_BATCHES if sort_by_length else 1)
 
 
 def train_batch(arrays: dict, keys, batch: length_buckets.Batch,
@@ -332,7 +334,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
       step, t0, acc, steps_since = 0, time.time(), None, 0
       for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
         epoch_start, epoch_first_step = time.time(), step
-        for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch):
+        for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch,
+                                          task.sort_by_length):
           if step >= total_steps:
             break
           batch, shape = train_batch(task.train_arrays, keys, global_batch, pack)

@@ -63,5 +63,6 @@ def get_config(arg=None):
   # sentence-transformers' STS-B recipe (1 epoch; its example runs 4).
   config_sections.finetune(c, data_source="tsv", max_seq_length=128, learning_rate=2e-5,
                            num_epochs=1.0, length_bucketing=True)
+  # Pairs (or tuples) per step, sentence-transformers' 16 (CoSENT and mnrl compare them).
   c.batch_size = 16
   return c

@@ -66,10 +66,11 @@ class Batch:
 
 
 def train_batches(lengths: np.ndarray, order: np.ndarray, batch_size: int,
-                  buckets: tuple[int, ...], rng: np.random.Generator) -> list[Batch]:
+                  buckets: tuple[int, ...], rng: np.random.Generator,
+                  window_batches: int = WINDOW_BATCHES) -> list[Batch]:
   """One epoch of bucketed training batches.
 
-  The seeded permutation `order` is cut into windows of WINDOW_BATCHES batches;
+  The seeded permutation `order` is cut into windows of `window_batches` batches;
   each window is sorted by row length (stably, so ties keep the permutation's
   order) and cut into batches, and the batches of the epoch are shuffled with
   `rng`. Same `order` and `rng` state: same batches. As unbucketed batching,
@@ -81,12 +82,15 @@ def train_batches(lengths: np.ndarray, order: np.ndarray, batch_size: int,
     batch_size: rows per batch.
     buckets: ascending bucket lengths (`bucket_lengths`).
     rng: shuffles the batch order.
+    window_batches: batches per sorted window; 1 keeps each batch's rows as the
+      permutation drew them (for losses that compare a batch's examples), each
+      batch still cut to the bucket of its longest row.
 
   Returns:
     Batches of `batch_size` rows each, len(order) // batch_size of them.
   """
   used = np.asarray(order, np.int64)[:len(order) // batch_size * batch_size]
-  window = WINDOW_BATCHES * batch_size
+  window = window_batches * batch_size
   batches = []
   for start in range(0, len(used), window):
     chunk = used[start:start + window]

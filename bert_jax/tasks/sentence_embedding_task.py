@@ -42,7 +42,7 @@ def check_config(config) -> None:
     bad(f"sentence embeddings read TSV files (data_source='tsv'), not {config.data_source!r}")
   if config.packing:
     bad("packing applies to GLUE's sequence heads, not to sentence embeddings")
-  if config.loss in ("cosent", "mnrl") and config.optimizer.grad_accum_steps != 1:
+  if config.loss in sentence_pairs.IN_BATCH_LOSSES and config.optimizer.grad_accum_steps != 1:
     bad(f"loss {config.loss} compares the examples of a whole batch; microbatches "
         f"(optimizer.grad_accum_steps {config.optimizer.grad_accum_steps}) would change it: use 1")
   if config.score_max <= 0:
@@ -77,7 +77,7 @@ def _train_arrays(config, tokenizer) -> tuple[dict, dict]:
   arrays, truncated = sentence_pairs.encode(tokenizer, rows, config.max_seq_length)
   stats = {"train_file": path, "train_examples": len(rows.texts),
            "train_truncated_sentences": truncated}
-  if config.loss in ("cosent", "mnrl") and len(rows.texts) < 2:
+  if config.loss in sentence_pairs.IN_BATCH_LOSSES and len(rows.texts) < 2:
     raise ValueError(f"{path}: loss {config.loss} needs at least 2 examples (it compares them)")
   return arrays, stats
 
@@ -108,4 +108,5 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       task_model, train_arrays, label_keys,
       sentence_pairs.loss_fn(config.loss, config.scale, config.triplet_margin),
       [task_lib.EvalSet("eval", eval_arrays, score)], "spearman", data_stats=stats,
-      bundle_info={"embedding": {"pooling": config.pooling, "normalize": bool(config.normalize)}})
+      bundle_info={"embedding": {"pooling": config.pooling, "normalize": bool(config.normalize)}},
+      sort_by_length=config.loss not in sentence_pairs.IN_BATCH_LOSSES)

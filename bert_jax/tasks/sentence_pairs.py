@@ -32,6 +32,9 @@ from bert_jax.tasks import glue
 
 LOSSES = ("cosent", "cosine", "mnrl", "triplet")
 SCORED_LOSSES = ("cosent", "cosine")  # trained on scored pairs; mnrl / triplet on tuples
+# Losses that compare the examples of a batch: its rows stay as randomly drawn (not grouped
+# by length), and it is not split into microbatches.
+IN_BATCH_LOSSES = ("cosent", "mnrl")
 # Columns of the STS Benchmark release: genre filename year id score sentence1 sentence2.
 _STS_RELEASE = {"score": 4, "sentence1": 5, "sentence2": 6, "columns": 7}
 

@@ -82,6 +82,9 @@ class Task:
     data_stats: counts for the log (examples, windows, skipped questions).
     bundle_info: what the fine-tuned bundle's bundle.json records beside the task name
       (sentence embeddings: {'embedding': {'pooling', 'normalize'}}).
+    sort_by_length: length bucketing may group training rows of like length into
+      batches; False when the loss compares a batch's examples (CoSENT, in-batch
+      negatives): each batch keeps the random draw's rows, only cut to its bucket.
   """
   model: TaskModel
   train_arrays: dict
@@ -92,6 +95,7 @@ class Task:
   data_stats: dict = dataclasses.field(default_factory=dict)
   loss_weight: Optional[Callable[[dict], jax.Array]] = None
   bundle_info: dict = dataclasses.field(default_factory=dict)
+  sort_by_length: bool = True
 
   @property
   def name(self) -> str:
