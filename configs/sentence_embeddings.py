@@ -25,9 +25,9 @@ bundle.json records `embedding: {pooling, normalize}`; `python -m bert_jax.embed
 --checkpoint WORKDIR/export` embeds with them by default.
 Hyperparameters are sentence-transformers' STS-B example: batch 16, 1 epoch
 (the example runs 4), learning rate 2e-5, 10% warmup, AdamW with weight decay
-0.01. Expected: all-MiniLM-L6-v2 starts at ~0.82 test Spearman (mean pooling,
-max length 256) and CoSENT on the training pairs raises it; with 5,749 pairs
-of at most 128 pieces one epoch is ~360 steps, tens of minutes on a few CPU cores.
+0.01. Measured (the command above, seed 0): all-MiniLM-L6-v2's STS-B test
+Spearman 0.8203 before, 0.8389 after one epoch (359 steps; dev 0.8672 -> 0.8626);
+37 minutes on a shared 2-core CPU machine.
 
 Every key is declared here or, with its comment, in bert_jax/config_sections.py
 (`finetune`); `--config.a.b=v` overrides it, an unknown key is an error.
