@@ -1,8 +1,10 @@
 """Sentence embeddings from a bert_jax checkpoint, one input line per text.
 
   python -m bert_jax.embed --checkpoint CKPT --input texts.txt --output emb.npy \
-      --pooling mean [--normalize] [--layers -1,-2,-3,-4 --combine concat] \
-      [--pairs] [--max_length 128] [--batch_size 32]
+      [--pooling mean] [--normalize] [--layers -1,-2,-3,-4 --combine concat] \
+      [--pairs] [--max_length 128] [--batch_size 32] \
+      [--checkpoint CKPT2 ... --combine mean|max|concat|weighted_mean --weights 0.7,0.3] \
+      [--chunk_stride 64]
 
 CKPT is any checkpoint fine-tuning starts from: a bundle (`python -m
 bert_jax.convert` output, a workdir's export/), a pretraining workdir or its
@@ -10,10 +12,22 @@ checkpoints/ (latest step).
 
 Pooling: `cls` (the [CLS] vector), `pooler` (dense + tanh on [CLS], needs the
 pooler), `mean` (average over real tokens only, [CLS] and [SEP] included as in
-sentence-transformers), `max` (over real tokens). `--layers` pools several
-hidden layers (0 = embedding output, -1 = last layer; the feature-based
-approach of the BERT paper) and `--combine` merges them (mean, max or concat).
+sentence-transformers), `max` (over real tokens). By default the checkpoint's
+own: a sentence-embedding fine-tuning export (configs/sentence_embeddings.py)
+records its pooling and normalisation in bundle.json; other checkpoints get
+mean, not normalised. `--layers` pools several hidden layers (0 = embedding
+output, -1 = last layer; the feature-based approach of the BERT paper).
 `--pairs` reads `text_a<TAB>text_b` lines with segment ids 0 / 1.
+
+Aggregation (bert_jax.aggregate): `--combine` (mean, max, concat, or
+weighted_mean with `--weights`) merges the several vectors of one text: its
+--layers; its chunks with `--chunk_stride S` (a text longer than --max_length
+is cut into windows of max_length tokens, [CLS] and [SEP] included, starting
+every S tokens; concat is refused there and weighted_mean weights each chunk by
+its tokens; a text that fits is one chunk, its vector unchanged); and with
+several `--checkpoint`s (an ensemble: the texts through each, each with its own
+tokenizer and defaults), the checkpoints' vectors, `--weights` one per
+checkpoint. `--normalize` normalises each vector and the combined one.
 
 Every text is [CLS] a [SEP] (b [SEP]) truncated to --max_length (longest
 first for pairs, as BERT); truncation is counted and reported, and invalid
@@ -37,16 +51,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax import aggregate
 from bert_jax import bundle as bundle_lib
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
 from bert_jax import model as model_lib
+from bert_jax import pooling as pooling_lib
 from bert_jax import train_log
+from bert_jax.json_file import read_json
 from bert_jax.data import length_buckets
 
 POOLINGS = ("cls", "pooler", "mean", "max")
 DEFAULT_MAX_LENGTH = 128
-COMBINES = ("mean", "max", "concat")
+COMBINES = aggregate.COMBINES
 
 
 @dataclasses.dataclass
@@ -153,20 +170,9 @@ def parse_layers(spec: str, num_layers: int) -> tuple[int, ...]:
   return layers
 
 
-def _pool(h: jax.Array, mask: jax.Array, pooling: str) -> jax.Array:
-  """h [batch, len, hidden], mask [batch, len] -> [batch, hidden]."""
-  m = mask[..., None].astype(h.dtype)  # [batch, len, 1]
-  if pooling == "cls":
-    return h[:, 0]
-  if pooling == "mean":
-    return (h * m).sum(axis=1) / jnp.maximum(m.sum(axis=1), 1.0)
-  if pooling == "max":
-    return jnp.where(m > 0, h, -jnp.inf).max(axis=1)
-  raise ValueError(f"unknown pooling {pooling!r}")
-
-
 @functools.lru_cache(maxsize=16)
-def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, normalize: bool):
+def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, normalize: bool,
+                  layer_weights: Optional[tuple[float, ...]] = None):
   """A jitted fn(params, ids, mask, segment_ids) -> float32 [batch, dim] (cached)."""
   layers = tuple(layers)
   want_hidden = layers != (-1,)
@@ -179,17 +185,31 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
       x = out["pooled_output"].astype(jnp.float32)
     else:
       hidden = out["hidden_states"] if want_hidden else [out["sequence_output"]]
-      pooled = [_pool(hidden[i].astype(jnp.float32), mask, pooling)
+      pooled = [pooling_lib.pool(hidden[i].astype(jnp.float32), mask, pooling)
                 for i in (layers if want_hidden else (0,))]
-      if combine == "concat":
-        x = jnp.concatenate(pooled, axis=-1)
-      else:
-        stacked = jnp.stack(pooled)  # [layers, batch, hidden]
-        x = stacked.mean(0) if combine == "mean" else stacked.max(0)
+      x = pooled[0] if len(pooled) == 1 else aggregate.combine(
+          jnp.stack(pooled), combine, layer_weights)  # from [layers, batch, hidden]
     if normalize:
-      x = x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+      x = pooling_lib.l2_normalize(x)
     return x
   return fn
+
+
+def bundle_defaults(pretrained: ckpt_lib.Pretrained) -> dict:
+  """The pooling and normalisation a checkpoint was trained to embed with.
+
+  A sentence-embedding fine-tuning export records them in its bundle.json
+  (`embedding: {pooling, normalize}`); any other checkpoint gets mean pooling,
+  not normalised.
+
+  Returns:
+    {'pooling': str, 'normalize': bool}.
+  """
+  defaults = {"pooling": "mean", "normalize": False}
+  info = epath.Path(pretrained.source) / bundle_lib.INFO_FILE
+  if info.is_file():
+    defaults.update(read_json(info, missing=f"{info} is missing").get("embedding", {}))
+  return defaults
 
 
 @dataclasses.dataclass
@@ -202,21 +222,46 @@ class EmbedStats:
   seconds: float
   # The padded lengths of the batches, one compilation each.
   lengths: list[int] = dataclasses.field(default_factory=list)
+  # Windows embedded (with chunk_stride; else 0).
+  chunks: int = 0
 
 
-def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "mean",
-          layers: Sequence[int] = (-1,), combine: str = "mean", normalize: bool = False,
+def encode_chunks(tokenizer, texts: Sequence[str], max_length: int,
+                  stride: int) -> tuple[list, list, np.ndarray, np.ndarray]:
+  """[CLS] window [SEP] for each window of each text (aggregate.chunk_windows).
+
+  Returns:
+    (ids, segment_ids, owner int64 [windows]: the text of each, tokens int64
+    [windows]: its text tokens).
+  """
+  budget = max_length - tokenizer.num_special_tokens(pair=False)
+  all_ids, all_seg, owner, tokens = [], [], [], []
+  for i, pieces in enumerate(tokenizer.tokenize_to_ids(list(texts))):
+    for start, end in aggregate.chunk_windows(len(pieces), budget, stride):
+      ids, seg = tokenizer.build_inputs(list(pieces[start:end]))
+      all_ids.append(ids)
+      all_seg.append(seg)
+      owner.append(i)
+      tokens.append(max(end - start, 1))
+  return all_ids, all_seg, np.asarray(owner, np.int64), np.asarray(tokens, np.int64)
+
+
+def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional[str] = None,
+          layers: Sequence[int] = (-1,), combine: str = "mean",
+          normalize: Optional[bool] = None,
           max_length: Optional[int] = None, batch_size: int = 32, dtype: str = "float32",
-          tokenizer=None, length_bucketing: bool = True) -> tuple[np.ndarray, EmbedStats]:
+          tokenizer=None, length_bucketing: bool = True, chunk_stride: int = 0,
+          weights: Optional[Sequence[float]] = None) -> tuple[np.ndarray, EmbedStats]:
   """Embeds texts (or (a, b) pairs) with a loaded checkpoint.
 
   Args:
     pretrained: the checkpoint (`checkpoint.load_pretrained`; params on host).
     texts: strs, or (a, b) tuples for pairs.
-    pooling: one of POOLINGS.
+    pooling: one of POOLINGS (None: the checkpoint's, `bundle_defaults`).
     layers: hidden states to pool (0 = embeddings, -1 = last layer).
-    combine: how several layers merge: one of COMBINES.
-    normalize: L2-normalise each embedding.
+    combine: how several layers, and the chunks of a text, merge: one of COMBINES.
+    normalize: L2-normalise each embedding (None: the checkpoint's, `bundle_defaults`);
+      with chunks, each chunk's and the text's.
     max_length: longest sequence, special tokens included (default: 128, or
       the model's max positions when smaller).
     batch_size: texts per forward pass.
@@ -226,21 +271,34 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
       bucket length (bert_jax.data.length_buckets) that holds its longest text;
       False: every batch at the longest text's length. Same embeddings up to
       float rounding.
+    chunk_stride: > 0: a text longer than max_length is embedded in windows of
+      max_length tokens starting every chunk_stride tokens, merged by `combine`
+      (weighted_mean: by their tokens); 0: truncated.
+    weights: weighted_mean's weights, one per layer.
 
   Returns:
     (float32 [len(texts), dim] embeddings, EmbedStats).
   """
   config = pretrained.config
+  defaults = bundle_defaults(pretrained)
+  pooling = defaults["pooling"] if pooling is None else pooling
+  normalize = defaults["normalize"] if normalize is None else normalize
   max_length = max_length or min(DEFAULT_MAX_LENGTH, config.max_position_embeddings)
-  check_options(pretrained, pooling, layers, combine, max_length, batch_size, bool(texts) and
-                isinstance(texts[0], tuple))
+  pairs = bool(texts) and isinstance(texts[0], tuple)
+  check_options(pretrained, pooling, layers, combine, max_length, batch_size, pairs, chunk_stride)
+  layer_weights = (tuple(aggregate.check_weights(weights, len(layers), "--layers"))
+                   if combine == "weighted_mean" and len(layers) > 1 else None)
   if not texts:
     raise ValueError("no texts to embed")
   if tokenizer is None:
     from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
   start = time.time()
-  ids, segs, truncated = encode(tokenizer, texts, max_length)
+  if chunk_stride:
+    ids, segs, owner, chunk_tokens = encode_chunks(tokenizer, texts, max_length, chunk_stride)
+    truncated = 0
+  else:
+    ids, segs, truncated = encode(tokenizer, texts, max_length)
   lengths = np.array([len(x) for x in ids], np.int64)
   seq_len = min(max_length, -(-int(lengths.max()) // 8) * 8)
   n = len(ids)
@@ -260,7 +318,7 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
   if pooling != "pooler":
     params = {k: v for k, v in params.items() if k != "pooler"}
   params = jax.device_put(params)
-  fn = make_embed_fn(config, pooling, tuple(layers), combine, bool(normalize))
+  fn = make_embed_fn(config, pooling, tuple(layers), combine, bool(normalize), layer_weights)
   out = []
   # float32 means float32 matmuls (GPUs would otherwise use TF32 for them).
   precision = "float32" if dtype == "float32" else "default"
@@ -270,12 +328,68 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: str = "m
       cut["input_mask"][batch.rows < 0, 0] = 1  # padding rows: one "real" token, no 0 / 0
       out.append(fn(params, cut["input_ids"], cut["input_mask"], cut["segment_ids"]))
     emb = length_buckets.scatter_outputs([np.asarray(x) for x in out], batches, n)
+  if chunk_stride:
+    emb = aggregate.combine_chunks(emb, owner, chunk_tokens, len(texts), combine)
+    if normalize:
+      emb = np.asarray(pooling_lib.l2_normalize(emb))
   lengths_used = sorted({b.length for b in batches})
-  return emb, EmbedStats(n, seq_len, truncated, [], time.time() - start, lengths_used)
+  return emb, EmbedStats(len(texts), seq_len, truncated, [], time.time() - start, lengths_used,
+                         n if chunk_stride else 0)
+
+
+def embed_ensemble(checkpoints: Sequence[ckpt_lib.Pretrained], texts: Sequence, *,
+                   combine: str = "mean", weights: Optional[Sequence[float]] = None,
+                   normalize: Optional[bool] = None, **options) -> tuple[np.ndarray, list]:
+  """The texts through each checkpoint (`embed`), the vectors merged by `combine`.
+
+  Args:
+    checkpoints: loaded checkpoints; each embeds with its own tokenizer and
+      defaults (`bundle_defaults`) unless `options` name a pooling.
+    texts: strs, or (a, b) pairs.
+    combine: one of COMBINES, for the checkpoints' vectors (and, within each, its
+      layers and chunks; weighted_mean's `weights` are then one per checkpoint).
+    weights: weighted_mean's weights (one per checkpoint; with one checkpoint, per layer).
+    normalize: L2-normalise each vector and the merged one (None: each checkpoint's
+      default, and the merged vector when every checkpoint's is).
+    **options: embed's other keyword arguments (pooling, layers, max_length, ...).
+
+  Returns:
+    (float32 [len(texts), dim] (concat: the checkpoints' dims summed), one
+    EmbedStats per checkpoint).
+
+  Raises:
+    ValueError: weights that do not fit, several layers and several checkpoints
+      under weighted_mean, or dims that differ under mean / max / weighted_mean.
+  """
+  if len(checkpoints) == 1:
+    emb, stats = embed(checkpoints[0], texts, combine=combine, weights=weights,
+                       normalize=normalize, **options)
+    return emb, [stats]
+  w = aggregate.check_weights(weights, len(checkpoints), "--checkpoint") if (
+      combine == "weighted_mean") else None
+  if w is not None and len(options.get("layers", (-1,))) > 1:
+    raise ValueError("--combine weighted_mean with several --layers and several --checkpoint: "
+                     "--weights are per checkpoint; pool one layer each, or combine by mean, "
+                     "max or concat")
+  vectors, stats, normalized = [], [], []
+  for pretrained in checkpoints:
+    emb, st = embed(pretrained, texts, combine=combine, normalize=normalize, **options)
+    vectors.append(emb)
+    stats.append(st)
+    normalized.append(bundle_defaults(pretrained)["normalize"] if normalize is None else normalize)
+  dims = [v.shape[-1] for v in vectors]
+  if combine != "concat" and len(set(dims)) > 1:
+    raise ValueError(f"--combine {combine} needs vectors of one width, but the checkpoints give "
+                     f"{dims} ({', '.join(p.source for p in checkpoints)}); use --combine concat")
+  emb = aggregate.combine(np.stack(vectors) if combine != "concat" else vectors, combine, w)
+  if all(normalized):
+    emb = np.asarray(pooling_lib.l2_normalize(emb))
+  return np.asarray(emb, np.float32), stats
 
 
 def check_options(pretrained: ckpt_lib.Pretrained, pooling: str, layers: Sequence[int],
-                  combine: str, max_length: int, batch_size: int, pairs: bool) -> None:
+                  combine: str, max_length: int, batch_size: int, pairs: bool,
+                  chunk_stride: int = 0) -> None:
   """Raises ValueError, naming the option, on options the checkpoint cannot serve."""
   config = pretrained.config
   if pooling not in POOLINGS:
@@ -296,24 +410,39 @@ def check_options(pretrained: ckpt_lib.Pretrained, pooling: str, layers: Sequenc
                      f"{config.max_position_embeddings}] (the model's max positions)")
   if batch_size < 1:
     raise ValueError(f"--batch_size {batch_size} must be >= 1")
+  if chunk_stride < 0:
+    raise ValueError(f"--chunk_stride {chunk_stride} must be >= 0 (0: no chunking)")
+  if chunk_stride and pairs:
+    raise ValueError("--chunk_stride chunks single texts, not --pairs")
+  if chunk_stride and combine == "concat":
+    raise ValueError("--combine concat cannot merge chunks (texts have different numbers of "
+                     "chunks); use mean, max or weighted_mean with --chunk_stride")
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   """The command line's flags (defined on use, on a FlagValues of their own), parsed."""
   fv = flags.FlagValues()
-  flags.DEFINE_string("checkpoint", None, "a bert_jax checkpoint (a bundle, a pretraining "
-                      "workdir or its checkpoints/)", flag_values=fv, required=True)
+  flags.DEFINE_multi_string("checkpoint", None, "a bert_jax checkpoint (a bundle, a pretraining "
+                            "workdir or its checkpoints/); several: an ensemble merged by "
+                            "--combine", flag_values=fv, required=True)
   flags.DEFINE_string("input", None, "UTF-8 text file, one text (or pair) per line",
                       flag_values=fv, required=True)
   flags.DEFINE_string("output", None, "output .npy file, float32 [lines, dim]", flag_values=fv,
                       required=True)
-  flags.DEFINE_enum("pooling", "mean", POOLINGS, "how token vectors become one (see above)",
-                    flag_values=fv)
-  flags.DEFINE_boolean("normalize", False, "L2-normalise the embeddings", flag_values=fv)
+  flags.DEFINE_enum("pooling", None, POOLINGS, "how token vectors become one (default: the "
+                    "checkpoint's, else mean; see above)", flag_values=fv)
+  flags.DEFINE_boolean("normalize", None, "L2-normalise the embeddings (default: the "
+                       "checkpoint's, else not)", flag_values=fv)
   flags.DEFINE_string("layers", "-1",
                       "hidden states to pool, comma-separated (0 = embeddings, -1 = last)",
                       flag_values=fv)
-  flags.DEFINE_enum("combine", "mean", COMBINES, "how to merge several --layers", flag_values=fv)
+  flags.DEFINE_enum("combine", "mean", COMBINES, "how to merge several --layers, the chunks of "
+                    "a text and several --checkpoints", flag_values=fv)
+  flags.DEFINE_list("weights", None, "weighted_mean's weights: one per --checkpoint (one "
+                    "checkpoint: per layer)", flag_values=fv)
+  flags.DEFINE_integer("chunk_stride", 0, "embed texts longer than --max_length in windows of "
+                       "max_length tokens starting every this many tokens (0: truncate)",
+                       flag_values=fv)
   flags.DEFINE_boolean("pairs", False, "lines are text_a<TAB>text_b", flag_values=fv)
   flags.DEFINE_integer("max_length", None,
                        f"tokens per text incl. [CLS]/[SEP] (default {DEFAULT_MAX_LENGTH}, or the "
@@ -326,45 +455,73 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   return fv
 
 
+def _weights(values: Optional[Sequence[str]]) -> Optional[list[float]]:
+  if not values:
+    return None
+  try:
+    return [float(x) for x in values]
+  except ValueError:
+    raise ValueError(f"--weights {','.join(values)!r}: expected comma-separated numbers") from None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   # Everything that can be wrong is checked before the input is read.
-  pretrained = ckpt_lib.load_pretrained(args.checkpoint)
-  layers = parse_layers(args.layers, pretrained.config.num_layers)
-  max_length = args.max_length or min(DEFAULT_MAX_LENGTH,
-                                      pretrained.config.max_position_embeddings)
-  check_options(pretrained, args.pooling, layers, args.combine, max_length, args.batch_size,
-                args.pairs)
+  checkpoints = [ckpt_lib.load_pretrained(path) for path in args.checkpoint]
+  weights = _weights(args.weights)
+  members = (len(checkpoints), "--checkpoint") if len(checkpoints) > 1 else (
+      len(args.layers.split(",")), "--layers")
+  if args.combine == "weighted_mean" and members[0] > 1:
+    aggregate.check_weights(weights, *members)
+  elif weights:
+    raise ValueError("--weights applies to --combine weighted_mean over several --checkpoint or "
+                     "--layers (chunks are weighted by their tokens)")
+  for pretrained in checkpoints:
+    layers = parse_layers(args.layers, pretrained.config.num_layers)
+    max_length = args.max_length or min(DEFAULT_MAX_LENGTH,
+                                        pretrained.config.max_position_embeddings)
+    pooling = args.pooling or bundle_defaults(pretrained)["pooling"]
+    check_options(pretrained, pooling, layers, args.combine, max_length, args.batch_size,
+                  args.pairs, args.chunk_stride)
   out_dir = epath.Path(args.output).parent
   if not out_dir.is_dir():
     raise FileNotFoundError(f"--output directory does not exist: {out_dir}")
   inp = read_input(args.input, args.pairs)
   kind = "pairs" if args.pairs else "texts"
+  how = [f"{p.source}: pooling {args.pooling or bundle_defaults(p)['pooling']}"
+         + (", L2-normalised" if (bundle_defaults(p)["normalize"] if args.normalize is None
+                                  else args.normalize) else "") for p in checkpoints]
   train_log.print_header("bert_jax.embed", f"embed {len(inp.texts):,} {kind}", [
-      ("model", f"{bundle_lib.describe_arch(pretrained.config)}, "
-                f"{train_log.count_params(pretrained.params) / 1e6:.1f}M params, from "
-                f"{pretrained.source}"),
-      ("data", f"{args.input}: {len(inp.texts):,} {kind}, max_length {max_length}"),
-      ("steps", f"{-(-len(inp.texts) // args.batch_size):,} batch(es) of {args.batch_size}, "
-                f"pooling {args.pooling}, {args.dtype}"),
+      ("model", "; ".join(f"{bundle_lib.describe_arch(p.config)}, "
+                          f"{train_log.count_params(p.params) / 1e6:.1f}M params, from "
+                          f"{p.source}" for p in checkpoints)),
+      ("data", f"{args.input}: {len(inp.texts):,} {kind}, max_length {max_length}"
+               + (f", windows every {args.chunk_stride} tokens" if args.chunk_stride else "")),
+      ("steps", f"{-(-len(inp.texts) // args.batch_size):,} batch(es) of {args.batch_size} per "
+                f"checkpoint, {args.dtype}"
+                + (f", merged by {args.combine}" if len(checkpoints) > 1 else "")),
       ("output", args.output)], file=sys.stderr)
-  emb, stats = embed(pretrained, inp.texts, pooling=args.pooling, layers=layers,
-                     combine=args.combine, normalize=args.normalize, max_length=max_length,
-                     batch_size=args.batch_size, dtype=args.dtype,
-                     length_bucketing=args.length_bucketing)
-  stats.bad_utf8_lines = inp.bad_utf8_lines
+  emb, all_stats = embed_ensemble(
+      checkpoints, inp.texts, combine=args.combine, weights=weights, normalize=args.normalize,
+      pooling=args.pooling, layers=layers, max_length=args.max_length, batch_size=args.batch_size,
+      dtype=args.dtype, length_bucketing=args.length_bucketing, chunk_stride=args.chunk_stride)
   with epath.Path(args.output).open("wb") as f:  # exactly this path (np.save would add .npy)
     np.save(f, emb)
+  stats = all_stats[0]
   print(f"embedded {stats.num_texts} {kind} -> {args.output} {list(emb.shape)} float32 "
-        f"(pooling {args.pooling}, layers {list(layers)}"
+        f"({'; '.join(how)}; layers {list(layers)}"
         + (f" combined by {args.combine}" if len(layers) > 1 else "")
-        + (", L2-normalised" if args.normalize else "")
-        + f"; padded lengths {stats.lengths}, one compilation each; {stats.seconds:.1f}s)",
-        file=sys.stderr)
-  print(f"truncated {stats.truncated} of {stats.num_texts} {kind} to --max_length "
-        f"{max_length}", file=sys.stderr)
-  if stats.bad_utf8_lines:
-    lines = stats.bad_utf8_lines
+        + (f"; {len(checkpoints)} checkpoints combined by {args.combine}"
+           if len(checkpoints) > 1 else "")
+        + (f"; {stats.chunks} windows of at most {max_length} tokens every {args.chunk_stride}, "
+           f"combined by {args.combine}" if args.chunk_stride else "")
+        + f"; padded lengths {stats.lengths}, one compilation each; "
+        f"{sum(s.seconds for s in all_stats):.1f}s)", file=sys.stderr)
+  if not args.chunk_stride:
+    print(f"truncated {stats.truncated} of {stats.num_texts} {kind} to --max_length "
+          f"{max_length}", file=sys.stderr)
+  if inp.bad_utf8_lines:
+    lines = inp.bad_utf8_lines
     shown = ", ".join(str(x) for x in lines[:10]) + (" ..." if len(lines) > 10 else "")
     print(f"warning: {len(lines)} lines had invalid UTF-8, replaced with U+FFFD "
           f"(lines {shown})", file=sys.stderr)

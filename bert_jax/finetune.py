@@ -6,6 +6,9 @@ r"""Fine-tuning entry point (GLUE, SQuAD, NER, and every task in bert_jax/tasks)
       --config.init_checkpoint=CKPT --config.data_dir=SQUAD_DIR
   python -m bert_jax.finetune --config configs/ner.py --workdir DIR \
       --config.init_checkpoint=CKPT --config.data_dir=CONLL_DIR
+  python -m bert_jax.finetune --config configs/sentence_embeddings.py --workdir DIR \
+      --config.init_checkpoint=CKPT --config.train_file=F --config.eval_file=E \
+      --config.loss=cosent
 
 CKPT is any bert_jax checkpoint: a pretraining workdir (or its checkpoints/),
 a params bundle, or a Hugging Face / Google checkpoint converted with
@@ -26,7 +29,8 @@ Writes workdir/eval_results.json (dev metrics; the mean over `seeds`
 with `<metric>_std` when seeds > 1; per-seed values in
 eval_results_per_seed.json), prediction files (GLUE: predictions/<TASK>.tsv,
 MNLI also AX.tsv; SQuAD: predictions.json, nbest_predictions.json,
-null_odds.json; NER: predictions/valid.txt, test.txt), metrics.jsonl,
+null_odds.json; NER: predictions/valid.txt, test.txt; sentence embeddings:
+predictions/eval_cosine.txt), metrics.jsonl,
 TensorBoard logs, and the fine-tuned bundle in workdir/export (prediction files and export are of the last seed).
 """
 import json
@@ -63,7 +67,8 @@ def check_config(config, mesh) -> None:
   if not config.init_checkpoint:
     bad("init_checkpoint is required (a bundle, a pretraining workdir or its checkpoints dir; "
         "convert Hugging Face / Google checkpoints with python -m bert_jax.convert)")
-  if config.task != "squad" and config.data_source == "tsv" and not config.data_dir:
+  if config.task not in ("squad", "sentence_embeddings") and config.data_source == "tsv" \
+      and not config.data_dir:
     bad("data_dir is required with data_source='tsv' (the GLUE folder holding MRPC/, RTE/, ...)")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
   if config.num_epochs <= 0 and not config.eval_only:
@@ -95,6 +100,8 @@ def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrai
     ValueError: the head is missing, or has another number of outputs.
   """
   head = task_model.head
+  if not head:  # a model without a head (sentence embeddings) evaluates the encoder as it is
+    return
   if head not in pretrained.params:
     raise ValueError(f"eval_only: {pretrained.source} has no {head!r} head (its heads: "
                      f"{list(bundle.heads_of(pretrained.params))}); evaluate a checkpoint "
@@ -111,17 +118,19 @@ def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrai
 
 
 def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,
-                  epoch: int) -> list[length_buckets.Batch]:
+                  epoch: int, sort_by_length: bool = True) -> list[length_buckets.Batch]:
   """The training batches of one epoch: a permutation seeded by (seed, epoch), remainder
-  dropped; with length_bucketing (and no packing), sorted within windows and cut to
-  bucket lengths."""
+  dropped; with length_bucketing (and no packing), sorted within windows (within each
+  batch only, when not `sort_by_length`: the task's loss compares a batch's examples)
+  and cut to bucket lengths."""
   order = np.random.default_rng([seed, epoch]).permutation(n_train)
   if config.packing or not config.length_bucketing:  # packed rows are max_seq_length long
     return length_buckets.sequential_batches(order, config.batch_size, config.max_seq_length,
                                              pad_last=False)
   return length_buckets.train_batches(
       lengths, order, config.batch_size, length_buckets.bucket_lengths(config.max_seq_length),
-      np.random.default_rng([seed, epoch, 1]))
+      np.random.default_rng([seed, epoch, 1]),
+      length_buckets.WINDOW_BATCHES if sort_by_length else 1)
 
 
 def train_batch(arrays: dict, keys, batch: length_buckets.Batch,
@@ -164,7 +173,7 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
   Returns:
     Outputs gathered on every host as numpy, [n, ...] for the n rows, in row order.
   """
-  n, seq_len = arrays["input_ids"].shape
+  n, seq_len = arrays["input_ids"].shape[0], arrays["input_ids"].shape[-1]  # [n, (k,) len]
   if bucketing:
     batches = length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
                                           batch_size, length_buckets.bucket_lengths(seq_len))
@@ -223,7 +232,8 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
       f"{task.name}",
       [("model", f"{arch}, {params / 1e6:.1f}M params, from {pretrained.source} (heads "
                  f"{list(bundle.heads_of(pretrained.params))})"),
-       ("data", f"{task.name} from {source}: {data}; max_seq_length {config.max_seq_length}"),
+       ("data", f"{task.name}{f' from {source}' if source else ''}: {data}; max_seq_length "
+                f"{config.max_seq_length}"),
        ("steps", steps),
        ("workdir", workdir)])
 
@@ -232,7 +242,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   """Fine-tunes and evaluates over `config.seeds` seeds.
 
   Args:
-    config: a configs/glue.py or configs/squad.py ConfigDict.
+    config: a configs/glue.py, squad.py, ner.py or sentence_embeddings.py ConfigDict.
     workdir: output directory, local or gs:// (eval_results.json, predictions,
       metrics.jsonl, tensorboard/, export/ with the fine-tuned bundle of the last seed).
 
@@ -324,7 +334,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
       step, t0, acc, steps_since = 0, time.time(), None, 0
       for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
         epoch_start, epoch_first_step = time.time(), step
-        for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch):
+        for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch,
+                                          task.sort_by_length):
           if step >= total_steps:
             break
           batch, shape = train_batch(task.train_arrays, keys, global_batch, pack)
@@ -392,7 +403,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                        model_cfg.replace(scan_layers=False), pretrained.vocab,
                        pretrained.lowercase, overwrite=True,
                        info={"source": "finetune", "task": task.name,
-                             "init_checkpoint": pretrained.source},
+                             "init_checkpoint": pretrained.source, **task.bundle_info},
                        tokenizer_file=pretrained.tokenizer_file)
   if runs > 1:
     for key in per_seed[0]:
@@ -412,7 +423,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
 def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:])."""
   cli.run_config_program(finetune, argv, "bert_jax.finetune", __doc__,
-                         "configs/glue.py:task=TASK, configs/squad.py:version=V or configs/ner.py.",
+                         "configs/glue.py:task=TASK, configs/squad.py:version=V, configs/ner.py or "
+                         "configs/sentence_embeddings.py.",
                          "Output directory.")
 
 

@@ -13,7 +13,7 @@ from bert_jax import config_sections
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Config file, an argument of get_config.
 _CONFIGS = [("pretrain.py", "tiny"), ("pretrain.py", "base,recipe=roberta"), ("glue.py", "task=mrpc"),
-            ("squad.py", "version=1.1"), ("ner.py", "")]
+            ("squad.py", "version=1.1"), ("ner.py", ""), ("sentence_embeddings.py", "")]
 # Section functions of config_sections.py; finetune's arguments (it fills a given config).
 _SECTIONS = {"model": None, "optimizer": None, "mesh": None,
              "finetune": dict(data_source="tsv", max_seq_length=128, learning_rate=1e-5,

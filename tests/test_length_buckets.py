@@ -57,6 +57,26 @@ def test_train_batches_cover_the_epoch_reproducibly_with_less_padding():
   assert len({b.length for b in batches}) <= len(buckets)
 
 
+def test_unsorted_train_batches_keep_the_drawn_rows_and_rows_of_several_sequences():
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(1, 100, 50)
+  order = rng.permutation(50)
+  batches = length_buckets.train_batches(lengths, order, 8, length_buckets.bucket_lengths(128),
+                                         np.random.default_rng(1), window_batches=1)
+  drawn = {frozenset(order[i:i + 8].tolist()) for i in range(0, 48, 8)}
+  assert {frozenset(b.rows.tolist()) for b in batches} == drawn  # same rows, batch order shuffled
+  for b in batches:
+    assert b.length == length_buckets.bucket_of(int(lengths[b.rows].max()),
+                                                length_buckets.bucket_lengths(128))
+  # Rows of several sequences ([n, 2, L]): the longest counts; cut keeps the middle axis.
+  mask = np.zeros((2, 2, 16), np.int32)
+  mask[0, 0, :3], mask[0, 1, :9], mask[1, 1, :5] = 1, 1, 1
+  assert length_buckets.row_lengths(mask).tolist() == [9, 5]
+  cut = length_buckets.cut({"input_mask": mask}, length_buckets.Batch(np.array([1, -1]), 8),
+                           ("input_mask",))
+  assert cut["input_mask"].shape == (2, 2, 8) and cut["input_mask"].sum((1, 2)).tolist() == [5, 0]
+
+
 def test_eval_batches_score_every_row_once_in_row_order():
   lengths = np.array([5, 30, 2, 17, 9, 64, 3])
   batches = length_buckets.eval_batches(lengths, 3, length_buckets.bucket_lengths(64))

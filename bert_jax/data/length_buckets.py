@@ -14,6 +14,9 @@ is logged).
                     are dropped again (`scatter_outputs` puts outputs back in row order)
   sequential_batches  the unbucketed batches: rows in a given order, all at one length
   cut               a batch's arrays (or one host's share of them) cut to its length
+
+A row may hold several sequences (sentence-embedding pairs: input_ids [n, 2, L]);
+its length is the longest of them, and per-token arrays are cut on their last axis.
 """
 import dataclasses
 import jax
@@ -42,8 +45,10 @@ def bucket_of(length: int, buckets: tuple[int, ...]) -> int:
 
 
 def row_lengths(input_mask: np.ndarray) -> np.ndarray:
-  """int64 [n]: the position after the last real token of each row of input_mask [n, L]."""
+  """int64 [n]: the position after the last real token of each row of input_mask [n, L]
+  (of [n, ..., L]: the longest of the row's sequences)."""
   real = np.asarray(input_mask) > 0
+  real = real.reshape(real.shape[0], -1, real.shape[-1]).any(axis=1)  # [n, L]
   last = real.shape[1] - np.argmax(real[:, ::-1], axis=1)
   return np.where(real.any(axis=1), last, 0).astype(np.int64)
 
@@ -61,10 +66,11 @@ class Batch:
 
 
 def train_batches(lengths: np.ndarray, order: np.ndarray, batch_size: int,
-                  buckets: tuple[int, ...], rng: np.random.Generator) -> list[Batch]:
+                  buckets: tuple[int, ...], rng: np.random.Generator,
+                  window_batches: int = WINDOW_BATCHES) -> list[Batch]:
   """One epoch of bucketed training batches.
 
-  The seeded permutation `order` is cut into windows of WINDOW_BATCHES batches;
+  The seeded permutation `order` is cut into windows of `window_batches` batches;
   each window is sorted by row length (stably, so ties keep the permutation's
   order) and cut into batches, and the batches of the epoch are shuffled with
   `rng`. Same `order` and `rng` state: same batches. As unbucketed batching,
@@ -76,12 +82,15 @@ def train_batches(lengths: np.ndarray, order: np.ndarray, batch_size: int,
     batch_size: rows per batch.
     buckets: ascending bucket lengths (`bucket_lengths`).
     rng: shuffles the batch order.
+    window_batches: batches per sorted window; 1 keeps each batch's rows as the
+      permutation drew them (for losses that compare a batch's examples), each
+      batch still cut to the bucket of its longest row.
 
   Returns:
     Batches of `batch_size` rows each, len(order) // batch_size of them.
   """
   used = np.asarray(order, np.int64)[:len(order) // batch_size * batch_size]
-  window = WINDOW_BATCHES * batch_size
+  window = window_batches * batch_size
   batches = []
   for start in range(0, len(used), window):
     chunk = used[start:start + window]
@@ -146,20 +155,21 @@ def cut(arrays: dict, batch: Batch, keys) -> dict:
   """arrays[k][batch.rows] cut to batch.length tokens (padding rows -1: all zeros).
 
   Args:
-    arrays: feature arrays [n, ...]; those of rank 2 are per-token [n, L] and cut.
+    arrays: feature arrays [n, ...]; those of rank 2 or more are per-token [n, ..., L]
+      and cut on their last axis.
     batch: the batch.
     keys: the features to take.
 
   Returns:
-    dict key -> [batch, length] (per-token) or [batch, ...] arrays.
+    dict key -> [batch, ..., length] (per-token) or [batch] arrays.
   """
   rows = batch.rows
   pad = rows < 0
   out = {}
   for k in keys:
     x = np.asarray(arrays[k])[np.where(pad, 0, rows)]
-    if x.ndim == 2:
-      x = x[:, :batch.length]
+    if x.ndim >= 2:
+      x = x[..., :batch.length]
     if pad.any():
       x = np.where(pad.reshape((-1,) + (1,) * (x.ndim - 1)), np.zeros((), x.dtype), x)
     out[k] = x

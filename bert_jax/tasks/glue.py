@@ -264,7 +264,7 @@ def tsv_path(task: GlueTask, data_dir: str, split: str) -> str:
       f"(expected the GLUE TSV layout data_dir/{task.dir_name}/{split}.tsv)")
 
 
-def _read_lines(path):
+def read_lines(path):
   """Yields (1-based line number, text) of the non-blank lines, split on '\\n' only."""
   # Split on '\n' only: a stray '\r' inside a sentence does not end the row.
   text = epath.Path(path).read_bytes().decode("utf-8-sig")
@@ -296,7 +296,7 @@ def read_tsv(task: GlueTask, data_dir: str, split: str,
   path = tsv_path(task, data_dir, split)
   skip = task.skip_malformed if skip_malformed is None else skip_malformed
   labeled = split not in task.test_splits
-  lines = _read_lines(path)
+  lines = read_lines(path)
   if task.headerless_columns and labeled:
     header = list(task.headerless_columns)
   else:

@@ -39,7 +39,8 @@ class TaskModel:
     model: the encoder with the task head; called as
       model(input_ids, input_mask, segment_ids, deterministic).
     head: the top-level param group of the head ('classifier', 'qa_outputs'):
-      fresh when training, required from the checkpoint when only evaluating.
+      fresh when training, required from the checkpoint when only evaluating;
+      '' for a model without one (sentence embeddings: the pooled encoder).
   """
   name: str
   model: nn.Module
@@ -79,6 +80,11 @@ class Task:
     eval_sets: EvalSets, dev splits first.
     primary_metric: the eval_results key that ranks runs.
     data_stats: counts for the log (examples, windows, skipped questions).
+    bundle_info: what the fine-tuned bundle's bundle.json records beside the task name
+      (sentence embeddings: {'embedding': {'pooling', 'normalize'}}).
+    sort_by_length: length bucketing may group training rows of like length into
+      batches; False when the loss compares a batch's examples (CoSENT, in-batch
+      negatives): each batch keeps the random draw's rows, only cut to its bucket.
   """
   model: TaskModel
   train_arrays: dict
@@ -88,6 +94,8 @@ class Task:
   primary_metric: str
   data_stats: dict = dataclasses.field(default_factory=dict)
   loss_weight: Optional[Callable[[dict], jax.Array]] = None
+  bundle_info: dict = dataclasses.field(default_factory=dict)
+  sort_by_length: bool = True
 
   @property
   def name(self) -> str:
@@ -100,11 +108,12 @@ def objective(task: Task) -> train_core.Objective:
 
   Batches are one example per row, or packed (bert_jax.tasks.packing: with
   position_ids and cls_index, the model's outputs are per example); either way
-  the examples are counted by the first label array.
+  the examples are counted by the first label array (by input_ids rows for a
+  task without labels: sentence embeddings' anchor / positive tuples).
   """
   model = task.model.model
-  examples = lambda batch: jnp.asarray(  # noqa: E731
-      batch[task.label_keys[0]].shape[0], jnp.float32)
+  count_key = task.label_keys[0] if task.label_keys else "input_ids"
+  examples = lambda batch: jnp.asarray(batch[count_key].shape[0], jnp.float32)  # noqa: E731
 
   def sums(params, batch, rng, deterministic):
     packed = {k: batch[k] for k in PACKED_INPUTS if k in batch}
@@ -141,8 +150,9 @@ def predict_fn(task_model: TaskModel) -> Callable[[Any, dict], dict]:
 
 
 def _family(config):
-  from bert_jax.tasks import glue_task, ner_task, squad_task  # pylint: disable=g-import-not-at-top
-  families = {"squad": squad_task, "ner": ner_task}
+  from bert_jax.tasks import glue_task, ner_task, sentence_embedding_task, squad_task  # pylint: disable=g-import-not-at-top
+  families = {"squad": squad_task, "ner": ner_task,
+              sentence_embedding_task.NAME: sentence_embedding_task}
   return families.get(config.task, glue_task)
 
 
@@ -155,7 +165,7 @@ def build(config, tokenizer, model_cfg) -> Task:
   """The Task of a fine-tuning config; every split read and encoded up front.
 
   Args:
-    config: a configs/glue.py, squad.py or ner.py ConfigDict.
+    config: a configs/glue.py, squad.py, ner.py or sentence_embeddings.py ConfigDict.
     tokenizer: the checkpoint's WordPiece tokenizer.
     model_cfg: the model config (from the checkpoint, with the run's compute options).
 

@@ -1,0 +1,112 @@
+"""Sentence-embedding training (Sentence-BERT) as a fine-tuning task.
+
+A siamese encoder: every sentence of a pair or triplet goes through the same
+weights (bert_jax.pooling.SentenceEncoder: mean or [CLS] pooling, optionally
+L2-normalised), trained with one of bert_jax.tasks.sentence_pairs.LOSSES, and
+scored by the Spearman correlation of the cosine similarity of each eval pair's
+embeddings with its gold score (`spearman`, also `pearson`). The export bundle
+records the pooling and normalisation (bundle.json `embedding`), which
+`bert_jax.embed` uses by default.
+"""
+import os
+
+from etils import epath
+import numpy as np
+
+from bert_jax import pooling
+from bert_jax.model_config import BertConfig
+from bert_jax.tasks import metrics as metrics_lib
+from bert_jax.tasks import sentence_pairs
+from bert_jax.tasks import task as task_lib
+
+NAME = "sentence_embeddings"
+
+
+def _path(config, name: str) -> str:
+  if not name:
+    raise ValueError("bad config: train_file and eval_file are required for sentence embeddings")
+  if "://" in name or os.path.isabs(name) or not config.data_dir:
+    return name
+  return str(epath.Path(config.data_dir) / name)
+
+
+def check_config(config) -> None:
+  """Fails fast, naming the key, on a sentence-embedding config that cannot run."""
+  def bad(msg):
+    raise ValueError(f"bad config: {msg}")
+  if config.loss not in sentence_pairs.LOSSES:
+    bad(f"loss {config.loss!r} not in {sentence_pairs.LOSSES}")
+  if config.pooling not in pooling.TRAIN_POOLINGS:
+    bad(f"pooling {config.pooling!r} not in {pooling.TRAIN_POOLINGS}")
+  if config.data_source != "tsv":
+    bad(f"sentence embeddings read TSV files (data_source='tsv'), not {config.data_source!r}")
+  if config.packing:
+    bad("packing applies to GLUE's sequence heads, not to sentence embeddings")
+  if config.loss in sentence_pairs.IN_BATCH_LOSSES and config.optimizer.grad_accum_steps != 1:
+    bad(f"loss {config.loss} compares the examples of a whole batch; microbatches "
+        f"(optimizer.grad_accum_steps {config.optimizer.grad_accum_steps}) would change it: use 1")
+  if config.score_max <= 0:
+    bad(f"score_max must be positive (the top of the score scale, 5 for STS), got "
+        f"{config.score_max}")
+
+
+def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
+  """The siamese encoder; it has no head beside the encoder."""
+  check_config(config)
+  return task_lib.TaskModel(
+      NAME, pooling.SentenceEncoder(model_cfg, config.pooling, config.normalize), head="")
+
+
+def _train_arrays(config, tokenizer) -> tuple[dict, dict]:
+  path = _path(config, config.train_file)
+  if config.loss in sentence_pairs.SCORED_LOSSES:
+    rows = sentence_pairs.read_scored_pairs(path)
+    scaled = rows.scores / config.score_max
+    outside = np.flatnonzero((scaled < 0) | (scaled > 1))
+    if len(outside):
+      raise ValueError(f"{path}: {len(outside)} score(s) outside [0, score_max {config.score_max:g}]"
+                       f" (first: pair {outside[0] + 1}, {rows.scores[outside[0]]:g}); set "
+                       "--config.score_max to the top of the file's scale")
+    rows.scores = scaled
+  else:
+    rows = sentence_pairs.read_tuples(path, need_negative=config.loss == "triplet")
+  if config.max_train_examples:
+    rows.texts = rows.texts[:config.max_train_examples]
+    if rows.scores is not None:
+      rows.scores = rows.scores[:config.max_train_examples]
+  arrays, truncated = sentence_pairs.encode(tokenizer, rows, config.max_seq_length)
+  stats = {"train_file": path, "train_examples": len(rows.texts),
+           "train_truncated_sentences": truncated}
+  if config.loss in sentence_pairs.IN_BATCH_LOSSES and len(rows.texts) < 2:
+    raise ValueError(f"{path}: loss {config.loss} needs at least 2 examples (it compares them)")
+  return arrays, stats
+
+
+def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
+  """Sentence-embedding training from train_file, scored on the STS pairs of eval_file."""
+  task_model = model(config, model_cfg)
+  eval_path = _path(config, config.eval_file)
+  eval_rows = sentence_pairs.read_scored_pairs(eval_path)  # read first: bad data fails fast
+  train_arrays, stats = ({}, {}) if config.eval_only else _train_arrays(config, tokenizer)
+  eval_arrays, truncated = sentence_pairs.encode(tokenizer, eval_rows, config.max_seq_length)
+  stats.update(eval_file=eval_path, eval_pairs=len(eval_rows.texts),
+               eval_truncated_sentences=truncated)
+  gold = eval_rows.scores
+
+  def score(outputs, workdir):
+    emb = np.asarray(outputs["logits"], np.float64)  # [n, 2, dim]
+    norms = np.maximum(np.linalg.norm(emb, axis=-1), 1e-12)
+    cos = np.sum(emb[:, 0] * emb[:, 1], axis=-1) / (norms[:, 0] * norms[:, 1])
+    if workdir is not None:
+      out = epath.Path(workdir) / "predictions" / "eval_cosine.txt"
+      out.parent.mkdir(parents=True, exist_ok=True)
+      out.write_text("".join(f"{c:.6f}\n" for c in cos))
+    return {"spearman": metrics_lib.spearman(cos, gold), "pearson": metrics_lib.pearson(cos, gold)}
+
+  label_keys = ("scores",) if "scores" in train_arrays else ()
+  return task_lib.Task(
+      task_model, train_arrays, label_keys,
+      sentence_pairs.loss_fn(config.loss, config.scale, config.triplet_margin),
+      [task_lib.EvalSet("eval", eval_arrays, score)], "spearman", data_stats=stats,
+      bundle_info={"embedding": {"pooling": config.pooling, "normalize": bool(config.normalize)}},
+      sort_by_length=config.loss not in sentence_pairs.IN_BATCH_LOSSES)
