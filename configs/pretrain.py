@@ -126,10 +126,10 @@ def get_config(arg=None):
   c.data.eval_every_nth_document = 100
   # Shuffling of the training stream: consecutive shards of the epoch's random order are pooled
   # until a pool holds this many MB of text, and its examples permuted (0 keeps source order).
-  c.data.shuffle_mb = 16.0
+  c.data.shuffle_mb = 4.0
   # Files larger than this (MB) are read in blocks of about this much text (bounded memory):
   # block i: the documents starting in its byte range, found by seeking; .gz files are read whole.
-  c.data.block_mb = 16.0
+  c.data.block_mb = 4.0
   # Pre-tokenized TFRecord shards (source='prepared'), written by python -m bert_jax.prepare_data.
   c.data.prepared_dir = ""
   # Examples per shard of a TFDS split (shards are split between hosts when there are enough).

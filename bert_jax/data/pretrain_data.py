@@ -3,13 +3,13 @@
 The stream is a `tf.data.Dataset` (`PretrainData.dataset`):
 
     pool plan (epoch, pool): Dataset.from_generator      this host's shards, epoch order
-      -> map(pool rows), 2 pools in parallel             tf.numpy_function:
+      -> map(pool rows), one pool prepared ahead          tf.numpy_function:
            read shards (sources.py: files in blocks of block_mb, gs:// through
            tf.io.gfile, TFDS ranges, builtin, prepared TFRecords), tf-text
            tokenization in batches of 4096 sentences on a thread pool
            (tokenizer.py), examples: NSP / SOP pairs or full sentences
            (segments.py), shuffled within the pool, laid out as rows (rows.py)
-      -> unbatch -> skip(rows into the first pool) -> batch(per-host batch)
+      -> rebatch(per-host batch) (the first pool starts at the resume row)
       -> map(mask), parallel                              tf.numpy_function (masking.py)
       -> prefetch(AUTOTUNE)
 
@@ -67,8 +67,11 @@ _TOKENIZE_BATCH = 4096
 _TOKENIZE_THREADS = min(8, os.cpu_count() or 1)
 # The epoch number that keys the held-out stream's random draws.
 _EVAL_EPOCH = -1
-# Pools prepared at once by the dataset's parallel map (each up to shuffle_mb + block_mb of text).
+# Pools prepared ahead by the dataset's map, in parallel with the batches of the one before
+# (each up to shuffle_mb + block_mb of text).
 _PARALLEL_POOLS = 1
+# Rows laid out at once by _ExamplePool.all_rows.
+_ROWS_PER_CHUNK = 4096
 # Tokenized shards kept while counting the rows a resume skips (a small corpus skipped through
 # many epochs is tokenized once); dropped when the count is done.
 _SKIP_MEMO_BYTES = 512 << 20
@@ -92,7 +95,14 @@ class _ExamplePool:
                            self.pack_splits[lo:hi + 1] - e_lo)
 
   def all_rows(self, data: "PretrainData") -> dict[str, np.ndarray]:
-    return data.build_rows(self.tokens, self.ex, self.pack_splits)
+    """Every row, built _ROWS_PER_CHUNK at a time (bounds the [rows, L] temporaries)."""
+    parts = [self.rows(lo, min(lo + _ROWS_PER_CHUNK, self.num_rows), data)
+             for lo in range(0, self.num_rows, _ROWS_PER_CHUNK)]
+    if len(parts) == 1:
+      return parts[0]
+    if not parts:
+      return self.rows(0, 0, data)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 # A corpus with more [UNK] than this is not one the vocab was made for (English text
@@ -450,8 +460,9 @@ class PretrainData:
         raise self._no_rows_error()
       epoch += 1
 
-  def _pool_rows(self, progress: dict, epoch, index) -> tuple[np.ndarray, ...]:
-    """Rows of pool `index` of `epoch` and their masking keys (the dataset's numpy stage).
+  def _pool_rows(self, progress: dict, epoch, index, drop) -> tuple[np.ndarray, ...]:
+    """Rows of pool `index` of `epoch` from row `drop` on, with their masking keys (the
+    dataset's numpy stage).
 
     progress: epoch -> [pools done, rows], of one dataset (an epoch whose pools
       all came out empty is an error, not an endless loop).
@@ -470,7 +481,8 @@ class PretrainData:
         done[1] += n
         if done[0] == len(plan) and done[1] == 0:
           raise self._no_rows_error()
-      return tuple(rows[k] for k in self._row_features) + (keys.view(np.int64),)
+      drop = int(drop)
+      return tuple(rows[k][drop:] for k in self._row_features) + (keys[drop:].view(np.int64),)
     except Exception as e:  # pylint: disable=broad-except
       self._fail(e)
       raise
@@ -514,11 +526,12 @@ class PretrainData:
     b, length = self.per_host_batch_size, self.seq_len
     epoch0, pool0, skip = self._locate(int(start_position) * b)
 
-    def plan():
-      epoch, first = epoch0, pool0
+    def plan():  # (epoch, pool, rows of it to drop): only the first pool drops rows
+      epoch, first, drop = epoch0, pool0, skip
       while True:
         for p in range(first, len(self._epoch_plan(epoch))):
-          yield epoch, p
+          yield epoch, p, drop
+          drop = 0
         epoch, first = epoch + 1, 0
 
     names = self._row_features
@@ -527,8 +540,8 @@ class PretrainData:
     progress = {}
 
     @tf.autograph.experimental.do_not_convert
-    def pool_rows(epoch, index):
-      out = tf.numpy_function(functools.partial(self._pool_rows, progress), [epoch, index],
+    def pool_rows(epoch, index, drop):
+      out = tf.numpy_function(functools.partial(self._pool_rows, progress), [epoch, index, drop],
                               [tf.int32] * len(names) + [tf.int64], stateful=True)
       rows = {}
       for name, x in zip(names + ("mask_key",), out):
@@ -549,9 +562,9 @@ class PretrainData:
       return batch
 
     scalar = tf.TensorSpec([], tf.int64)
-    ds = tf.data.Dataset.from_generator(plan, output_signature=(scalar, scalar))
+    ds = tf.data.Dataset.from_generator(plan, output_signature=(scalar, scalar, scalar))
     ds = ds.map(pool_rows, num_parallel_calls=_PARALLEL_POOLS, deterministic=True)
-    ds = ds.unbatch().skip(skip).batch(b, drop_remainder=True)
+    ds = ds.rebatch(b, drop_remainder=True)
     ds = ds.map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)
 
