@@ -7,11 +7,13 @@ r"""Input pipeline throughput vs the input path of Hugging Face's run_mlm_flax.p
 Both pipelines read the same text from scratch in the same run (a single
 process on this machine, all its cores available to both):
 
-  bert_jax   PretrainData (config.data.source='files'): read, tf-text
-             tokenization, segments (`--mode`), shuffle, rows, dynamic masking,
-             batches. "epoch 1" is one pass over the text starting from nothing
-             (tokenization included); "epoch 2" is the next pass (tokenized text
-             cached, new segments for nsp, new shuffle and masks).
+  bert_jax   PretrainData.dataset (config.data.source='files'), the tf.data
+             pipeline: read, tf-text tokenization, segments (`--mode`),
+             shuffle, rows, dynamic masking, batches, prefetch. "epoch 1" is
+             one pass over the text starting from nothing (tokenization
+             included); "epoch 2" is the next pass (read and tokenized again,
+             new segments for nsp, new shuffle and masks; prepared while
+             epoch 1 is consumed).
   run_mlm    transformers' examples/flax/language-modeling/run_mlm_flax.py input
              path without the `datasets` library: the fast Rust BertTokenizer on
              batches of 1000 lines (return_special_tokens_mask, [CLS]/[SEP] per
@@ -90,7 +92,7 @@ def pass_stats(args):
   from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
   data = pretrain_data.PretrainData(_pipeline_config(args), seq_len=args.seq_len,
                                     global_batch_size=args.batch_size, seed=0)
-  rows = sum(p.num_rows for p in data._epoch_pools(0))  # pylint: disable=protected-access
+  rows = data.epoch_rows(0)
   batches = list(itertools.islice(data.train_iterator(), rows // args.batch_size))
   tok = data.tokenizer
   cat = lambda k: np.concatenate([b[k] for b in batches])  # noqa: E731
@@ -151,7 +153,7 @@ def run_bert_jax(args):
                                       seed=0)
   # Rows per pass, counted on a separate instance (not timed).
   counter = make()
-  rows = [sum(p.num_rows for p in counter._epoch_pools(e)) for e in (0, 1)]  # pylint: disable=protected-access
+  rows = [counter.epoch_rows(e) for e in (0, 1)]
   del counter
   t0 = time.perf_counter()
   data = make()

@@ -84,7 +84,8 @@ def get_config(arg=None):
   c.electra.disc_weight = 50.0
 
   c.data = ml_collections.ConfigDict()
-  # Where text comes from: 'builtin' (no download), 'files' (glob) or 'tfds'.
+  # Where text comes from: 'builtin' (no download), 'files' (glob), 'tfds' or 'prepared'
+  # (pre-tokenized TFRecords in prepared_dir).
   c.data.source = "builtin"
   # Glob of text files (.txt or .gz) when source='files'; comma-separated globs allowed.
   c.data.files = ""
@@ -128,15 +129,16 @@ def get_config(arg=None):
   c.data.host_invariant_stream = False
   # Documents held out for evaluation (every Nth document; 0 disables eval data).
   c.data.eval_every_nth_document = 100
-  # Shuffle buffer (examples) for the training stream: examples of consecutive shards are
-  # pooled until a pool holds this many, then the pool is permuted (0 keeps source order).
-  c.data.shuffle_buffer = 10_000
+  # Shuffling of the training stream: consecutive shards of the epoch's random order are pooled
+  # until a pool holds this many MB of text, and its examples permuted (0 keeps source order).
+  c.data.shuffle_mb = 4.0
+  # Files larger than this (MB) are read in blocks of about this much text (bounded memory):
+  # block i: the documents starting in its byte range, found by seeking; .gz files are read whole.
+  c.data.block_mb = 4.0
+  # Pre-tokenized TFRecord shards (source='prepared'), written by python -m bert_jax.prepare_data.
+  c.data.prepared_dir = ""
   # Examples per shard of a TFDS split (shards are split between hosts when there are enough).
   c.data.tfds_docs_per_shard = 10_000
-  # Tokenized shards kept in memory (MB per host): later epochs and resumes skip tokenization.
-  c.data.token_cache_mb = 2048
-  # Batches prepared ahead in a background thread (0: none).
-  c.data.prefetch_batches = 2
 
   c.optimizer = config_sections.optimizer()
   # Peak learning rate.

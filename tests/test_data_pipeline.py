@@ -8,8 +8,11 @@ import random
 import numpy as np
 import pytest
 
+from bert_jax import prepare_data
+from bert_jax.cpu_tensorflow import tf
 from bert_jax.data import builtin_corpus
 from bert_jax.data import pretrain_data
+from bert_jax.data import sources
 from configs import pretrain as pretrain_config
 
 _WORDS = ("the cat sat on a mat and dog ran far away with big red ball under tree while sun "
@@ -69,9 +72,7 @@ def _config(tmp_path, files, **overrides):
   c.data.files = files
   c.data.vocab_file = _VOCAB_FILE
   c.data.eval_every_nth_document = 3
-  c.data.shuffle_buffer = 7
   c.data.max_predictions_per_seq = 6
-  c.data.prefetch_batches = 0
   for k, v in overrides.items():
     c.data[k] = v
   return c.data
@@ -102,7 +103,7 @@ def _unmasked(batch):
 
 
 def _epoch_rows(data, epoch=0):
-  return sum(pool.num_rows for pool in data._epoch_pools(epoch))  # pylint: disable=protected-access
+  return data.epoch_rows(epoch)
 
 
 MODES = [dict(mode="nsp"), dict(mode="full_sentences"),
@@ -167,7 +168,7 @@ def test_determinism_and_resume_across_epochs(tmp_path, mode):
 def test_epochs_reshuffle_and_remask_the_same_examples(tmp_path):
   _write_corpus(tmp_path, num_files=2, docs_per_file=8, every_nth_eval=0)
   cfg = _config(tmp_path, str(tmp_path / "*.txt"), mode="full_sentences",
-                eval_every_nth_document=0, shuffle_buffer=1000)
+                eval_every_nth_document=0)
   data = _data(cfg, batch=1)
   rows = _epoch_rows(data)
   stream = _take(data.train_iterator(), 2 * rows)
@@ -239,14 +240,69 @@ def test_no_held_out_documents_is_a_clear_error(tmp_path):
     data.eval_iterator(1)
 
 
-def test_prefetch_gives_the_same_stream(tmp_path):
+def test_the_stream_is_a_tf_data_dataset(tmp_path):
   _write_corpus(tmp_path, num_files=2)
-  cfg = _config(tmp_path, str(tmp_path / "*.txt"))
-  plain = _take(_data(cfg).train_iterator(3), 6)
-  cfg.prefetch_batches = 3
-  it = _data(cfg).train_iterator(3)
-  _assert_same(plain, _take(it, 6))
-  it.close()
+  data = _data(_config(tmp_path, str(tmp_path / "*.txt"), mode="nsp"))
+  ds = data.dataset(3)
+  assert isinstance(ds, tf.data.Dataset)
+  assert ds.element_spec["input_ids"].shape == (4, 32)
+  assert ds.element_spec["masked_lm_weights"].dtype == tf.float32
+  _assert_same(list(ds.take(4).as_numpy_iterator()), _take(data.train_iterator(3), 4))
+
+
+def _corpus_lines(tmp_path, num_docs, seed=0):
+  rng = random.Random(seed)
+  return "\n\n".join("\n".join(_sentence(rng, d % 3 == 2) for _ in range(rng.randint(1, 6)))
+                     for d in range(num_docs)) + "\n"
+
+
+@pytest.mark.parametrize("fmt", ["sentence_per_line", "document_per_line"])
+def test_a_file_read_in_blocks_gives_every_document_once(tmp_path, fmt):
+  text = _corpus_lines(tmp_path, 60)
+  if fmt == "document_per_line":
+    text = text.replace("\n\n", "\0").replace("\n", " ").replace("\0", "\n")
+  path = tmp_path / "big.txt"
+  path.write_text(text, encoding="utf-8")
+  whole = _config(tmp_path, str(path), format=fmt, eval_every_nth_document=0)
+  blocks = _config(tmp_path, str(path), format=fmt, eval_every_nth_document=0,
+                   block_mb=700 / (1 << 20))  # ~700-byte blocks
+  assert len(sources.list_shards(blocks)) == -(-len(text.encode()) // 700) > 5
+  def docs(c):
+    out = []
+    for shard in sources.list_shards(c):
+      raw = sources.read_documents(shard, c)
+      s = [x.decode() for x in raw.sentences.numpy()]
+      out += [s[a:b] for a, b in zip(raw.doc_splits[:-1], raw.doc_splits[1:])]
+    return out
+  assert docs(blocks) == docs(whole)
+  data = _data(blocks, batch=2)
+  rows = data.epoch_rows(0)
+  stream = _take(data.train_iterator(), rows)  # two epochs of batches of 2
+  _assert_same(stream[rows // 2 + 1:], _take(_data(blocks, batch=2).train_iterator(
+      rows // 2 + 1), rows - rows // 2 - 1))
+
+
+def test_prepared_tfrecords_give_the_text_stream(tmp_path):
+  _write_corpus(tmp_path, num_files=3, docs_per_file=6)
+  (tmp_path / "part-01.txt").write_text(_corpus_lines(tmp_path, 30, seed=1), encoding="utf-8")
+  text = _config(tmp_path, str(tmp_path / "*.txt"), block_mb=900 / (1 << 20), mode="nsp")
+  out = str(tmp_path / "prepared")
+  info = prepare_data.prepare(text, out)
+  assert len(info["parts"]) > 3  # part-01.txt in blocks
+  prepared = _config(tmp_path, "", source="prepared", prepared_dir=out, mode="nsp")
+  a, b = _data(text), _data(prepared)
+  n = a.epoch_rows(0) // 4 + 2  # into the second epoch
+  assert b.epoch_rows(0) == a.epoch_rows(0)
+  _assert_same(_take(a.train_iterator(), n), _take(b.train_iterator(), n))
+  _assert_same(list(a.eval_iterator(2)), list(b.eval_iterator(2)))
+  _assert_same(_take(a.train_iterator(n - 2), 2), _take(b.train_iterator(n - 2), 2))
+  with pytest.raises(ValueError, match="already holds a prepared corpus"):
+    prepare_data.prepare(text, out)
+  other = _config(tmp_path, "", source="prepared", prepared_dir=out, lowercase=False)
+  with pytest.raises(ValueError, match="tokenized with another tokenizer.*lowercase: True vs False"):
+    _data(other)
+  with pytest.raises(FileNotFoundError, match="holds no prepared.json"):
+    _data(_config(tmp_path, "", source="prepared", prepared_dir=str(tmp_path)))
 
 
 # -- Bad input ----------------------------------------------------------------------------
@@ -370,13 +426,13 @@ def test_a_line_longer_than_seq_len_is_split_not_dropped(tmp_path):
   path.write_text(long_line + "\n", encoding="utf-8")
   for mode in ("full_sentences", "nsp"):
     data = _data(_config(tmp_path, str(path), mode=mode, eval_every_nth_document=0,
-                         shuffle_buffer=0), batch=1)
+                         shuffle_mb=0), batch=1)
     rows = _epoch_rows(data)
     ids = np.concatenate([_unmasked(b) for b in _take(data.train_iterator(), rows)])
     assert np.all((ids > 0).sum(axis=1) <= 32)
     tok = data.tokenizer
     content = ids[~np.isin(ids, [tok.cls_id, tok.sep_id, tok.pad_id])]
-    if mode == "full_sentences":  # Every token, in order (shuffle_buffer=0).
+    if mode == "full_sentences":  # Every token, in order (shuffle_mb=0).
       np.testing.assert_array_equal(content, tok.tokenize_to_ids([long_line])[0])
     else:  # Pieces fill pairs; truncation may cut the ends of pairs only.
       assert rows >= 300 // 32 and len(content) > 0.8 * 300
@@ -418,7 +474,6 @@ Ends here. A second sentence follows, e.g. this one."""
 
 def test_builtin_source_gives_batches(tmp_path):
   c = pretrain_config.get_config("tiny")
-  c.data.prefetch_batches = 0
   data = pretrain_data.PretrainData(c.data, seq_len=64, global_batch_size=8, seed=0)
   assert data.vocab_size == 30522 and data.lowercase and data.has_pairs
   assert data.vocab_file.endswith("bert-base-uncased-vocab.txt")

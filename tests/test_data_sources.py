@@ -56,7 +56,7 @@ def _config(tmp_path, tfds_dir, **overrides):
   vocab.write_text("\n".join(_VOCAB) + "\n", encoding="utf-8")
   c = pretrain_config.get_config("tiny").data
   c.source, c.tfds_name, c.tfds_data_dir = "tfds", "bert_jax_tiny_text", tfds_dir
-  c.vocab_file, c.eval_every_nth_document, c.prefetch_batches = str(vocab), 0, 0
+  c.vocab_file, c.eval_every_nth_document = str(vocab), 0
   c.tfds_docs_per_shard = 5
   c.mode = "full_sentences"
   for k, v in overrides.items():
@@ -84,7 +84,7 @@ def test_tfds_two_hosts_cover_every_document(tmp_path, tfds_dir):
     data = pretrain_data.PretrainData(_config(tmp_path, tfds_dir), seq_len=32,
                                       global_batch_size=2, seed=0, process_index=host,
                                       process_count=2)
-    rows = sum(p.num_rows for p in data._epoch_pools(0))  # pylint: disable=protected-access
+    rows = data.epoch_rows(0)
     it = data.train_iterator()
     ids = []
     for _ in range(rows):

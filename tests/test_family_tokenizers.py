@@ -169,8 +169,7 @@ def _pipeline(tmp_path, tokenizer, **overrides):
   docs = _write_corpus(tmp_path)
   c = pretrain_config.get_config("tiny").data
   c.source, c.files, c.tokenizer = "files", str(tmp_path / "*.txt"), tokenizer
-  c.mode, c.shuffle_buffer, c.max_predictions_per_seq, c.prefetch_batches = (
-      "full_sentences", 5, 6, 0)
+  c.mode, c.max_predictions_per_seq = "full_sentences", 6
   for k, v in overrides.items():
     c[k] = v
   return pretrain_data.PretrainData(c, seq_len=32, global_batch_size=4, seed=0), docs

@@ -72,7 +72,7 @@ def pretrained(tmp_path_factory):
   c.seq_len, c.batch_size, c.total_steps, c.warmup_steps = 32, 8, 3, 1
   c.log_every, c.checkpoint_every = 1, 3
   c.data.source, c.data.files, c.data.vocab_file = "files", str(root / "corpus.txt"), vocab
-  c.data.max_predictions_per_seq, c.data.shuffle_buffer = 5, 64
+  c.data.max_predictions_per_seq = 5
   c.fill_mask_example = ""
   workdir = str(root / "run")
   summary = pretrain.train(c, workdir)

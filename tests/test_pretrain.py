@@ -59,7 +59,6 @@ def small_config(corpus, **overrides):
   c.data.source = "files"
   c.data.files = corpus
   c.data.max_predictions_per_seq = 5
-  c.data.shuffle_buffer = 64
   for k, v in overrides.items():
     node = c
     *parents, leaf = k.split(".")

@@ -1,25 +1,37 @@
 """Pretraining batches from raw text, on every host, deterministic and resumable.
 
-    shards (files / TFDS ranges / builtin)          sources.py
-      -> this host's documents (train or held out)
-      -> tokenized sentences                         tokenizer.py (WordPiece / BPE / SentencePiece)
-      -> examples: NSP pairs or full sentences       segments.py
-      -> pools of >= shuffle_buffer examples, shuffled
-      -> rows (optionally packed)                    rows.py
-      -> batches of per-host size, masked            masking.py
+The stream is a `tf.data.Dataset` (`PretrainData.dataset`):
 
-The stream of a host is a pure function of (config, seed, host): epoch e
-visits this host's shards in a random order keyed by (seed, host, e);
-examples of consecutive shards are pooled until a pool holds `shuffle_buffer`
-examples and the pool is permuted with a key of (seed, host, e, pool); NSP
-sampling is keyed by (seed, e, shard, host, sentence) and masking by
-(seed, host, e, row index in the epoch). Nothing carries random state, so
-`train_iterator(k)` rebuilds batch k directly: it segments (without masking)
-the pools before position k to count their rows, and tokenized shards stay
-cached in memory (token_cache_mb), so for a corpus that fits there a resume
-costs no tokenization at all (the builtin corpus: ~30 ms per skipped epoch).
-A resume on a corpus larger than the cache re-tokenizes (without masking) the
-shards it skips.
+    pool plan (epoch, pool): Dataset.from_generator      this host's shards, epoch order
+      -> map(pool rows), one pool prepared ahead          tf.numpy_function:
+           read shards (sources.py: files in blocks of block_mb, gs:// through
+           tf.io.gfile, TFDS ranges, builtin, prepared TFRecords), tf-text
+           tokenization in batches of 4096 sentences on a thread pool
+           (tokenizer.py), examples: NSP / SOP pairs or full sentences
+           (segments.py), shuffled within the pool, laid out as rows (rows.py)
+      -> rebatch(per-host batch) (the first pool starts at the resume row)
+      -> map(mask), parallel                              tf.numpy_function (masking.py)
+      -> prefetch(AUTOTUNE)
+
+Segments, rows and masking are vectorised numpy (index arithmetic over whole
+pools and batches), run inside the graph by tf.numpy_function; tokenization
+is tf-text's kernels (WordPiece) or the Rust BPE, which release the GIL.
+
+Pools: epoch e visits this host's shards in a random order keyed by (seed,
+host, e); consecutive shards of that order form a pool until it holds
+`shuffle_mb` MB of source text (one shard per pool when 0, or for TFDS and
+builtin shards), so the pool plan is known from the shard sizes alone and
+memory stays bounded (a pool is at most shuffle_mb + block_mb of text). A
+pool's examples are permuted with a key of (seed, host, e, pool) (not when
+shuffle_mb is 0); NSP sampling is keyed by (seed, e, shard, host, sentence)
+and masking by (seed, host, e, pool, row in the pool). Nothing carries
+random state, so the stream of a host is a pure function of (config, seed,
+host) and `dataset(k)` starts at batch k directly: it counts the rows of the
+pools before position k (segmenting them without building rows or masks)
+and starts the plan at the pool that holds row k * batch. For raw text that
+means tokenizing the skipped shards once (their tokens are kept for the
+count while they fit `_SKIP_MEMO_BYTES`, so a small corpus skipped through
+many epochs tokenizes once); prepared TFRecords skip without tokenizing.
 
 Hosts read disjoint data: with at least as many shards as hosts, host h takes
 shards h, h + P, ...; otherwise every host reads every shard and takes every
@@ -28,11 +40,13 @@ Every `eval_every_nth_document`-th document of each shard is held out for
 `eval_iterator`.
 """
 import collections
-import concurrent.futures
+import atexit
+import functools
+import multiprocessing.pool
 import logging
 import os
-import queue
 import threading
+import weakref
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
@@ -53,6 +67,14 @@ _TOKENIZE_BATCH = 4096
 _TOKENIZE_THREADS = min(8, os.cpu_count() or 1)
 # The epoch number that keys the held-out stream's random draws.
 _EVAL_EPOCH = -1
+# Pools prepared ahead by the dataset's map, in parallel with the batches of the one before
+# (each up to shuffle_mb + block_mb of text).
+_PARALLEL_POOLS = 1
+# Rows laid out at once by _ExamplePool.all_rows.
+_ROWS_PER_CHUNK = 4096
+# Tokenized shards kept while counting the rows a resume skips (a small corpus skipped through
+# many epochs is tokenized once); dropped when the count is done.
+_SKIP_MEMO_BYTES = 512 << 20
 
 
 class _ExamplePool:
@@ -71,6 +93,16 @@ class _ExamplePool:
     e_lo, e_hi = self.pack_splits[lo], self.pack_splits[hi]
     return data.build_rows(self.tokens, self.ex.take(np.arange(e_lo, e_hi)),
                            self.pack_splits[lo:hi + 1] - e_lo)
+
+  def all_rows(self, data: "PretrainData") -> dict[str, np.ndarray]:
+    """Every row, built _ROWS_PER_CHUNK at a time (bounds the [rows, L] temporaries)."""
+    parts = [self.rows(lo, min(lo + _ROWS_PER_CHUNK, self.num_rows), data)
+             for lo in range(0, self.num_rows, _ROWS_PER_CHUNK)]
+    if len(parts) == 1:
+      return parts[0]
+    if not parts:
+      return self.rows(0, 0, data)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 # A corpus with more [UNK] than this is not one the vocab was made for (English text
@@ -115,6 +147,42 @@ def check_unknown_rate(tokens: np.ndarray, tokenizer, name: str) -> None:
         f"{tokenizer.vocab_size}-token vocab {tokenizer.vocab_file or ''}: the vocab does not "
         f"fit this corpus (build one with python -m bert_jax.build_vocab, or check "
         f"config.data.lowercase)")
+
+
+# Generators of train_iterator not yet closed. A tf.data iterator deleted during interpreter
+# finalization waits for its in-flight numpy functions, which can no longer take the GIL: the
+# exit would hang. atexit callbacks run before that, while those threads can still finish.
+_OPEN_ITERATORS = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_iterators() -> None:
+  for it in list(_OPEN_ITERATORS):
+    it.close()
+
+
+@functools.cache
+def _tokenize_pool() -> multiprocessing.pool.ThreadPool:
+  """The threads that tokenize (daemon threads: a dataset still running at interpreter exit
+  finishes its work instead of failing in concurrent.futures and hanging the exit)."""
+  return multiprocessing.pool.ThreadPool(_TOKENIZE_THREADS)
+
+
+def tokenize(tokenizer, sentences: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
+  """Token ids (flat int32) and per-sentence counts (int64) of a string tensor.
+
+  Chunks of _TOKENIZE_BATCH sentences go through the tokenizer on a thread pool
+  (WordPiece's tf-text kernels and the BPE's Rust release the GIL), so all
+  cores tokenize.
+  """
+  n = int(tf.size(sentences))
+  if n == 0:
+    return np.zeros(0, np.int32), np.zeros(0, np.int64)
+  def one(start):
+    return tokenizer.ids_and_lengths(sentences[start:start + _TOKENIZE_BATCH])
+  parts = _tokenize_pool().map(one, range(0, n, _TOKENIZE_BATCH))
+  return (np.concatenate([v for v, _ in parts]).astype(np.int32),
+          np.concatenate([k for _, k in parts]).astype(np.int64))
 
 
 class PretrainData:
@@ -165,9 +233,9 @@ class PretrainData:
     if c.eval_every_nth_document < 0 or c.eval_every_nth_document == 1:
       raise ValueError(f"config.data.eval_every_nth_document={c.eval_every_nth_document}: use 0 "
                        f"(no held-out data) or N >= 2")
-    for key in ("shuffle_buffer", "token_cache_mb", "prefetch_batches"):
-      if c[key] < 0:
-        raise ValueError(f"config.data.{key}={c[key]} must be >= 0")
+    if c.shuffle_mb < 0:
+      raise ValueError(f"config.data.shuffle_mb={c.shuffle_mb} must be >= 0")
+    sources.block_bytes(c)
     if not 0 <= process_index < process_count:
       raise ValueError(f"process_index={process_index} not in [0, process_count={process_count})")
     if global_batch_size <= 0 or global_batch_size % process_count:
@@ -183,6 +251,9 @@ class PretrainData:
                        f"differently (RoBERTa: `<s> A </s></s> B </s>`, no NSP): use "
                        f"mode='full_sentences'")
     shards = sources.list_shards(c)
+    if c.source == "prepared":
+      from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
+      prepared_data.check_tokenizer(c, self.tokenizer)
 
     self.vocab_size = self.tokenizer.vocab_size
     self.vocab_file = self.tokenizer.vocab_file
@@ -202,12 +273,12 @@ class PretrainData:
         regular_ids=tok.regular_ids, is_continuation=tok.is_continuation)
     self._keys = {name: stateless_random.root_key(seed, name)
                   for name in ("order", "shuffle", "nsp", "mask", "evalmask")}
-    self._token_cache = collections.OrderedDict()
-    self._token_cache_bytes = 0
-    # The training stream (prefetch thread) and eval share the token cache.
-    self._cache_lock = threading.RLock()
     self._eval_cache = {}
     self.stats = collections.Counter()
+    # The first error raised inside a dataset's numpy functions (set from tf.data threads).
+    self._lock = threading.Lock()
+    self._counted = set()  # (shard, split) whose stats are counted (shards are read per epoch)
+    self._failure = None
     logging.info("pretraining data: %d shard(s) for host %d/%d (%s), mode %s%s", len(self._shards),
                  process_index, process_count,
                  "documents by host" if self._docs_by_host else "shards by host", c.mode,
@@ -224,67 +295,55 @@ class PretrainData:
       docs = docs[self.process_index::self.process_count]
     return docs
 
-  def _tokenize(self, sentences: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids (flat int32) and per-sentence counts of a string tensor.
-
-    Chunks go through the tokenizer on a thread pool (WordPiece's TF kernels
-    and the BPE's Rust release the GIL), so all cores tokenize.
-    """
-    n = int(tf.size(sentences))
-    if n == 0:
-      return np.zeros(0, np.int32), np.zeros(0, np.int64)
-    def one(start):
-      return self.tokenizer.ids_and_lengths(sentences[start:start + _TOKENIZE_BATCH])
-    with concurrent.futures.ThreadPoolExecutor(_TOKENIZE_THREADS) as pool:
-      parts = list(pool.map(one, range(0, n, _TOKENIZE_BATCH)))
-    return (np.concatenate([v for v, _ in parts]).astype(np.int32),
-            np.concatenate([k for _, k in parts]).astype(np.int64))
-
   def _tokenized(self, shard: sources.ShardSpec, split: str) -> segments.TokenizedShard:
-    with self._cache_lock:
-      return self._tokenized_locked(shard, split)
+    """The documents of `split` of a shard, tokenized (read and tokenized on each call).
 
-  def _tokenized_locked(self, shard: sources.ShardSpec,
-                        split: str) -> segments.TokenizedShard:
-    key = (shard.index, split)
-    if key in self._token_cache:
-      self._token_cache.move_to_end(key)
-      return self._token_cache[key]
-    raw = sources.read_documents(shard, self._config)
-    if raw.invalid_utf8:
-      self.stats["invalid_utf8"] += raw.invalid_utf8
-    raw = raw.select(self._select_docs(raw.num_docs, split))
-    tokens, lengths = self._tokenize(raw.sentences)
+    stats counts what the first reading of each shard and split found.
+    """
+    with self._lock:
+      first = (shard.index, split) not in self._counted
+      self._counted.add((shard.index, split))
+    count = self._count if first else lambda name, n: None
+    if shard.kind == "prepared":
+      from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
+      part = prepared_data.read_part(shard)
+      tokens, lengths, doc_splits = part.select(self._select_docs(part.num_docs, split))
+    else:
+      raw = sources.read_documents(shard, self._config)
+      if raw.invalid_utf8:
+        count("invalid_utf8", raw.invalid_utf8)
+      raw = raw.select(self._select_docs(raw.num_docs, split))
+      tokens, lengths = tokenize(self.tokenizer, raw.sentences)
+      doc_splits = raw.doc_splits
     check_unknown_rate(tokens, self.tokenizer, sources.describe(shard))
+    num_docs = len(doc_splits) - 1
     # Drop sentences without tokens, then documents without sentences.
     keep = lengths > 0
-    doc_of = np.repeat(np.arange(raw.num_docs), np.diff(raw.doc_splits))
-    per_doc = np.bincount(doc_of[keep], minlength=raw.num_docs)
-    self.stats["empty_sentences"] += int((~keep).sum())
-    self.stats["empty_documents"] += int((per_doc == 0).sum())
+    doc_of = np.repeat(np.arange(num_docs), np.diff(doc_splits))
+    per_doc = np.bincount(doc_of[keep], minlength=num_docs)
+    count("empty_sentences", int((~keep).sum()))
+    count("empty_documents", int((per_doc == 0).sum()))
     shard_tokens = segments.TokenizedShard(
         tokens, np.append(0, np.cumsum(lengths[keep])).astype(np.int64),
         np.append(0, np.cumsum(per_doc[per_doc > 0])).astype(np.int64))
     piece = (self.seq_len - 3) // 2 if self.has_pairs else self.seq_len - 3
     before = shard_tokens.num_sentences
     shard_tokens = segments.split_long_sentences(shard_tokens, max(1, piece))
-    self.stats["split_sentence_pieces"] += shard_tokens.num_sentences - before
+    count("split_sentence_pieces", shard_tokens.num_sentences - before)
     logging.info("%s (%s): %d documents, %d sentences, %d tokens", sources.describe(shard), split,
                  shard_tokens.num_docs, shard_tokens.num_sentences, len(shard_tokens.tokens))
-    budget = self._config.token_cache_mb * (1 << 20)
-    if shard_tokens.nbytes <= budget:
-      self._token_cache[key] = shard_tokens
-      self._token_cache_bytes += shard_tokens.nbytes
-      while self._token_cache_bytes > budget:
-        _, old = self._token_cache.popitem(last=False)
-        self._token_cache_bytes -= old.nbytes
     return shard_tokens
+
+  def _count(self, name: str, n: int) -> None:
+    with self._lock:
+      self.stats[name] += n
 
   # -- Examples, pools, rows ---------------------------------------------------------
 
-  def _examples(self, shard: sources.ShardSpec, split: str,
-                epoch: int) -> tuple[np.ndarray, segments.Examples]:
-    ts = self._tokenized(shard, split)
+  def _examples(self, shard: sources.ShardSpec, split: str, epoch: int,
+                ts: Optional[segments.TokenizedShard] = None
+                ) -> tuple[np.ndarray, segments.Examples]:
+    ts = self._tokenized(shard, split) if ts is None else ts
     tok = self.tokenizer
     if self.has_pairs:
       key = stateless_random.derive(self._keys["nsp"], epoch, shard.index, split == "eval",
@@ -305,26 +364,60 @@ class PretrainData:
     pack = segments.pack_rows(ex.row_len, self.seq_len) if self._config.packing else None
     return _ExamplePool(tokens, ex, pack)
 
-  def _epoch_pools(self, epoch: int) -> Iterator[_ExamplePool]:
-    """This host's pools of one training epoch, in stream order."""
+  def _epoch_plan(self, epoch: int) -> list[list[int]]:
+    """This host's pools of one training epoch, in stream order: lists of shard positions.
+
+    Consecutive shards of the epoch's random order are pooled until a pool
+    holds shuffle_mb MB of text (sizes from the shard list: no reading).
+    """
     order_key = stateless_random.derive(self._keys["order"], self.process_index, epoch)
     order = stateless_random.permutation(order_key, len(self._shards))
-    shuffle = self._config.shuffle_buffer
-    parts, count, index = [], 0, 0
+    budget = self._config.shuffle_mb * (1 << 20)
+    pools, pool, size = [], [], 0
     for i in order:
-      tokens, ex = self._examples(self._shards[i], "train", epoch)
+      shard = self._shards[i]
+      pool.append(int(i))
+      size += shard.size if shard.kind in ("file", "prepared") else budget
+      if size >= budget:
+        pools.append(pool)
+        pool, size = [], 0
+    if pool:
+      pools.append(pool)
+    return pools
+
+  def _pool(self, epoch: int, index: int, shards: Sequence[int],
+            memo: Optional[dict] = None) -> _ExamplePool:
+    """Pool `index` of `epoch` (its shard positions `shards`), shuffled.
+
+    memo: shard position -> TokenizedShard, read and filled while its total
+      stays under _SKIP_MEMO_BYTES (resume counting).
+    """
+    parts = []
+    for i in shards:
+      ts = None
+      if memo is not None:
+        ts = memo.get(i)
+        if ts is None:
+          ts = self._tokenized(self._shards[i], "train")
+          if memo.setdefault("bytes", 0) + ts.nbytes <= _SKIP_MEMO_BYTES:
+            memo[i] = ts
+            memo["bytes"] += ts.nbytes
+      tokens, ex = self._examples(self._shards[i], "train", epoch, ts)
       if len(ex):
         parts.append((tokens, ex))
-        count += len(ex)
-      if parts and count >= shuffle:
-        key = self._shuffle_key(epoch, index) if shuffle else None
-        yield self._make_pool(parts, key)
-        parts, count, index = [], 0, index + 1
-    if parts:
-      yield self._make_pool(parts, self._shuffle_key(epoch, index) if shuffle else None)
+    if not parts:
+      return _ExamplePool(np.zeros(0, np.int32), segments.Examples.empty(),
+                          np.zeros(1, np.int64) if self._config.packing else None)
+    key = None
+    if self._config.shuffle_mb:
+      key = stateless_random.derive(self._keys["shuffle"], self.process_index, epoch, index)
+    return self._make_pool(parts, key)
 
-  def _shuffle_key(self, epoch: int, pool: int):
-    return stateless_random.derive(self._keys["shuffle"], self.process_index, epoch, pool)
+  def epoch_rows(self, epoch: int) -> int:
+    """Rows of this host's training epoch `epoch` (reads and segments the epoch)."""
+    memo = {}
+    return sum(self._pool(epoch, p, shards, memo).num_rows
+               for p, shards in enumerate(self._epoch_plan(epoch)))
 
   def build_rows(self, tokens, ex, pack_splits) -> dict[str, np.ndarray]:
     tok = self.tokenizer
@@ -341,59 +434,160 @@ class PretrainData:
 
   # -- Streams ----------------------------------------------------------------------
 
-  def _train_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
-    b = self.per_host_batch_size
-    skip = start_position * b
-    parts, keys, pending = [], [], 0
+  def _no_rows_error(self) -> ValueError:
+    return ValueError(
+        f"no training examples for host {self.process_index}/{self.process_count}: the "
+        f"{len(self._shards)} shard(s) of config.data.source={self._config.source!r} hold no "
+        f"document with tokens (after holding out every "
+        f"{self._config.eval_every_nth_document}th document)")
+
+  def _locate(self, rows: int) -> tuple[int, int, int]:
+    """(epoch, pool, row in the pool) of training row `rows` of this host's stream."""
+    if rows == 0:
+      return 0, 0, 0
+    memo = {}
     epoch = 0
     while True:
+      plan = self._epoch_plan(epoch)
       epoch_rows = 0
-      for pool in self._epoch_pools(epoch):
-        n = pool.num_rows
-        if skip >= n:
-          skip -= n
-          epoch_rows += n
-          continue
-        lo, skip = skip, 0
-        while lo < n:
-          hi = min(n, lo + b - pending)
-          parts.append(pool.rows(lo, hi, self))
-          keys.append(stateless_random.derive(self._keys["mask"], self.process_index, epoch,
-                                   epoch_rows + np.arange(lo, hi)))
-          pending += hi - lo
-          lo = hi
-          if pending == b:
-            yield self._masked_batch(parts, keys)
-            parts, keys, pending = [], [], 0
+      for p, shards in enumerate(plan):
+        n = self._pool(epoch, p, shards, memo).num_rows
+        if rows < n:
+          return epoch, p, rows
+        rows -= n
         epoch_rows += n
       if epoch_rows == 0:
-        raise ValueError(
-            f"no training examples for host {self.process_index}/{self.process_count}: the "
-            f"{len(self._shards)} shard(s) of config.data.source={self._config.source!r} hold no "
-            f"document with tokens (after holding out every "
-            f"{self._config.eval_every_nth_document}th document)")
+        raise self._no_rows_error()
       epoch += 1
 
-  def train_iterator(self, start_position: int = 0) -> Iterator[dict[str, np.ndarray]]:
-    """The infinite training stream of this host from batch `start_position`.
+  def _pool_rows(self, progress: dict, epoch, index, drop) -> tuple[np.ndarray, ...]:
+    """Rows of pool `index` of `epoch` from row `drop` on, with their masking keys (the
+    dataset's numpy stage).
+
+    progress: epoch -> [pools done, rows], of one dataset (an epoch whose pools
+      all came out empty is an error, not an endless loop).
+    """
+    try:
+      epoch, index = int(epoch), int(index)
+      plan = self._epoch_plan(epoch)
+      pool = self._pool(epoch, index, plan[index])
+      rows = pool.all_rows(self)
+      n = pool.num_rows
+      keys = stateless_random.derive(self._keys["mask"], self.process_index, epoch, index,
+                                     np.arange(n))
+      with self._lock:
+        done = progress.setdefault(epoch, [0, 0])
+        done[0] += 1
+        done[1] += n
+        if done[0] == len(plan) and done[1] == 0:
+          raise self._no_rows_error()
+      drop = int(drop)
+      return tuple(rows[k][drop:] for k in self._row_features) + (keys[drop:].view(np.int64),)
+    except Exception as e:  # pylint: disable=broad-except
+      self._fail(e)
+      raise
+
+  def _fail(self, e: Exception) -> None:
+    with self._lock:
+      if self._failure is None:
+        self._failure = e
+
+  @property
+  def _row_features(self) -> tuple[str, ...]:
+    names = ("input_ids", "input_mask", "segment_ids", "next_sentence_labels")
+    return names + (("position_ids",) if self._config.packing else ())
+
+  def _mask(self, input_ids, input_mask, keys) -> tuple[np.ndarray, ...]:
+    """The dataset's masking stage: a batch's masked ids and MLM targets."""
+    try:
+      m = masking.mask_batch(input_ids, input_mask, keys.view(np.uint64), self._mask_spec)
+      return (m["input_ids"], m["masked_lm_positions"], m["masked_lm_ids"],
+              m["masked_lm_weights"])
+    except Exception as e:  # pylint: disable=broad-except
+      self._fail(e)
+      raise
+
+  def dataset(self, start_position: int = 0) -> tf.data.Dataset:
+    """The infinite training stream of this host from batch `start_position`, as tf.data.
 
     Args:
       start_position: batches this host has already consumed; the stream is
-        exactly batches start_position, start_position + 1, ... of
-        train_iterator(0).
+        exactly batches start_position, start_position + 1, ... of dataset(0).
+        The rows before it are counted here, before the dataset is returned.
 
     Returns:
-      An iterator of batches (numpy): input_ids, input_mask, segment_ids int32
+      A dataset of batch dicts: input_ids, input_mask, segment_ids int32
       [b, L]; masked_lm_positions, masked_lm_ids int32 [b, P];
       masked_lm_weights float32 [b, P]; next_sentence_labels int32 [b]; with
       packing also position_ids int32 [b, L].
     """
     if start_position < 0:
       raise ValueError(f"start_position={start_position} must be >= 0")
-    gen = self._train_batches(int(start_position))
-    if self._config.prefetch_batches:
-      return _prefetch(gen, self._config.prefetch_batches)
-    return gen
+    b, length = self.per_host_batch_size, self.seq_len
+    epoch0, pool0, skip = self._locate(int(start_position) * b)
+
+    def plan():  # (epoch, pool, rows of it to drop): only the first pool drops rows
+      epoch, first, drop = epoch0, pool0, skip
+      while True:
+        for p in range(first, len(self._epoch_plan(epoch))):
+          yield epoch, p, drop
+          drop = 0
+        epoch, first = epoch + 1, 0
+
+    names = self._row_features
+    row_shapes = {"next_sentence_labels": [None]}
+    self._failure = None
+    progress = {}
+
+    @tf.autograph.experimental.do_not_convert
+    def pool_rows(epoch, index, drop):
+      out = tf.numpy_function(functools.partial(self._pool_rows, progress), [epoch, index, drop],
+                              [tf.int32] * len(names) + [tf.int64], stateful=True)
+      rows = {}
+      for name, x in zip(names + ("mask_key",), out):
+        x.set_shape(row_shapes.get(name, [None] if name == "mask_key" else [None, length]))
+        rows[name] = x
+      return rows
+
+    @tf.autograph.experimental.do_not_convert
+    def mask(batch):
+      out = tf.numpy_function(self._mask, [batch["input_ids"], batch["input_mask"],
+                                           batch.pop("mask_key")],
+                              [tf.int32, tf.int32, tf.int32, tf.float32], stateful=False)
+      p = self._config.max_predictions_per_seq
+      for name, x, shape in zip(("input_ids", "masked_lm_positions", "masked_lm_ids",
+                                 "masked_lm_weights"), out, ([b, length], [b, p], [b, p], [b, p])):
+        x.set_shape(shape)
+        batch[name] = x
+      return batch
+
+    scalar = tf.TensorSpec([], tf.int64)
+    ds = tf.data.Dataset.from_generator(plan, output_signature=(scalar, scalar, scalar))
+    ds = ds.map(pool_rows, num_parallel_calls=_PARALLEL_POOLS, deterministic=True)
+    ds = ds.rebatch(b, drop_remainder=True)
+    ds = ds.map(mask, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+  def train_iterator(self, start_position: int = 0) -> Iterator[dict[str, np.ndarray]]:
+    """`dataset(start_position)` as numpy batches (see `dataset`).
+
+    An error raised inside the pipeline (a vocab that does not fit a shard, an
+    epoch without examples) is raised here as itself, not as a TensorFlow error.
+    Iterators still open at interpreter exit are closed by an atexit hook.
+    """
+    it = self._numpy_batches(start_position)
+    _OPEN_ITERATORS.add(it)
+    return it
+
+  def _numpy_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
+    ds = self.dataset(start_position)
+    try:
+      for batch in ds.as_numpy_iterator():
+        yield batch
+    except tf.errors.OpError:
+      if self._failure is not None:
+        raise self._failure from None
+      raise
 
   def eval_iterator(self, num_batches: int) -> Iterator[dict[str, np.ndarray]]:
     """`num_batches` batches of held-out documents, the same on every call.
@@ -440,44 +634,3 @@ class PretrainData:
             f"no held-out examples for host {self.process_index}/{self.process_count}: no "
             f"document is held out (every {self._config.eval_every_nth_document}th document of "
             f"each shard); lower config.data.eval_every_nth_document or add data")
-
-
-class _End:
-  pass
-
-
-def _prefetch(gen: Iterator, size: int) -> Iterator:
-  """Runs `gen` in a background thread, `size` items ahead."""
-  q = queue.Queue(maxsize=size)
-  stop = threading.Event()
-
-  def work():
-    try:
-      for item in gen:
-        while not stop.is_set():
-          try:
-            q.put(item, timeout=0.1)
-            break
-          except queue.Full:
-            pass
-        if stop.is_set():
-          return
-      q.put(_End())
-    except BaseException as e:  # pylint: disable=broad-except
-      q.put(e)
-
-  thread = threading.Thread(target=work, daemon=True, name="bert_jax-data")
-  thread.start()
-
-  def consume():
-    try:
-      while True:
-        item = q.get()
-        if isinstance(item, _End):
-          return
-        if isinstance(item, BaseException):
-          raise item
-        yield item
-    finally:
-      stop.set()
-  return consume()

@@ -1,12 +1,21 @@
 """Where pretraining text comes from: shards of raw documents.
 
 A source is a list of shards, each read whole into a `RawDocs` (sentences as
-a string tensor plus document splits):
+a string tensor plus document splits); a shard is at most about `block_mb` of
+text, so memory stays bounded however large the corpus:
 
-  files     a glob (comma-separated globs allowed) of .txt / .gz files, one
-            shard per file; `sentence_per_line` (Google BERT: one sentence per
-            line, a blank line between documents) or `document_per_line`
-            (sentences found at ., ! and ? followed by a capital or digit)
+  files     a glob (comma-separated globs allowed) of .txt / .gz files;
+            `sentence_per_line` (Google BERT: one sentence per line, a blank
+            line between documents) or `document_per_line` (sentences found at
+            ., ! and ? followed by a capital or digit). A plain file larger
+            than `block_mb` is read as blocks: block i holds the documents
+            that start in bytes [i * B, (i + 1) * B), found by seeking to i * B
+            and reading on to the next document start (a blank line; a newline
+            for document_per_line), so a block is addressable from the file's
+            size alone, with no index and no scan. A .gz file is one shard.
+  prepared  pre-tokenized TFRecord shards written by `python -m
+            bert_jax.prepare_data` (prepared_data.py), one per shard of the
+            source they were made from, read without tokenizing
   tfds      a prepared TFDS dataset's text feature; one document per example
             (split into sentences like document_per_line, and at newlines);
             shards are fixed ranges of examples
@@ -31,7 +40,7 @@ from bert_jax import cpu_tensorflow
 from bert_jax.cpu_tensorflow import tf
 
 FORMATS = ("sentence_per_line", "document_per_line")
-SOURCES = ("builtin", "files", "tfds")
+SOURCES = ("builtin", "files", "tfds", "prepared")
 # A sentence ends at . ! or ? (and closing quotes / brackets) before a capital or digit.
 _SENTENCE_END = r"([.!?][\"')\]]*)\s+([\"'(\[]?[\p{Lu}\p{N}])"
 
@@ -43,15 +52,17 @@ class ShardSpec:
   Attributes:
     index: position in the source's full shard list (stable across hosts).
     name: file path, 'builtin', or 'tfds:NAME/SPLIT[a:b]'.
-    kind: 'file', 'builtin' or 'tfds'.
-    size: bytes (files) or examples (tfds).
+    kind: 'file', 'builtin', 'tfds' or 'prepared'.
+    size: bytes of text (files, prepared) or examples (tfds).
     split: the TFDS split string for kind='tfds'.
+    block: for a file read in blocks: (block index, block bytes, blocks).
   """
   index: int
   name: str
   kind: str
   size: int
   split: str = ""
+  block: tuple = ()
 
 
 @dataclasses.dataclass
@@ -153,21 +164,37 @@ def list_shards(data_config) -> list[ShardSpec]:
   if source == "files":
     if not data_config.files:
       raise ValueError("config.data.source='files' needs config.data.files (a glob)")
-    shards = []
+    block = block_bytes(data_config)
+    shards, files = [], []
     for path in _expand_globs(data_config.files):
       size = tf.io.gfile.stat(path).length
       if size == 0:
         logging.warning("skipping empty file %s", path)
         continue
-      shards.append(ShardSpec(len(shards), path, "file", size))
+      files.append((path, size))
+      n = 1 if path.endswith(".gz") else -(-size // block)
+      for i in range(n):
+        shards.append(ShardSpec(len(shards), path, "file", size if n == 1 else
+                                min(block, size - i * block), block=(i, block, n) if n > 1 else ()))
     if not shards:
       raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty")
-    gz_bytes = sum(s.size for s in shards if s.name.endswith(".gz"))
+    gz_bytes = sum(size for path, size in files if path.endswith(".gz"))
     with concurrent.futures.ThreadPoolExecutor(4) as pool:  # zlib and file reads drop the GIL
-      list(pool.map(lambda s: check_text_file(s.name, whole_gz=gz_bytes <= MAX_GZ_CHECK_BYTES),
-                    shards))
+      list(pool.map(lambda f: check_text_file(f[0], whole_gz=gz_bytes <= MAX_GZ_CHECK_BYTES),
+                    files))
     return shards
+  if source == "prepared":
+    from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
+    return prepared_data.list_shards(data_config)
   return _tfds_shards(data_config)
+
+
+def block_bytes(data_config) -> int:
+  """config.data.block_mb in bytes (validated)."""
+  block = int(float(data_config.block_mb) * (1 << 20))
+  if block < 64:
+    raise ValueError(f"config.data.block_mb={data_config.block_mb} must be >= 64 bytes' worth")
+  return block
 
 
 def _tfds_shards(data_config) -> list[ShardSpec]:
@@ -260,7 +287,7 @@ def read_documents(spec: ShardSpec, data_config) -> RawDocs:
   else:
     try:
       with tf.io.gfile.GFile(spec.name, "rb") as f:
-        data = f.read()
+        data = _read_block(f, spec, data_config.format) if spec.block else f.read()
       if spec.name.endswith(".gz"):
         data = gzip.decompress(data)
     except (OSError, tf.errors.OpError, EOFError) as e:
@@ -275,6 +302,36 @@ def read_documents(spec: ShardSpec, data_config) -> RawDocs:
     sentences, doc_splits = split_sentences(
         tf.boolean_mask(lines, tf.strings.length(lines) > 0))
   return RawDocs(sentences, doc_splits, bad)
+
+
+def _document_start(f, pos: int, file_size: int, fmt: str, limit: int) -> int:
+  """The first document start after byte pos - 1, searched within `limit` bytes.
+
+  A document starts after a blank line (sentence_per_line) or a newline
+  (document_per_line). Without a blank line in reach (one huge document) a
+  line start is used, without a newline `pos` itself.
+  """
+  if pos >= file_size:
+    return file_size
+  f.seek(pos - 1)
+  window = f.read(limit)
+  for sep in ((b"\n\n", b"\n") if fmt == "sentence_per_line" else (b"\n",)):
+    j = window.find(sep)
+    if j >= 0:
+      return pos - 1 + j + len(sep)
+  return pos
+
+
+def _read_block(f, spec: ShardSpec, fmt: str) -> bytes:
+  """The documents that start in block i of a file: bytes [start(i), start(i + 1))."""
+  i, block, n = spec.block
+  size = f.size()
+  # Searches stay within block - 2 bytes, so start(i) < start(i + 1).
+  limit = block - 2
+  start = 0 if i == 0 else _document_start(f, i * block, size, fmt, limit)
+  end = size if i == n - 1 else _document_start(f, (i + 1) * block, size, fmt, limit)
+  f.seek(start)
+  return f.read(max(0, end - start))
 
 
 def _read_tfds(spec: ShardSpec, data_config) -> RawDocs:
@@ -297,4 +354,7 @@ def _read_tfds(spec: ShardSpec, data_config) -> RawDocs:
 
 
 def describe(spec: ShardSpec) -> str:
-  return os.path.basename(spec.name) if spec.kind == "file" else spec.name
+  if spec.kind not in ("file", "prepared"):
+    return spec.name
+  name = os.path.basename(spec.name)
+  return f"{name} (block {spec.block[0] + 1} of {spec.block[2]})" if spec.block else name

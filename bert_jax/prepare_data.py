@@ -1,0 +1,86 @@
+r"""Pre-tokenizes a pretraining corpus into TFRecord shards, for corpora read for many epochs.
+
+  python -m bert_jax.prepare_data --config configs/pretrain.py:tiny \
+      --config.data.source=files --config.data.files='corpus/*.txt' --out /data/corpus_tok
+
+reads the source of `config.data` (files, in blocks of block_mb; TFDS; builtin)
+with its tokenizer settings and writes one TFRecord part per source shard plus
+prepared.json (bert_jax/data/prepared_data.py describes the layout). Train on it
+with the same tokenizer settings and
+
+  --config.data.source=prepared --config.data.prepared_dir=/data/corpus_tok
+
+which gives the same stream as the text (same shards, documents and held-out
+split; the segments are still cut, shuffled and masked per epoch) without
+tokenizing, also when a resume skips data. `--out` may be a gs:// path.
+"""
+import json
+import os
+import time
+from typing import Optional, Sequence
+
+from absl import flags
+
+from bert_jax import cli
+
+
+def prepare(data_config, out_dir: str) -> dict:
+  """Writes the prepared form of `data_config`'s source to `out_dir`; returns prepared.json."""
+  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  if data_config.source == "prepared":
+    raise ValueError("config.data.source='prepared' is already prepared; give the text source")
+  tokenizer = tokenizer_lib.load_tokenizer(data_config)
+  shards = sources.list_shards(data_config)
+  if tf.io.gfile.exists(os.path.join(out_dir, prepared_data.INFO_FILE)):
+    raise ValueError(f"--out {out_dir} already holds a prepared corpus; give an empty directory")
+  tf.io.gfile.makedirs(out_dir)
+  parts, t0, total = [], time.time(), 0
+  for shard in shards:
+    raw = sources.read_documents(shard, data_config)
+    tokens, lengths = pretrain_data.tokenize(tokenizer, raw.sentences)
+    pretrain_data.check_unknown_rate(tokens, tokenizer, sources.describe(shard))
+    name = prepared_data.part_file(shard.index)
+    prepared_data.write_part(os.path.join(out_dir, name),
+                             prepared_data.Part(tokens, lengths, raw.doc_splits))
+    parts.append({"file": name, "source": sources.describe(shard), "size": shard.size,
+                  "documents": raw.num_docs, "sentences": len(lengths), "tokens": len(tokens),
+                  "invalid_utf8": raw.invalid_utf8})
+    total += len(tokens)
+    print(f"  {sources.describe(shard)}: {raw.num_docs:,} documents, {len(tokens):,} tokens "
+          f"({time.time() - t0:.0f} s)", flush=True)
+  info = {"version": 1, "tokenizer": prepared_data.tokenizer_identity(tokenizer),
+          "source": {k: data_config[k] for k in ("source", "files", "format", "tfds_name",
+                                                 "tfds_split", "block_mb")},
+          "parts": parts}
+  with tf.io.gfile.GFile(os.path.join(out_dir, prepared_data.INFO_FILE), "w") as f:
+    json.dump(info, f, indent=1)
+  print(f"bert_jax.prepare_data: {len(parts)} parts, {total:,} tokens in {out_dir} "
+        f"({time.time() - t0:.0f} s)", flush=True)
+  return info
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The command line (argv without the program name; None: sys.argv[1:])."""
+  import sys  # pylint: disable=g-import-not-at-top
+  argv = list(sys.argv[1:] if argv is None else argv)
+  flag_values = flags.FlagValues()
+  config = cli.define_config(flag_values, "configs/pretrain.py:VARIANT (its data section)", argv,
+                             "bert_jax.prepare_data")
+  out = flags.DEFINE_string("out", None, "Directory for the TFRecord parts and prepared.json.",
+                            flag_values=flag_values)
+  cli.parse(flag_values, argv, "bert_jax.prepare_data", __doc__)
+  if config.value is None or not out.value:
+    raise SystemExit("bert_jax.prepare_data: --config and --out are required (--help lists the "
+                     "flags)")
+  try:
+    prepare(config.value.data, out.value)
+  except (ValueError, FileNotFoundError) as e:
+    raise SystemExit(f"bert_jax.prepare_data: {e}") from None
+
+
+if __name__ == "__main__":
+  main()
