@@ -156,9 +156,11 @@ def build(config: ml_collections.ConfigDict, vocab_size: int,
                             config.electra.generator_hidden_fraction)
     init_params = electra.init_fn(models, seq_len, num_predictions)
 
-    def flops(length, masked_fraction):  # both encoders; the generator's MLM head
+    def flops(length, masked_fraction):  # both encoders; the generator's MLM head; the
+      h = models.discriminator_config.hidden_size  # discriminator's head at every token
       return (flops_lib.train_flops_per_token(models.discriminator_config, length, 0.0)
-              + flops_lib.train_flops_per_token(models.generator_config, length, masked_fraction))
+              + flops_lib.train_flops_per_token(models.generator_config, length, masked_fraction)
+              + 6.0 * (h * h + h))
     return Pretraining(
         models.discriminator_config, electra.objective(models, config.electra.disc_weight), tx,
         schedule, functools.partial(train_core.init_state, init_params, tx),

@@ -145,6 +145,12 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   assert other_pair not in records[0]
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6"]
   assert os.listdir(os.path.join(workdir, "tensorboard"))
+  if objective == "distill":  # the state (what is checkpointed) holds the 1-layer student only
+    state = summary["state"]
+    assert sorted(state.params) == ["bert", "mlm", "mlm_output_bias"]
+    assert list(state.params["bert"]["encoder"]) == ["layer_0"]
+    size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))  # noqa: E731
+    assert size(state.opt_state) <= 2 * size(state.params) + 16  # Adam's two moments
 
 
 # mlm_sop and mlm use mlm_nsp's objective code; their data streams' resume is exact in
