@@ -31,14 +31,16 @@ def encoder_params(config: BertConfig) -> int:
 
 
 def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: float) -> float:
-  """6 N_nonembed + 12 L S H + 6 H (V + H) x masked fraction, per real token.
+  """6 N_nonembed + 12 L S H + 6 E (V + H) x masked fraction (+ 6 E H), per real token.
 
   Attention is bidirectional, so its term is not halved; the MLM head (transform
-  and tied decoder) runs only at masked positions.
+  H -> E and the tied decoder E -> V, E the embedding width) runs only at masked
+  positions; factorized embeddings (E != H: ALBERT, ELECTRA) add their projection
+  E -> H at every token.
   """
-  h = config.hidden_size
+  h, e = config.hidden_size, config.embed_dim
   return (6.0 * encoder_params(config) + 12.0 * config.num_layers * seq_len * h
-          + 6.0 * h * (config.vocab_size + h) * masked_fraction)
+          + 6.0 * e * (config.vocab_size + h) * masked_fraction + (6.0 * e * h if e != h else 0.0))
 
 
 def measure_matmul_peak(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:

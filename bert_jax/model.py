@@ -329,19 +329,26 @@ class BertForPreTraining(nn.Module):
 
   def __call__(self, input_ids: Array, input_mask: Array, segment_ids: Array,
                masked_lm_positions: Array, position_ids: Optional[Array] = None,
-               deterministic: bool = True) -> dict[str, Array]:
-    """Returns mlm_logits [batch, P, vocab] (float32) and nsp_logits [batch, 2]."""
+               deterministic: bool = True, sequence_output: bool = False) -> dict[str, Array]:
+    """Returns mlm_logits [batch, P, vocab] (float32) and nsp_logits [batch, 2]; with
+    `sequence_output`, also the last layer's every row, sequence_output [batch, len, hidden]
+    (distillation's cosine loss), which the last layer then computes in full."""
     # The last layer computes only the rows the heads read: the masked positions,
     # and [CLS] for NSP.
     rows = masked_lm_positions.astype(jnp.int32)  # [batch, P]
     if self.with_nsp:
       rows = jnp.concatenate([jnp.zeros_like(rows[:, :1]), rows], axis=1)  # [batch, 1 + P]
     out = self.bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
-                    output_positions=rows)
-    x = out["sequence_output"][:, 1:] if self.with_nsp else out["sequence_output"]  # [batch, P, hidden]
+                    output_positions=None if sequence_output else rows)
+    x = out["sequence_output"]  # [batch, 1 + P or P (or len), hidden]
+    if sequence_output:
+      x = gather_positions(x, rows)
+    x = x[:, 1:] if self.with_nsp else x  # [batch, P, hidden]
     x = self.mlm(x)
     logits = self.bert.attend(x, self.mlm_output_bias)
     result = {"mlm_logits": logits.astype(jnp.float32)}
+    if sequence_output:
+      result["sequence_output"] = out["sequence_output"]
     if self.with_nsp:
       result["nsp_logits"] = self.nsp(out["pooled_output"]).astype(jnp.float32)
     return result

@@ -61,15 +61,18 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count())
 
   # -- Abstract model, objective, optimizer --------------------------------------
-  setup = pretrain_setup.build(config, data.vocab_size)
+  setup = pretrain_setup.build(config, data.vocab_size, data.tokenizer.inv_vocab)
   model_cfg = setup.model_config
 
-  # -- State: resume this workdir, or start from init_checkpoint, or scratch -----
+  # -- State: resume this workdir, or start from init_checkpoint (or the params the
+  # objective starts from: a distillation student from its teacher), or scratch -----
   ckpts = ckpt_lib.TrainCheckpoints(str(epath.Path(workdir) / "checkpoints"),
                                     max_to_keep=config.keep_checkpoints)
   pretrained = None
   if config.init_checkpoint and ckpts.latest_step() is None:
     pretrained = ckpt_lib.load_pretrained(config.init_checkpoint, expect=model_cfg)
+  elif ckpts.latest_step() is None:
+    pretrained = setup.start_from
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       setup.init_fn, setup.tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
@@ -84,14 +87,18 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     print("first step: tokenizing the first text shards and compiling the train step "
           f"(progress every {config.log_every} steps) ...", flush=True)
 
-  # -- Jitted steps ------------------------------------------------------------
+  # -- Jitted steps (frozen params, a distillation teacher, are an input placed once) --
   batch_shard = sharding.batch_sharding(mesh)
+  frozen, frozen_shardings = (), ()
+  if setup.place_frozen is not None:
+    placed, placed_shardings = setup.place_frozen(mesh, rules)
+    frozen, frozen_shardings = (placed,), (placed_shardings,)
   train_step = jax.jit(
       setup.train_step(config.optimizer.grad_accum_steps),
-      in_shardings=(state_shardings, batch_shard), out_shardings=(state_shardings, None),
-      donate_argnums=(0,))
+      in_shardings=(state_shardings, batch_shard) + frozen_shardings,
+      out_shardings=(state_shardings, None), donate_argnums=(0,))
   eval_step = jax.jit(train_core.make_eval_step(setup.objective),
-                      in_shardings=(state_shardings.params, batch_shard))
+                      in_shardings=(state_shardings.params, batch_shard) + frozen_shardings)
 
   # -- Loop ---------------------------------------------------------------------
   tok = data.tokenizer
@@ -131,7 +138,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         jax.profiler.start_trace(str(epath.Path(workdir) / "profile"))
       batch = sharding.host_to_global(next(it), mesh)
       with sharding.mesh_context(mesh, rules):
-        state, metrics = train_step(state, batch)
+        state, metrics = train_step(state, batch, *frozen)
       step += 1
       data_position += 1
       steps_since += 1
@@ -162,7 +169,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         with sharding.mesh_context(mesh, rules):
           eval_batches = _host_rows(data.eval_iterator(config.eval_batches), config)
           logger.log(step, evaluate(eval_step, state.params, eval_batches, mesh,
-                                    setup.summarize), prefix="eval_")
+                                    setup.summarize, *frozen), prefix="eval_")
         t_log = time.time()
   finally:
     ckpts.close()
@@ -204,11 +211,11 @@ def _host_rows(batches, config):
   return ({k: v[rows] for k, v in b.items()} for b in batches)
 
 
-def evaluate(eval_step, params, batches, mesh, summarize) -> dict[str, float]:
+def evaluate(eval_step, params, batches, mesh, summarize, *frozen) -> dict[str, float]:
   """Metrics on held-out host batches (deterministic, no dropout), summarized by `summarize`."""
   acc = None
   for batch in batches:
-    sums = eval_step(params, sharding.host_to_global(batch, mesh))
+    sums = eval_step(params, sharding.host_to_global(batch, mesh), *frozen)
     acc = sums if acc is None else jax.tree.map(jnp.add, acc, sums)
   if acc is None:
     return {}

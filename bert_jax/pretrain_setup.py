@@ -5,7 +5,7 @@ compile check (bert_jax.aot_compile), so both build exactly the same step.
 """
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Optional, Sequence
 
 from etils import epath
 import jax
@@ -19,13 +19,15 @@ from bert_jax import model as model_lib
 from bert_jax import model_config as model_config_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import train_core
+from bert_jax.objectives import distill
 from bert_jax.objectives import electra
 from bert_jax.objectives import mlm_nsp
 
 # config.objective -> the data modes it trains on.
 OBJECTIVE_MODES = {"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
                    "mlm": ("nsp", "sop", "full_sentences"),
-                   "electra": ("nsp", "sop", "full_sentences")}
+                   "electra": ("nsp", "sop", "full_sentences"),
+                   "distill": ("nsp", "sop", "full_sentences")}
 
 
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
@@ -64,6 +66,25 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     if config.init_checkpoint:
       bad("init_checkpoint is not supported with objective='electra' yet (the state holds a "
           "generator and a discriminator)")
+  if config.objective == "distill":
+    d = config.distill
+    if not config.teacher_checkpoint:
+      bad("objective='distill' needs teacher_checkpoint (a bundle, converted checkpoint or "
+          "pretraining workdir with an MLM head)")
+    if config.init_checkpoint:
+      bad("init_checkpoint is not used with objective='distill' (the student starts from the "
+          "teacher's layers)")
+    if d.temperature <= 0 or d.student_layers < 0:
+      bad(f"distill.temperature ({d.temperature}) must be positive and distill.student_layers "
+          f"({d.student_layers}) >= 0")
+    if min(d.alpha_ce, d.alpha_mlm, d.alpha_cos) < 0 or d.alpha_ce + d.alpha_mlm + d.alpha_cos <= 0:
+      bad(f"distill.alpha_ce/alpha_mlm/alpha_cos ({d.alpha_ce}, {d.alpha_mlm}, {d.alpha_cos}) "
+          "must be >= 0 and not all 0")
+    if not epath.Path(config.teacher_checkpoint).exists():
+      bad(f"teacher_checkpoint {config.teacher_checkpoint} does not exist")
+    ckpt_lib.read_model_config(config.teacher_checkpoint)  # a checkpoint at all, before the data
+  elif config.teacher_checkpoint:
+    bad(f"teacher_checkpoint is only read by objective='distill', not {config.objective!r}")
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
   opt_lib.check_config(config.optimizer, config.learning_rate)
@@ -101,6 +122,10 @@ class Pretraining:
     summarize: host side, accumulated metric sums -> the logged metrics.
     export_params: the state's params -> the params of the exported model.
     flops_per_token: (seq_len, masked fraction) -> training FLOPs per real token.
+    start_from: params to start from when not resuming (distillation: the student made
+      from the teacher), else None.
+    place_frozen: (mesh, rules) -> (frozen params on the mesh, their shardings), the
+      step's `frozen` argument (distillation: the teacher); None when there are none.
   """
   model_config: model_config_lib.BertConfig
   objective: train_core.Objective
@@ -110,17 +135,21 @@ class Pretraining:
   summarize: Callable[[dict], dict[str, float]]
   export_params: Callable[[Any], Any]
   flops_per_token: Callable[[int, float], float]
+  start_from: Optional[ckpt_lib.Pretrained] = None
+  place_frozen: Optional[Callable[[Any, Any], tuple[Any, Any]]] = None
 
   def train_step(self, grad_accum_steps: int):
     return train_core.make_train_step(self.objective, self.tx, self.schedule, grad_accum_steps)
 
 
-def build(config: ml_collections.ConfigDict, vocab_size: int) -> Pretraining:
+def build(config: ml_collections.ConfigDict, vocab_size: int,
+          vocab: Sequence[str] = ()) -> Pretraining:
   """The model, objective, optimizer and init function of a pretraining config.
 
   Args:
     config: a configs/pretrain.py config (config.objective picks the objective).
     vocab_size: the tokenizer's vocab size.
+    vocab: the tokenizer's tokens (distillation checks the teacher's are the same).
 
   Returns:
     The Pretraining pieces.
@@ -134,14 +163,18 @@ def build(config: ml_collections.ConfigDict, vocab_size: int) -> Pretraining:
                             config.electra.generator_hidden_fraction)
     init_params = electra.init_fn(models, seq_len, num_predictions)
 
-    def flops(length, masked_fraction):  # both encoders; the generator's MLM head
+    def flops(length, masked_fraction):  # both encoders; the generator's MLM head; the
+      h = models.discriminator_config.hidden_size  # discriminator's head at every token
       return (flops_lib.train_flops_per_token(models.discriminator_config, length, 0.0)
-              + flops_lib.train_flops_per_token(models.generator_config, length, masked_fraction))
+              + flops_lib.train_flops_per_token(models.generator_config, length, masked_fraction)
+              + 6.0 * (h * h + h))
     return Pretraining(
         models.discriminator_config, electra.objective(models, config.electra.disc_weight), tx,
         schedule, functools.partial(train_core.init_state, init_params, tx),
         functools.partial(electra.summarize, disc_weight=config.electra.disc_weight),
         lambda params: params["discriminator"], flops)
+  if config.objective == "distill":
+    return _distillation(config, vocab_size, vocab, tx, schedule)
   pair_task = mlm_nsp.PAIR_TASKS.get(config.objective)
   model = model_lib.BertForPreTraining(model_cfg, with_nsp=pair_task is not None)
   init_params = mlm_nsp.init_fn(model, seq_len, num_predictions)
@@ -150,3 +183,36 @@ def build(config: ml_collections.ConfigDict, vocab_size: int) -> Pretraining:
       functools.partial(train_core.init_state, init_params, tx), mlm_nsp.summarize,
       lambda params: params,
       functools.partial(flops_lib.train_flops_per_token, model_cfg))
+
+
+def _distillation(config: ml_collections.ConfigDict, vocab_size: int, vocab: Sequence[str],
+                  tx: optax.GradientTransformation, schedule: optax.Schedule) -> Pretraining:
+  """objective='distill': the student of config.teacher_checkpoint (bert_jax.objectives.distill)."""
+  d = config.distill
+  stored = ckpt_lib.read_model_config(config.teacher_checkpoint)
+  layers = distill.student_layers(stored.num_layers, d.student_layers)
+  teacher = distill.load_teacher(config.teacher_checkpoint, layers, vocab)
+  if teacher.config.vocab_size != vocab_size:
+    raise ValueError(f"teacher_checkpoint {config.teacher_checkpoint}: vocab_size "
+                     f"{teacher.config.vocab_size}, the data's tokenizer has {vocab_size}; set "
+                     "data.vocab_file / data.tokenizer to the teacher's vocab")
+  teacher_cfg = train_core.model_config_from(config.model, teacher.config)
+  student_cfg = distill.student_config(teacher_cfg, layers)
+  teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
+  student = model_lib.BertForPreTraining(student_cfg, with_nsp=False)
+  seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq
+  weights = dict(temperature=d.temperature, alpha_ce=d.alpha_ce, alpha_mlm=d.alpha_mlm,
+                 alpha_cos=d.alpha_cos)
+
+  def flops(length, masked_fraction):  # the student's training and the teacher's forward pass
+    return (flops_lib.train_flops_per_token(student_cfg, length, masked_fraction)
+            + flops_lib.train_flops_per_token(teacher_cfg, length, masked_fraction) / 3)
+  return Pretraining(
+      student_cfg, distill.objective(student, teacher_model, **weights), tx, schedule,
+      functools.partial(train_core.init_state, mlm_nsp.init_fn(student, seq_len, num_predictions),
+                        tx),
+      functools.partial(distill.summarize, **weights), lambda params: params, flops,
+      start_from=distill.student_from_teacher(teacher, layers) if d.init_from_teacher else None,
+      place_frozen=functools.partial(
+          distill.place_teacher, teacher,
+          mlm_nsp.init_fn(teacher_model, seq_len, num_predictions)))

@@ -4,7 +4,9 @@
   Objective            how a batch becomes a loss: un-normalised sums of a (micro)batch,
                        denominators taken from the whole batch, loss = f(sums, denominators)
   make_train_step      the one step builder: exact gradient accumulation over microbatches,
-                       a NaN/inf guard, the optimizer (clipping and schedule live in `tx`)
+                       a NaN/inf guard, the optimizer (clipping and schedule live in `tx`);
+                       an objective may also read frozen params (a distillation teacher),
+                       an argument of the step, never in the state or its checkpoints
   make_eval_step       the objective's sums without dropout
   model_config_from    a run's `model` config section over a checkpoint's or variant's
                        BertConfig ('auto' dtype resolved here, once)
@@ -80,40 +82,53 @@ def microbatches(batch: Batch, k: int) -> Batch:
   return jax.tree.map(split, batch)
 
 
+def with_frozen(params: Any, frozen: Any) -> Any:
+  """What objective.sums receives: `params`, or {'trained': params, 'frozen': frozen}.
+
+  `frozen` (None: none) are params an objective reads but never trains, such as a
+  distillation teacher: the step takes them as an argument (placed on the mesh once,
+  sharded like params), they are not in the TrainState, the optimizer state or the
+  checkpoints, and no gradient flows into them.
+  """
+  if frozen is None:
+    return params
+  return {"trained": params, "frozen": jax.lax.stop_gradient(frozen)}
+
+
 def make_train_step(objective: Objective, tx: optax.GradientTransformation,
                     schedule: optax.Schedule, grad_accum_steps: int = 1,
-                    deterministic: bool = False) -> Callable[[TrainState, Batch], tuple]:
-  """Returns train_step(state, batch) -> (state, metric sums); jit it with donation.
+                    deterministic: bool = False) -> Callable[..., tuple]:
+  """Returns train_step(state, batch, frozen=None) -> (state, metric sums); jit it with donation.
 
   The gradient is that of the full batch's loss: each microbatch's sums are
   normalised by the whole batch's denominators, so k microbatches give the same
   update as one batch (dropout aside). A step whose loss or gradient is not
   finite leaves params and optimizer state unchanged and counts itself in
-  `nonfinite_steps`.
+  `nonfinite_steps`. `frozen`: see `with_frozen`.
   """
-  def grad_sums(params, mb, rng, denominators):
+  def grad_sums(params, mb, rng, denominators, frozen):
     def loss_fn(p):
-      sums = objective.sums(p, mb, rng, deterministic)
+      sums = objective.sums(with_frozen(p, frozen), mb, rng, deterministic)
       return objective.loss(sums, denominators), sums
     (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     return grads, sums
 
-  def train_step(state: TrainState, batch: Batch):
+  def train_step(state: TrainState, batch: Batch, frozen: Any = None):
     rng = jax.random.fold_in(state.rng, state.step)
     denominators = objective.denominators(batch)
     if grad_accum_steps == 1:
-      grads, sums = grad_sums(state.params, batch, rng, denominators)
+      grads, sums = grad_sums(state.params, batch, rng, denominators, frozen)
     else:
       mbs = microbatches(batch, grad_accum_steps)
 
       def body(carry, xs):
         i, mb = xs
-        g, s = grad_sums(state.params, mb, jax.random.fold_in(rng, i), denominators)
+        g, s = grad_sums(state.params, mb, jax.random.fold_in(rng, i), denominators, frozen)
         return jax.tree.map(jnp.add, carry, (g, s)), None
 
       zeros_g = jax.tree.map(jnp.zeros_like, state.params)
       zeros_s = jax.eval_shape(lambda: grad_sums(
-          state.params, jax.tree.map(lambda x: x[0], mbs), rng, denominators)[1])
+          state.params, jax.tree.map(lambda x: x[0], mbs), rng, denominators, frozen)[1])
       zeros_s = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), zeros_s)
       (grads, sums), _ = jax.lax.scan(body, (zeros_g, zeros_s),
                                       (jnp.arange(grad_accum_steps), mbs))
@@ -143,10 +158,10 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation,
   return train_step
 
 
-def make_eval_step(objective: Objective) -> Callable[[Any, Batch], Sums]:
-  """Returns eval_step(params, batch) -> the objective's sums (deterministic)."""
-  def eval_step(params, batch):
-    return objective.sums(params, batch, None, True)
+def make_eval_step(objective: Objective) -> Callable[..., Sums]:
+  """Returns eval_step(params, batch, frozen=None) -> the objective's sums (deterministic)."""
+  def eval_step(params, batch, frozen=None):
+    return objective.sums(with_frozen(params, frozen), batch, None, True)
   return eval_step
 
 

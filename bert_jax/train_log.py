@@ -111,7 +111,8 @@ class RunLogger:
     self._tb.flush()
     label = f"{prefix.rstrip('_')} " if prefix else ""  # seed0_train_loss -> seed0_train ... loss
     parts = [f"{label}step {step}/{self.total_steps}" if self.total_steps else f"{label}step {step}"]
-    for key, fmt in (("loss", ".4f"), ("mlm_accuracy", ".4f"), ("nsp_accuracy", ".4f"),
+    for key, fmt in (("loss", ".4f"), ("mlm_accuracy", ".4f"), ("student_mlm_accuracy", ".4f"),
+                     ("nsp_accuracy", ".4f"),
                      ("learning_rate", ".3e"), ("tokens_per_second", ",.0f"),
                      ("examples_per_second", ",.1f"), ("mfu", ".2%")):
       if prefix + key in record:

@@ -65,13 +65,18 @@ def get_config(arg=None):
   c.total_steps = steps
 
   # Pretraining objective: 'mlm_nsp' (BERT: MLM + next-sentence prediction, data.mode='nsp'),
-  # 'mlm' (MLM alone, any data mode), 'mlm_sop' (ALBERT: MLM + sentence order, data.mode='sop')
-  # or 'electra' (replaced-token detection with a small generator; the `electra` section).
+  # 'mlm' (MLM alone, any data mode), 'mlm_sop' (ALBERT: MLM + sentence order, data.mode='sop'),
+  # 'electra' (replaced-token detection with a small generator; the `electra` section) or
+  # 'distill' (DistilBERT: a student of teacher_checkpoint; the `distill` section).
   c.objective = "mlm_nsp"
   # The encoder built with the variant's sizes: 'bert', or 'deberta-v2' (DeBERTa-v3's
   # disentangled attention, 256 log position buckets, no absolute positions or token types;
   # bert_jax.model_config.deberta_v3).
   c.model_type = "bert"
+  # objective='distill': the frozen teacher, any checkpoint with an MLM head (a bundle, a
+  # converted checkpoint, a pretraining workdir); the student takes its shapes and vocab
+  # (`variant` is then unused) with distill.student_layers layers.
+  c.teacher_checkpoint = ""
 
   c.model = config_sections.model()
 
@@ -82,6 +87,23 @@ def get_config(arg=None):
   c.electra.generator_hidden_fraction = 0.25
   # Weight of the discriminator's loss against the generator's MLM loss (ELECTRA: 50).
   c.electra.disc_weight = 50.0
+
+  # DistilBERT's loss (Sanh et al. 2019; the defaults are the training command of
+  # huggingface/transformers' examples/research_projects/distillation/README.md).
+  c.distill = ml_collections.ConfigDict()
+  # Softmax temperature T of the soft targets (the KL term is scaled by T^2).
+  c.distill.temperature = 2.0
+  # Weight of the soft-target term (KL of the student's from the teacher's MLM distribution).
+  c.distill.alpha_ce = 5.0
+  # Weight of the student's own MLM cross-entropy on the labels.
+  c.distill.alpha_mlm = 2.0
+  # Weight of 1 - cosine between the student's and the teacher's last hidden states.
+  c.distill.alpha_cos = 1.0
+  # Student encoder layers; 0: half the teacher's. Layer i starts from teacher layer
+  # i x teacher layers // student layers (DistilBERT: every other layer).
+  c.distill.student_layers = 0
+  # Start the student from the teacher's layers (False: from scratch, for comparisons).
+  c.distill.init_from_teacher = True
 
   c.data = ml_collections.ConfigDict()
   # Where text comes from: 'builtin' (no download), 'files' (glob), 'tfds' or 'prepared'

@@ -7,6 +7,7 @@ import pytest
 
 from bert_jax import aot_compile
 from bert_jax import flops as flops_lib
+from bert_jax import pretrain_setup
 from bert_jax import sharding
 from configs import pretrain as pretrain_config
 
@@ -69,3 +70,15 @@ def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
   analytic = flops_lib.train_flops_per_token(out["model_config"], 32, 5 / 32) * 16 * 32 / 4
   assert 0.5 < flops / analytic < 2.0, (flops, analytic)
   assert 0.8 < out["hlo_flops_per_device"] / analytic < 1.25, (out["hlo_flops_per_device"], analytic)
+
+
+def test_electra_analytic_flops_match_the_lowered_step():
+  """ELECTRA's FLOPs per token (MFU, equal-compute comparisons) count what its step computes:
+  the generator's MLM head at the embedding width (4 x its hidden size at tiny) and the
+  discriminator's head; counting the generator's head at its hidden size gave half."""
+  config = pretrain_config.get_config("tiny,recipe=electra")
+  config.update(dict(batch_size=16, seq_len=32))
+  config.data.max_predictions_per_seq = 5
+  hlo = aot_compile.unrolled_hlo_flops(config, 30522)
+  analytic = pretrain_setup.build(config, 30522).flops_per_token(32, 5 / 32) * 16 * 32
+  assert 0.85 < hlo / analytic < 1.2, (hlo, analytic)

@@ -95,19 +95,31 @@ OBJECTIVES = {
     "electra": ({"objective": "electra", "data.mode": "full_sentences"},
                 ("mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy", "rtd_replaced_recall",
                  "rtd_auc")),
+    # The teacher is the mlm_nsp run's export (tiny: 2 layers; the student has 1).
+    "distill": ({"objective": "distill", "teacher_checkpoint": "<mlm_nsp run>"},
+                ("distill_loss", "mlm_loss", "cos_loss", "student_mlm_accuracy",
+                 "teacher_mlm_accuracy")),
 }
 _STRAIGHT = {}
+
+
+def _overrides(objective, corpus, tmp_path_factory):
+  overrides = dict(OBJECTIVES[objective][0])
+  if objective == "distill":
+    overrides["teacher_checkpoint"] = _straight_run("mlm_nsp", corpus, tmp_path_factory)[0]
+  return overrides
 
 
 def _straight_run(objective, corpus, tmp_path_factory):
   """6 steps of `objective` from scratch (once per module), counting train-step compiles."""
   if objective not in _STRAIGHT:
+    overrides = _overrides(objective, corpus, tmp_path_factory)
     workdir = str(tmp_path_factory.mktemp(f"straight_{objective}"))
     handler = _Compiles()
     logging.getLogger("jax").addHandler(handler)
     try:
       with jax.log_compiles(True):
-        summary = pretrain.train(small_config(corpus, **OBJECTIVES[objective][0]), workdir)
+        summary = pretrain.train(small_config(corpus, **overrides), workdir)
     finally:
       logging.getLogger("jax").removeHandler(handler)
     summary["train_step_compiles"] = sum(
@@ -138,14 +150,21 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   config = ckpt_lib.read_model_config(workdir)
   assert config.model_type == ("deberta-v2" if objective == "deberta" else
                                "electra" if objective == "electra" else "bert")
+  if objective == "distill":  # the state (what is checkpointed) holds the 1-layer student only
+    state = summary["state"]
+    assert sorted(state.params) == ["bert", "mlm", "mlm_output_bias"]
+    assert list(state.params["bert"]["encoder"]) == ["layer_0"]
+    size = lambda tree: sum(x.size for x in jax.tree.leaves(tree))  # noqa: E731
+    assert size(state.opt_state) <= 2 * size(state.params) + 16  # Adam's two moments
 
 
 # mlm_sop and mlm use mlm_nsp's objective code; their data streams' resume is exact in
-# test_data_pipeline. ELECTRA has its own state (two models, one optimizer).
-@pytest.mark.parametrize("objective", ["mlm_nsp", "electra"])
+# test_data_pipeline. ELECTRA has its own state (two models, one optimizer); distillation
+# a teacher outside the state, loaded again on resume.
+@pytest.mark.parametrize("objective", ["mlm_nsp", "electra", "distill"])
 def test_resume_after_preemption_is_exact(objective, corpus, tmp_path_factory, tmp_path):
   straight, _ = _straight_run(objective, corpus, tmp_path_factory)
-  overrides = OBJECTIVES[objective][0]
+  overrides = _overrides(objective, corpus, tmp_path_factory)
   workdir = str(tmp_path / "resumed")
   first = pretrain.train(small_config(corpus, **overrides), workdir, preempt_at_step=4)
   assert first["step"] == 4  # preempted: checkpoint written at step 4
@@ -299,6 +318,11 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
     ({"model_type": "albert"}, r"model_type 'albert' not in \['bert', 'deberta-v2'\]"),
     ({"model_type": "deberta-v2", "objective": "electra", "data.mode": "full_sentences"},
      r"objective 'electra' trains ELECTRA's own encoders; model_type 'deberta-v2' is not"),
+    ({"objective": "distill"}, r"objective='distill' needs teacher_checkpoint"),
+    ({"objective": "distill", "teacher_checkpoint": "/no/such/teacher"},
+     "teacher_checkpoint /no/such/teacher does not exist"),
+    ({"teacher_checkpoint": "/no/such/teacher"},
+     "teacher_checkpoint is only read by objective='distill', not 'mlm_nsp'"),
 ])
 def test_bad_configs_fail_fast(corpus, tmp_path, override, message):
   with pytest.raises(ValueError, match=message):
@@ -311,6 +335,20 @@ def test_init_checkpoint_of_another_size_is_refused_before_the_data_is_read(
   config.data.files = str(tmp_path / "not-read-*.txt")  # the data would fail next
   with pytest.raises(ValueError, match=r"checkpoint is L2 H128.*but config asks L4 H256"):
     pretrain.train(config, str(tmp_path / "w"))
+
+
+def test_distillation_teacher_of_another_vocab_is_refused_before_training(
+    corpus, straight_run, tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(
+      set(" ".join(WORDS).split()))) + "\n", encoding="utf-8")
+  config = small_config(corpus, objective="distill", teacher_checkpoint=straight_run[0])
+  config.data.vocab_file = str(vocab)
+  with pytest.raises(ValueError, match=r"teacher_checkpoint .*: its vocab \(30522 tokens\) is "
+                                       r"not the data's tokenizer's \(\d+ tokens; first difference"):
+    pretrain.train(config, str(tmp_path / "w"))
+  assert not (tmp_path / "w" / "checkpoints").exists() or not os.listdir(
+      tmp_path / "w" / "checkpoints")
 
 
 def test_cli_bad_config_is_one_line_without_traceback(tmp_path):

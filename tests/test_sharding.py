@@ -16,6 +16,7 @@ from bert_jax import model_config
 from bert_jax import optimizer
 from bert_jax import pretrain_setup
 from bert_jax import train_core
+from bert_jax.objectives import distill
 from bert_jax.objectives import mlm_nsp
 from bert_jax import sharding
 from configs import pretrain as pretrain_config
@@ -207,6 +208,21 @@ def _tiny_electra_setup(vocab=512):
   return setup.init_fn, setup.train_step(1)
 
 
+def _tiny_distill_setup(vocab=512):
+  """A 1-layer student of a tiny (2-layer) teacher, dropout on; the teacher is a step input."""
+  teacher_cfg = model_config.variant("tiny", vocab)
+  teacher = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
+  student = model_lib.BertForPreTraining(distill.student_config(teacher_cfg, 1), with_nsp=False)
+  tx, sched = optimizer.make_optimizer(_opt_config(), 1e-3, 0, 10)
+  init_fn = functools.partial(train_core.init_state, mlm_nsp.init_fn(student, 32, 5), tx)
+  step = train_core.make_train_step(distill.objective(student, teacher, 2.0, 5.0, 2.0, 1.0), tx,
+                                    sched, 1)
+  teacher_init = mlm_nsp.init_fn(teacher, 32, 5)
+  params = jax.device_get(jax.jit(lambda r: nn.unbox(teacher_init(r)))(jax.random.PRNGKey(1)))
+  frozen = ckpt_lib.Pretrained(params, teacher_cfg, (), True, "teacher")
+  return init_fn, step, (frozen, teacher_init)
+
+
 def _batches(n, b=16, length=32, p=5, vocab=512, seed=0):
   rng = np.random.default_rng(seed)
   out = []
@@ -227,35 +243,37 @@ def _batches(n, b=16, length=32, p=5, vocab=512, seed=0):
 _STEPS = {}
 
 
-def _sharded_step(step, mesh, rules, shardings):
+def _sharded_step(step, mesh, rules, shardings, frozen_shardings=()):
   """The jitted step for a mesh, compiled once per (step, mesh, rules) in this module."""
   key = (step, mesh.devices.shape, tuple(d.id for d in mesh.devices.flat), rules)
   if key not in _STEPS:
-    _STEPS[key] = jax.jit(step, in_shardings=(shardings, sharding.batch_sharding(mesh)),
-                          out_shardings=(shardings, None))
+    _STEPS[key] = jax.jit(
+        step, in_shardings=(shardings, sharding.batch_sharding(mesh)) + frozen_shardings,
+        out_shardings=(shardings, None))
   return _STEPS[key]
 
 
-def _run(state, step, batches, mesh, rules):
+def _run(state, step, batches, mesh, rules, frozen=()):
   losses = []
   with sharding.mesh_context(mesh, rules):
     for b in batches:
-      state, metrics = step(state, sharding.host_to_global(b, mesh))
+      state, metrics = step(state, sharding.host_to_global(b, mesh), *frozen)
       losses.append(float(metrics["loss"]))
   return state, losses
 
 
-def _one_device(init_fn, step):
-  """The first state and 3 steps on one device."""
+def _one_device(init_fn, step, teacher=None):
+  """The first state and 3 steps on one device (`teacher`: (Pretrained, its init fn))."""
   batches = _batches(3)
   state0 = jax.jit(lambda r: nn.unbox(init_fn(r)))(jax.random.PRNGKey(0))
   jstep = jax.jit(step)
+  frozen = () if teacher is None else (teacher[0].params,)
   state, losses = state0, []
   for b in batches:
-    state, metrics = jstep(state, b)
+    state, metrics = jstep(state, b, *frozen)
     losses.append(float(metrics["loss"]))
   return dict(init_fn=init_fn, step=step, batches=batches, state0=jax.device_get(state0),
-              params=jax.device_get(state.params), losses=losses)
+              params=jax.device_get(state.params), losses=losses, teacher=teacher)
 
 
 @pytest.fixture(scope="module")
@@ -270,19 +288,36 @@ def tiny_electra():
   return _one_device(*_tiny_electra_setup())
 
 
-# Every preset with BERT's objective; ELECTRA's two models on the preset that shards the most
-# (its params are sharded by the same rules; the other presets take a minute more).
+@pytest.fixture(scope="module")
+def tiny_distill():
+  """The same for objective='distill' (the teacher sharded as an input of the step)."""
+  return _one_device(*_tiny_distill_setup())
+
+
+# Every preset with BERT's objective; ELECTRA's two models and distillation's student and
+# teacher on the preset that shards the most (their params are sharded by the same rules;
+# the other presets take a minute more).
 @pytest.mark.parametrize("objective, preset, shape", [
     ("mlm_nsp", "data_parallel", (8, 1, 1)), ("mlm_nsp", "fsdp", (2, 4, 1)),
-    ("mlm_nsp", "fsdp_tensor", (2, 2, 2)), ("electra", "fsdp_tensor", (2, 2, 2))])
+    ("mlm_nsp", "fsdp_tensor", (2, 2, 2)), ("electra", "fsdp_tensor", (2, 2, 2)),
+    ("distill", "fsdp_tensor", (2, 2, 2))])
 def test_train_step_under_preset_matches_one_device(request, objective, preset, shape):
-  tiny = request.getfixturevalue({"mlm_nsp": "tiny", "electra": "tiny_electra"}[objective])
+  tiny = request.getfixturevalue({"mlm_nsp": "tiny", "electra": "tiny_electra",
+                                  "distill": "tiny_distill"}[objective])
   mesh = sharding.make_mesh(shape)
   rules = sharding.logical_rules(preset)
   _, shardings = sharding.abstract_state(tiny["init_fn"], mesh, rules, jax.random.PRNGKey(0))
   state = jax.device_put(tiny["state0"], shardings)
-  state, losses = _run(state, _sharded_step(tiny["step"], mesh, rules, shardings),
-                       tiny["batches"], mesh, rules)
+  frozen, frozen_shardings = (), ()
+  if tiny["teacher"] is not None:
+    teacher, teacher_shardings = distill.place_teacher(*tiny["teacher"], mesh, rules)
+    frozen, frozen_shardings = (teacher,), (teacher_shardings,)
+    if preset != "data_parallel":  # the teacher is sharded too
+      word = teacher["bert"]["embeddings"]["word_embeddings"]["embedding"]
+      assert word.addressable_shards[0].data.size < word.size
+  state, losses = _run(
+      state, _sharded_step(tiny["step"], mesh, rules, shardings, frozen_shardings),
+      tiny["batches"], mesh, rules, frozen)
   # The state really is spread over the mesh.
   encoder = state.params.get("discriminator", state.params)  # ELECTRA: the shared table
   emb = encoder["bert"]["embeddings"]["word_embeddings"]["embedding"]

@@ -5,6 +5,7 @@
            and 'mlm' (RoBERTa, MLM alone, no pair head)
   electra  'electra': a small MLM generator and the discriminator in one params tree;
            replaced-token detection
+  distill  'distill': DistilBERT's student of a frozen teacher (soft targets, MLM, cosine)
 
 An objective module provides `init_fn(...)` (rng -> params), `objective(...)` (a
 train_core.Objective) and `summarize(sums, ...)` (host side: accumulated sums -> the
