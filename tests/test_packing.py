@@ -48,13 +48,15 @@ def test_pack_batch_layout():
   assert packing.row_step(8, 8) == 8
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta"])
-def test_packed_and_unpacked_give_the_same_loss_and_gradients(family):
-  """Sequence classification: loss, per-example logits and gradients equal to float error."""
+@pytest.mark.parametrize("family,head", [("bert", "cls"), ("roberta", "cls"), ("bert", "mean"),
+                                         ("bert", "layers_attention")])
+def test_packed_and_unpacked_give_the_same_loss_and_gradients(family, head):
+  """Sequence classification, every head: loss, per-example logits and gradients equal to
+  float error."""
   kw = dict(position_offset=2, pad_token_id=1) if family == "roberta" else {}
   cfg = BertConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2,
                    intermediate_size=64, max_position_embeddings=40, **kw)
-  model = model_lib.BertForSequenceClassification(cfg, num_labels=3)
+  model = model_lib.BertForSequenceClassification(cfg, num_labels=3, head=head, head_layers=2)
   params = jax.jit(lambda r: model_lib.init_params(model, r))(jax.random.PRNGKey(0))
   task = task_lib.Task(
       task_lib.TaskModel("t", model, "classifier"), {}, ("label_ids",),

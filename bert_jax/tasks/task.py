@@ -40,10 +40,14 @@ class TaskModel:
       model(input_ids, input_mask, segment_ids, deterministic).
     head: the top-level param group of the head ('classifier', 'qa_outputs'):
       fresh when training, required from the checkpoint when only evaluating.
+    export_info: what the fine-tuned bundle's bundle.json records besides the task
+      name, so that bert_jax.Encoder rebuilds the model (GLUE: head, head_layers;
+      NER: labels).
   """
   name: str
   model: nn.Module
   head: str
+  export_info: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
