@@ -44,7 +44,8 @@ def models():
   for head in model_lib.SEQUENCE_HEADS:
     model = model_lib.BertForSequenceClassification(CONFIG, num_labels=3, head=head,
                                                     head_layers=2)
-    out[head] = model, model_lib.init_params(model, jax.random.PRNGKey(0))
+    out[head] = model, jax.jit(lambda r, m=model: model_lib.init_params(m, r))(
+        jax.random.PRNGKey(0))
   return out
 
 
@@ -52,13 +53,13 @@ def test_cls_is_the_head_before_heads_existed(models):
   model, params = models["cls"]
   assert model_lib.BertForSequenceClassification(CONFIG, num_labels=3).head == "cls"
   before = _BeforeHeads(CONFIG, num_labels=3)
-  before_params = model_lib.init_params(before, jax.random.PRNGKey(0))
+  before_params = jax.jit(lambda r: model_lib.init_params(before, r))(jax.random.PRNGKey(0))
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(before_params)):
     np.testing.assert_array_equal(a, b)
   assert jax.tree.structure(params) == jax.tree.structure(before_params)
   ids, mask, seg = _inputs()
-  np.testing.assert_array_equal(model.apply({"params": params}, ids, mask, seg),
-                                before.apply({"params": params}, ids, mask, seg))
+  np.testing.assert_array_equal(jax.jit(model.apply)({"params": params}, ids, mask, seg),
+                                jax.jit(before.apply)({"params": params}, ids, mask, seg))
 
 
 def test_params_of_each_head(models):
@@ -104,7 +105,7 @@ def test_layers_attention_query_learns(models):
   def loss(p):
     logits = model.apply({"params": p}, ids, mask, seg)
     return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
-  query_grad = np.asarray(jax.grad(loss)(params)["aggregation"]["query"])
+  query_grad = np.asarray(jax.jit(jax.grad(loss))(params)["aggregation"]["query"])
   # Small at init (layers of a std-0.02 random encoder barely differ) but there.
   assert np.all(np.isfinite(query_grad)) and np.abs(query_grad).max() > 0
 
@@ -132,3 +133,28 @@ def test_bad_head_config_is_one_clear_error():
   with pytest.raises(ValueError, match=r"head_layers must be in 1..3 .*got 4"):
     glue_task.sequence_model(CONFIG, 2, "layers_attention", 4)
   assert glue_task.sequence_model(CONFIG, 2, "mean", 4).head == "mean"  # head_layers unused
+
+
+def test_encoder_classifies_with_the_head_the_export_records(tmp_path):
+  """A layers_attention export: Encoder.classify builds that head (bundle.json's head)."""
+  from bert_jax import Encoder, bundle  # pylint: disable=g-import-not-at-top
+  from tests.test_embed import CONFIG as SMALL, VOCAB, _ids, _random_params
+  rng = np.random.default_rng(3)
+  params = {**_random_params(SMALL, heads=()),
+            "aggregation": {"query": rng.normal(0, 1, (SMALL.hidden_size,)).astype(np.float32)},
+            "classifier": {"kernel": rng.normal(0, 1, (SMALL.hidden_size, 2)).astype(np.float32),
+                           "bias": np.zeros(2, np.float32)}}
+  path = str(tmp_path / "export")
+  bundle.save_bundle(path, params, SMALL, VOCAB, lowercase=True,
+                     info={"task": "mrpc", "head": "layers_attention", "head_layers": 2})
+  pairs = [("the cat sat", "a dog ran far"), ("hello world", "the big red mat .")]
+  got = Encoder.load(path).classify(pairs, max_length=16)
+  apply = jax.jit(glue_task.sequence_model(SMALL, 2, "layers_attention", 2).apply)
+  for (a, b), (label, prob) in zip(pairs, got):  # each pair alone, padding masked out
+    ids, mask, seg = np.zeros((3, 1, 16), np.int32)
+    pieces = _ids(a) + _ids(b)[1:]
+    ids[0, :len(pieces)], mask[0, :len(pieces)] = pieces, 1
+    seg[0, len(a.split()) + 2:len(pieces)] = 1
+    logits = np.asarray(apply({"params": params}, ids, mask, seg))[0]
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    assert label == str(int(np.argmax(probs))) and prob == pytest.approx(probs.max(), abs=1e-5)
