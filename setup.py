@@ -43,7 +43,11 @@ EXTRAS = {
         # A gs:// workdir end to end against a GCS emulator on this machine.
         "gcp-storage-emulator>=2026.7.18,<2027",  # the test patches two of its handlers
         "gcsfs>=2025.3",
+        # retrieval_eval --index hnsw: recall against exact search is tested.
+        "faiss-cpu>=1.8,<2",
     ],
+    # Approximate nearest-neighbour search for retrieval_eval (--index hnsw): faiss's HNSW.
+    "ann": ["faiss-cpu>=1.8,<2"],
     "gpu": ["jax[cuda12]>=0.6,<0.11"],
     "tpu": ["jax[tpu]>=0.6,<0.11"],
 }

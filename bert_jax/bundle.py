@@ -38,7 +38,7 @@ TOKENIZER_DIR = "tokenizer"
 INFO_FILE = "bundle.json"
 
 # Top-level param groups a bundle may hold besides the encoder.
-TASK_HEADS = ("classifier", "qa_outputs", "token_classifier")
+TASK_HEADS = ("classifier", "qa_outputs", "token_classifier", "aggregation")
 _FIELD_ABBREV = {"num_layers": "L", "hidden_size": "H", "num_heads": "A",
                  "intermediate_size": "I", "vocab_size": "V",
                  "max_position_embeddings": "P", "type_vocab_size": "T",

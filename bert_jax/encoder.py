@@ -6,10 +6,16 @@
   enc.fill_mask("the capital of france is [MASK] .")    # needs the MLM head
   clf = Encoder.load("runs/mrpc/export")                # a GLUE fine-tuning export
   clf.classify([("a sentence", "its paraphrase")])      # [("1", 0.93)]: label, probability
+  Encoder.load("runs/ner/export").tag(["John lives in Paris"])  # e.g. [["B-PER", "O", "O", "B-LOC"]]
+  Encoder.load("runs/squad/export").answer(["Where does John live?"],
+                                           ["John lives in Paris."])  # e.g. ["Paris."]
 
 Each method is the library function its command-line program runs
-(`bert_jax.embed.embed`, `bert_jax.fill_mask.fill_mask`), on the checkpoint
-loaded once, with the checkpoint's own tokenizer.
+(`bert_jax.embed.embed`, `bert_jax.fill_mask.fill_mask`), or the encoding and
+decoding its fine-tuning task scores with (bert_jax.tasks: glue, ner, squad), on
+the checkpoint loaded once, with the checkpoint's own tokenizer; a fine-tuning
+export's bundle.json gives the task and what decoding needs (head, labels,
+window options).
 """
 import functools
 from typing import Optional, Sequence, Union
@@ -38,6 +44,7 @@ class Encoder:
     tokenizer: the checkpoint's tokenizer.
     heads: the param groups beside the encoder ('pooler', 'mlm', 'classifier', ...).
     task: the fine-tuned task recorded in a fine-tuning export's bundle.json, or None.
+    info: that bundle.json ({} for checkpoints that have none).
   """
 
   def __init__(self, pretrained: ckpt_lib.Pretrained):
@@ -45,7 +52,8 @@ class Encoder:
     self.tokenizer = tokenizer_lib.for_checkpoint(pretrained)
     self.heads = bundle_lib.heads_of(pretrained.params)
     info = epath.Path(pretrained.source) / bundle_lib.INFO_FILE
-    self.task = read_json(info, missing=f"{info} is missing").get("task") if info.exists() else None
+    self.info = read_json(info, missing=f"{info} is missing") if info.exists() else {}
+    self.task = self.info.get("task")
 
   @classmethod
   def load(cls, path: str) -> "Encoder":
@@ -93,23 +101,115 @@ class Encoder:
     examples = [glue.GlueExample(f"text:{i}", *(t if isinstance(t, tuple) else (t, None)), None, i)
                 for i, t in enumerate(texts)]
     arrays = glue.encode_examples(self.tokenizer, examples, max_length)
-    # Rows sorted by length into fixed buckets, as fine-tuning's evaluation batches them.
-    batches = length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
-                                          batch_size, length_buckets.bucket_lengths(max_length))
-    params = model_lib.match_scan_layout(self.pretrained.params, self.config)
-    forward = _classifier_fn(self.config, task.num_labels)
-    with jax.default_matmul_precision("float32"):
-      chunks = [np.asarray(forward(params, *length_buckets.cut(
-          arrays, batch, ("input_ids", "input_mask", "segment_ids")).values()))
-                for batch in batches]
-    logits = length_buckets.scatter_outputs(chunks, batches, len(examples))
+    # Exports from before heads were recorded are cls.
+    forward = _classifier_fn(self.config, task.num_labels, self.info.get("head", "cls"),
+                             self.info.get("head_layers", 4))
+    logits = self._outputs(forward, arrays, batch_size, bucketed=True)
     if task.is_regression:
       return [(float(x[0]), 1.0) for x in logits]
     probs = np.asarray(jax.nn.softmax(logits.astype(np.float64), -1))
     return [(task.labels[int(np.argmax(p))], float(np.max(p))) for p in probs]
 
+  def tag(self, texts: Sequence[Union[str, Sequence[str]]], *, max_length: Optional[int] = None,
+          batch_size: int = 32) -> list[list[str]]:
+    """Per-word tags with an NER fine-tuning export (configs/ner.py's export/).
+
+    Args:
+      texts: sentences, each a string (split on whitespace into words) or a list of words.
+      max_length: word pieces per window (default: the fine-tuning run's max_seq_length);
+        longer sentences are split into windows at word boundaries, as in fine-tuning.
+      batch_size: windows per forward pass.
+
+    Returns:
+      One tag per word of each text (the labels of the training file), decoded as
+      fine-tuning's evaluation does (bert_jax.tasks.ner.predicted_tags).
+
+    Raises:
+      ValueError: the checkpoint is not an NER export with its labels.
+    """
+    from bert_jax.tasks import ner  # pylint: disable=g-import-not-at-top
+    labels = self.info.get("labels")
+    if "token_classifier" not in self.heads or self.task != "ner" or not labels:
+      raise ValueError(f"{self.pretrained.source} is not an NER fine-tuning export with its "
+                       f"labels in {bundle_lib.INFO_FILE} (task {self.task!r}, heads "
+                       f"{list(self.heads)}); load the export/ of a configs/ner.py run")
+    sentences = [ner.Sentence(t.split() if isinstance(t, str) else list(t), None, [])
+                 for t in texts]
+    arrays = ner.encode(self.tokenizer, sentences, labels,
+                        max_length or self.info.get("max_seq_length", 128))
+    logits = self._outputs(_token_classifier_fn(self.config, len(labels)), arrays, batch_size,
+                           bucketed=False)
+    return ner.predicted_tags(logits, arrays, sentences, labels)
+
+  def answer(self, questions: Sequence[str], contexts: Sequence[str], *,
+             batch_size: int = 32) -> list[str]:
+    """Answer spans with a SQuAD fine-tuning export (configs/squad.py's export/).
+
+    Args:
+      questions: the questions.
+      contexts: one context paragraph per question.
+      batch_size: windows per forward pass.
+
+    Returns:
+      Per question, the answer text from its context, as fine-tuning's evaluation
+      decodes it (bert_jax.tasks.squad.postprocess_predictions, with the run's
+      windowing and n-best options); '' when a SQuAD 2.0 model predicts no answer.
+
+    Raises:
+      ValueError: the checkpoint is not a SQuAD export, or the counts differ.
+    """
+    from bert_jax.tasks import squad  # pylint: disable=g-import-not-at-top
+    if "qa_outputs" not in self.heads or "version" not in self.info:
+      raise ValueError(f"{self.pretrained.source} is not a SQuAD fine-tuning export (task "
+                       f"{self.task!r}, heads {list(self.heads)}); load the export/ of a "
+                       "configs/squad.py run")
+    info = self.info
+    examples = squad.examples_from_texts(list(questions), list(contexts))
+    arrays, features = squad.convert_examples_to_features(
+        self.tokenizer, examples, info["max_seq_length"], info["doc_stride"],
+        info["max_query_length"], is_training=False)
+    start, end = self._outputs(_span_fn(self.config), arrays, batch_size, bucketed=False)
+    predictions, _, _ = squad.postprocess_predictions(
+        examples, features, start, end, tokenizer=self.tokenizer,
+        n_best_size=info["n_best_size"], max_answer_length=info["max_answer_length"],
+        version_2_with_negative=info["version"] == "2.0",
+        null_score_diff_threshold=info["null_score_diff_threshold"])
+    return [predictions[e.qas_id] for e in examples]
+
+  def _outputs(self, forward, arrays: dict, batch_size: int, bucketed: bool):
+    """forward(params, input_ids, input_mask, segment_ids) over every row of `arrays`, in
+    row order; bucketed: rows sorted by length into fixed buckets, as fine-tuning's
+    evaluation batches them (per-example outputs only), else batches at full length."""
+    n, seq_len = arrays["input_ids"].shape
+    if bucketed:
+      batches = length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
+                                            batch_size, length_buckets.bucket_lengths(seq_len))
+    else:
+      batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len,
+                                                  pad_last=True)
+    params = model_lib.match_scan_layout(self.pretrained.params, self.config)
+    with jax.default_matmul_precision("float32"):
+      chunks = [jax.tree.map(np.asarray, forward(params, *length_buckets.cut(
+          arrays, batch, ("input_ids", "input_mask", "segment_ids")).values()))
+                for batch in batches]
+    return length_buckets.scatter_outputs(chunks, batches, n)
+
+
+def _jit_apply(module):
+  return jax.jit(lambda params, ids, mask, seg: module.apply({"params": params}, ids, mask, seg))
+
 
 @functools.lru_cache(maxsize=8)
-def _classifier_fn(config, num_labels: int):
-  module = model_lib.BertForSequenceClassification(config, num_labels=num_labels)
-  return jax.jit(lambda params, ids, mask, seg: module.apply({"params": params}, ids, mask, seg))
+def _classifier_fn(config, num_labels: int, head: str, head_layers: int):
+  from bert_jax.tasks import glue_task  # pylint: disable=g-import-not-at-top
+  return _jit_apply(glue_task.sequence_model(config, num_labels, head, head_layers))
+
+
+@functools.lru_cache(maxsize=8)
+def _token_classifier_fn(config, num_labels: int):
+  return _jit_apply(model_lib.BertForTokenClassification(config, num_labels=num_labels))
+
+
+@functools.lru_cache(maxsize=8)
+def _span_fn(config):
+  return _jit_apply(model_lib.BertForQuestionAnswering(config))

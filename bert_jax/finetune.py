@@ -403,7 +403,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                        model_cfg.replace(scan_layers=False), pretrained.vocab,
                        pretrained.lowercase, overwrite=True,
                        info={"source": "finetune", "task": task.name,
-                             "init_checkpoint": pretrained.source, **task.bundle_info},
+                             "init_checkpoint": pretrained.source, **task_model.export_info},
                        tokenizer_file=pretrained.tokenizer_file)
   if runs > 1:
     for key in per_seed[0]:

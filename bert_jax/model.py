@@ -21,6 +21,7 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
   nsp/{kernel,bias}                                                          (pretraining)
   discriminator/{dense,prediction}/{kernel,bias}                 (ELECTRA's discriminator)
   classifier | qa_outputs | token_classifier/{kernel,bias}                   (fine-tuning)
+  aggregation/query [H]                  (the layers_attention sequence head, fine-tuning)
 """
 from typing import Any, Optional
 
@@ -398,33 +399,101 @@ def _dropout_dense(c: BertConfig, x: Array, features: int, name: str,
   return _head_dense(c, features, name)(x).astype(jnp.float32)
 
 
-class BertForSequenceClassification(nn.Module):
-  """Pooled output -> dropout -> dense; num_labels=1 is regression.
+# Sequence heads of BertForSequenceClassification (configs/glue.py `head`).
+SEQUENCE_HEADS = ("cls", "mean", "layers_attention")
 
-  One example per row: the last layer computes only the [CLS] row. Packed rows
-  (several examples to a row, bert_jax.tasks.packing): `position_ids` restart
-  for each example, `input_mask` numbers them, and `cls_index` int [examples]
-  gives each example's [CLS] as a flat index row * len + column; the logits are
-  then per example.
+
+class BertForSequenceClassification(nn.Module):
+  """A vector per example -> dropout -> dense; num_labels=1 is regression.
+
+  The vector (`head`):
+    cls: BERT's pooled [CLS] (the pooler, dense + tanh, on the last layer's [CLS]);
+      the last layer computes only the [CLS] row.
+    mean: the mean of the last layer over the example's real tokens (no pooler).
+    layers_attention: the [CLS] vectors of the last `head_layers` layers combined by
+      LayerAttention (a learned query, softmax over layers; no pooler).
+
+  One example per row, or packed rows (several examples to a row,
+  bert_jax.tasks.packing): `position_ids` restart for each example, `input_mask`
+  numbers them, and `cls_index` int [examples] gives each example's [CLS] as a
+  flat index row * len + column; the logits are then per example.
   """
   config: BertConfig
   num_labels: int
+  head: str = "cls"
+  head_layers: int = 4
 
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids, deterministic: bool = True,
                position_ids: Optional[Array] = None,
                cls_index: Optional[Array] = None) -> Array:
     c = self.config
-    bert = BertModel(c, name="bert")
-    if cls_index is None:
+    if self.head not in SEQUENCE_HEADS:
+      raise ValueError(f"unknown sequence head {self.head!r}; known: {SEQUENCE_HEADS}")
+    bert = BertModel(c, add_pooler=self.head == "cls", name="bert")
+    if self.head == "cls" and cls_index is None:
       cls_rows = jnp.zeros((input_ids.shape[0], 1), jnp.int32)  # [batch, 1]
-      out = bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
-                 output_positions=cls_rows)
+      vector = bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
+                    output_positions=cls_rows)["pooled_output"]
+    elif self.head == "cls":
+      vector = bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
+                    pool_index=cls_index)["pooled_output"]
+    elif self.head == "mean":
+      out = bert(input_ids, input_mask, segment_ids, position_ids, deterministic)
+      vector = example_mean(out["sequence_output"], input_mask, cls_index)
     else:
       out = bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
-                 pool_index=cls_index)
-    return _dropout_dense(c, out["pooled_output"], self.num_labels, "classifier",
+                 output_hidden_states=True)
+      vectors = jnp.stack([first_tokens(h, cls_index)
+                           for h in out["hidden_states"][-self.head_layers:]], axis=1)
+      vector = LayerAttention(c, name="aggregation")(vectors)  # [batch or examples, hidden]
+    return _dropout_dense(c, vector, self.num_labels, "classifier",
                           deterministic)  # [batch or examples, labels]
+
+
+def first_tokens(x: Array, cls_index: Optional[Array] = None) -> Array:
+  """x [rows, len, hidden] -> each example's first ([CLS]) vector: [rows, hidden], or
+  [examples, hidden] at the flat indices `cls_index` (packed rows)."""
+  return x[:, 0] if cls_index is None else x.reshape(-1, x.shape[-1])[cls_index]
+
+
+def example_mean(x: Array, input_mask: Array, cls_index: Optional[Array] = None) -> Array:
+  """The mean of x [rows, len, hidden] over each example's real tokens, float32.
+
+  Returns [rows, hidden]; packed rows (`cls_index` as BertForSequenceClassification's):
+  [examples, hidden], each example's tokens being those of its row whose
+  `input_mask` holds the number it has at its [CLS]."""
+  if cls_index is None:
+    weights = (input_mask > 0).astype(jnp.float32)  # [rows, len]
+  else:
+    rows = cls_index // x.shape[1]  # [examples]
+    number = input_mask.reshape(-1)[cls_index]
+    weights = (input_mask[rows] == number[:, None]).astype(jnp.float32)  # [examples, len]
+    x = x[rows]  # [examples, len, hidden]
+  total = jnp.einsum("bl,blh->bh", weights, x.astype(jnp.float32))
+  return total / jnp.maximum(jnp.sum(weights, axis=1, keepdims=True), 1.0)
+
+
+class LayerAttention(nn.Module):
+  """Softmax-weighted sum of per-layer vectors with a learned query.
+
+  vectors [b, k, hidden] -> [b, hidden]: weights softmax_k(vectors_k . query /
+  sqrt(hidden)), so each example weighs the layers by its own vectors (learned
+  scalar weights, ELMo's scalar mix, would give every example the same weights).
+  The query starts at zero: training starts from the plain mean of the k vectors.
+  """
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, vectors: Array) -> Array:
+    c = self.config
+    query = self.param("query", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+                       (c.hidden_size,), _dtype(c.param_dtype))
+    vectors = vectors.astype(jnp.float32)
+    scores = jnp.einsum("bkh,h->bk", vectors, query.astype(jnp.float32)) / jnp.sqrt(
+        jnp.float32(c.hidden_size))
+    weights = jax.nn.softmax(scores, axis=-1)  # [b, k]
+    return jnp.einsum("bk,bkh->bh", weights, vectors)
 
 
 class BertForQuestionAnswering(nn.Module):

@@ -1,7 +1,8 @@
-r"""Dense retrieval on a BEIR dataset: embed corpus and queries, exact top-k, BEIR's metrics.
+r"""Dense retrieval on a BEIR dataset: embed corpus and queries, top-k, BEIR's metrics.
 
   python -m bert_jax.retrieval_eval --checkpoint CKPT --beir_dir DIR --split test \
-      [--max_length 256] [--pooling mean] [--normalize] [--top_k 100] [--output metrics.json]
+      [--max_length 256] [--pooling mean] [--normalize] [--top_k 100] [--output metrics.json] \
+      [--index exact|hnsw] [--hnsw_ef_search 128]
 
 DIR is BEIR's layout: corpus.jsonl ({"_id", "title", "text"}), queries.jsonl
 ({"_id", "text"}) and qrels/SPLIT.tsv (`query-id corpus-id score`, a header
@@ -9,7 +10,10 @@ line). Documents are embedded as "title text" (BEIR's SentenceBERT joins them
 with a space), the judged queries of the split as their text, both with
 bert_jax.embed (length-sorted batches when embed sorts). Scores are the dot
 product of the embeddings (cosine with --normalize, the default, as BEIR's
-`cos_sim`), searched exactly by matmul top-k in blocks of queries; a document
+`cos_sim`), searched exactly by matmul top-k in blocks of queries (`--index exact`,
+the default) or approximately with a faiss HNSW graph (`--index hnsw`: search time
+grows about logarithmically with the corpus instead of linearly; the vectors
+stay in memory; needs faiss-cpu, `pip install bert_jax[ann]`); a document
 whose id equals the query's is dropped from its results (BEIR's
 ignore_identical_ids). Metrics are `retrieval_metrics` (trec_eval's
 definitions): nDCG@1/3/5/10/100, MAP@10, Recall@10/100, P@10 and MRR@10,
@@ -27,6 +31,8 @@ from bert_jax import cli
 from bert_jax import embed as embed_lib
 from bert_jax import retrieval_metrics
 
+# Nearest-neighbour search: exact matmul top-k, or faiss's HNSW graph (approximate).
+INDEXES = ("exact", "hnsw")
 REPORTED = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "ndcg@100", "map@10", "recall@10",
             "recall@100", "p@10", "mrr@10")
 
@@ -117,9 +123,50 @@ def search(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int,
   return np.concatenate(scores), np.concatenate(index)
 
 
+def _faiss():
+  """The faiss module (an optional dependency).
+
+  Raises:
+    ValueError: one line saying how to install it (the programs print it without a traceback).
+  """
+  try:
+    import faiss  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ValueError("--index hnsw needs faiss, which is not installed: pip install faiss-cpu "
+                     "(or bert_jax[ann])") from None
+  return faiss
+
+
+def search_hnsw(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int, *, m: int = 32,
+                ef_construction: int = 200, ef_search: int = 128) -> tuple[np.ndarray, np.ndarray]:
+  """Approximate top-k by dot product with faiss's HNSW graph (IndexHNSWFlat).
+
+  Args:
+    query_emb: float32 [queries, dim].
+    doc_emb: float32 [docs, dim].
+    top_k: results per query (at most the number of documents).
+    m: graph neighbours per node.
+    ef_construction: candidate list length while building.
+    ef_search: candidate list length while searching (at least top_k is used); higher is
+      slower and closer to exact.
+
+  Returns:
+    (scores float32 [queries, k], document indices int [queries, k]), best first; an index
+    of -1 (score -inf) where the graph found fewer than k documents.
+  """
+  faiss = _faiss()
+  k = min(top_k, len(doc_emb))
+  index = faiss.IndexHNSWFlat(doc_emb.shape[1], m, faiss.METRIC_INNER_PRODUCT)
+  index.hnsw.efConstruction = ef_construction
+  index.add(np.ascontiguousarray(doc_emb, np.float32))
+  index.hnsw.efSearch = max(ef_search, k)
+  scores, found = index.search(np.ascontiguousarray(query_emb, np.float32), k)
+  return np.where(found >= 0, scores, -np.inf).astype(np.float32), found
+
+
 def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 256,
              pooling: str = "mean", normalize: bool = True, batch_size: int = 32,
-             top_k: int = 100) -> dict:
+             top_k: int = 100, index: str = "exact", hnsw_ef_search: int = 128) -> dict:
   """Embeds, searches and scores one BEIR split.
 
   Args:
@@ -127,6 +174,8 @@ def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 
     data: (corpus, queries, qrels) from `read_beir`.
     max_length, pooling, normalize, batch_size: bert_jax.embed's options.
     top_k: results kept per query.
+    index: 'exact' (`search`) or 'hnsw' (`search_hnsw`, approximate).
+    hnsw_ef_search: search_hnsw's ef_search.
 
   Returns:
     dict of REPORTED metrics plus `queries`, `documents`, `truncated_documents`, `seconds`.
@@ -141,10 +190,14 @@ def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 
   query_emb, query_stats = embed_lib.embed(pretrained, [queries[q]["text"] for q in query_ids],
                                            **options)
   # One more than asked, so that dropping a query's own id still leaves top_k.
-  scores, index = search(query_emb, doc_emb, top_k + 1)
+  if index == "hnsw":
+    scores, found = search_hnsw(query_emb, doc_emb, top_k + 1, ef_search=hnsw_ef_search)
+  else:
+    scores, found = search(query_emb, doc_emb, top_k + 1)
   results = {}
   for qi, q in enumerate(query_ids):
-    hits = {doc_ids[j]: float(s) for s, j in zip(scores[qi], index[qi]) if doc_ids[j] != q}
+    hits = {doc_ids[j]: float(s) for s, j in zip(scores[qi], found[qi])
+            if j >= 0 and doc_ids[j] != q}
     results[q] = dict(list(hits.items())[:top_k])
   metrics = retrieval_metrics.evaluate(results, qrels)
   out = {name: metrics[name] for name in REPORTED}
@@ -170,6 +223,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                        "--nonormalize for dot product", flag_values=fv)
   flags.DEFINE_integer("batch_size", 32, "texts per forward pass", flag_values=fv)
   flags.DEFINE_integer("top_k", 100, "results kept per query", flag_values=fv)
+  flags.DEFINE_enum("index", "exact", INDEXES, "exact matmul top-k, or an approximate "
+                    "faiss HNSW graph (needs faiss-cpu)", flag_values=fv)
+  flags.DEFINE_integer("hnsw_ef_search", 128, "HNSW candidate list length while searching "
+                       "(higher: slower, closer to exact)", flag_values=fv)
   flags.DEFINE_string("output", None, "write the metrics as JSON here", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.retrieval_eval", __doc__)
   return fv
@@ -179,13 +236,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   if args.top_k < 1:
     raise ValueError(f"--top_k {args.top_k} must be >= 1")
+  if args.index == "hnsw":
+    _faiss()  # a missing library fails before the long embedding
   pretrained = ckpt_lib.load_pretrained(args.checkpoint)
   embed_lib.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
                           args.batch_size, pairs=False)
   data = read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
   metrics = evaluate(pretrained, data, max_length=args.max_length,
                      pooling=args.pooling, normalize=args.normalize,
-                     batch_size=args.batch_size, top_k=args.top_k)
+                     batch_size=args.batch_size, top_k=args.top_k, index=args.index,
+                     hnsw_ef_search=args.hnsw_ef_search)
   if args.output:
     epath.Path(args.output).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
   print(f"{metrics['queries']} queries, {metrics['documents']} documents "

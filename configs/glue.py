@@ -58,6 +58,12 @@ def get_config(arg=None):
   c.predict_test = True
   # MNLI only: also predict the AX diagnostic set (AX.tsv) when its file is present.
   c.predict_ax = task == "mnli"
+  # The vector the classifier reads: 'cls' (BERT's pooled [CLS]), 'mean' (masked mean of
+  # the last layer) or 'layers_attention' (the [CLS] vectors of the last head_layers
+  # layers, weighted by a softmax over layers against a learned query; bert_jax.model).
+  c.head = "cls"
+  # Layers whose [CLS] vectors head='layers_attention' combines (1..num_layers).
+  c.head_layers = 4
   # AX has no training data: it only evaluates an MNLI checkpoint.
   config_sections.finetune(c, data_source="tsv", max_seq_length=128,
                            learning_rate=_LEARNING_RATES[task], num_epochs=3.0,

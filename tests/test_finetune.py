@@ -245,6 +245,13 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
   assert all(0 < len(v) <= 5 for v in nbest.values())
   # The fine-tuned bundle has the QA head and no pooler (the QA model has none).
   assert bundle.load_bundle(str(tmp_path / "export")).heads == ("qa_outputs",)
+  # The Python API answers from the export as the run's post-processing did.
+  from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
+  records = [(qa["id"], qa["question"], p["context"]) for article in gold["data"]
+             for p in article["paragraphs"] for qa in p["qas"]]
+  answers = Encoder.load(str(tmp_path / "export")).answer(
+      [r[1] for r in records], [r[2] for r in records], batch_size=4)
+  assert answers == [preds[r[0]] for r in records]
   # SQuAD 2.0 keys, evaluating the exported bundle (its qa_outputs head) without training.
   c2 = _squad_config(squad_dir, str(tmp_path / "export"), version="2.0",
                      eval_file="dev-v2.0.json", eval_only=True)

@@ -216,6 +216,17 @@ def test_ner_end_to_end(tmp_path):
   assert losses and all(np.isfinite(losses))
   exported = bundle.load_bundle(os.path.join(workdir, "export"))
   assert exported.params["token_classifier"]["kernel"].shape == (16, 4)
+  # The export carries its labels: the Python API tags as the run predicted.
+  from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
+  enc = Encoder.load(os.path.join(workdir, "export"))
+  assert enc.info["labels"] == ner.label_list(ner.read_conll(str(data / "train.txt")), "train")
+  valid = ner.read_conll(str(data / "valid.txt"))
+  blocks = (workdir / "predictions" / "valid.txt").read_text().strip().split("\n\n")
+  written = [[line.split()[2] for line in block.splitlines()] for block in blocks]
+  texts = [" ".join(s.words) for s in valid[:-1]] + [valid[-1].words]  # strings or word lists
+  assert enc.tag(texts, batch_size=4) == written
+  with pytest.raises(ValueError, match="not an NER fine-tuning export"):
+    Encoder.load(init).tag(["w1 w2"])
 
 
 def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):

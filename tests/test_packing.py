@@ -48,16 +48,19 @@ def test_pack_batch_layout():
   assert packing.row_step(8, 8) == 8
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "deberta"])
-def test_packed_and_unpacked_give_the_same_loss_and_gradients(family):
-  """Sequence classification: loss, per-example logits and gradients equal to float error.
-  (DeBERTa's relative positions count columns, the same within a packed example.)"""
+# Each family and each head once: bert with cls, roberta (offset positions) with layers_attention,
+# deberta (relative positions count columns, the same within a packed example) with mean.
+@pytest.mark.parametrize("family,head", [("bert", "cls"), ("roberta", "layers_attention"),
+                                         ("deberta", "mean")])
+def test_packed_and_unpacked_give_the_same_loss_and_gradients(family, head):
+  """Sequence classification, every family and head: loss, per-example logits and gradients
+  equal to float error."""
   kw = {"bert": {}, "roberta": dict(position_offset=2, pad_token_id=1),
         "deberta": dict(model_type="deberta-v2", absolute_positions=False, type_vocab_size=0,
                         max_relative_positions=40, position_buckets=8)}[family]
   cfg = BertConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2,
                    intermediate_size=64, max_position_embeddings=40, **kw)
-  model = model_lib.BertForSequenceClassification(cfg, num_labels=3)
+  model = model_lib.BertForSequenceClassification(cfg, num_labels=3, head=head, head_layers=2)
   params = jax.jit(lambda r: model_lib.init_params(model, r))(jax.random.PRNGKey(0))
   task = task_lib.Task(
       task_lib.TaskModel("t", model, "classifier"), {}, ("label_ids",),

@@ -66,7 +66,10 @@ def ckpt(tmp_path_factory):
   return path
 
 
-def test_a_query_equal_to_its_document_is_found_first(ckpt, tmp_path, capsys):
+@pytest.mark.parametrize("index", retrieval_eval.INDEXES)
+def test_a_query_equal_to_its_document_is_found_first(ckpt, tmp_path, capsys, index):
+  if index == "hnsw":
+    pytest.importorskip("faiss", reason="needs faiss-cpu (bert_jax[test] / [ann] installs it)")
   texts = ["the cat sat on the mat .", "hello world", "a big red dog ran far", "the dog sat",
            "red mat", "a cat ran"]
   # Each query is a document's text: identical embeddings, cosine 1, ranked first. Document
@@ -76,7 +79,8 @@ def test_a_query_equal_to_its_document_is_found_first(ckpt, tmp_path, capsys):
   beir = _beir(tmp_path, texts, [f"q{i}\td{i}\t1" for i in range(6)] + ["d0\td0\t1"], queries)
   out = tmp_path / "metrics.json"
   assert retrieval_eval.main(["--checkpoint", ckpt, "--beir_dir", beir, "--split", "test",
-                              "--max_length", "16", "--top_k", "5", "--output", str(out)]) == 0
+                              "--max_length", "16", "--top_k", "5", "--output", str(out),
+                              "--index", index]) == 0
   metrics = json.loads(out.read_text())
   assert metrics["queries"] == 7 and metrics["documents"] == 6
   # Six queries find their document first; query "d0" cannot return d0 itself.
@@ -117,3 +121,30 @@ def test_metrics_equal_pytrec_eval_on_random_runs():
                           ("p@10", "P_10")]:
     want = np.mean([trec[q][trec_name] for q in qrels])
     assert ours[name] == pytest.approx(want, abs=1e-9), name
+
+
+def test_hnsw_recall_against_exact_search():
+  pytest.importorskip("faiss", reason="needs faiss-cpu (bert_jax[test] / [ann] installs it)")
+  rng = np.random.default_rng(0)
+  docs = rng.normal(size=(2000, 32)).astype(np.float32)
+  docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+  queries = docs[rng.choice(2000, 200, replace=False)] + 0.5 * rng.normal(
+      size=(200, 32)).astype(np.float32)
+  exact_scores, exact = retrieval_eval.search(queries, docs, 10)
+  # Exact search is the brute-force ranking.
+  np.testing.assert_array_equal(exact, np.argsort(-(queries @ docs.T), axis=1, kind="stable")[:, :10])
+  scores, found = retrieval_eval.search_hnsw(queries, docs, 10, ef_search=128)
+  recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, exact)])
+  assert recall >= 0.95, recall
+  assert np.all(np.diff(scores, axis=1) <= 1e-6)  # best first
+  np.testing.assert_allclose(scores, np.take_along_axis(queries @ docs.T, found, 1), rtol=1e-5)
+  # A tiny candidate list is faster and misses more: the option reaches the graph.
+  _, rough = retrieval_eval.search_hnsw(queries, docs, 10, m=4, ef_search=10, ef_construction=10)
+  assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rough, exact)]) < recall
+
+
+def test_hnsw_without_faiss_is_one_line_before_embedding(ckpt, tmp_path, monkeypatch):
+  monkeypatch.setitem(__import__("sys").modules, "faiss", None)  # import faiss -> ImportError
+  beir = _beir(tmp_path, ["hello world"], ["q0\td0\t1"])
+  with pytest.raises(ValueError, match=r"^--index hnsw needs faiss, which is not installed"):
+    retrieval_eval.main(["--checkpoint", ckpt, "--beir_dir", beir, "--index", "hnsw"])

@@ -17,12 +17,30 @@ from bert_jax.tasks import metrics as metrics_lib
 from bert_jax.tasks import task as task_lib
 
 
+def sequence_model(model_cfg: BertConfig, num_labels: int, head: str = "cls",
+                   head_layers: int = 4) -> model_lib.BertForSequenceClassification:
+  """BertForSequenceClassification with `head` (configs/glue.py), checked.
+
+  Raises:
+    ValueError: an unknown head, or head_layers outside 1..num_layers for
+      layers_attention.
+  """
+  if head not in model_lib.SEQUENCE_HEADS:
+    raise ValueError(f"bad config: head {head!r} is not one of {model_lib.SEQUENCE_HEADS}")
+  if head == "layers_attention" and not 1 <= head_layers <= model_cfg.num_layers:
+    raise ValueError(f"bad config: head_layers must be in 1..{model_cfg.num_layers} (the "
+                     f"checkpoint's layers), got {head_layers}")
+  return model_lib.BertForSequenceClassification(model_cfg, num_labels=num_labels, head=head,
+                                                 head_layers=head_layers)
+
+
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
-  """BertForSequenceClassification with the task's number of labels (1: regression)."""
+  """BertForSequenceClassification with the task's number of labels (1: regression) and
+  the config's head; the export records the head."""
   task = glue.get_task(config.task)
   return task_lib.TaskModel(
-      task.name, model_lib.BertForSequenceClassification(model_cfg, num_labels=task.num_labels),
-      "classifier")
+      task.name, sequence_model(model_cfg, task.num_labels, config.head, config.head_layers),
+      "classifier", export_info={"head": config.head, "head_layers": config.head_layers})
 
 
 def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:

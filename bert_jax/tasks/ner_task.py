@@ -34,15 +34,18 @@ def labels_of(config) -> list[str]:
   return ner.label_list(ner.read_conll(path), path)
 
 
-def _task_model(model_cfg: BertConfig, num_labels: int) -> task_lib.TaskModel:
+def _task_model(config, model_cfg: BertConfig, labels: list[str]) -> task_lib.TaskModel:
+  """The export records the labels (output i is labels[i]) and the window length, so that
+  bert_jax.Encoder.tag predicts tags from the bundle alone."""
   return task_lib.TaskModel(
-      "ner", model_lib.BertForTokenClassification(model_cfg, num_labels=num_labels),
-      "token_classifier")
+      "ner", model_lib.BertForTokenClassification(model_cfg, num_labels=len(labels)),
+      "token_classifier",
+      export_info={"labels": list(labels), "max_seq_length": config.max_seq_length})
 
 
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
   """BertForTokenClassification with one output per training-file label."""
-  return _task_model(model_cfg, len(labels_of(config)))
+  return _task_model(config, model_cfg, labels_of(config))
 
 
 def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
@@ -104,5 +107,5 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       return results
     eval_sets.append(task_lib.EvalSet(split, arrays, score))
 
-  return task_lib.Task(_task_model(model_cfg, len(labels)), train_arrays, ("label_ids", "label_weights"),
+  return task_lib.Task(_task_model(config, model_cfg, labels), train_arrays, ("label_ids", "label_weights"),
                        loss, eval_sets, "f1", data_stats=stats, loss_weight=loss_weight)

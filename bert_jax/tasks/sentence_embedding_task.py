@@ -54,7 +54,8 @@ def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
   """The siamese encoder; it has no head beside the encoder."""
   check_config(config)
   return task_lib.TaskModel(
-      NAME, pooling.SentenceEncoder(model_cfg, config.pooling, config.normalize), head="")
+      NAME, pooling.SentenceEncoder(model_cfg, config.pooling, config.normalize), head="",
+      export_info={"embedding": {"pooling": config.pooling, "normalize": bool(config.normalize)}})
 
 
 def _train_arrays(config, tokenizer) -> tuple[dict, dict]:
@@ -108,5 +109,4 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       task_model, train_arrays, label_keys,
       sentence_pairs.loss_fn(config.loss, config.scale, config.triplet_margin),
       [task_lib.EvalSet("eval", eval_arrays, score)], "spearman", data_stats=stats,
-      bundle_info={"embedding": {"pooling": config.pooling, "normalize": bool(config.normalize)}},
       sort_by_length=config.loss not in sentence_pairs.IN_BATCH_LOSSES)

@@ -177,6 +177,20 @@ def _make_examples(records, is_training: bool, source: str):
   return examples, skipped
 
 
+def examples_from_texts(questions: Sequence[str], contexts: Sequence[str]) -> list[SquadExample]:
+  """Prediction examples of questions[i] over contexts[i] (ids 'q0', 'q1', ...; no answers).
+
+  Raises:
+    ValueError: questions and contexts differ in number.
+  """
+  if len(questions) != len(contexts):
+    raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts; give one "
+                     "context per question")
+  records = [{"id": f"q{i}", "question": q, "context": c, "answers": []}
+             for i, (q, c) in enumerate(zip(questions, contexts))]
+  return _make_examples(records, False, "examples_from_texts")[0]
+
+
 def _json_records(dataset: list):
   for article in dataset:
     for paragraph in article["paragraphs"]:

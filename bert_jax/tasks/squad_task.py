@@ -18,9 +18,13 @@ from bert_jax.tasks import task as task_lib
 
 
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
-  """BertForQuestionAnswering (start and end logits over the sequence)."""
+  """BertForQuestionAnswering (start and end logits over the sequence); the export records
+  the windowing and post-processing options (bert_jax.Encoder.answer uses them)."""
+  options = ("version", "max_seq_length", "doc_stride", "max_query_length", "n_best_size",
+             "max_answer_length", "null_score_diff_threshold")
   return task_lib.TaskModel(f"squad{config.version}",
-                            model_lib.BertForQuestionAnswering(model_cfg), "qa_outputs")
+                            model_lib.BertForQuestionAnswering(model_cfg), "qa_outputs",
+                            export_info={k: config[k] for k in options})
 
 
 def _squad_path(config, name: str) -> str:

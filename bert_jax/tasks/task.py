@@ -41,10 +41,14 @@ class TaskModel:
     head: the top-level param group of the head ('classifier', 'qa_outputs'):
       fresh when training, required from the checkpoint when only evaluating;
       '' for a model without one (sentence embeddings: the pooled encoder).
+    export_info: what the fine-tuned bundle's bundle.json records besides the task
+      name, so that bert_jax.Encoder and bert_jax.embed rebuild the model (GLUE: head,
+      head_layers; NER: labels; sentence embeddings: pooling, normalize).
   """
   name: str
   model: nn.Module
   head: str
+  export_info: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -80,8 +84,6 @@ class Task:
     eval_sets: EvalSets, dev splits first.
     primary_metric: the eval_results key that ranks runs.
     data_stats: counts for the log (examples, windows, skipped questions).
-    bundle_info: what the fine-tuned bundle's bundle.json records beside the task name
-      (sentence embeddings: {'embedding': {'pooling', 'normalize'}}).
     sort_by_length: length bucketing may group training rows of like length into
       batches; False when the loss compares a batch's examples (CoSENT, in-batch
       negatives): each batch keeps the random draw's rows, only cut to its bucket.
@@ -94,7 +96,6 @@ class Task:
   primary_metric: str
   data_stats: dict = dataclasses.field(default_factory=dict)
   loss_weight: Optional[Callable[[dict], jax.Array]] = None
-  bundle_info: dict = dataclasses.field(default_factory=dict)
   sort_by_length: bool = True
 
   @property

@@ -1,0 +1,160 @@
+"""Sequence heads of fine-tuning (configs/glue.py `head`): cls, mean, layers_attention."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import model as model_lib
+from bert_jax.model_config import BertConfig
+from bert_jax.tasks import glue_task
+
+CONFIG = BertConfig(vocab_size=64, hidden_size=32, num_layers=3, num_heads=2,
+                    intermediate_size=64, max_position_embeddings=32, attention_impl="xla")
+
+
+def _inputs():
+  rng = np.random.default_rng(0)
+  ids = rng.integers(5, 64, (3, 12)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[1, 7:] = 0
+  mask[2, 4:] = 0
+  return ids, mask, np.zeros_like(ids)
+
+
+class _BeforeHeads(nn.Module):
+  """BertForSequenceClassification as it was before `head` existed (the reference for cls)."""
+  config: BertConfig
+  num_labels: int
+
+  @nn.compact
+  def __call__(self, input_ids, input_mask, segment_ids, deterministic=True):
+    c = self.config
+    out = model_lib.BertModel(c, name="bert")(
+        input_ids, input_mask, segment_ids, None, deterministic,
+        output_positions=jnp.zeros((input_ids.shape[0], 1), jnp.int32))
+    return model_lib._dropout_dense(c, out["pooled_output"], self.num_labels, "classifier",
+                                    deterministic)
+
+
+@pytest.fixture(scope="module")
+def models():
+  """head -> (model, params), initialised with the same rng."""
+  out = {}
+  for head in model_lib.SEQUENCE_HEADS:
+    model = model_lib.BertForSequenceClassification(CONFIG, num_labels=3, head=head,
+                                                    head_layers=2)
+    out[head] = model, jax.jit(lambda r, m=model: model_lib.init_params(m, r))(
+        jax.random.PRNGKey(0))
+  return out
+
+
+def test_cls_is_the_head_before_heads_existed(models):
+  model, params = models["cls"]
+  assert model_lib.BertForSequenceClassification(CONFIG, num_labels=3).head == "cls"
+  before = _BeforeHeads(CONFIG, num_labels=3)
+  before_params = jax.jit(lambda r: model_lib.init_params(before, r))(jax.random.PRNGKey(0))
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(before_params)):
+    np.testing.assert_array_equal(a, b)
+  assert jax.tree.structure(params) == jax.tree.structure(before_params)
+  ids, mask, seg = _inputs()
+  np.testing.assert_array_equal(jax.jit(model.apply)({"params": params}, ids, mask, seg),
+                                jax.jit(before.apply)({"params": params}, ids, mask, seg))
+
+
+def test_params_of_each_head(models):
+  assert "pooler" in models["cls"][1]["bert"] and "aggregation" not in models["cls"][1]
+  assert "pooler" not in models["mean"][1]["bert"] and "aggregation" not in models["mean"][1]
+  params = models["layers_attention"][1]
+  assert "pooler" not in params["bert"]
+  assert params["aggregation"]["query"].shape == (CONFIG.hidden_size,)
+  ids, mask, seg = _inputs()
+  for head, (model, params) in models.items():
+    assert model.apply({"params": params}, ids, mask, seg).shape == (3, 3), head
+
+
+def test_mean_and_layers_attention_read_what_they_say(models):
+  ids, mask, seg = _inputs()
+  encoder = model_lib.BertModel(CONFIG, add_pooler=False)
+
+  def head_input(head):  # the logits, the classifier's kernel, the params
+    model, params = models[head]
+    logits = np.asarray(model.apply({"params": params}, ids, mask, seg))
+    return logits, np.asarray(params["classifier"]["kernel"]), params
+
+  # mean: the classifier sees the average of the last layer over real tokens only.
+  logits, kernel, params = head_input("mean")
+  seq = encoder.apply({"params": params["bert"]}, ids, mask, seg)["sequence_output"]
+  want = np.stack([np.asarray(seq)[i, :mask[i].sum()].mean(0) for i in range(3)])
+  np.testing.assert_allclose(logits, want @ kernel + params["classifier"]["bias"], atol=1e-5)
+  # layers_attention with the query at its initial zero: the mean of the last 2 [CLS].
+  logits, kernel, params = head_input("layers_attention")
+  hidden = encoder.apply({"params": params["bert"]}, ids, mask, seg,
+                         output_hidden_states=True)["hidden_states"]
+  want = (np.asarray(hidden[-1])[:, 0] + np.asarray(hidden[-2])[:, 0]) / 2
+  np.testing.assert_allclose(logits, want @ kernel + params["classifier"]["bias"], atol=1e-5)
+
+
+def test_layers_attention_query_learns(models):
+  """The query gets a gradient through the model, equal to the loss's slope, and a
+  nonzero query weighs the layers per example."""
+  model, params = models["layers_attention"]
+  ids, mask, seg = _inputs()
+  labels = jnp.array([0, 1, 2])
+
+  def loss(p):
+    logits = model.apply({"params": p}, ids, mask, seg)
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), labels[:, None], 1))
+  query_grad = np.asarray(jax.jit(jax.grad(loss))(params)["aggregation"]["query"])
+  # Small at init (layers of a std-0.02 random encoder barely differ) but there.
+  assert np.all(np.isfinite(query_grad)) and np.abs(query_grad).max() > 0
+
+  # On vectors whose layers differ: the gradient is the slope along it (finite difference).
+  attention = model_lib.LayerAttention(CONFIG)
+  vectors = jax.random.normal(jax.random.PRNGKey(1), (4, 3, CONFIG.hidden_size))
+  target = jax.random.normal(jax.random.PRNGKey(2), (4, CONFIG.hidden_size))
+  mix_loss = lambda q: jnp.sum(  # noqa: E731
+      jnp.square(attention.apply({"params": {"query": q}}, vectors) - target))
+  query = jnp.zeros(CONFIG.hidden_size)
+  grad = np.asarray(jax.grad(mix_loss)(query))
+  assert np.linalg.norm(grad) > 1e-2
+  step = 1e-2 * grad / np.linalg.norm(grad)
+  slope = (float(mix_loss(query + step)) - float(mix_loss(query - step))) / (2e-2)
+  np.testing.assert_allclose(slope, np.linalg.norm(grad), rtol=0.02)
+  # A query along one example's third layer vector moves that example's output towards it.
+  out = np.asarray(attention.apply({"params": {"query": 10 * vectors[0, 2]}}, vectors))
+  mean = np.asarray(vectors.mean(1))
+  assert np.abs(out[0] - vectors[0, 2]).max() < np.abs(mean[0] - vectors[0, 2]).max()
+
+
+def test_bad_head_config_is_one_clear_error():
+  with pytest.raises(ValueError, match="head 'max' is not one of"):
+    glue_task.sequence_model(CONFIG, 2, "max")
+  with pytest.raises(ValueError, match=r"head_layers must be in 1..3 .*got 4"):
+    glue_task.sequence_model(CONFIG, 2, "layers_attention", 4)
+  assert glue_task.sequence_model(CONFIG, 2, "mean", 4).head == "mean"  # head_layers unused
+
+
+def test_encoder_classifies_with_the_head_the_export_records(tmp_path):
+  """A layers_attention export: Encoder.classify builds that head (bundle.json's head)."""
+  from bert_jax import Encoder, bundle  # pylint: disable=g-import-not-at-top
+  from tests.test_embed import CONFIG as SMALL, VOCAB, _ids, _random_params
+  rng = np.random.default_rng(3)
+  params = {**_random_params(SMALL, heads=()),
+            "aggregation": {"query": rng.normal(0, 1, (SMALL.hidden_size,)).astype(np.float32)},
+            "classifier": {"kernel": rng.normal(0, 1, (SMALL.hidden_size, 2)).astype(np.float32),
+                           "bias": np.zeros(2, np.float32)}}
+  path = str(tmp_path / "export")
+  bundle.save_bundle(path, params, SMALL, VOCAB, lowercase=True,
+                     info={"task": "mrpc", "head": "layers_attention", "head_layers": 2})
+  pairs = [("the cat sat", "a dog ran far"), ("hello world", "the big red mat .")]
+  got = Encoder.load(path).classify(pairs, max_length=16)
+  apply = jax.jit(glue_task.sequence_model(SMALL, 2, "layers_attention", 2).apply)
+  for (a, b), (label, prob) in zip(pairs, got):  # each pair alone, padding masked out
+    ids, mask, seg = np.zeros((3, 1, 16), np.int32)
+    pieces = _ids(a) + _ids(b)[1:]
+    ids[0, :len(pieces)], mask[0, :len(pieces)] = pieces, 1
+    seg[0, len(a.split()) + 2:len(pieces)] = 1
+    logits = np.asarray(apply({"params": params}, ids, mask, seg))[0]
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    assert label == str(int(np.argmax(probs))) and prob == pytest.approx(probs.max(), abs=1e-5)
