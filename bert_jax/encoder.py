@@ -64,10 +64,13 @@ class Encoder:
   def config(self):
     return self.pretrained.config
 
-  def embed(self, texts: Sequence[Text], *, pooling: str = "mean", normalize: bool = False,
-            layers: Sequence[int] = (-1,), combine: str = "mean",
+  def embed(self, texts: Sequence[Text], *, pooling: Optional[str] = None,
+            normalize: Optional[bool] = None, layers: Sequence[int] = (-1,), combine: str = "mean",
             max_length: Optional[int] = None, batch_size: int = 32) -> np.ndarray:
-    """float32 [len(texts), dim] embeddings of texts or (a, b) pairs (see bert_jax.embed)."""
+    """float32 [len(texts), dim] embeddings of texts or (a, b) pairs (see bert_jax.embed).
+
+    pooling and normalize default to what the checkpoint records (a sentence-embedding
+    fine-tuning export), else mean pooling, not normalised (embed.bundle_defaults)."""
     emb, _ = embed_lib.embed(self.pretrained, list(texts), pooling=pooling, layers=layers,
                              combine=combine, normalize=normalize, max_length=max_length,
                              batch_size=batch_size, tokenizer=self.tokenizer)
