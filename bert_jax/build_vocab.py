@@ -61,7 +61,8 @@ def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int):
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   cfg = ml_collections.ConfigDict({"source": "builtin" if pattern == "builtin" else "files",
-                                   "files": pattern, "format": fmt})
+                                   "files": pattern, "format": fmt,
+                                   "block_mb": sources.DEFAULT_BLOCK_MB})
   parts, total = [], 0
   for shard in sources.list_shards(cfg):
     sentences = sources.read_documents(shard, cfg).sentences[:max_sentences - total]

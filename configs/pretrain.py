@@ -25,6 +25,7 @@ unknown key is an error.
 import ml_collections
 
 from bert_jax import config_sections
+from bert_jax.data import sources
 
 # Per-variant sizes; model shapes come from bert_jax.model_config.VARIANTS.
 _RECIPES = {
@@ -156,7 +157,7 @@ def get_config(arg=None):
   c.data.shuffle_mb = 4.0
   # Files larger than this (MB) are read in blocks of about this much text (bounded memory):
   # block i: the documents starting in its byte range, found by seeking; .gz files are read whole.
-  c.data.block_mb = 4.0
+  c.data.block_mb = sources.DEFAULT_BLOCK_MB
   # Pre-tokenized TFRecord shards (source='prepared'), written by python -m bert_jax.prepare_data.
   c.data.prepared_dir = ""
   # Examples per shard of a TFDS split (shards are split between hosts when there are enough).

@@ -27,6 +27,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import convert
 from bert_jax import disentangled
 from bert_jax import embed
+from bert_jax import pooling
 from bert_jax import fill_mask
 from bert_jax import model as model_lib
 from bert_jax.conversion import hf
@@ -114,7 +115,7 @@ def test_parity_with_transformers(case):
   seq, want = ours["sequence_output"], out.hidden_states[-1].numpy()
   diffs["cls"] = _max_diff(seq[:, 0], want[:, 0])
   m = mask[..., None]
-  diffs["mean"] = _max_diff(embed._pool(seq, mask, "mean"),  # pylint: disable=protected-access
+  diffs["mean"] = _max_diff(pooling.pool(seq, mask, "mean"),
                             (want * m).sum(1) / m.sum(1))
   # The MLM head; the last layer computes only the masked rows (relative positions of a
   # subset of queries).

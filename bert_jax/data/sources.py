@@ -189,6 +189,11 @@ def list_shards(data_config) -> list[ShardSpec]:
   return _tfds_shards(data_config)
 
 
+# config.data.block_mb of configs/pretrain.py, and of readers with no pretraining config
+# (build_vocab).
+DEFAULT_BLOCK_MB = 4.0
+
+
 def block_bytes(data_config) -> int:
   """config.data.block_mb in bytes (validated)."""
   block = int(float(data_config.block_mb) * (1 << 20))
