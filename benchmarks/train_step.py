@@ -18,7 +18,6 @@ matmul measured in this run, accelerator peaks come from bert_jax.flops
 `vs_reference: R`.
 """
 import argparse
-import importlib.util
 import os
 import resource
 import statistics
@@ -33,6 +32,7 @@ import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from bert_jax import config_help  # noqa: E402
 from bert_jax import flops as flops_lib  # noqa: E402
 from bert_jax import model as model_lib  # noqa: E402
 from bert_jax import optimizer as opt_lib  # noqa: E402
@@ -42,11 +42,7 @@ from bert_jax.objectives import mlm_nsp  # noqa: E402
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:
-  path, _, arg = spec.partition(":")
-  module_spec = importlib.util.spec_from_file_location("bench_config", path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg or None)
+  return config_help.load(spec).config
 
 
 def synthetic_batch(rng: np.random.Generator, b: int, L: int, P: int, vocab: int) -> dict:

@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import re
 import sys
+import types
 from typing import Optional, Sequence
 
 from etils import epath
@@ -106,6 +107,21 @@ class LoadedConfig:
   comments: dict
 
 
+def load_module(path) -> types.ModuleType:
+  """The config file at `path` as a fresh module (its get_config not yet called).
+
+  Raises:
+    FileNotFoundError: no such config file.
+  """
+  if not epath.Path(path).is_file():
+    raise FileNotFoundError(f"config file not found: {path}")
+  module_spec = importlib.util.spec_from_file_location("bert_jax_config_" + epath.Path(path).stem,
+                                                       str(path))
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module
+
+
 def load(spec: str) -> LoadedConfig:
   """Loads `FILE.py[:ARG]` as config_flags does (get_config(ARG)), with its key comments.
 
@@ -114,12 +130,7 @@ def load(spec: str) -> LoadedConfig:
     ValueError: the file rejects ARG (its message), or has no get_config.
   """
   path, _, arg = spec.partition(":")
-  if not epath.Path(path).is_file():
-    raise FileNotFoundError(f"config file not found: {path}")
-  module_spec = importlib.util.spec_from_file_location("bert_jax_config_" + epath.Path(path).stem,
-                                                       path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  module = load_module(path)
   if not hasattr(module, "get_config"):
     raise ValueError(f"{path} has no get_config(arg)")
   config = module.get_config(arg or None)

@@ -1,6 +1,5 @@
 """Every config key is documented, in its config file or in bert_jax/config_sections.py;
 parse_arg reads every config's argument."""
-import importlib.util
 import pathlib
 
 import jax
@@ -51,11 +50,7 @@ def test_an_undocumented_key_fails():
 
 
 def _config_module(filename):
-  path = _ROOT / "configs" / filename
-  spec = importlib.util.spec_from_file_location(f"cfg_{filename[:-3]}", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return config_help.load_module(_ROOT / "configs" / filename)
 
 
 @pytest.mark.parametrize("filename,arg", _CONFIGS)

@@ -3,7 +3,6 @@
 One tiny pretraining run (3 steps, seq 32) is shared by the module; fine-tuning
 runs on tiny GLUE (MRPC layout) and SQuAD fixtures written to temp dirs.
 """
-import importlib.util
 import json
 import math
 import os
@@ -17,6 +16,7 @@ import optax
 import pytest
 
 from bert_jax import bundle
+from bert_jax import config_help
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import finetune
 from bert_jax import model as model_lib
@@ -41,10 +41,7 @@ MRPC_HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
 
 
 def _config(name: str, arg: str):
-  spec = importlib.util.spec_from_file_location(f"{name}_config", ROOT / "configs" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return config_help.load_module(ROOT / "configs" / f"{name}.py").get_config(arg)
 
 
 def _write_vocab(path: pathlib.Path) -> str:

@@ -1,31 +1,18 @@
 """configs/glue.py: every task, the contract overrides, documented keys."""
-import importlib.util
 import pathlib
 
 from absl import flags
 from ml_collections import config_flags
 import pytest
 
+from bert_jax import config_help
 from bert_jax.tasks import glue
 
 _PATH = pathlib.Path(__file__).resolve().parents[1] / "configs" / "glue.py"
 
 
 def _module():
-  spec = importlib.util.spec_from_file_location("glue_config", _PATH)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def _flatten(config, prefix=""):
-  out = {}
-  for key, value in config.items():
-    if hasattr(value, "items"):
-      out.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
+  return config_help.load_module(_PATH)
 
 
 def test_every_glue_task_has_a_config():
@@ -56,9 +43,7 @@ def test_unknown_task_and_option_list_the_known_ones():
 
 def test_same_keys_as_pretrain_where_shared():
   """model / optimizer / mesh sections mirror configs/pretrain.py, so its code applies."""
-  spec = importlib.util.spec_from_file_location("pretrain_config", _PATH.parent / "pretrain.py")
-  pretrain = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(pretrain)
+  pretrain = config_help.load_module(_PATH.parent / "pretrain.py")
   p, g = pretrain.get_config("tiny"), _module().get_config("task=mrpc")
   for section in ("model", "optimizer", "mesh"):
     assert sorted(g[section].keys()) == sorted(p[section].keys()), section

@@ -3,6 +3,7 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax import config_help
 from bert_jax import finetune
 from bert_jax import model as model_lib
 from bert_jax import sharding
@@ -130,15 +131,11 @@ def test_bucketed_predictions_equal_the_padded_ones():
 
 
 def test_squad_and_accumulation_refuse_what_they_cannot_use():
-  import importlib.util  # pylint: disable=g-import-not-at-top
   import pathlib  # pylint: disable=g-import-not-at-top
   root = pathlib.Path(__file__).resolve().parents[1]
 
   def config(name, arg, **overrides):
-    spec = importlib.util.spec_from_file_location(f"{name}_cfg", root / "configs" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    c = module.get_config(arg)
+    c = config_help.load_module(root / "configs" / f"{name}.py").get_config(arg)
     c.init_checkpoint, c.data_dir = "ckpt", "data"
     for k, v in overrides.items():
       c[k] = v

@@ -1,5 +1,4 @@
 """End-to-end pretraining: runs, exact resume, checkpoint fallback, NaN stop, bad configs."""
-import importlib.util
 import json
 import logging
 import os
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from bert_jax import checkpoint as ckpt_lib
+from bert_jax import config_help
 from bert_jax import checksum
 from bert_jax import pretrain
 from bert_jax import train_core
@@ -27,10 +27,7 @@ WORDS = ("the old man walked to the river and saw a boat near the house . "
 
 
 def _config_module():
-  spec = importlib.util.spec_from_file_location("pretrain_config", ROOT / "configs" / "pretrain.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return config_help.load_module(ROOT / "configs" / "pretrain.py")
 
 
 @pytest.fixture(scope="module")

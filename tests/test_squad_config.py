@@ -1,29 +1,17 @@
 """configs/squad.py: both versions, the contract overrides, documented keys."""
-import importlib.util
 import pathlib
 
 from absl import flags
 from ml_collections import config_flags
 import pytest
 
+from bert_jax import config_help
+
 _PATH = pathlib.Path(__file__).resolve().parents[1] / "configs" / "squad.py"
 
 
 def _module(path=_PATH):
-  spec = importlib.util.spec_from_file_location(path.stem + "_config", path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-def _flatten(config, prefix=""):
-  out = {}
-  for key, value in config.items():
-    if hasattr(value, "items"):
-      out.update(_flatten(value, f"{prefix}{key}."))
-    else:
-      out[f"{prefix}{key}"] = value
-  return out
+  return config_help.load_module(path)
 
 
 def test_versions_and_run_squad_defaults():
@@ -53,7 +41,7 @@ def test_same_sections_as_the_glue_config():
   glue_config = _module(_PATH.parent / "glue.py").get_config("task=mrpc")
   for section in ("model", "optimizer", "mesh"):
     assert squad_config[section].to_dict() == glue_config[section].to_dict(), section
-  shared = set(_flatten(glue_config)) & set(_flatten(squad_config))
+  shared = set(config_help.flatten(glue_config)) & set(config_help.flatten(squad_config))
   for key in ("data_dir", "init_checkpoint", "num_epochs", "max_seq_length", "batch_size",
               "learning_rate", "seeds", "seed", "eval_only", "log_every", "eval_batch_size",
               "layerwise_lr_decay", "warmup_fraction", "tfds_data_dir", "data_source"):
