@@ -32,10 +32,12 @@ def _batch(lengths, seq_len, pad_id, seed=0):
 def test_pack_batch_layout():
   batch = _batch([5, 3, 7, 2, 6, 4, 8, 3], 8, pad_id=0)
   packed = packing.pack_batch(batch, seq_len=12, step=2, pad_id=0)
-  # Greedy in order: (5, 3) (7, 2) (6, 4) (8, 3) -> 4 rows, a multiple of step 2.
+  # First-fit decreasing: 8 -> row 0, 7 -> 1, 6 -> 2, 5 -> 1, 4 -> 0, 3 and 3 -> 2, 2 -> 3;
+  # each row lists its examples in index order: (4, 8) (5, 7) (3, 6, 3) (2) -> 4 rows.
   assert packed["input_ids"].shape == (4, 12)
-  np.testing.assert_array_equal(packed["input_mask"][0], [1] * 5 + [2] * 3 + [0] * 4)
-  np.testing.assert_array_equal(packed["position_ids"][1], list(range(7)) + [0, 1] + [0] * 3)
+  np.testing.assert_array_equal(packed["input_mask"][0], [1] * 4 + [2] * 8)
+  np.testing.assert_array_equal(packed["position_ids"][1], list(range(5)) + list(range(7)))
+  np.testing.assert_array_equal(packed["input_mask"][3], [1] * 2 + [0] * 10)
   flat = packed["input_ids"].reshape(-1)
   assert (flat[packed["cls_index"]] == CLS).all() and len(packed["cls_index"]) == 8
   np.testing.assert_array_equal(packed["label_ids"], batch["label_ids"])  # per example: as is
@@ -46,6 +48,16 @@ def test_pack_batch_layout():
       np.testing.assert_array_equal(flat[start:start + length], batch[key][i, :length])
   assert packing.row_step(32, 1) == 4 and packing.row_step(32, 8) == 8
   assert packing.row_step(8, 8) == 8
+
+
+def test_first_fit_decreasing_fills_rows_that_greedy_order_leaves_part_empty():
+  lengths = np.array([6, 7, 5, 4, 3, 3, 2, 10])  # 40 tokens; in order they need 5 rows of 10
+  order, splits = packing.first_fit_decreasing(lengths, 10)
+  assert len(splits) - 1 == 4  # 10 | 7 3 | 6 4 | 5 3 2
+  assert sorted(order.tolist()) == list(range(8))
+  for r in range(4):
+    assert lengths[order[splits[r]:splits[r + 1]]].sum() <= 10
+  assert len(packing.first_fit_decreasing(np.array([], np.int64), 10)[1]) == 1
 
 
 # Each family and each head once: bert with cls, roberta (offset positions) with layers_attention,

@@ -1,11 +1,13 @@
 """Packed fine-tuning batches: several short examples to a row, one result per example.
 
-A batch of `batch_size` examples (one per row, [batch, L]) is laid out as the
-pretraining path packs (bert_jax.data.segments.pack_rows greedily, in order;
-bert_jax.data.rows.pack_examples): each row holds consecutive examples, its
-`input_mask` numbers them 1..k for block-diagonal attention, `position_ids`
-restart at each example. The number of rows is rounded up to a multiple of
-`row_step`, so the step compiles at most batch_size / row_step times.
+A batch of `batch_size` examples (one per row, [batch, L]) is packed first-fit
+decreasing (`first_fit_decreasing`: the longest example first, each into the
+first row with room; the batch's examples are already drawn, so their order
+inside the batch changes nothing a result depends on) and laid out as the
+pretraining path lays out its packs (bert_jax.data.rows.pack_examples): its
+`input_mask` numbers a row's examples 1..k for block-diagonal attention,
+`position_ids` restart at each example. The number of rows is rounded up to a
+multiple of `row_step`, so the step compiles at most batch_size / row_step times.
 
 Example-level arrays (labels, weights) keep their [batch] shape and order, and
 `cls_index` int [batch] locates each example's [CLS] in the flattened
@@ -19,7 +21,6 @@ import numpy as np
 
 from bert_jax.data import length_buckets
 from bert_jax.data import rows as rows_lib
-from bert_jax.data import segments
 
 # Per-token inputs the packed model reads besides input_mask (which packing renumbers).
 TOKEN_INPUTS = ("input_ids", "segment_ids")
@@ -52,11 +53,11 @@ def pack_batch(batch: dict, seq_len: int, step: int, pad_id: int,
     each example's first token as row * seq_len + column.
   """
   lengths = length_buckets.row_lengths(batch["input_mask"])
-  splits = segments.pack_rows(lengths, seq_len)
+  order, splits = first_fit_decreasing(lengths, seq_len)
   rows = len(splits) - 1
   token_keys = [k for k, v in batch.items() if np.ndim(v) == 2 and k != "input_mask"]
-  packed = rows_lib.pack_examples({k: batch[k] for k in token_keys}, lengths, splits, seq_len,
-                                  num_rows=-(-rows // step) * step,
+  packed = rows_lib.pack_examples({k: batch[k][order] for k in token_keys}, lengths[order],
+                                  splits, seq_len, num_rows=-(-rows // step) * step,
                                   fill={"input_ids": pad_id})
   out = {k: v for k, v in batch.items() if np.ndim(v) != 2}
   out.update({k: packed[k] for k in token_keys})
@@ -64,5 +65,35 @@ def pack_batch(batch: dict, seq_len: int, step: int, pad_id: int,
   real = packed["input_mask"] > 0
   out["position_ids"] = np.where(real, packed["position_ids"] + position_offset,
                                  max(position_offset - 1, 0)).astype(np.int32)
-  out["cls_index"] = packed["example_start"].astype(np.int32)
+  cls_index = np.empty(len(order), np.int32)
+  cls_index[order] = packed["example_start"]
+  out["cls_index"] = cls_index
   return out
+
+
+def first_fit_decreasing(lengths: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray]:
+  """Rows of seq_len tokens for examples of `lengths` tokens, first-fit decreasing.
+
+  Args:
+    lengths: int [n] tokens of each example (each <= seq_len).
+    seq_len: tokens per row.
+
+  Returns:
+    order int64 [n] (the examples row by row; ties keep their index order) and
+    splits int64 [rows + 1]: row r holds examples order[splits[r]:splits[r + 1]].
+  """
+  lengths = np.asarray(lengths, np.int64)
+  free, members = [], []
+  for i in np.argsort(-lengths, kind="stable"):
+    for r, room in enumerate(free):
+      if lengths[i] <= room:
+        break
+    else:
+      r = len(free)
+      free.append(seq_len)
+      members.append([])
+    free[r] -= lengths[i]
+    members[r].append(i)
+  order = np.array([i for row in members for i in sorted(row)], np.int64)
+  splits = np.cumsum([0] + [len(row) for row in members]).astype(np.int64)
+  return order, splits
