@@ -9,7 +9,10 @@ It builds the mesh on compile-only devices of the topology
 as bert_jax.pretrain does, lowers and compiles the train step of `pretrain_setup.build`
 with donation, and prints per-device memory (arguments, outputs, temporaries)
 against the chip's HBM and the compiled FLOPs. Exits 1 when the step does not
-fit in HBM, so a config can be checked before a pod is booked.
+fit in HBM, so a config can be checked before a pod is booked. With
+objective=distill the teacher (read from teacher_checkpoint on this host) is the
+step's frozen input, sharded as bert_jax.pretrain places it: counted in the
+arguments, not donated.
 
 --topology takes the TPU runtime's names ('v5e:4x4', 'v4:2x2x4', 'v5p:2x2x2',
 'v6e:4x4') or the accelerator types of `gcloud` ('v5litepod-16', 'v5e-16',
@@ -158,9 +161,6 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
   if vocab_size is None:
     from bert_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
     vocab_size = tokenizer.load_tokenizer(config.data).vocab_size
-  if config.objective == "distill":
-    raise ValueError("objective 'distill' is not supported by the ahead-of-time compile check "
-                     "yet (its step also takes the teacher's params)")
   mesh = sharding.make_mesh(config.mesh.shape, devices, dcn_shape)
   rules = sharding.logical_rules(config.mesh.preset)
   pretrain_setup.check_config(config, mesh)
@@ -169,11 +169,14 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
   batch_shard = sharding.batch_sharding(mesh)
   batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
                          config.data.packing, batch_shard)
+  frozen, frozen_shardings = abstract_frozen(setup, mesh, rules)
   step = jax.jit(
-      setup.train_step(config.optimizer.grad_accum_steps), in_shardings=(shardings, batch_shard), out_shardings=(shardings, None), donate_argnums=(0,))
+      setup.train_step(config.optimizer.grad_accum_steps),
+      in_shardings=(shardings, batch_shard) + frozen_shardings, out_shardings=(shardings, None),
+      donate_argnums=(0,))
   start = time.time()
   with sharding.mesh_context(mesh, rules):
-    lowered = step.lower(target, batch)
+    lowered = step.lower(target, batch, *frozen)
     compiled = lowered.compile()
   compile_seconds = time.time() - start
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(target.params))
@@ -199,8 +202,22 @@ def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int) -> fl
   batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
                          config.data.packing, sharding.batch_sharding(mesh))
   step = setup.train_step(config.optimizer.grad_accum_steps)
+  frozen, _ = abstract_frozen(setup, mesh, rules)
   with sharding.mesh_context(mesh, rules):
-    return _flops(jax.jit(step).lower(target, batch).cost_analysis())
+    return _flops(jax.jit(step).lower(target, batch, *frozen).cost_analysis())
+
+
+def abstract_frozen(setup: pretrain_setup.Pretraining, mesh, rules) -> tuple[tuple, tuple]:
+  """The step's frozen inputs (distillation: the teacher's params), as ShapeDtypeStructs.
+
+  Sharded as bert_jax.pretrain places them (the same model's params' logical axes), and
+  () for objectives without any. The teacher is an input of the step, not in its state.
+  """
+  if setup.frozen_init is None:
+    return (), ()
+  target, shardings = sharding.abstract_state(setup.frozen_init, mesh, rules,
+                                              jax.random.PRNGKey(0))
+  return (target,), (shardings,)
 
 
 def _flops(cost) -> float:

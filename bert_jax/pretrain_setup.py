@@ -126,6 +126,8 @@ class Pretraining:
       from the teacher), else None.
     place_frozen: (mesh, rules) -> (frozen params on the mesh, their shardings), the
       step's `frozen` argument (distillation: the teacher); None when there are none.
+    frozen_init: rng -> the frozen model's boxed params (their shapes and logical axes:
+      bert_jax.aot_compile's abstract `frozen` argument); None when there are none.
   """
   model_config: model_config_lib.BertConfig
   objective: train_core.Objective
@@ -137,6 +139,7 @@ class Pretraining:
   flops_per_token: Callable[[int, float], float]
   start_from: Optional[ckpt_lib.Pretrained] = None
   place_frozen: Optional[Callable[[Any, Any], tuple[Any, Any]]] = None
+  frozen_init: Optional[Callable[[jax.Array], Any]] = None
 
   def train_step(self, grad_accum_steps: int):
     return train_core.make_train_step(self.objective, self.tx, self.schedule, grad_accum_steps)
@@ -201,6 +204,7 @@ def _distillation(config: ml_collections.ConfigDict, vocab_size: int, vocab: Seq
   teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
   student = model_lib.BertForPreTraining(student_cfg, with_nsp=False)
   seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq
+  teacher_init = mlm_nsp.init_fn(teacher_model, seq_len, num_predictions)
   weights = dict(temperature=d.temperature, alpha_ce=d.alpha_ce, alpha_mlm=d.alpha_mlm,
                  alpha_cos=d.alpha_cos)
 
@@ -213,6 +217,5 @@ def _distillation(config: ml_collections.ConfigDict, vocab_size: int, vocab: Seq
                         tx),
       functools.partial(distill.summarize, **weights), lambda params: params, flops,
       start_from=distill.student_from_teacher(teacher, layers) if d.init_from_teacher else None,
-      place_frozen=functools.partial(
-          distill.place_teacher, teacher,
-          mlm_nsp.init_fn(teacher_model, seq_len, num_predictions)))
+      place_frozen=functools.partial(distill.place_teacher, teacher, teacher_init),
+      frozen_init=teacher_init)

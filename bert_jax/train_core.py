@@ -165,6 +165,17 @@ def make_eval_step(objective: Objective) -> Callable[..., Sums]:
   return eval_step
 
 
+def step_means(sums: dict[str, Any]) -> dict[str, float]:
+  """Host-side: the train step's loss, grad_norm and learning_rate summed over `steps` -> means.
+
+  Empty for eval sums (no `loss`), where each objective's summarize computes the loss.
+  """
+  if "loss" not in sums:
+    return {}
+  steps = max(float(sums.get("steps", 1.0)), 1.0)
+  return {k: float(sums[k]) / steps for k in ("loss", "grad_norm", "learning_rate")}
+
+
 def compute_dtype(name: str) -> str:
   """'auto' -> bfloat16 on accelerators, float32 on CPU; other names unchanged."""
   if name != "auto":

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from bert_jax import aot_compile
+from bert_jax import bundle
 from bert_jax import flops as flops_lib
+from bert_jax import model as model_lib
+from bert_jax import model_config
 from bert_jax import pretrain_setup
 from bert_jax import sharding
 from configs import pretrain as pretrain_config
@@ -82,3 +85,28 @@ def test_electra_analytic_flops_match_the_lowered_step():
   hlo = aot_compile.unrolled_hlo_flops(config, 30522)
   analytic = pretrain_setup.build(config, 30522).flops_per_token(32, 5 / 32) * 16 * 32
   assert 0.85 < hlo / analytic < 1.2, (hlo, analytic)
+
+
+def test_distill_step_compiles_with_the_teacher_as_a_sharded_input(tmp_path):
+  """objective=distill: the frozen teacher is the step's third input (not in the train state),
+  sharded as the same model's params; compiled here for 4 CPU devices under fsdp."""
+  teacher_cfg = model_config.BertConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2,
+                                        intermediate_size=64, max_position_embeddings=32)
+  params = model_lib.init_params(model_lib.BertForPreTraining(teacher_cfg, with_nsp=False),
+                                 jax.random.PRNGKey(0), seq_len=32, num_predictions=5)
+  bundle.save_bundle(str(tmp_path / "teacher"), jax.device_get(params), teacher_cfg,
+                     [f"t{i}" for i in range(64)], True)
+  config = pretrain_config.get_config("tiny")
+  config.update(dict(batch_size=8, seq_len=32, objective="distill",
+                     teacher_checkpoint=str(tmp_path / "teacher")))
+  config.data.max_predictions_per_seq = 5
+  config.mesh.update(dict(shape=(1, -1, 1), preset="fsdp"))
+  out = aot_compile.compile_train_step(config, jax.devices("cpu")[:4], vocab_size=64)
+  assert out["model_config"].num_layers == 1  # the student
+  _, _, teacher = out["compiled"].input_shardings[0]
+  emb = teacher["bert"]["embeddings"]["word_embeddings"]["embedding"]
+  assert emb.spec == jax.sharding.PartitionSpec(None, "fsdp")
+  assert "teacher" not in str(jax.tree_util.tree_structure(out["state"]))
+  # The unrolled step's FLOPs: the student's training and the teacher's forward pass.
+  analytic = pretrain_setup.build(config, 64).flops_per_token(32, 5 / 32) * 8 * 32
+  assert 0.8 < out["hlo_flops_per_device"] * 4 / analytic < 1.25

@@ -11,8 +11,7 @@ from bert_jax import model as model_lib
 from bert_jax import model_config
 from bert_jax import train_core
 from bert_jax.objectives import distill
-
-VOCAB, LEN, P = 64, 16, 4
+from tests.objective_batches import LEN, P, VOCAB, masked_batch
 
 
 @functools.lru_cache
@@ -24,20 +23,6 @@ def _teacher(layers=4):
       jax.random.PRNGKey(0))
   return model, ckpt_lib.Pretrained(jax.device_get(params), config, tuple(map(str, range(VOCAB))),
                                     True, "teacher")
-
-
-def _batch(b=4, seed=0):
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(5, VOCAB, (b, LEN)).astype(np.int32)
-  mask = np.ones((b, LEN), np.int32)
-  mask[:, -3:] = 0
-  pos = np.stack([np.sort(rng.choice(np.arange(1, LEN - 3), P, replace=False))
-                  for _ in range(b)]).astype(np.int32)
-  weights = np.ones((b, P), np.float32)
-  weights[0, -1] = 0.0
-  return dict(input_ids=ids, input_mask=mask, segment_ids=np.zeros_like(ids),
-              masked_lm_positions=pos, masked_lm_ids=np.take_along_axis(ids, pos, 1),
-              masked_lm_weights=weights)
 
 
 def test_student_takes_every_other_teacher_layer():
@@ -60,7 +45,7 @@ def test_loss_terms_vanish_for_a_copy_and_no_gradient_reaches_the_teacher():
   model, teacher = _teacher(2)
   objective = distill.objective(model, model, temperature=2.0, alpha_ce=5.0, alpha_mlm=2.0,
                                 alpha_cos=1.0)
-  batch = _batch()
+  batch = masked_batch()
   params = jax.tree.map(jnp.asarray, teacher.params)
 
   @jax.jit

@@ -6,8 +6,7 @@ import numpy as np
 
 from bert_jax import model_config
 from bert_jax.objectives import electra
-
-VOCAB, LEN, P = 64, 16, 4
+from tests.objective_batches import LEN, P, VOCAB, masked_batch
 
 
 def _models(layers=None):
@@ -15,22 +14,6 @@ def _models(layers=None):
   if layers:  # fewer layers: a quicker compile where only the wiring is tested
     config = config.replace(num_layers=layers)
   return electra.Models(config, 0.25)
-
-
-def _batch(b=4, seed=0):
-  rng = np.random.default_rng(seed)
-  ids = rng.integers(5, VOCAB, (b, LEN)).astype(np.int32)
-  mask = np.ones((b, LEN), np.int32)
-  mask[:, -3:] = 0
-  pos = np.stack([np.sort(rng.choice(np.arange(1, LEN - 3), P, replace=False))
-                  for _ in range(b)]).astype(np.int32)
-  weights = np.ones((b, P), np.float32)
-  weights[0, -1] = 0.0  # a padding prediction (its position must not be written)
-  labels = np.take_along_axis(ids, pos, 1)
-  masked = ids.copy()
-  np.put_along_axis(masked, pos, 4, 1)  # [MASK]
-  return dict(input_ids=masked, input_mask=mask, segment_ids=np.zeros_like(ids),
-              masked_lm_positions=pos, masked_lm_ids=labels, masked_lm_weights=weights)
 
 
 def test_generator_config_follows_electras_get_generator_config():
@@ -46,7 +29,7 @@ def test_embeddings_are_shared_and_no_gradient_flows_through_the_sample():
   # Stored once: the generator keeps only its projection to its hidden size.
   assert set(params["generator"]["bert"]["embeddings"]) == {"project"}
   objective = electra.objective(m, disc_weight=50.0)
-  batch = jax.tree.map(jnp.asarray, _batch())
+  batch = jax.tree.map(jnp.asarray, masked_batch(mask_id=4))
   rng = jax.random.PRNGKey(1)
 
   def rtd_of_generator(g, p):
@@ -75,7 +58,7 @@ def test_embeddings_are_shared_and_no_gradient_flows_through_the_sample():
 def test_replaced_tokens_are_the_samples_that_differ_from_the_original():
   m = _models()
   params = nn.unbox(electra.init_fn(m, LEN, P)(jax.random.PRNGKey(0)))
-  batch = _batch()
+  batch = masked_batch(mask_id=4)
   sums = jax.jit(lambda p, b: electra.objective(m, 50.0).sums(p, b, jax.random.PRNGKey(2), True))(
       params, batch)
   real = batch["input_mask"].sum()

@@ -148,12 +148,7 @@ def objective(student: model_lib.BertForPreTraining, teacher: model_lib.BertForP
 def summarize(sums: dict[str, Any], temperature: float, alpha_ce: float, alpha_mlm: float,
               alpha_cos: float) -> dict[str, float]:
   """Host-side: accumulated sums -> the logged means (the loss's weights for eval sums)."""
-  out = {}
-  steps = max(float(sums.get("steps", 1.0)), 1.0)
-  if "loss" in sums:
-    out["loss"] = float(sums["loss"]) / steps
-    out["grad_norm"] = float(sums["grad_norm"]) / steps
-    out["learning_rate"] = float(sums["learning_rate"]) / steps
+  out = train_core.step_means(sums)
   w = max(float(sums["mlm_weight"]), 1e-5)
   n = max(float(sums["real_tokens"]), 1.0)
   out["distill_loss"] = temperature ** 2 * float(sums["distill_kl"]) / w

@@ -199,12 +199,7 @@ def summarize(sums: dict[str, Any], disc_weight: float) -> dict[str, float]:
   Returns:
     The metrics by name.
   """
-  out = {}
-  steps = max(float(sums.get("steps", 1.0)), 1.0)
-  if "loss" in sums:
-    out["loss"] = float(sums["loss"]) / steps
-    out["grad_norm"] = float(sums["grad_norm"]) / steps
-    out["learning_rate"] = float(sums["learning_rate"]) / steps
+  out = train_core.step_means(sums)
   w = max(float(sums["mlm_weight"]), 1e-5)
   out["mlm_loss"] = float(sums["mlm_xent"]) / w
   out["mlm_accuracy"] = float(sums["mlm_correct"]) / w

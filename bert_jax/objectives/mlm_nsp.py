@@ -101,12 +101,7 @@ def objective(model: model_lib.BertForPreTraining, pair_task: str = "nsp"
 
 def summarize(sums: dict[str, float]) -> dict[str, float]:
   """Host-side: accumulated sums -> the logged means."""
-  out = {}
-  steps = max(sums.get("steps", 1.0), 1.0)
-  if "loss" in sums:
-    out["loss"] = sums["loss"] / steps
-    out["grad_norm"] = sums["grad_norm"] / steps
-    out["learning_rate"] = sums["learning_rate"] / steps
+  out = train_core.step_means(sums)
   w = max(sums["mlm_weight"], 1e-5)
   out["mlm_loss"] = sums["mlm_xent"] / w
   out["mlm_accuracy"] = sums["mlm_correct"] / w
