@@ -23,6 +23,7 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
   classifier | qa_outputs | token_classifier/{kernel,bias}                   (fine-tuning)
   aggregation/query [H]                  (the layers_attention sequence head, fine-tuning)
 """
+import functools
 from typing import Any, Optional
 
 import flax.linen as nn
@@ -269,7 +270,10 @@ class BertModel(nn.Module):
         first = x[:, 0]  # [batch, hidden]
       else:
         first = x.reshape(-1, x.shape[-1])[pool_index]  # [examples, hidden]
-      out["pooled_output"] = jnp.tanh(self.pooler(first))
+      # BERT's pooler is dense + tanh; DeBERTa-v2's ContextPooler dense + its
+      # pooler_hidden_act, exact GELU (the only one bert_jax reads).
+      act = functools.partial(jax.nn.gelu, approximate=False) if deberta else jnp.tanh
+      out["pooled_output"] = act(self.pooler(first))
     return out
 
   def attend(self, x: Array, bias: Optional[Array] = None) -> Array:

@@ -280,6 +280,13 @@ def _deberta_fields(d: dict[str, Any], kw: dict[str, Any], source: str) -> dict[
                      "computes DeBERTa-v3's attention: relative_attention, pos_att_type p2c|c2p, "
                      "share_att_key, norm_rel_ebd layer_norm, no ConvLayer, the legacy "
                      "cls.predictions MLM head)")
+  if d.get("pooler_hidden_act", "gelu") not in ("gelu", "gelu_python"):
+    bad.append(f"pooler_hidden_act={d['pooler_hidden_act']!r}")
+  if d.get("pooler_hidden_size", hidden) != hidden:
+    bad.append(f"pooler_hidden_size={d['pooler_hidden_size']!r} (!= hidden_size)")
+  if bad:
+    raise ValueError(f"{source}: DeBERTa-v2 with {', '.join(bad)} is not supported (bert_jax's "
+                     "ContextPooler is dense hidden -> hidden and exact GELU)")
   max_rel = d.get("max_relative_positions", -1)
   return dict(max_relative_positions=max_rel if max_rel >= 1 else kw.get(
                   "max_position_embeddings", 512),

@@ -283,3 +283,38 @@ def test_glue_finetuning_from_the_converted_bundle(deberta_dir, tmp_path_factory
   assert exported.config.model_type == "deberta-v2"
   assert exported.heads == ("pooler", "classifier")
   assert "rel_embeddings" in exported.params["bert"]["encoder"]
+
+
+def test_context_pooler_and_classifier_equal_transformers(deberta_dir, tmp_path):
+  """DebertaV2ForSequenceClassification's ContextPooler (dense + exact GELU on token 0),
+  converted as the bundle's pooler: pooled output and logits with its classifier weights."""
+  fast = transformers.DebertaV2TokenizerFast(vocab_file=str(deberta_dir / "spm.model"))
+  torch.manual_seed(3)
+  model = transformers.DebertaV2ForSequenceClassification(
+      _hf_config(len(fast), 0, num_labels=3)).eval()
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(torch.randn_like(p) * 0.05)
+  src, dst = str(tmp_path / "hf"), str(tmp_path / "bundle")
+  model.save_pretrained(src, safe_serialization=True)
+  shutil.copy(deberta_dir / "spm.model", src)
+  assert convert.main(["--from", "hf", "--src", src, "--dst", dst, "--drop_unexpected"]) == 0
+  b = bundle.load_bundle(dst)
+  assert "pooler" in b.heads
+  ids, mask, seg, _ = _batch(b.config.vocab_size)
+  with torch.no_grad():
+    out = model(torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
+                output_hidden_states=True)
+    want_pooled = model.pooler(out.hidden_states[-1]).numpy()
+  clf = model_lib.BertForSequenceClassification(b.config, num_labels=3)
+  params = {"bert": b.params["bert"],
+            "classifier": {"kernel": model.classifier.weight.detach().numpy().T,
+                           "bias": model.classifier.bias.detach().numpy()}}
+  logits = jax.jit(lambda p: clf.apply({"params": p}, ids, mask, np.zeros_like(seg)))(params)
+  pooled = jax.jit(lambda p: model_lib.BertModel(b.config).apply(
+      {"params": p}, ids, mask, np.zeros_like(seg))["pooled_output"])(b.params["bert"])
+  diffs = {"pooled": _max_diff(pooled, want_pooled), "logits": _max_diff(logits, out.logits)}
+  print(f"deberta-v2 sequence classification max abs diffs: {diffs}")
+  assert max(diffs.values()) <= 1e-5, diffs
+  # BERT's tanh pooler would differ: the activation is really exercised.
+  assert _max_diff(np.tanh(want_pooled), want_pooled) > 1e-3

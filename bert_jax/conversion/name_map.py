@@ -256,7 +256,8 @@ ALBERT_RULES = tuple(
 
 # DeBERTa-v2/v3 (DebertaV2Model, DebertaV2ForMaskedLM with transformers' legacy
 # cls.predictions head): BERT's names under `deberta.` with query_proj / key_proj /
-# value_proj, no pooler or NSP, the encoder's relative embeddings and their LayerNorm.
+# value_proj, the pooler as DebertaV2ForSequenceClassification's ContextPooler
+# (`pooler.dense`), no NSP, the encoder's relative embeddings and their LayerNorm.
 # (No position_embeddings when position_biased_input is false: that rule drops out
 # with the parameter.)
 _DEBERTA_SELF = "deberta.encoder.layer.{i}.attention.self."
@@ -265,7 +266,7 @@ DEBERTA_V2_RULES = renamed(HF_RULES, {
     "bert.encoder.layer.{i}.attention.self.query.": _DEBERTA_SELF + "query_proj.",
     "bert.encoder.layer.{i}.attention.self.key.": _DEBERTA_SELF + "key_proj.",
     "bert.encoder.layer.{i}.attention.self.value.": _DEBERTA_SELF + "value_proj.",
-    "bert.pooler.": None,
+    "bert.pooler.": "pooler.",
     "cls.predictions.": "cls.predictions.",
     "cls.seq_relationship.": None,
 }) + (
