@@ -413,6 +413,10 @@ def test_invalid_utf8_replaced_and_counted_empty_documents_skipped(tmp_path, cap
   assert data.stats["invalid_utf8"] == 2
   assert "bad.txt: 2 invalid UTF-8" in caplog.text
   assert data.stats["empty_documents"] == 1
+  caplog.clear()  # a later read of the same shard (the next epoch) replaces, but says nothing
+  from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
+  assert sources._decode(path.read_bytes(), str(path))[1] == 2
+  assert "invalid UTF-8" not in caplog.text
   ids = _unmasked(batch)
   tok = data.tokenizer
   text = [t for t in tok.convert_ids_to_tokens(ids[ids > 0]) if not t.startswith("[")]

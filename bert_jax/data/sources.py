@@ -241,8 +241,20 @@ def _decode(data: bytes, name: str) -> tuple[bytes, int]:
     pass
   text = data.decode("utf-8", "replace")
   bad = text.count("\ufffd") - data.count("\ufffd".encode("utf-8"))
-  logging.warning("%s: %d invalid UTF-8 sequence(s) replaced with U+FFFD", name, bad)
+  _warn_invalid_utf8(name, bad)
   return text.encode("utf-8"), bad
+
+
+# Shards whose invalid UTF-8 was reported: each is reported once per process, not again on
+# every later read (a block re-read each epoch).
+_REPORTED_UTF8 = set()
+
+
+def _warn_invalid_utf8(name: str, bad: int) -> None:
+  if bad and name not in _REPORTED_UTF8:
+    _REPORTED_UTF8.add(name)
+    logging.warning("%s: %d invalid UTF-8 sequence(s) replaced with U+FFFD (reported once; "
+                    "every read replaces them)", name, bad)
 
 
 def _lines_to_docs(text: tf.Tensor) -> tuple[tf.Tensor, np.ndarray]:
@@ -352,8 +364,7 @@ def _read_tfds(spec: ShardSpec, data_config) -> RawDocs:
   def count(x):
     return int(tf.reduce_sum(tf.strings.split(x, replacement).row_lengths() - 1))
   bad = count(fixed) - count(docs)
-  if bad:
-    logging.warning("%s: %d invalid UTF-8 sequence(s) replaced with U+FFFD", spec.name, bad)
+  _warn_invalid_utf8(spec.name, bad)
   sentences, doc_splits = split_sentences(fixed)
   return RawDocs(sentences, doc_splits, bad)
 
