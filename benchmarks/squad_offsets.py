@@ -4,7 +4,9 @@ For each answerable question of a SQuAD file (its first answer, as training
 reads it): the gold start/end tokens from the answer's characters, and whether
 the context cut from the start token's first character to the end token's last
 is exactly the answer text; also whether a training window (max_seq_length 384,
-doc_stride 128) holds the answer and its row positions cut the same text.
+doc_stride 128) holds the answer and its row positions cut the same text; and
+whether the ids that come with the offsets are those of tokenize_to_ids on the
+whole context (SentencePiece's offsets tokenize word by word).
 
   python benchmarks/squad_offsets.py [--squad FILE] [TOKENIZER_DIR ...]
 """
@@ -23,6 +25,8 @@ _DATA = os.environ.get("BERT_JAX_SHARED_DATA", "/work/shared/data")
 def measure(tok, examples, max_seq_length=384, doc_stride=128):
   contexts = list(dict.fromkeys(ex.context for ex in examples))
   encoded = dict(zip(contexts, tok.tokenize_with_offsets(contexts)))
+  whole = tok.tokenize_to_ids(contexts)
+  same_ids = sum(encoded[c][0] == ids for c, ids in zip(contexts, whole))
   exact, misses = 0, []
   for ex in examples:
     _, spans = encoded[ex.context]
@@ -42,7 +46,7 @@ def measure(tok, examples, max_seq_length=384, doc_stride=128):
       ex = examples[f.example_index]
       in_window[f.example_index] |= (
           ex.context[f.offsets[start][0]:f.offsets[end][1]] == ex.orig_answer_text)
-  return exact, sum(in_window.values()), len(features), misses
+  return exact, sum(in_window.values()), len(features), misses, (same_ids, len(contexts))
 
 
 def main():
@@ -59,11 +63,13 @@ def main():
   for path in args.tokenizers:
     tok = tokenizer_lib.tokenizer_from_path(path)
     t0 = time.time()
-    exact, windowed, rows, misses = measure(tok, examples)
+    exact, windowed, rows, misses, (same, contexts) = measure(tok, examples)
     n = len(examples)
     print(f"{os.path.basename(path)} ({tok.kind}): exact from gold tokens {exact}/{n} = "
           f"{exact / n:.2%}; exact in a training window {windowed}/{n} = {windowed / n:.2%}; "
           f"{rows} windows; {time.time() - t0:.1f}s")
+    print(f"    offset ids equal the whole-text ids (tokenize_to_ids) in {same}/{contexts} "
+          f"contexts")
     inside = sum(1 for gold, got in misses if got and gold in got)
     print(f"    misses: {inside} of {len(misses)} cut a longer text holding the answer (the answer "
           f"ends or starts inside a token)")

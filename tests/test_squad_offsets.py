@@ -3,15 +3,19 @@ import json
 
 import pytest
 
+from bert_jax import bundle
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import finetune
 from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.model_config import BertConfig
 from bert_jax.tasks import squad
 from bert_jax.tasks import squad_offsets
-from tests.test_family_tokenizers import _reference, _write_corpus
+from tests.test_embed import _random_params
+from tests.test_family_tokenizers import _reference
 from tests.test_finetune import _squad_config, _squad_json
 
 _CONTEXT = ("The quick brown fox jumps over lazy dogs while seven wizards quietly hum "
-            "jazzy tunes about running animals in 1,000 towns.")
+            "jazzy tunes (about running animals) in 1,000 towns.")
 _QAS = [("who jumps over the dogs?", "quick brown fox"), ("how many wizards?", "seven"),
         ("what do they hum?", "jazzy tunes"), ("how many towns?", "1,000 towns")]
 
@@ -64,26 +68,31 @@ def test_offset_windows_hold_the_answer_where_it_fits_and_predictions_cut_the_co
 
 
 def test_squad_finetunes_a_roberta_checkpoint_end_to_end(tmp_path, bpe_dir):
-  """A tiny RoBERTa-tokenizer pretraining run fine-tunes on SQuAD; answers are context text."""
-  from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
-  from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
-  _write_corpus(tmp_path)
-  c = pretrain_config.get_config("tiny")
-  c.data.source, c.data.files, c.data.tokenizer = "files", str(tmp_path / "*.txt"), str(bpe_dir)
-  c.objective, c.data.mode, c.data.max_predictions_per_seq = "mlm", "full_sentences", 5
-  c.seq_len, c.batch_size, c.total_steps, c.log_every, c.checkpoint_every = 32, 8, 2, 1, 2
-  c.fill_mask_example = ""
-  workdir = str(tmp_path / "run")
-  pretrain.train(c, workdir)
+  """A tiny random checkpoint with RoBERTa's tokenizer fine-tunes on SQuAD; answers are
+  context text."""
+  tok = tokenizer_lib.tokenizer_from_path(str(bpe_dir))
+  config = BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_layers=1, num_heads=2,
+                      intermediate_size=32, max_position_embeddings=64)
+  init = str(tmp_path / "init")
+  bundle.save_bundle(init, _random_params(config, heads=()), config, tok.inv_vocab, False,
+                     tokenizer_file=str(bpe_dir / "vocab.json"))
+  assert tokenizer_lib.for_checkpoint(ckpt_lib.load_pretrained(init)).kind == "bpe"
   squad_dir = tmp_path / "squad"
   squad_dir.mkdir()
   for name, copies in (("train-v1.1.json", 2), ("dev-v1.1.json", 1)):
     (squad_dir / name).write_text(json.dumps(_squad_json("1.1", False, copies)),
                                   encoding="utf-8")
-  results = finetune.finetune(_squad_config(str(squad_dir), workdir, num_epochs=1.0),
+  results = finetune.finetune(_squad_config(str(squad_dir), init, num_epochs=1.0),
                               str(tmp_path / "ft"))
   assert set(results) == {"exact_match", "f1"}
   preds = json.loads((tmp_path / "ft" / "predictions.json").read_text())
   gold = json.loads((squad_dir / "dev-v1.1.json").read_text())
   contexts = [p["context"] for a in gold["data"] for p in a["paragraphs"]]
-  assert len(preds) == 5 and all(any(t in c for c in contexts) for t in preds.values())
+  assert len(preds) == 5 and all(t and any(t in c for c in contexts) for t in preds.values())
+  # The Python API answers from the export with the same offset features.
+  from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
+  records = [(qa["id"], qa["question"], p["context"]) for article in gold["data"]
+             for p in article["paragraphs"] for qa in p["qas"]]
+  answers = Encoder.load(str(tmp_path / "ft" / "export")).answer(
+      [r[1] for r in records], [r[2] for r in records], batch_size=4)
+  assert answers == [preds[r[0]] for r in records]

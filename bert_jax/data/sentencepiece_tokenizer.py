@@ -333,20 +333,22 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
   def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple]]]:
     """(ids, (start, end) character offsets) of each text, no special tokens.
 
-    Each whitespace-separated word is tokenized on its own (the pieces of a
-    '▁'-word do not depend on its neighbours). Within a word whose pieces spell
+    Each whitespace-separated word is tokenized on its own, after a space
+    unless it starts the text (the pieces of a '▁'-word do not depend on its
+    neighbours; ALBERT's lone '▁' before a word like '(nfl)' is kept, empty). Within a word whose pieces spell
     it character for character (case aside), each piece gets its characters;
     in a word the normalisation changed in length, the first piece spans the
     whole word and the others are empty at its end.
     """
     words = [[(m.start(), m.end()) for m in re.finditer(r"\S+", t)] for t in texts]
-    unique = list(dict.fromkeys(t[s:e] for t, ws in zip(texts, words) for s, e in ws))
+    key = lambda t, s, e: t[s:e] if s == 0 else " " + t[s:e]  # noqa: E731
+    unique = list(dict.fromkeys(key(t, s, e) for t, ws in zip(texts, words) for s, e in ws))
     pieces = dict(zip(unique, self.tokenize_to_ids(unique))) if unique else {}
     out = []
     for text, ws in zip(texts, words):
       ids, spans = [], []
       for s, e in ws:
-        word_ids = pieces[text[s:e]]
+        word_ids = pieces[key(text, s, e)]
         lengths = [len(self.inv_vocab[i].lstrip(_SPACE)) for i in word_ids]
         if self.unk_id in word_ids or sum(lengths) != e - s:
           spans.extend([(s, e)] + [(e, e)] * (len(word_ids) - 1))

@@ -32,7 +32,9 @@ counted like any other answer that cannot be found (Google's code fails).
 The tokenizer is any object with WordPiece's `tokenize_to_ids(texts)` (no
 special tokens), `convert_ids_to_tokens(ids)`, `basic_tokenize(text)` (the
 lower-casing / punctuation splitting step, used by get_final_text), `cls_id`,
-`sep_id` and `pad_id`.
+`sep_id` and `pad_id`. Byte-level BPE and SentencePiece tokenizers get their
+features from `squad_offsets` (character offsets, as transformers' run_qa.py);
+`postprocess_predictions` cuts their answers from the context by those offsets.
 """
 import collections
 import dataclasses
@@ -424,14 +426,8 @@ def convert_examples_to_features(tokenizer, examples: Sequence[SquadExample],
         if span_start <= tok_start and tok_end <= span_end:
           start_position = tok_start - span_start + offset
           end_position = tok_end - span_start + offset
-      pad = max_seq_length - len(ids)
-      rows["input_ids"].append(ids + [tokenizer.pad_id] * pad)
-      rows["input_mask"].append([1] * len(ids) + [0] * pad)
-      rows["segment_ids"].append(segments + [0] * pad)
-      rows["start_positions"].append(start_position)
-      rows["end_positions"].append(end_position)
-      rows["is_impossible"].append(int(example.is_impossible))
-      rows["example_index"].append(example_index)
+      append_row(rows, ids, segments, tokenizer.pad_id, max_seq_length, start_position,
+                 end_position, example.is_impossible, example_index)
       features.append(SquadFeature(
           example_index=example_index, doc_span_index=span_index, tokens=tokens,
           token_to_orig_map=token_to_orig_map, token_is_max_context=token_is_max_context))
@@ -450,6 +446,19 @@ def doc_windows(n: int, max_tokens_for_doc: int, doc_stride: int) -> list:
       break
     start_offset += min(length, doc_stride)
   return doc_spans
+
+
+def append_row(rows: dict, ids: list, segments: list, pad_id: int, max_seq_length: int,
+               start_position: int, end_position: int, is_impossible: bool, example_index: int):
+  """Adds one window, padded to max_seq_length, to the per-row lists."""
+  pad = max_seq_length - len(ids)
+  rows["input_ids"].append(ids + [pad_id] * pad)
+  rows["input_mask"].append([1] * len(ids) + [0] * pad)
+  rows["segment_ids"].append(segments + [0] * pad)
+  rows["start_positions"].append(start_position)
+  rows["end_positions"].append(end_position)
+  rows["is_impossible"].append(int(is_impossible))
+  rows["example_index"].append(example_index)
 
 
 def rows_to_arrays(rows: dict, max_seq_length: int) -> dict:
