@@ -46,7 +46,39 @@ def measure(tok, examples, max_seq_length=384, doc_stride=128):
       ex = examples[f.example_index]
       in_window[f.example_index] |= (
           ex.context[f.offsets[start][0]:f.offsets[end][1]] == ex.orig_answer_text)
-  return exact, sum(in_window.values()), len(features), misses, (same_ids, len(contexts))
+  return (exact, sum(in_window.values()), len(features), misses, (same_ids, len(contexts)),
+          _fast_agreement(tok, contexts, encoded))
+
+
+def _fast_agreement(tok, contexts, encoded):
+  """(tokens whose offsets equal transformers' fast tokenizer's, tokens compared), over the
+  contexts where both give the same ids, the fast spans without leading whitespace (its
+  SentencePiece '▁word' spans include the space; RoBERTa's trim_offsets drops it); None
+  without transformers."""
+  try:
+    import transformers  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  if tok.kind == "bpe":
+    d = os.path.dirname(tok.vocab_file)
+    fast = transformers.RobertaTokenizerFast(vocab_file=tok.vocab_file,
+                                             merges_file=os.path.join(d, "merges.txt"))
+  elif tok.conventions.name == "albert":
+    fast = transformers.AlbertTokenizerFast(vocab_file=tok.vocab_file)
+  else:
+    fast = transformers.DebertaV2TokenizerFast(vocab_file=tok.vocab_file)
+  ref = fast(contexts, add_special_tokens=False, return_offsets_mapping=True)
+  same = total = 0
+  for c, ids, offsets in zip(contexts, ref["input_ids"], ref["offset_mapping"]):
+    ours_ids, ours = encoded[c]
+    if ours_ids != ids:
+      continue
+    total += len(ids)
+    for a, (start, end) in zip(ours, offsets):
+      while start < end and c[start].isspace():  # '▁word' spans start at the space
+        start += 1
+      same += tuple(a) == (start, end)
+  return same, total
 
 
 def main():
@@ -63,13 +95,16 @@ def main():
   for path in args.tokenizers:
     tok = tokenizer_lib.tokenizer_from_path(path)
     t0 = time.time()
-    exact, windowed, rows, misses, (same, contexts) = measure(tok, examples)
+    exact, windowed, rows, misses, (same, contexts), fast = measure(tok, examples)
     n = len(examples)
     print(f"{os.path.basename(path)} ({tok.kind}): exact from gold tokens {exact}/{n} = "
           f"{exact / n:.2%}; exact in a training window {windowed}/{n} = {windowed / n:.2%}; "
           f"{rows} windows; {time.time() - t0:.1f}s")
     print(f"    offset ids equal the whole-text ids (tokenize_to_ids) in {same}/{contexts} "
           f"contexts")
+    if fast:
+      print(f"    offsets equal transformers' fast tokenizer's offset_mapping (space-trimmed) for {fast[0]}/"
+            f"{fast[1]} = {fast[0] / fast[1]:.2%} tokens")
     inside = sum(1 for gold, got in misses if got and gold in got)
     print(f"    misses: {inside} of {len(misses)} cut a longer text holding the answer (the answer "
           f"ends or starts inside a token)")
