@@ -96,3 +96,25 @@ def test_squad_finetunes_a_roberta_checkpoint_end_to_end(tmp_path, bpe_dir):
   answers = Encoder.load(str(tmp_path / "ft" / "export")).answer(
       [r[1] for r in records], [r[2] for r in records], batch_size=4)
   assert answers == [preds[r[0]] for r in records]
+
+
+@pytest.mark.parametrize("kind", ["albert", "deberta"])
+def test_sentencepiece_offsets_come_with_the_whole_text_ids(kind, albert_dir, deberta_dir):
+  """Word-by-word ids equal the whole text's; spans are in order and inside the text, and a
+  piece spells its characters (case aside) in words of known characters."""
+  from tests.tokenizer_fixtures import _TRICKY  # pylint: disable=g-import-not-at-top
+  tok = tokenizer_lib.tokenizer_from_path(str(albert_dir if kind == "albert" else deberta_dir))
+  # Not here: trailing spaces (ALBERT's whole text ends in a '▁' piece) and DeBERTa's literal
+  # '[UNK]' after a space (matched after the normalisation: the whole text keeps a '▁' before it).
+  texts = [t for t in _TRICKY if t == t.rstrip() and "[UNK]" not in t] + [_CONTEXT]
+  for text, (ids, spans), whole in zip(texts, tok.tokenize_with_offsets(texts),
+                                       tok.tokenize_to_ids(texts)):
+    assert ids == whole, text
+    assert len(spans) == len(ids)
+    assert all(0 <= s <= e <= len(text) for s, e in spans)
+    assert [s for s, _ in spans] == sorted(s for s, _ in spans), text
+  text = "the brown jumps over lazy dogs in 1,000 towns while seven wizards hum" + (" (a)" if kind == "albert" else "")
+  ids, spans = tok.tokenize_with_offsets([text])[0]
+  assert tok.unk_id not in ids and "".join(text[s:e] for s, e in spans) == text.replace(" ", "")
+  for i, (s, e) in zip(ids, spans):
+    assert text[s:e].lower() == tok.inv_vocab[i].lstrip("\u2581"), (s, e)

@@ -338,7 +338,9 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
     neighbours; ALBERT's lone '▁' before a word like '(nfl)' is kept, empty). Within a word whose pieces spell
     it character for character (case aside), each piece gets its characters;
     in a word the normalisation changed in length, the first piece spans the
-    whole word and the others are empty at its end.
+    whole word and the others are empty at its end. The ids are those of the
+    whole text except for a trailing space (ALBERT's last '▁' piece) and a
+    literal '[UNK]' after a space in DeBERTa text (its '▁' piece).
     """
     words = [[(m.start(), m.end()) for m in re.finditer(r"\S+", t)] for t in texts]
     key = lambda t, s, e: t[s:e] if s == 0 else " " + t[s:e]  # noqa: E731
