@@ -161,14 +161,14 @@ class Encoder:
     Raises:
       ValueError: the checkpoint is not a SQuAD export, or the counts differ.
     """
-    from bert_jax.tasks import squad  # pylint: disable=g-import-not-at-top
+    from bert_jax.tasks import squad, squad_offsets  # pylint: disable=g-import-not-at-top
     if "qa_outputs" not in self.heads or "version" not in self.info:
       raise ValueError(f"{self.pretrained.source} is not a SQuAD fine-tuning export (task "
                        f"{self.task!r}, heads {list(self.heads)}); load the export/ of a "
                        "configs/squad.py run")
     info = self.info
     examples = squad.examples_from_texts(list(questions), list(contexts))
-    arrays, features = squad.convert_examples_to_features(
+    arrays, features = squad_offsets.converter(self.tokenizer)(
         self.tokenizer, examples, info["max_seq_length"], info["doc_stride"],
         info["max_query_length"], is_training=False)
     start, end = self._outputs(_span_fn(self.config), arrays, batch_size, bucketed=False)

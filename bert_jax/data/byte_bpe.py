@@ -91,6 +91,22 @@ class ByteLevelBPETokenizer(tokenizer_base.Tokenizer):
     """Token ids of each text, no special tokens (batched in Rust threads)."""
     return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
+  def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple]]]:
+    """(ids, (start, end) character offsets) of each text, no special tokens.
+
+    A piece's span leaves out the space its 'Ġ' stands for (RobertaTokenizerFast's
+    trim_offsets).
+    """
+    out = []
+    for text, e in zip(texts, self._tok.encode_batch(list(texts), add_special_tokens=False)):
+      spans = []
+      for start, end in e.offsets:
+        while start < end and text[start].isspace():
+          start += 1
+        spans.append((start, end))
+      out.append((list(e.ids), spans))
+    return out
+
   def decode(self, ids: Sequence[int]) -> str:
     """The text of ids (bytes joined back, specials kept)."""
     return self._tok.decode(list(ids), skip_special_tokens=False)

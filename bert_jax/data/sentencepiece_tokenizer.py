@@ -330,6 +330,39 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
         best_key, ids = key, cand_ids
     return ids
 
+  def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple]]]:
+    """(ids, (start, end) character offsets) of each text, no special tokens.
+
+    Each whitespace-separated word is tokenized on its own, after a space
+    unless it starts the text (the pieces of a '▁'-word do not depend on its
+    neighbours; ALBERT's lone '▁' before a word like '(nfl)' is kept, empty). Within a word whose pieces spell
+    it character for character (case aside), each piece gets its characters;
+    in a word the normalisation changed in length, the first piece spans the
+    whole word and the others are empty at its end. The ids are those of the
+    whole text except for a trailing space (ALBERT's last '▁' piece) and a
+    literal '[UNK]' after a space in DeBERTa text (its '▁' piece).
+    """
+    words = [[(m.start(), m.end()) for m in re.finditer(r"\S+", t)] for t in texts]
+    key = lambda t, s, e: t[s:e] if s == 0 else " " + t[s:e]  # noqa: E731
+    unique = list(dict.fromkeys(key(t, s, e) for t, ws in zip(texts, words) for s, e in ws))
+    pieces = dict(zip(unique, self.tokenize_to_ids(unique))) if unique else {}
+    out = []
+    for text, ws in zip(texts, words):
+      ids, spans = [], []
+      for s, e in ws:
+        word_ids = pieces[key(text, s, e)]
+        lengths = [len(self.inv_vocab[i].lstrip(_SPACE)) for i in word_ids]
+        if self.unk_id in word_ids or sum(lengths) != e - s:
+          spans.extend([(s, e)] + [(e, e)] * (len(word_ids) - 1))
+        else:
+          at = s
+          for n in lengths:
+            spans.append((at, at + n))
+            at += n
+        ids.extend(word_ids)
+      out.append((ids, spans))
+    return out
+
   def basic_tokenize(self, text: str) -> list[str]:
     """The normalised text split on whitespace (SQuAD's answer alignment)."""
     return " ".join(self.normalize_segments([text])).split()

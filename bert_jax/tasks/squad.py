@@ -32,7 +32,9 @@ counted like any other answer that cannot be found (Google's code fails).
 The tokenizer is any object with WordPiece's `tokenize_to_ids(texts)` (no
 special tokens), `convert_ids_to_tokens(ids)`, `basic_tokenize(text)` (the
 lower-casing / punctuation splitting step, used by get_final_text), `cls_id`,
-`sep_id` and `pad_id`.
+`sep_id` and `pad_id`. Byte-level BPE and SentencePiece tokenizers get their
+features from `squad_offsets` (character offsets, as transformers' run_qa.py);
+`postprocess_predictions` cuts their answers from the context by those offsets.
 """
 import collections
 import dataclasses
@@ -62,6 +64,9 @@ class SquadExample:
     orig_answer_text: training target text ('' when impossible, None for eval).
     start_position: training target's first doc token (-1 when impossible).
     end_position: training target's last doc token (-1 when impossible).
+    context: the paragraph text as given.
+    answer_start: training target's first character in `context` (None when
+      impossible or for eval).
   """
   qas_id: str
   question_text: str
@@ -71,6 +76,8 @@ class SquadExample:
   orig_answer_text: Optional[str] = None
   start_position: Optional[int] = None
   end_position: Optional[int] = None
+  context: Optional[str] = None
+  answer_start: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -84,12 +91,15 @@ class SquadFeature:
     token_to_orig_map: row position -> doc token index, for window tokens.
     token_is_max_context: row position -> whether this window gives the token
       its most context (min of left and right context) among the windows.
+    offsets: row position -> (start, end) characters of the example's context,
+      for window tokens (`squad_offsets` features; None for WordPiece's).
   """
   example_index: int
   doc_span_index: int
   tokens: list
   token_to_orig_map: dict
   token_is_max_context: dict
+  offsets: Optional[dict] = None
 
 
 def _is_whitespace(c: str) -> bool:
@@ -143,7 +153,7 @@ def _make_examples(records, is_training: bool, source: str):
     is_impossible = bool(record.get("is_impossible", False))
     example = SquadExample(
         qas_id=record["id"], question_text=record["question"], doc_tokens=doc_tokens,
-        answers=[a["text"] for a in answers], is_impossible=is_impossible)
+        answers=[a["text"] for a in answers], is_impossible=is_impossible, context=context)
     if is_training:
       if is_impossible:
         example.orig_answer_text, example.start_position, example.end_position = "", -1, -1
@@ -170,6 +180,7 @@ def _make_examples(records, is_training: bool, source: str):
           continue
         example.orig_answer_text, example.start_position, example.end_position = (
             text, start, end)
+        example.answer_start = offset
     examples.append(example)
   if skipped:
     logging.warning("%s: skipped %d of %d training questions whose answer could not be "
@@ -394,16 +405,7 @@ def convert_examples_to_features(tokenizer, examples: Sequence[SquadExample],
       tok_start, tok_end = _improve_answer_span(
           doc_pieces, tok_start, tok_end, to_tokens(answer_pieces[example_index]))
 
-    # Windows of at most max_tokens_for_doc pieces, doc_stride apart.
-    max_tokens_for_doc = max_seq_length - len(query) - 3
-    doc_spans = []
-    start_offset = 0
-    while start_offset < len(doc_ids):
-      length = min(len(doc_ids) - start_offset, max_tokens_for_doc)
-      doc_spans.append((start_offset, length))
-      if start_offset + length == len(doc_ids):
-        break
-      start_offset += min(length, doc_stride)
+    doc_spans = doc_windows(len(doc_ids), max_seq_length - len(query) - 3, doc_stride)
 
     query_tokens = to_tokens(query)
     for span_index, (span_start, span_length) in enumerate(doc_spans):
@@ -424,19 +426,44 @@ def convert_examples_to_features(tokenizer, examples: Sequence[SquadExample],
         if span_start <= tok_start and tok_end <= span_end:
           start_position = tok_start - span_start + offset
           end_position = tok_end - span_start + offset
-      pad = max_seq_length - len(ids)
-      rows["input_ids"].append(ids + [tokenizer.pad_id] * pad)
-      rows["input_mask"].append([1] * len(ids) + [0] * pad)
-      rows["segment_ids"].append(segments + [0] * pad)
-      rows["start_positions"].append(start_position)
-      rows["end_positions"].append(end_position)
-      rows["is_impossible"].append(int(example.is_impossible))
-      rows["example_index"].append(example_index)
+      append_row(rows, ids, segments, tokenizer.pad_id, max_seq_length, start_position,
+                 end_position, example.is_impossible, example_index)
       features.append(SquadFeature(
           example_index=example_index, doc_span_index=span_index, tokens=tokens,
           token_to_orig_map=token_to_orig_map, token_is_max_context=token_is_max_context))
 
-  f = len(features)
+  return rows_to_arrays(rows, max_seq_length), features
+
+
+def doc_windows(n: int, max_tokens_for_doc: int, doc_stride: int) -> list:
+  """(start, length) windows of at most max_tokens_for_doc of n doc pieces, doc_stride apart."""
+  doc_spans = []
+  start_offset = 0
+  while start_offset < n:
+    length = min(n - start_offset, max_tokens_for_doc)
+    doc_spans.append((start_offset, length))
+    if start_offset + length == n:
+      break
+    start_offset += min(length, doc_stride)
+  return doc_spans
+
+
+def append_row(rows: dict, ids: list, segments: list, pad_id: int, max_seq_length: int,
+               start_position: int, end_position: int, is_impossible: bool, example_index: int):
+  """Adds one window, padded to max_seq_length, to the per-row lists."""
+  pad = max_seq_length - len(ids)
+  rows["input_ids"].append(ids + [pad_id] * pad)
+  rows["input_mask"].append([1] * len(ids) + [0] * pad)
+  rows["segment_ids"].append(segments + [0] * pad)
+  rows["start_positions"].append(start_position)
+  rows["end_positions"].append(end_position)
+  rows["is_impossible"].append(int(is_impossible))
+  rows["example_index"].append(example_index)
+
+
+def rows_to_arrays(rows: dict, max_seq_length: int) -> dict:
+  """The feature arrays (see convert_examples_to_features) of per-row lists."""
+  f = len(rows["example_index"])
   arrays = {
       "input_ids": np.array(rows["input_ids"], np.int32).reshape(f, max_seq_length),
       "input_mask": np.array(rows["input_mask"], np.int32).reshape(f, max_seq_length),
@@ -448,9 +475,8 @@ def convert_examples_to_features(tokenizer, examples: Sequence[SquadExample],
       "example_index": np.array(rows["example_index"], np.int32),
       "feature_index": np.arange(f, dtype=np.int32),
   }
-  logging.info("SQuAD features: %d examples -> %d windows of %d tokens", len(examples), f,
-               max_seq_length)
-  return arrays, features
+  logging.info("SQuAD features: %d windows of %d tokens", f, max_seq_length)
+  return arrays
 
 
 def get_final_text(pred_text: str, orig_text: str, basic_tokenize) -> str:
@@ -592,7 +618,10 @@ def postprocess_predictions(examples: Sequence[SquadExample],
   if start_logits.shape[0] != len(features) or end_logits.shape != start_logits.shape:
     raise ValueError(f"{len(features)} features but logits of shapes {start_logits.shape} "
                      f"and {end_logits.shape}")
-  span_basic_tokens = _SpanBasicTokens(tokenizer, examples)
+  if all(feature.offsets is not None for feature in features):
+    span_basic_tokens = None  # Answers are cut from the context by character offsets.
+  else:
+    span_basic_tokens = _SpanBasicTokens(tokenizer, examples)
   by_example = collections.defaultdict(list)
   for feature_index, feature in enumerate(features):
     by_example[feature.example_index].append(feature_index)
@@ -631,7 +660,11 @@ def postprocess_predictions(examples: Sequence[SquadExample],
       if len(nbest) >= n_best_size:
         break
       feature = features[feature_index]
-      if start > 0:  # A span, not the null answer.
+      if start > 0 and feature.offsets is not None:  # A span, cut by offsets.
+        text = example.context[feature.offsets[start][0]:feature.offsets[end][1]]
+        if text in seen:
+          continue
+      elif start > 0:  # A span, not the null answer.
         tok_text = " ".join(feature.tokens[start:end + 1])
         tok_text = tok_text.replace(" ##", "").replace("##", "")
         tok_text = " ".join(tok_text.strip().split())

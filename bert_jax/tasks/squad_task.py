@@ -14,6 +14,7 @@ from bert_jax import model as model_lib
 from bert_jax import squad_eval
 from bert_jax.model_config import BertConfig
 from bert_jax.tasks import squad
+from bert_jax.tasks import squad_offsets
 from bert_jax.tasks import task as task_lib
 
 
@@ -35,10 +36,8 @@ def _squad_path(config, name: str) -> str:
 
 def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   """SQuAD v1.1 / v2.0 from the original JSON files (or TFDS)."""
-  if tokenizer.kind != "wordpiece":
-    raise ValueError(f"SQuAD fine-tuning needs a WordPiece checkpoint (answer spans are mapped "
-                     f"back through BERT's basic tokenization); this one has a {tokenizer.kind} "
-                     f"tokenizer")
+  # WordPiece: Google's run_squad features; BPE / SentencePiece: character offsets (run_qa.py).
+  convert = squad_offsets.converter(tokenizer)
   v2 = config.version == "2.0"
 
   def read(name, split, is_training):
@@ -57,7 +56,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       examples = examples[:config.max_train_examples]
     if not examples:
       raise ValueError("SQuAD: no training examples")
-    train_arrays, _ = squad.convert_examples_to_features(
+    train_arrays, _ = convert(
         tokenizer, examples, config.max_seq_length, config.doc_stride, config.max_query_length,
         is_training=True)
     stats["train_examples"] = len(examples)
@@ -69,7 +68,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
                   + optax.softmax_cross_entropy_with_integer_labels(end, batch["end_positions"]))
 
   eval_examples, _ = read(config.eval_file, "validation", False)
-  eval_arrays, eval_features = squad.convert_examples_to_features(
+  eval_arrays, eval_features = convert(
       tokenizer, eval_examples, config.max_seq_length, config.doc_stride, config.max_query_length,
       is_training=False)
   stats["eval_examples"] = len(eval_examples)
