@@ -1,0 +1,59 @@
+"""What tests/test_pretrain.py's straight runs would cost at 50 steps instead of 6.
+
+The issue asks each variant's tiny config to pretrain 50 steps in the test suite;
+the tests run 6 (seq 32, batch 8, tiny). For each objective of the tests
+(OBJECTIVES, the same config overrides), after one warm-up run: the wall time of
+a 6-step run (checkpoints every 3, as the tests) and of a 50-step run
+(checkpoints every 25, the same two saves), and the difference.
+
+  nice -n 5 python benchmarks/pretrain_test_steps.py [OBJECTIVE ...]
+"""
+import pathlib
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from bert_jax import pretrain  # noqa: E402
+from tests import test_pretrain as tp  # noqa: E402
+
+
+def _corpus(path: pathlib.Path) -> str:
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)  # test_pretrain.corpus's generator
+  lines = []
+  for _ in range(60):
+    for _ in range(int(rng.integers(3, 8))):
+      words = " ".join(tp.WORDS[i] for i in rng.choice(len(tp.WORDS), 2)).split()
+      lines.append(" ".join(words[:int(rng.integers(6, len(words) + 1))]) + " .")
+    lines.append("")
+  path.write_text("\n".join(lines), encoding="utf-8")
+  return str(path)
+
+
+def main():
+  root = pathlib.Path(tempfile.mkdtemp())
+  corpus = _corpus(root / "corpus.txt")
+  teacher = str(root / "teacher")
+  pretrain.train(tp.small_config(corpus), teacher)  # warm-up, and distill's teacher
+  total = 0.0
+  for objective in sys.argv[1:] or list(tp.OBJECTIVES):
+    overrides = dict(tp.OBJECTIVES[objective][0])
+    if objective == "distill":
+      overrides["teacher_checkpoint"] = teacher
+    wall = {}
+    for steps, every in ((6, 3), (50, 25)):
+      c = tp.small_config(corpus, **overrides)
+      c.total_steps, c.checkpoint_every = steps, every
+      t0 = time.perf_counter()
+      pretrain.train(c, str(root / f"{objective}_{steps}"))
+      wall[steps] = time.perf_counter() - t0
+    total += wall[50] - wall[6]
+    print(f"{objective}: 6 steps {wall[6]:.1f}s, 50 steps {wall[50]:.1f}s, "
+          f"+{wall[50] - wall[6]:.1f}s", flush=True)
+  print(f"total extra for 50 steps: {total:.1f}s")
+
+
+if __name__ == "__main__":
+  main()
