@@ -274,6 +274,7 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
 
   def save(self, step, state, meta):
     if step == 6:
+      self.wait()  # step 3's background save committed first (a loaded machine may lag)
       resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, hard))
     return orig_save(self, step, state, meta)
   monkeypatch.setattr(ckpt_lib.TrainCheckpoints, "save", save)
