@@ -13,23 +13,37 @@ import numpy as np
 from bert_jax.data import segments
 
 
+def _spans(ids: np.ndarray, tokens: np.ndarray, start: np.ndarray, span_len: np.ndarray,
+           first_col: np.ndarray) -> None:
+  """ids[r, first_col[r] + j] = tokens[start[r] + j] for j < span_len[r], for every row r."""
+  row = np.repeat(np.arange(len(span_len)), span_len)
+  within = np.arange(len(row)) - np.repeat(np.cumsum(span_len) - span_len, span_len)
+  ids[row, np.repeat(first_col, span_len) + within] = tokens[np.repeat(start, span_len) + within]
+
+
 def _example_rows(tokens: np.ndarray, ex: segments.Examples, seq_len: int, cls_id: int,
                   sep_id: int, pad_id: int):
-  """Per-example rows: ids [n, L], length [n], segment ids [n, L]."""
-  p = np.arange(seq_len)[None, :]  # [1, L]
-  la, lb = ex.a_len[:, None], ex.b_len[:, None]
-  s1 = ex.final_sep[:, None].astype(np.int64)
+  """Per-example rows: ids [n, L], length [n], segment ids [n, L].
+
+  Only the real tokens are written (scatters over the spans), not [n, L] index arrays.
+  """
+  n = len(ex)
+  la, lb = ex.a_len, ex.b_len
+  s1 = ex.final_sep.astype(np.int64)
   has_b = (lb > 0).astype(np.int64)
-  in_a = (p >= 1) & (p <= la)
-  q = p - (la + 1 + s1)  # position within B
-  in_b = (q >= 0) & (q < lb)
-  idx = np.where(in_a, ex.a_start[:, None] + p - 1, np.where(in_b, ex.b_start[:, None] + q, 0))
-  ids = np.where(in_a | in_b, tokens[idx], pad_id)
-  ids = np.where(p == 0, cls_id, ids)
-  ids = np.where(((p == la + 1) & (s1 > 0)) | ((q == lb) & (has_b > 0)), sep_id, ids)
-  length = (1 + la + s1 + lb + has_b)[:, 0]  # [n]
-  segment = ((q >= 0) & (p < length[:, None])).astype(np.int32)
-  return ids.astype(np.int32), length, segment
+  b_col = 1 + la + s1  # first column of B
+  length = b_col + lb + has_b  # [n]
+  ids = np.full((n, seq_len), pad_id, np.int32)
+  ids[:, 0] = cls_id
+  _spans(ids, tokens, ex.a_start, la, np.ones(n, np.int64))
+  _spans(ids, tokens, ex.b_start, lb, b_col)
+  r = np.flatnonzero(s1)
+  ids[r, la[r] + 1] = sep_id
+  r = np.flatnonzero(has_b)
+  ids[r, b_col[r] + lb[r]] = sep_id
+  p = np.arange(seq_len)[None, :]
+  segment = ((p >= b_col[:, None]) & (p < length[:, None])).astype(np.int32)
+  return ids, length, segment
 
 
 def build_rows(tokens: np.ndarray, ex: segments.Examples, seq_len: int, *, cls_id: int,
