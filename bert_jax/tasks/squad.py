@@ -325,7 +325,7 @@ def _improve_answer_span(doc_pieces, start, end, answer_pieces):
   return start, end
 
 
-def _is_max_context(doc_spans, span_index, position):
+def is_max_context(doc_spans, span_index, position):
   """Whether window `span_index` gives doc piece `position` its most context."""
   best_score, best_index = None, None
   for index, (start, length) in enumerate(doc_spans):
@@ -414,7 +414,7 @@ def convert_examples_to_features(tokenizer, examples: Sequence[SquadExample],
       for i in range(span_length):
         piece = span_start + i
         token_to_orig_map[offset + i] = tok_to_orig_index[piece]
-        token_is_max_context[offset + i] = _is_max_context(doc_spans, span_index, piece)
+        token_is_max_context[offset + i] = is_max_context(doc_spans, span_index, piece)
       ids = ([tokenizer.cls_id] + query + [tokenizer.sep_id] +
              doc_ids[span_start:span_start + span_length] + [tokenizer.sep_id])
       tokens = (["[CLS]"] + query_tokens + ["[SEP]"] +
@@ -660,21 +660,19 @@ def postprocess_predictions(examples: Sequence[SquadExample],
       if len(nbest) >= n_best_size:
         break
       feature = features[feature_index]
-      if start > 0 and feature.offsets is not None:  # A span, cut by offsets.
+      if start == 0:  # The null answer.
+        text = ""
+      elif feature.offsets is not None:  # A span, cut from the context by offsets.
         text = example.context[feature.offsets[start][0]:feature.offsets[end][1]]
-        if text in seen:
-          continue
-      elif start > 0:  # A span, not the null answer.
+      else:  # A span, projected back through BERT's basic tokenization.
         tok_text = " ".join(feature.tokens[start:end + 1])
         tok_text = tok_text.replace(" ##", "").replace("##", "")
         tok_text = " ".join(tok_text.strip().split())
         first, last = feature.token_to_orig_map[start], feature.token_to_orig_map[end]
         orig_text = " ".join(example.doc_tokens[first:last + 1])
         text = _project(tok_text, orig_text, span_basic_tokens(example, first, last))
-        if text in seen:
-          continue
-      else:
-        text = ""
+      if start > 0 and text in seen:
+        continue
       seen.add(text)
       nbest.append((text, start_logit, end_logit))
     if version_2_with_negative and "" not in seen:

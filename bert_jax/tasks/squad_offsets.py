@@ -62,7 +62,7 @@ def convert_examples_to_features(tokenizer, examples: Sequence[squad.SquadExampl
       offset = len(ids) - span_length - 1  # row position of the window's first token
       positions = range(offset, offset + span_length)
       token_to_orig_map = {p: span_start + i for i, p in enumerate(positions)}
-      token_is_max_context = {p: squad._is_max_context(doc_spans, span_index, span_start + i)  # pylint: disable=protected-access
+      token_is_max_context = {p: squad.is_max_context(doc_spans, span_index, span_start + i)
                               for i, p in enumerate(positions)}
       offsets = {p: spans[span_start + i] for i, p in enumerate(positions)}
       start_position = end_position = 0
