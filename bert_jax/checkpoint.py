@@ -332,7 +332,9 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
     bundle.check_arch(config, expect, source)
   state = _restore_on_one_device(ckpts.directory / str(step) / "state")
   checksum.verify(state, meta.get("checksums"), source)
-  params = jax.tree.map(np.asarray, model_lib.unstack_layers(state["params"]))
+  params = state["params"]
+  params = params.get("discriminator", params)  # ELECTRA's state: the discriminator is the model
+  params = jax.tree.map(np.asarray, model_lib.unstack_layers(params))
   return Pretrained(params, config.replace(scan_layers=False), tuple(meta["vocab"]),
                     bool(meta["lowercase"]), source, meta.get("tokenizer_file"))
 
