@@ -31,16 +31,20 @@ def encoder_params(config: BertConfig) -> int:
 
 
 def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: float) -> float:
-  """6 N_nonembed + 12 L S H + 6 E (V + H) x masked fraction (+ 6 E H), per real token.
+  """6 N_nonembed + 12 L S H + 6 E (V + H) x masked fraction (+ 6 E H) (+ 24 L R H), per real token.
 
   Attention is bidirectional, so its term is not halved; the MLM head (transform
   H -> E and the tied decoder E -> V, E the embedding width) runs only at masked
   positions; factorized embeddings (E != H: ALBERT, ELECTRA) add their projection
-  E -> H at every token.
+  E -> H at every token. DeBERTa's disentangled attention adds, per layer and token, its
+  c2p and p2c scores against all 2 R relative embeddings (R: relative_span;
+  bert_jax/disentangled.py's einsums, 8 R H forward); the table's projections, once per
+  batch, are left out.
   """
   h, e = config.hidden_size, config.embed_dim
   return (6.0 * encoder_params(config) + 12.0 * config.num_layers * seq_len * h
-          + 6.0 * e * (config.vocab_size + h) * masked_fraction + (6.0 * e * h if e != h else 0.0))
+          + 6.0 * e * (config.vocab_size + h) * masked_fraction + (6.0 * e * h if e != h else 0.0)
+          + 24.0 * config.num_layers * config.relative_span * h)
 
 
 def measure_matmul_peak(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
