@@ -158,13 +158,15 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
     A dict with the compiled executable, the mesh, the model config, the
     number of parameters and the compile time.
   """
+  pad_id = 0
   if vocab_size is None:
     from bert_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
-    vocab_size = tokenizer.load_tokenizer(config.data).vocab_size
+    tok = tokenizer.load_tokenizer(config.data)
+    vocab_size, pad_id = tok.vocab_size, tok.pad_id
   mesh = sharding.make_mesh(config.mesh.shape, devices, dcn_shape)
   rules = sharding.logical_rules(config.mesh.preset)
   pretrain_setup.check_config(config, mesh)
-  setup = pretrain_setup.build(config, vocab_size)
+  setup = pretrain_setup.build(config, vocab_size, pad_id=pad_id)
   target, shardings = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch_shard = sharding.batch_sharding(mesh)
   batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
@@ -182,10 +184,11 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
   num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(target.params))
   return dict(compiled=compiled, mesh=mesh, model_config=setup.model_config, num_params=num_params,
               compile_seconds=compile_seconds, state=target,
-              hlo_flops_per_device=unrolled_hlo_flops(config, vocab_size) / len(devices))
+              hlo_flops_per_device=unrolled_hlo_flops(config, vocab_size, pad_id) / len(devices))
 
 
-def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int) -> float:
+def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int,
+                       pad_id: int = 0) -> float:
   """FLOPs of one global step, from XLA's cost analysis of the unrolled program.
 
   Lowered (not compiled) for one CPU device: the count does not depend on the
@@ -197,7 +200,7 @@ def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int) -> fl
   cpu = jax.devices("cpu")[:1]
   mesh = sharding.make_mesh((1, 1, 1), cpu)
   rules = sharding.logical_rules("data_parallel")
-  setup = pretrain_setup.build(config, vocab_size)
+  setup = pretrain_setup.build(config, vocab_size, pad_id=pad_id)
   target, _ = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
                          config.data.packing, sharding.batch_sharding(mesh))

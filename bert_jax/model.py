@@ -295,6 +295,20 @@ def default_position_ids(input_ids: Array, config: BertConfig) -> Array:
   return jnp.cumsum(real, axis=1) * real + (config.position_offset - 1)
 
 
+def batch_position_ids(batch: dict, config: BertConfig) -> Optional[Array]:
+  """A pretraining batch's position ids as the model's table reads them, or None (defaults).
+
+  The pipeline's packed rows restart at 0 for each example (bert_jax/data/rows.py); a model
+  with a position_offset (RoBERTa) reads them from position_offset on, padding at
+  position_offset - 1, as default_position_ids numbers an unpacked row.
+  """
+  position_ids = batch.get("position_ids")
+  if position_ids is None or not config.position_offset:
+    return position_ids
+  return jnp.where(batch["input_mask"] > 0, position_ids + config.position_offset,
+                   config.position_offset - 1)
+
+
 def gather_positions(x: Array, positions: Array) -> Array:
   """x [batch, len, hidden], positions [batch, P] -> [batch, P, hidden]."""
   return jnp.take_along_axis(x, positions[..., None].astype(jnp.int32), axis=1)

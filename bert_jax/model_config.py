@@ -189,7 +189,39 @@ def variant(name: str, vocab_size: int, **overrides) -> BertConfig:
 
 
 # The architectures pretraining builds from a variant's sizes (configs/pretrain.py model_type).
-PRETRAIN_MODEL_TYPES = ("bert", "deberta-v2")
+PRETRAIN_MODEL_TYPES = MODEL_TYPES
+
+
+def for_pretraining(config: BertConfig, model_type: str, pad_id: int = 0) -> BertConfig:
+  """`config`'s sizes (a variant's) as the family member `model_type` is built.
+
+  Args:
+    config: a BERT config with the variant's sizes.
+    model_type: one of PRETRAIN_MODEL_TYPES.
+    pad_id: the tokenizer's padding id (RoBERTa's positions start after it).
+
+  Returns:
+    'bert': config. 'roberta': one token type, positions from pad_id + 1 (the table grows
+    by pad_id + 1 rows, 514 for roberta-base), LayerNorm eps 1e-5. 'albert': embeddings of
+    128 (half of hidden when hidden <= 128) projected to hidden, one layer shared by all,
+    gelu_new. 'distilbert': no token types. 'electra': BERT's shapes under ELECTRA's names.
+    'deberta-v2': deberta_v3(config).
+  """
+  if model_type not in PRETRAIN_MODEL_TYPES:
+    raise ValueError(f"model_type {model_type!r} not in {list(PRETRAIN_MODEL_TYPES)}")
+  if model_type == "roberta":
+    return config.replace(model_type="roberta", type_vocab_size=1, pad_token_id=pad_id,
+                          position_offset=pad_id + 1, layer_norm_eps=1e-5,
+                          max_position_embeddings=config.max_position_embeddings + pad_id + 1)
+  if model_type == "albert":
+    embed = 128 if config.hidden_size > 128 else config.hidden_size // 2
+    return config.replace(model_type="albert", embedding_size=embed, share_layers=True,
+                          hidden_act="gelu_new")
+  if model_type == "distilbert":
+    return config.replace(model_type="distilbert", type_vocab_size=0)
+  if model_type == "deberta-v2":
+    return deberta_v3(config)
+  return config.replace(model_type=model_type)
 
 
 def deberta_v3(config: BertConfig) -> BertConfig:

@@ -61,7 +61,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count())
 
   # -- Abstract model, objective, optimizer --------------------------------------
-  setup = pretrain_setup.build(config, data.vocab_size, data.tokenizer.inv_vocab)
+  setup = pretrain_setup.build(config, data.vocab_size, data.tokenizer.inv_vocab,
+                               data.tokenizer.pad_id)
   model_cfg = setup.model_config
 
   # -- State: resume this workdir, or start from init_checkpoint (or the params the
@@ -80,7 +81,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   data_position = int(meta["data_position"]) if meta else 0
   start_step = int(state.step)
   if is_writer:
-    _print_header(config, workdir, model_cfg, state.params, data.vocab_size, start_step)
+    _print_header(config, workdir, model_cfg, state.params, data.tokenizer, start_step)
   if meta or pretrained:
     print(how + (f" (data position {data_position})" if meta else ""), flush=True)
   if is_writer and start_step < config.total_steps:
@@ -181,19 +182,22 @@ def train(config: ml_collections.ConfigDict, workdir: str,
           "tokenizer_file": description.get("tokenizer_file")}
 
 
-def _print_header(config, workdir: str, model_cfg, params, vocab_size: int,
+def _print_header(config, workdir: str, model_cfg, params, tokenizer,
                   start_step: int) -> None:
   """What the run will do: model, parameters, data, steps, where it writes."""
   from bert_jax import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import wordpiece  # pylint: disable=g-import-not-at-top
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads"))
   d = config.data
+  default_vocab = wordpiece.default_vocab_file()
   source = {"builtin": "the built-in corpus (Python standard-library docstrings)",
             "files": f"files {d.files}", "tfds": f"TFDS {d.tfds_name} ({d.tfds_split})"}
-  vocab = d.spm_model if d.tokenizer == "sentencepiece" else (d.vocab_file or
-                                                              "bert-base-uncased's")
+  vocab = (f"{tokenizer.kind} {tokenizer.vocab_file}" if tokenizer.vocab_file != default_vocab
+           else "bert-base-uncased's")
   resumed = f", resuming at step {start_step}" if start_step else ""
   train_log.print_header("bert_jax.pretrain", f"pretrain {config.variant}", [
-      ("model", f"{config.variant}: {arch}, vocab {vocab_size:,}, "
+      ("model", f"{config.variant} {model_cfg.model_type}: {arch}, "
+                f"vocab {tokenizer.vocab_size:,}, "
                 f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
       ("data", f"{source.get(d.source, d.source)}, {d.mode}, {vocab} vocab"),
       ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "

@@ -48,9 +48,14 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
         f"{config.seq_len}")
   if config.model_type not in model_config_lib.PRETRAIN_MODEL_TYPES:
     bad(f"model_type {config.model_type!r} not in {list(model_config_lib.PRETRAIN_MODEL_TYPES)}")
-  if config.model_type != "bert" and config.objective == "electra":
+  if config.objective == "electra" and config.model_type not in ("electra", "bert"):
     bad(f"objective 'electra' trains ELECTRA's own encoders; model_type {config.model_type!r} "
         "is not supported with it")
+  if config.model_type == "electra" and config.objective != "electra":
+    bad(f"model_type 'electra' is trained by objective='electra', not {config.objective!r}")
+  if config.model_type == "distilbert" and config.objective in mlm_nsp.PAIR_TASKS:
+    bad(f"model_type 'distilbert' has no pooler for objective {config.objective!r}'s sentence "
+        "task; use objective='mlm' or 'distill'")
   if config.objective not in OBJECTIVE_MODES:
     bad(f"objective {config.objective!r} not in {list(OBJECTIVE_MODES)}")
   if config.data.mode not in OBJECTIVE_MODES[config.objective]:
@@ -96,16 +101,15 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     bad(f"init_checkpoint {config.init_checkpoint} does not exist")
   if config.init_checkpoint:  # its architecture, before the data is read (vocab checked later)
     stored = ckpt_lib.read_model_config(config.init_checkpoint)
-    bundle.check_arch(stored, model_config_from(config, stored.vocab_size),
+    bundle.check_arch(stored, model_config_from(config, stored.vocab_size, stored.pad_token_id),
                       config.init_checkpoint)
 
 
-def model_config_from(config: ml_collections.ConfigDict,
-                      vocab_size: int) -> model_config_lib.BertConfig:
-  """The BertConfig of a pretraining config and the tokenizer's vocab size."""
-  base = model_config_lib.variant(config.variant, vocab_size)
-  if config.model_type == "deberta-v2":
-    base = model_config_lib.deberta_v3(base)
+def model_config_from(config: ml_collections.ConfigDict, vocab_size: int,
+                      pad_id: int = 0) -> model_config_lib.BertConfig:
+  """The BertConfig of a pretraining config and the tokenizer's vocab size and padding id."""
+  base = model_config_lib.for_pretraining(model_config_lib.variant(config.variant, vocab_size),
+                                          config.model_type, pad_id)
   return train_core.model_config_from(config.model, base)
 
 
@@ -146,18 +150,19 @@ class Pretraining:
 
 
 def build(config: ml_collections.ConfigDict, vocab_size: int,
-          vocab: Sequence[str] = ()) -> Pretraining:
+          vocab: Sequence[str] = (), pad_id: int = 0) -> Pretraining:
   """The model, objective, optimizer and init function of a pretraining config.
 
   Args:
     config: a configs/pretrain.py config (config.objective picks the objective).
     vocab_size: the tokenizer's vocab size.
     vocab: the tokenizer's tokens (distillation checks the teacher's are the same).
+    pad_id: the tokenizer's padding id (RoBERTa's positions start after it).
 
   Returns:
     The Pretraining pieces.
   """
-  model_cfg = model_config_from(config, vocab_size)
+  model_cfg = model_config_from(config, vocab_size, pad_id)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
                                         config.warmup_steps, config.total_steps)
   seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq

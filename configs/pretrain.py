@@ -70,9 +70,12 @@ def get_config(arg=None):
   # 'electra' (replaced-token detection with a small generator; the `electra` section) or
   # 'distill' (DistilBERT: a student of teacher_checkpoint; the `distill` section).
   c.objective = "mlm_nsp"
-  # The encoder built with the variant's sizes: 'bert', or 'deberta-v2' (DeBERTa-v3's
-  # disentangled attention, 256 log position buckets, no absolute positions or token types;
-  # bert_jax.model_config.deberta_v3).
+  # The family member built with the variant's sizes (bert_jax.model_config.for_pretraining):
+  # 'bert'; 'roberta' (one token type, positions from the tokenizer's pad id + 1); 'albert'
+  # (128-wide embeddings projected to hidden, half of hidden up to 128; one layer shared by
+  # all); 'distilbert' (no token types or pooler: objective 'mlm'); 'electra' (objective
+  # 'electra'); 'deberta-v2' (DeBERTa-v3's disentangled attention, 256 log position buckets,
+  # no absolute positions or token types). The tokenizer is data.tokenizer's, any kind.
   c.model_type = "bert"
   # objective='distill': the frozen teacher, any checkpoint with an MLM head (a bundle, a
   # converted checkpoint, a pretraining workdir); the student takes its shapes and vocab
@@ -233,6 +236,7 @@ def _apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
   if recipe == "roberta":
     # RoBERTa (Liu et al. 2019, arXiv:1907.11692). Sec. 4.2: FULL-SENTENCES without NSP ("removing
     # the NSP loss matches or slightly improves downstream task performance").
+    c.model_type = "roberta"
     c.objective = "mlm"
     c.data.mode = "full_sentences"
     # Rows filled with whole sentences and no padding (Sec. 4.2's inputs are "packed with full
@@ -262,8 +266,9 @@ def _apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
       c.data.max_predictions_per_seq = 80
   elif recipe == "albert":
     # ALBERT (Lan et al. 2020, arXiv:1909.11942). Sec. 3.1: sentence-order prediction in place of
-    # NSP; Sec. 4.1: n-gram masking with n <= 3 and p(n) proportional to 1/n. (The factorized
-    # embeddings and shared layers of ALBERT's models are architecture, not part of this recipe.)
+    # NSP; Sec. 4.1: n-gram masking with n <= 3 and p(n) proportional to 1/n. Sec. 3.1: the
+    # factorized embeddings (E = 128) and one layer's parameters shared across all layers.
+    c.model_type = "albert"
     c.objective = "mlm_sop"
     c.data.mode = "sop"
     c.data.masking = "ngram"
@@ -289,6 +294,7 @@ def _apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
   elif recipe == "electra":
     # ELECTRA (Clark et al. 2020, arXiv:2003.10555): replaced-token detection with a generator of
     # 1/4 the discriminator's hidden size (config.electra), on contiguous text without NSP.
+    c.model_type = "electra"
     c.objective = "electra"
     c.data.mode = "full_sentences"
     if variant == "base":

@@ -115,9 +115,9 @@ def test_each_recipe_is_a_config_pretraining_accepts(variant):
     pretrain_setup.check_config(c, mesh)
     objectives[recipe] = (c.objective, c.data.mode, c.model_type)
   assert objectives == {"bert": ("mlm_nsp", "nsp", "bert"),
-                        "roberta": ("mlm", "full_sentences", "bert"),
-                        "albert": ("mlm_sop", "sop", "bert"),
-                        "electra": ("electra", "full_sentences", "bert"),
+                        "roberta": ("mlm", "full_sentences", "roberta"),
+                        "albert": ("mlm_sop", "sop", "albert"),
+                        "electra": ("electra", "full_sentences", "electra"),
                         "deberta": ("mlm", "full_sentences", "deberta-v2")}
   deberta = pretrain_setup.model_config_from(module.get_config(f"{variant},recipe=deberta"), 300)
   assert (deberta.position_buckets, deberta.absolute_positions, deberta.type_vocab_size) == (

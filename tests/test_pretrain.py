@@ -313,7 +313,11 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
      r"electra.generator_hidden_fraction 0.0 must be in \(0, 1\]"),
     ({"objective": "electra", "electra.disc_weight": -1.0}, "electra.disc_weight must be positive"),
     ({"data.masking": "span"}, r"config.data.masking='span'; expected one of"),
-    ({"model_type": "albert"}, r"model_type 'albert' not in \['bert', 'deberta-v2'\]"),
+    ({"model_type": "gpt2"}, r"model_type 'gpt2' not in \['bert', 'roberta', 'distilbert'"),
+    ({"model_type": "electra", "objective": "mlm", "data.mode": "full_sentences"},
+     r"model_type 'electra' is trained by objective='electra', not 'mlm'"),
+    ({"model_type": "distilbert"}, r"model_type 'distilbert' has no pooler for objective "
+     r"'mlm_nsp''s sentence task"),
     ({"model_type": "deberta-v2", "objective": "electra", "data.mode": "full_sentences"},
      r"objective 'electra' trains ELECTRA's own encoders; model_type 'deberta-v2' is not"),
     ({"objective": "distill"}, r"objective='distill' needs teacher_checkpoint"),

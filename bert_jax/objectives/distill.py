@@ -107,7 +107,8 @@ def objective(student: model_lib.BertForPreTraining, teacher: model_lib.BertForP
   def run(model, params, batch, rng, deterministic):
     return model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                        batch["segment_ids"], batch["masked_lm_positions"],
-                       batch.get("position_ids"), deterministic=deterministic,
+                       model_lib.batch_position_ids(batch, model.config),
+                       deterministic=deterministic,
                        sequence_output=True, rngs=None if deterministic else {"dropout": rng})
 
   def sums(params, batch, rng, deterministic):

@@ -67,7 +67,8 @@ def objective(model: model_lib.BertForPreTraining, pair_task: str = "nsp"
   def sums(params, batch, rng, deterministic):
     out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"],
-                      batch.get("position_ids"), deterministic=deterministic,
+                      model_lib.batch_position_ids(batch, model.config),
+                      deterministic=deterministic,
                       rngs=None if deterministic else {"dropout": rng})
     w = batch["masked_lm_weights"].astype(jnp.float32)
     xent, correct = mlm_xent_and_correct(out["mlm_logits"], batch["masked_lm_ids"])
