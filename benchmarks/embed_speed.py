@@ -65,9 +65,11 @@ def reference_embedder(model_dir: str, max_length: int, batch_size: int):
     ids = enc["input_ids"]
     order = np.argsort([len(x) for x in ids], kind="stable")
     out = np.zeros((len(texts), model.config.hidden_size), np.float32)
+    embed.batches = []  # (rows, padded length, real tokens) of each call
     for start in range(0, len(order), batch_size):
       rows = order[start:start + batch_size]
       longest = max(len(ids[i]) for i in rows)
+      embed.batches.append((len(rows), longest, sum(len(ids[i]) for i in rows)))
       batch = np.zeros((len(rows), longest), np.int32)
       mask = np.zeros_like(batch)
       for j, i in enumerate(rows):
@@ -75,6 +77,31 @@ def reference_embedder(model_dir: str, max_length: int, batch_size: int):
       out[rows] = np.asarray(forward(model.params, batch, mask, np.zeros_like(batch)))
     return out
   return embed
+
+
+MATMUL_N = 2048
+
+
+def compute_bound(config, batches, seconds: float) -> dict:
+  """The reference's forward FLOPs and how far from this CPU's matmul rate they run.
+
+  A row of length L costs L x (2 N + 4 layers L H) (N: encoder parameters, flops.py's
+  count; 4 L H: scores and values of bidirectional attention). The bound: the real tokens'
+  FLOPs (no padding at all) at the rate of a large square matmul.
+  """
+  from bert_jax import flops as flops_lib  # pylint: disable=g-import-not-at-top
+  n, layers, h = flops_lib.encoder_params(config), config.num_layers, config.hidden_size
+  per_token = lambda length: 2 * n + 4 * layers * length * h  # noqa: E731
+  padded = sum(r * l * per_token(l) for r, l, _ in batches)
+  # Real tokens attend over their own text only: length ~ real tokens / rows.
+  real = sum(t * per_token(t / r) for r, _, t in batches)
+  peak = flops_lib.measure_matmul_peak(MATMUL_N)
+  real_tokens = sum(t for *_, t in batches)
+  padded_tokens = sum(r * l for r, l, _ in batches)
+  return {"real_tokens": real_tokens, "padded_tokens": padded_tokens,
+          "padding": 1 - real_tokens / padded_tokens, "gflop": padded / 1e9,
+          "gflops": padded / seconds / 1e9, "matmul_gflops": peak / 1e9,
+          "max_speedup": seconds / (real / peak)}
 
 
 def main() -> int:
@@ -117,8 +144,15 @@ def main() -> int:
     a, b = seconds[f"bert_jax {kind}"], seconds[f"reference {kind}"]
     print(f"{kind:<6} {len(texts) / a:>13.1f} {len(texts) / b:>14.1f} {b / a:>6.2f}")
   print(f"max abs difference of the embeddings: {diff:.2e}")
+  bound = compute_bound(pretrained.config, reference.batches, seconds["reference warm"])
+  print(f"reference: {bound['padded_tokens']:,} tokens computed for {bound['real_tokens']:,} "
+        f"real ({bound['padding']:.1%} padding), {bound['gflop']:.0f} GFLOP of forward pass at "
+        f"{bound['gflops']:.1f} GFLOP/s warm; this CPU's float32 {MATMUL_N}^2 matmul: "
+        f"{bound['matmul_gflops']:.1f} GFLOP/s. Computing only the real tokens at that rate "
+        f"bounds any implementation's speedup over the warm reference at "
+        f"{bound['max_speedup']:.2f}x")
   print(json.dumps({"sentences": len(texts), "seconds": seconds, "max_abs_diff": diff,
-                    "bert_jax_lengths": lengths}))
+                    "bert_jax_lengths": lengths, "compute_bound": bound}))
   return 0
 
 
