@@ -5,6 +5,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from bert_jax import emd as emd_lib
 from bert_jax.model_config import BertConfig
 
 # Dense peak FLOP/s per chip, (bfloat16, float32). float32 on NVIDIA is the TF32
@@ -30,17 +31,26 @@ def encoder_params(config: BertConfig) -> int:
   return config.num_layers * per_layer
 
 
-def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: float) -> float:
+def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: float,
+                          emd: bool = False) -> float:
   """6 N_nonembed + 12 L S H + 6 E (V + H) x masked fraction (+ 6 E H), per real token.
 
   Attention is bidirectional, so its term is not halved; the MLM head (transform
   H -> E and the tied decoder E -> V, E the embedding width) runs only at masked
   positions; factorized embeddings (E != H: ALBERT, ELECTRA) add their projection
-  E -> H at every token.
+  E -> H at every token. DeBERTa's enhanced mask decoder (`emd`, bert_jax.emd) adds
+  two passes of a layer with queries at the masked positions only: per pass
+  (6 N_layer + 12 S H) x masked fraction, plus the key and value projections of
+  the other tokens, 12 (H^2 + H) x (1 - masked fraction).
   """
   h, e = config.hidden_size, config.embed_dim
-  return (6.0 * encoder_params(config) + 12.0 * config.num_layers * seq_len * h
-          + 6.0 * e * (config.vocab_size + h) * masked_fraction + (6.0 * e * h if e != h else 0.0))
+  flops = (6.0 * encoder_params(config) + 12.0 * config.num_layers * seq_len * h
+           + 6.0 * e * (config.vocab_size + h) * masked_fraction + (6.0 * e * h if e != h else 0.0))
+  if emd:
+    per_layer = encoder_params(config) / config.num_layers
+    flops += emd_lib.EMD_PASSES * ((6.0 * per_layer + 12.0 * seq_len * h) * masked_fraction
+                                   + 12.0 * (h * h + h) * (1.0 - masked_fraction))
+  return flops
 
 
 def measure_matmul_peak(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
