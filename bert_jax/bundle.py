@@ -78,13 +78,13 @@ def heads_of(params: dict) -> tuple[str, ...]:
     params: a params tree of any model in bert_jax.model.
 
   Returns:
-    A subset of ('pooler', 'mlm', 'nsp', 'discriminator', 'classifier', 'qa_outputs',
-    'token_classifier'), in that order.
+    A subset of ('pooler', 'mlm', 'emd', 'nsp', 'discriminator', 'classifier', 'qa_outputs',
+    'token_classifier'), in that order ('emd': DeBERTa's enhanced mask decoder's table).
   """
   heads = []
   if "pooler" in params.get("bert", {}):
     heads.append("pooler")
-  heads += [h for h in ("mlm", "nsp", "discriminator") if h in params]
+  heads += [h for h in ("mlm", "emd", "nsp", "discriminator") if h in params]
   heads += [h for h in TASK_HEADS if h in params]
   return tuple(heads)
 
@@ -119,7 +119,7 @@ def check_arch(found: BertConfig, expected: BertConfig, source: str) -> None:
 
 def pretraining_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
   """Shapes of every parameter of BertForPreTraining (pooler, MLM, NSP), by '/' path;
-  for ELECTRA also its discriminator head.
+  for ELECTRA also its discriminator head, for DeBERTa-v2 the EMD's table (bert_jax.emd).
 
   (A variant without token types, DistilBERT, has no token_type_embeddings.)
 
@@ -132,7 +132,8 @@ def pretraining_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     {'bert/embeddings/word_embeddings/embedding': (vocab, hidden), ...}.
   """
   config = config.replace(scan_layers=False)
-  modules = [model_lib.BertForPreTraining(config, with_nsp=True)]
+  modules = [model_lib.BertForPreTraining(config, with_nsp=True,
+                                          emd=config.model_type == "deberta-v2")]
   if config.model_type == "electra":
     modules.append(model_lib.ElectraDiscriminator(config))
   out = {}
@@ -189,7 +190,7 @@ def _check_shapes(found: dict[str, tuple], config: BertConfig, source: str) -> N
   """Every encoder / pretraining-head tensor must have the config's shape."""
   expected = pretraining_shapes(config)
   heads = heads_of(traverse_util.unflatten_dict(dict.fromkeys(found, 0), sep="/"))
-  groups = {"pooler": "bert/pooler/", "mlm": "mlm", "nsp": "nsp/",
+  groups = {"pooler": "bert/pooler/", "mlm": "mlm", "emd": "emd/", "nsp": "nsp/",
             "discriminator": "discriminator/"}
   wanted = {p: s for p, s in expected.items()
             if not any(p.startswith(pre) for h, pre in groups.items() if h not in heads)}

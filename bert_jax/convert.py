@@ -64,6 +64,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     out = hf.bundle_to_hf(args.src, args.dst, overwrite=args.overwrite)
     print(f"wrote {args.dst}: {out['architecture']} ({bundle.describe_arch(out['config'])}, "
           f"heads {list(out['heads'])}, {out['num_tensors']} tensors)")
+    if out["dropped"]:
+      print(f"left out {out['dropped']}: DeBERTa's enhanced mask decoder (pretraining only; "
+            "transformers has none)")
     return 0
   convert = hf.hf_to_bundle if args["from"].value == "hf" else tf1.tf1_to_bundle
   out = convert(args.src, args.dst, lowercase=lowercase, overwrite=args.overwrite,

@@ -31,9 +31,10 @@ MASK = "[MASK]"
 
 
 @functools.lru_cache(maxsize=8)
-def _predict_fn(config, with_nsp: bool, top_k: int):
-  """jitted (params, ids, mask, positions) -> top-k (probs, ids) [texts, masks, k]."""
-  net = model_lib.BertForPreTraining(config, with_nsp=with_nsp)
+def _predict_fn(config, with_nsp: bool, top_k: int, emd: bool = False):
+  """jitted (params, ids, mask, positions) -> top-k (probs, ids) [texts, masks, k]
+  (emd: through DeBERTa's enhanced mask decoder, as the checkpoint was pretrained)."""
+  net = model_lib.BertForPreTraining(config, with_nsp=with_nsp, emd=emd)
 
   @jax.jit
   def predict(params, ids, mask, positions):
@@ -113,12 +114,13 @@ def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int 
   pos_arr = np.zeros((len(ids), num_masks), np.int32)  # [texts, masks]
   for i, (x, p) in enumerate(zip(ids, positions)):
     ids_arr[i, :len(x)], mask_arr[i, :len(x)], pos_arr[i, :len(p)] = x, 1, p
-  with_nsp = "nsp" in bundle_lib.heads_of(pretrained.params)
+  heads = bundle_lib.heads_of(pretrained.params)
+  with_nsp = "nsp" in heads
   params = model_lib.match_scan_layout(pretrained.params, config)
   if not with_nsp:
     params = {k: v for k, v in params.items() if k != "nsp"}
     params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
-  predict = _predict_fn(config, with_nsp, top_k)
+  predict = _predict_fn(config, with_nsp, top_k, "emd" in heads)
   with jax.default_matmul_precision("float32" if config.dtype == "float32" else "default"):
     probs, top = jax.device_get(predict(params, ids_arr, mask_arr, pos_arr))
   result = []

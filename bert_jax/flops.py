@@ -5,6 +5,7 @@ import time
 import jax
 import jax.numpy as jnp
 
+from bert_jax import emd as emd_lib
 from bert_jax.model_config import BertConfig
 
 # Dense peak FLOP/s per chip, (bfloat16, float32). float32 on NVIDIA is the TF32
@@ -30,7 +31,8 @@ def encoder_params(config: BertConfig) -> int:
   return config.num_layers * per_layer
 
 
-def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: float) -> float:
+def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: float,
+                          emd: bool = False) -> float:
   """6 N_nonembed + 12 L S H + 6 E (V + H) x masked fraction (+ 6 E H) (+ 24 L R H), per real token.
 
   Attention is bidirectional, so its term is not halved; the MLM head (transform
@@ -39,12 +41,24 @@ def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: flo
   E -> H at every token. DeBERTa's disentangled attention adds, per layer and token, its
   c2p and p2c scores against all 2 R relative embeddings (R: relative_span;
   bert_jax/disentangled.py's einsums, 8 R H forward); the table's projections, once per
-  batch, are left out.
+  batch, are left out. DeBERTa's enhanced mask decoder (`emd`, bert_jax.emd) adds
+  two passes of a layer with queries at the masked positions only: per pass
+  (6 N_layer + 12 S H + 12 R H) x masked fraction (c2p at the queries), plus, for the
+  other tokens, the backward passes of the key and value projections and of p2c, 8 (H^2 + H)
+  x (1 - masked fraction) + 8 R H; their forward passes equal the last layer's own on the
+  same input (keys and values are H in both) and XLA computes them once.
   """
   h, e = config.hidden_size, config.embed_dim
-  return (6.0 * encoder_params(config) + 12.0 * config.num_layers * seq_len * h
-          + 6.0 * e * (config.vocab_size + h) * masked_fraction + (6.0 * e * h if e != h else 0.0)
-          + 24.0 * config.num_layers * config.relative_span * h)
+  flops = (6.0 * encoder_params(config) + 12.0 * config.num_layers * seq_len * h
+           + 6.0 * e * (config.vocab_size + h) * masked_fraction + (6.0 * e * h if e != h else 0.0)
+           + 24.0 * config.num_layers * config.relative_span * h)
+  if emd:
+    per_layer = encoder_params(config) / config.num_layers
+    r = config.relative_span
+    flops += emd_lib.EMD_PASSES * ((6.0 * per_layer + 12.0 * seq_len * h + 12.0 * r * h)
+                                   * masked_fraction
+                                   + 8.0 * (h * h + h) * (1.0 - masked_fraction) + 8.0 * r * h)
+  return flops
 
 
 def measure_matmul_peak(n: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:

@@ -18,6 +18,7 @@ Parameter tree (canonical, unscanned; scan_layers stacks `encoder/layer_i` into
   bert/encoder/layer_{i}/{intermediate [H,I], output [I,H]}/{kernel,bias}
   bert/pooler/{kernel,bias}
   mlm/{transform/{kernel,bias}, transform_norm/{scale,bias}}, mlm_output_bias  (pretraining)
+  emd/position_embeddings/embedding   (DeBERTa's enhanced mask decoder, pretraining; emd=True)
   nsp/{kernel,bias}                                                          (pretraining)
   discriminator/{dense,prediction}/{kernel,bias}                 (ELECTRA's discriminator)
   classifier | qa_outputs | token_classifier/{kernel,bias}                   (fine-tuning)
@@ -32,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import disentangled
+from bert_jax import emd
 from bert_jax import layers
 from bert_jax.model_config import BertConfig
 
@@ -134,17 +136,21 @@ class EncoderLayer(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Array, relative: Optional[Array] = None,
-               positions: Optional[Array] = None) -> tuple[Array, Array]:
+               positions: Optional[Array] = None,
+               query_states: Optional[Array] = None) -> tuple[Array, Array]:
     """x [batch, len, hidden] -> (x', x'); with `positions` [batch, Q] only those rows
     are computed (keys and values still come from every row): x' is [batch, Q, hidden].
-    `relative`: DeBERTa's relative embeddings (SelfAttention)."""
+    `relative`: DeBERTa's relative embeddings (SelfAttention). `query_states`
+    [batch, Q, hidden] (with `positions`, their columns) replace x's rows as the
+    queries and the residual (DeBERTa's enhanced mask decoder)."""
     c = self.config
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
     kw = dict(dtype=dtype, param_dtype=pdtype, kernel_init=layers.kernel_init(c.initializer_range))
     drop = nn.Dropout(c.dropout_rate)
-    queries = None
-    if positions is not None:
+    queries = query_states
+    if positions is not None and queries is None:
       queries = gather_positions(x, positions)  # [batch, Q, hidden]
+    if positions is not None:
       mask = jnp.take_along_axis(mask, positions[:, None, :, None].astype(jnp.int32), axis=2)
     y = SelfAttention(c, self.deterministic, name="attention")(x, mask, queries, relative,
                                                               positions)
@@ -177,13 +183,17 @@ class BertEncoder(nn.Module):
   @nn.compact
   def __call__(self, x: Array, mask: Array, deterministic: bool,
                output_hidden_states: bool = False,
-               output_positions: Optional[Array] = None) -> tuple[Array, Optional[list[Array]]]:
-    """Returns (last hidden state, all hidden states or None).
+               output_positions: Optional[Array] = None,
+               emd_queries: Optional[tuple[Array, Array]] = None
+               ) -> tuple[Array, Optional[list[Array]], Optional[Array]]:
+    """Returns (last hidden state, all hidden states or None, EMD output or None).
 
     With `output_positions` [batch, Q] the last hidden state holds only those rows
     ([batch, Q, hidden]); unrolled, the last layer then computes only those rows
     (its keys and values still cover the sequence). Scanned layers compute every
-    row and gather.
+    row and gather. With `emd_queries` (positions int [batch, P], z [batch, P, hidden])
+    the third output is DeBERTa's enhanced mask decoder at those rows, [batch, P,
+    hidden]: the last layer run again on its own input (bert_jax.emd).
     """
     c = self.config
     layer_cls = EncoderLayer
@@ -203,22 +213,39 @@ class BertEncoder(nn.Module):
           layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
           in_axes=nn.broadcast, length=c.num_layers,
           metadata_params={nn.PARTITION_NAME: "layers"})
+      embedded = x
       x, ys = scanned(c, deterministic, name="layers")(x, mask, *extra)  # ys: [layers, batch, len, hidden]
       if output_hidden_states:
         hidden += [ys[i] for i in range(c.num_layers)]
       if output_positions is not None:
         x = gather_positions(x, output_positions)
+      last_input = ys[-2] if c.num_layers > 1 else embedded
+      if emd_queries is not None:  # the last layer's slice of the stacked params
+        stacked = nn.unbox(self.variables["params"]["layers"])
+        params = jax.tree.map(lambda p: p[-1], stacked)
+        unbound = layer_cls(c, deterministic, parent=None)
+        last_layer = lambda *args: unbound.apply(  # noqa: E731
+            {"params": params}, *args,
+            rngs=None if deterministic else {"dropout": self.make_rng("dropout")})
     else:
       shared = layer_cls(c, deterministic, name="layer_0") if c.share_layers else None
       for i in range(c.num_layers):
         last_rows = output_positions if i == c.num_layers - 1 and not output_hidden_states else None
         layer = shared if shared is not None else layer_cls(c, deterministic, name=f"layer_{i}")
+        last_input = x
         x, _ = layer(x, mask, extra[0] if extra else None, last_rows)
         if output_hidden_states:
           hidden.append(x)
       if output_positions is not None and output_hidden_states:
         x = gather_positions(x, output_positions)
-    return x, hidden
+      last_layer = layer
+    decoded = None
+    if emd_queries is not None:
+      positions, z = emd_queries
+      decoded = emd.decode(
+          lambda h, q: last_layer(h, mask, extra[0] if extra else None, positions, q)[0],
+          last_input, positions, z)
+    return x, hidden, decoded
 
 
 class BertModel(nn.Module):
@@ -247,11 +274,14 @@ class BertModel(nn.Module):
                position_ids: Optional[Array] = None, deterministic: bool = True,
                output_hidden_states: bool = False,
                output_positions: Optional[Array] = None,
-               pool_index: Optional[Array] = None) -> dict[str, Any]:
+               pool_index: Optional[Array] = None,
+               emd_queries: Optional[tuple[Array, Array]] = None) -> dict[str, Any]:
     """Returns sequence_output [batch, len, hidden] (or [batch, Q, hidden]: the rows
     at `output_positions` [batch, Q], the only rows the last layer computes; with
     the pooler, their first column must be 0, the [CLS] row), pooled_output
     [batch, hidden] with the pooler, hidden_states when asked.
+
+    `emd_queries`: BertEncoder's; the decoder's output is then emd_output.
 
     With `pool_index` int [E] (packed rows: flat indices row * len + column of
     each example's [CLS] in sequence_output), pooled_output is [E, hidden], one
@@ -261,10 +291,13 @@ class BertModel(nn.Module):
     deberta = self.config.model_type == "deberta-v2"
     x = self.embeddings(input_ids, segment_ids, position_ids, deterministic, input_mask)
     mask = layers.attention_mask(input_mask, padding_attends=not deberta)
-    x, hidden = self.encoder(x, mask, deterministic, output_hidden_states, output_positions)
+    x, hidden, decoded = self.encoder(x, mask, deterministic, output_hidden_states,
+                                      output_positions, emd_queries)
     out = {"sequence_output": x}  # [batch, len or Q, hidden]
     if hidden is not None:
       out["hidden_states"] = hidden  # num_layers + 1 of [batch, len, hidden]
+    if decoded is not None:
+      out["emd_output"] = decoded  # [batch, P, hidden]
     if self.add_pooler:
       if pool_index is None:
         first = x[:, 0]  # [batch, hidden]
@@ -330,13 +363,23 @@ class MlmHead(nn.Module):
 
 
 class BertForPreTraining(nn.Module):
-  """BERT with the MLM head (at masked positions only) and, optionally, NSP."""
+  """BERT with the MLM head (at masked positions only) and, optionally, NSP.
+
+  emd: the MLM head reads DeBERTa's enhanced mask decoder (bert_jax.emd; model_type
+  'deberta-v2' only), with its position table `emd/position_embeddings`.
+  """
   config: BertConfig
   with_nsp: bool = True
+  emd: bool = False
 
   def setup(self):
     c = self.config
+    if self.emd and c.model_type != "deberta-v2":
+      raise ValueError("emd (DeBERTa's enhanced mask decoder) needs model_type 'deberta-v2', "
+                       f"not {c.model_type!r}")
     self.bert = BertModel(c, add_pooler=self.with_nsp)
+    if self.emd:
+      self.emd_positions = emd.PositionEmbeddings(c, name="emd")
     self.mlm = MlmHead(c)
     self.mlm_output_bias = self.param(
         "mlm_output_bias", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",)),
@@ -353,16 +396,30 @@ class BertForPreTraining(nn.Module):
     `sequence_output`, also the last layer's every row, sequence_output [batch, len, hidden]
     (distillation's cosine loss), which the last layer then computes in full."""
     # The last layer computes only the rows the heads read: the masked positions,
-    # and [CLS] for NSP.
-    rows = masked_lm_positions.astype(jnp.int32)  # [batch, P]
-    if self.with_nsp:
-      rows = jnp.concatenate([jnp.zeros_like(rows[:, :1]), rows], axis=1)  # [batch, 1 + P]
+    # and [CLS] for NSP. With the EMD the MLM head reads the decoder instead, and the
+    # last layer's own pass computes only [CLS] (read by NSP, else by nobody).
+    masked = masked_lm_positions.astype(jnp.int32)  # [batch, P]
+    cls = jnp.zeros_like(masked[:, :1])
+    emd_queries = None
+    if self.emd:
+      if position_ids is None:
+        position_ids = default_position_ids(input_ids, self.config)
+      emd_queries = (masked, self.emd_positions(position_ids, masked))
+      rows = cls
+    elif self.with_nsp:
+      rows = jnp.concatenate([cls, masked], axis=1)  # [batch, 1 + P]
+    else:
+      rows = masked
     out = self.bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
-                    output_positions=None if sequence_output else rows)
-    x = out["sequence_output"]  # [batch, 1 + P or P (or len), hidden]
-    if sequence_output:
-      x = gather_positions(x, rows)
-    x = x[:, 1:] if self.with_nsp else x  # [batch, P, hidden]
+                    output_positions=None if sequence_output else rows,
+                    emd_queries=emd_queries)
+    if self.emd:
+      x = out["emd_output"]  # [batch, P, hidden]
+    else:
+      x = out["sequence_output"]  # [batch, 1 + P or P (or len), hidden]
+      if sequence_output:
+        x = gather_positions(x, rows)
+      x = x[:, 1:] if self.with_nsp else x  # [batch, P, hidden]
     x = self.mlm(x)
     logits = self.bert.attend(x, self.mlm_output_bias)
     result = {"mlm_logits": logits.astype(jnp.float32)}

@@ -56,6 +56,11 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.model_type == "distilbert" and config.objective in mlm_nsp.PAIR_TASKS:
     bad(f"model_type 'distilbert' has no pooler for objective {config.objective!r}'s sentence "
         "task; use objective='mlm' or 'distill'")
+  if config.emd and (config.model_type != "deberta-v2"
+                     or config.objective not in ("mlm", "mlm_nsp", "mlm_sop")):
+    bad(f"emd (DeBERTa's enhanced mask decoder) needs model_type 'deberta-v2' and objective "
+        f"mlm, mlm_nsp or mlm_sop; got model_type {config.model_type!r}, objective "
+        f"{config.objective!r}")
   if config.objective not in OBJECTIVE_MODES:
     bad(f"objective {config.objective!r} not in {list(OBJECTIVE_MODES)}")
   if config.data.mode not in OBJECTIVE_MODES[config.objective]:
@@ -184,13 +189,13 @@ def build(config: ml_collections.ConfigDict, vocab_size: int,
   if config.objective == "distill":
     return _distillation(config, vocab_size, vocab, tx, schedule)
   pair_task = mlm_nsp.PAIR_TASKS.get(config.objective)
-  model = model_lib.BertForPreTraining(model_cfg, with_nsp=pair_task is not None)
+  model = model_lib.BertForPreTraining(model_cfg, with_nsp=pair_task is not None, emd=config.emd)
   init_params = mlm_nsp.init_fn(model, seq_len, num_predictions)
   return Pretraining(
       model_cfg, mlm_nsp.objective(model, pair_task or "nsp"), tx, schedule,
       functools.partial(train_core.init_state, init_params, tx), mlm_nsp.summarize,
       lambda params: params,
-      functools.partial(flops_lib.train_flops_per_token, model_cfg))
+      functools.partial(flops_lib.train_flops_per_token, model_cfg, emd=config.emd))
 
 
 def _distillation(config: ml_collections.ConfigDict, vocab_size: int, vocab: Sequence[str],

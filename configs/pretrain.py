@@ -77,6 +77,11 @@ def get_config(arg=None):
   # 'electra'); 'deberta-v2' (DeBERTa-v3's disentangled attention, 256 log position buckets,
   # no absolute positions or token types). The tokenizer is data.tokenizer's, any kind.
   c.model_type = "bert"
+  # DeBERTa's enhanced mask decoder (model_type 'deberta-v2', objectives mlm / mlm_nsp /
+  # mlm_sop): the MLM head reads the last layer run twice more on its own input with
+  # absolute position embeddings added to the queries (a table of its own, saved in
+  # checkpoints as emd/position_embeddings; left out of `convert --to hf`). bert_jax.emd.
+  c.emd = False
   # objective='distill': the frozen teacher, any checkpoint with an MLM head (a bundle, a
   # converted checkpoint, a pretraining workdir); the student takes its shapes and vocab
   # (`variant` is then unused) with distill.student_layers layers.
@@ -290,6 +295,8 @@ def _apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
     # sizes and optimizer stay the variant's.
     c.model_type = "deberta-v2"
     c.objective = "mlm"
+    # arXiv:2006.03654 Sec. 3.2: the MLM head reads the enhanced mask decoder.
+    c.emd = True
     c.data.mode = "full_sentences"
   elif recipe == "electra":
     # ELECTRA (Clark et al. 2020, arXiv:2003.10555): replaced-token detection with a generator of

@@ -13,8 +13,10 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import config_help
+from bert_jax import fill_mask
 from bert_jax import checksum
 from bert_jax import pretrain
 from bert_jax import train_core
@@ -86,9 +88,10 @@ OBJECTIVES = {
                 ("mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy")),
     "mlm": ({"objective": "mlm", "data.mode": "full_sentences", "data.packing": True},
             ("mlm_loss", "mlm_accuracy")),
-    # DeBERTa-v3's encoder (recipe=deberta), packed rows: disentangled attention in training.
+    # DeBERTa-v3's encoder (recipe=deberta), packed rows: disentangled attention in training,
+    # and the MLM head on the enhanced mask decoder (exported and read back by fill-mask).
     "deberta": ({"model_type": "deberta-v2", "objective": "mlm", "data.mode": "full_sentences",
-                 "data.packing": True}, ("mlm_loss", "mlm_accuracy")),
+                 "data.packing": True, "emd": True}, ("mlm_loss", "mlm_accuracy")),
     "electra": ({"objective": "electra", "data.mode": "full_sentences"},
                 ("mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy", "rtd_replaced_recall",
                  "rtd_auc")),
@@ -147,6 +150,11 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   config = ckpt_lib.read_model_config(workdir)
   assert config.model_type == ("deberta-v2" if objective == "deberta" else
                                "electra" if objective == "electra" else "bert")
+  if objective == "deberta":  # the EMD's table is trained, checkpointed, and read by fill-mask
+    pretrained = ckpt_lib.load_pretrained(workdir)
+    assert bundle.heads_of(pretrained.params) == ("mlm", "emd")
+    top = fill_mask.fill_mask(pretrained, ["the old [MASK] walked to the river ."], top_k=2)
+    assert len(top[0][0]) == 2
   if objective == "distill":  # the state (what is checkpointed) holds the 1-layer student only
     state = summary["state"]
     assert sorted(state.params) == ["bert", "mlm", "mlm_output_bias"]
@@ -320,6 +328,8 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
      r"'mlm_nsp''s sentence task"),
     ({"model_type": "deberta-v2", "objective": "electra", "data.mode": "full_sentences"},
      r"objective 'electra' trains ELECTRA's own encoders; model_type 'deberta-v2' is not"),
+    ({"emd": True}, r"emd \(DeBERTa's enhanced mask decoder\) needs model_type 'deberta-v2' "
+     r"and objective mlm, mlm_nsp or mlm_sop; got model_type 'bert'"),
     ({"objective": "distill"}, r"objective='distill' needs teacher_checkpoint"),
     ({"objective": "distill", "teacher_checkpoint": "/no/such/teacher"},
      "teacher_checkpoint /no/such/teacher does not exist"),

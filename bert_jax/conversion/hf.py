@@ -375,11 +375,17 @@ def params_to_hf(params: dict, config: BertConfig, dst: str) -> dict[str, Any]:
     dst: the output directory (created).
 
   Returns:
-    dict(heads, architecture, num_tensors).
+    dict(heads, architecture, num_tensors, dropped): `dropped` names the params with no
+    transformers counterpart that were left out (the EMD's table, bert_jax.emd).
   """
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
   hf_config = to_hf_dict(config)
+  # transformers has no enhanced mask decoder (its DebertaV2ForMaskedLM reads the last
+  # layer): the EMD's table is not written (DeBERTa's own releases keep it as
+  # deberta.embeddings.position_embeddings, which transformers skips on load).
+  dropped = [f"emd/{p}" for p in traverse_util.flatten_dict(params.get("emd", {}), sep="/")]
+  params = {k: v for k, v in params.items() if k != "emd"}
   tensors = name_map.from_ours(params, name_map.HF_RULES_BY_TYPE[config.model_type], config)
   heads = bundle.heads_of(params)
   arch = _architecture(config.model_type, heads)
@@ -387,7 +393,7 @@ def params_to_hf(params: dict, config: BertConfig, dst: str) -> dict[str, Any]:
   out.mkdir(parents=True, exist_ok=True)
   save_file(tensors, os.fspath(out / SAFETENSORS), metadata={"format": "pt"})
   (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
-  return dict(heads=heads, architecture=arch, num_tensors=len(tensors))
+  return dict(heads=heads, architecture=arch, num_tensors=len(tensors), dropped=dropped)
 
 
 def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, Any]:
@@ -404,7 +410,7 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
     overwrite: write into a non-empty `dst`.
 
   Returns:
-    dict(config, heads, architecture, num_tensors).
+    dict(config, heads, architecture, num_tensors, dropped) (params_to_hf's).
   """
   out = epath.Path(dst)
   if out.exists() and any(out.iterdir()) and not overwrite:

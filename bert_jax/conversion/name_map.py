@@ -403,6 +403,8 @@ def _group_of_path(path: str) -> str:
     return "nsp"
   if path.startswith("discriminator/"):
     return "discriminator"
+  if path.startswith("emd/"):  # DeBERTa's enhanced mask decoder: no foreign name
+    return "emd"
   return "encoder"
 
 
