@@ -154,7 +154,8 @@ def test_emd_needs_deberta():
 
 def test_the_deberta_recipe_has_the_emd_and_its_flops():
   """recipe=deberta turns the EMD on; its FLOPs per token add two layer passes with queries
-  at the masked rows (and the key / value projections of the other rows)."""
+  at the masked rows (and the backward key / value and p2c work of the other rows; the
+  formula against XLA's count is tests/test_aot.py's)."""
   c = config_help.load_module(ROOT / "configs" / "pretrain.py").get_config("tiny,recipe=deberta")
   assert c.emd and c.model_type == "deberta-v2"
   with_emd = pretrain_setup.build(c, 512).flops_per_token(128, 0.15)
@@ -162,5 +163,7 @@ def test_the_deberta_recipe_has_the_emd_and_its_flops():
   without = pretrain_setup.build(c, 512).flops_per_token(128, 0.15)
   config = pretrain_setup.model_config_from(c, 512)
   h, per_layer = config.hidden_size, flops.encoder_params(config) / config.num_layers
+  r = config.relative_span
   assert with_emd - without == pytest.approx(
-      2 * ((6 * per_layer + 12 * 128 * h) * 0.15 + 12 * (h * h + h) * 0.85))
+      2 * ((6 * per_layer + 12 * 128 * h + 12 * r * h) * 0.15 + 8 * (h * h + h) * 0.85
+           + 8 * r * h))
