@@ -145,15 +145,18 @@ def _deberta_reference(spm_model: str, type_vocab_size: int, src: str):
       p.add_(torch.randn_like(p) * 0.05)
   model.save_pretrained(src, safe_serialization=True)
 
+  @torch.no_grad()
+  def head(last, pos):
+    return model.cls(last[torch.arange(len(pos))[:, None], torch.tensor(pos, dtype=torch.long)])
+
   def forward(ids, mask, seg):
     with torch.no_grad():
       out = model.deberta(torch.tensor(ids, dtype=torch.long), attention_mask=torch.tensor(mask),
                           token_type_ids=torch.tensor(seg, dtype=torch.long),
                           output_hidden_states=True)
-      # The head on every row is 2 GB of logits at 128k tokens: the caller gathers first.
-      return [h.numpy() for h in out.hidden_states], (
-          lambda pos: model.cls(out.last_hidden_state[torch.arange(len(pos))[:, None],
-                                                      torch.tensor(pos, dtype=torch.long)]).numpy())
+    # The head on every row is 2 GB of logits at 128k tokens: the caller gathers first.
+    return [h.numpy() for h in out.hidden_states], (
+        lambda pos: head(out.last_hidden_state, pos).numpy())
   return fast, forward, type_vocab_size
 
 
