@@ -10,7 +10,7 @@ of a GLUE task from ../shared/data/glue, the same data, hyperparameters
 decay 0.01, clip 1.0, dropout 0.1), the same task head init and the same row
 order (`np.random.default_rng([seed, epoch])`), three ways:
 
-  bert_jax     `python -m bert_jax.finetune` (the real CLI; length bucketing, and
+  bert_jax     `python -m bert_jax.finetune` (the real CLI; length buckets, or
                packing with --packing) -- epoch time as it logs it
   hf_dynamic   transformers' FlaxBertForSequenceClassification, run_flax_glue's
                loop (benchmarks/finetune_reference.py) with each batch cut to its
@@ -79,7 +79,9 @@ def main() -> int:
                  help="hf_pad_max: run this many steps and extrapolate the epoch time (0: all)")
   p.add_argument("--pad_max_seeds", default="",
                  help="hf_pad_max only for these comma-separated seeds (default: every seed)")
-  p.add_argument("--packing", action="store_true", help="bert_jax: --config.packing=true")
+  p.add_argument("--packing", action="store_true",
+                 help="bert_jax: --config.packing=true (the GLUE default); without it "
+                      "--config.packing=false, one example per row in length buckets")
   args = p.parse_args()
   args.log_every = 10
   for path in (os.path.join(args.model_dir, "model.safetensors"),
@@ -111,7 +113,7 @@ def main() -> int:
             + (f" ({args.pad_max_steps} of {steps} steps, extrapolated)" if partial else ""),
             flush=True)
       if method == "bert_jax":
-        flags = ["--config.packing=true"] if args.packing else []
+        flags = [f"--config.packing={str(args.packing).lower()}"]  # off: length buckets
         r = ref.run_bert_jax(args.task, b, args, out, flags=flags)
         seconds = r["epoch_seconds"][0]
       else:

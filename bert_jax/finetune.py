@@ -87,7 +87,7 @@ def check_config(config, mesh) -> None:
       bad(f"{key} applies to sequence-level tasks (GLUE), not {config.task}: {why}")
   if config.packing and config.optimizer.grad_accum_steps != 1:
     bad(f"packing needs optimizer.grad_accum_steps 1 (got {config.optimizer.grad_accum_steps}): "
-        "packed rows do not split into microbatches")
+        "packed rows do not split into microbatches; --config.packing=False to accumulate")
 
 
 def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrained,
@@ -224,8 +224,10 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
   if config.eval_only:
     steps = "none (eval_only: the checkpoint's own head is evaluated)"
   else:
+    rows = ("packed several to a row (--config.packing=False: one per row)" if config.packing
+            else "length-bucketed" if config.length_bucketing else "padded to max_seq_length")
     steps = (f"{total_steps} ({config.num_epochs:g} epochs of {steps_per_epoch} steps of batch "
-             f"{config.batch_size}), learning rate {config.learning_rate:g}"
+             f"{config.batch_size}, {rows}), learning rate {config.learning_rate:g}"
              + (f", {config.seeds} seeds" if config.seeds > 1 else ""))
   train_log.print_header(
       "bert_jax.finetune", f"{'evaluate' if config.eval_only else 'fine-tune and evaluate'} "
@@ -364,8 +366,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                 f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
                 flush=True)
       if is_writer and compiled_lengths:
-        what = "packed row counts" if pack else "sequence lengths"
-        print(f"seed {seed}: the train step is compiled for {len(compiled_lengths)} {what} of "
+        what, on = ("packed row counts", "packing on: ") if pack else ("sequence lengths", "")
+        print(f"seed {seed}: {on}the train step is compiled for {len(compiled_lengths)} {what} of "
               f"at most {shape_limit}: {sorted(compiled_lengths)}", flush=True)
       if is_writer:
         print(f"seed {seed}: evaluating " + ", ".join(

@@ -27,6 +27,13 @@ paper and Google's README; small tasks vary by a few points across seeds, hence
 ~52-58, STS-B Pearson ~87-89. Runtime: MRPC with a 6-layer, hidden 384 model
 is minutes per epoch on a few CPU cores.
 
+Training batches are packed (`packing`: each batch's examples several to a row of
+max_seq_length, block-diagonal attention, per-example [CLS] and loss: the same
+loss and gradients as one example per row, bert_jax.tasks.packing); eval batches
+are cut to length buckets (`length_bucketing`). `--config.packing=False` trains
+one example per row (length-bucketed unless `--config.length_bucketing=False`
+too); packing needs `optimizer.grad_accum_steps` 1.
+
 Every key is declared here or, with its comment, in bert_jax/config_sections.py
 (`finetune`: the keys every fine-tuning config has, and the model, optimizer and
 mesh sections); `--config.a.b=v` overrides it, an unknown key is an error.
@@ -67,5 +74,5 @@ def get_config(arg=None):
   # AX has no training data: it only evaluates an MNLI checkpoint.
   config_sections.finetune(c, data_source="tsv", max_seq_length=128,
                            learning_rate=_LEARNING_RATES[task], num_epochs=3.0,
-                           eval_only=task == "ax", length_bucketing=True)
+                           eval_only=task == "ax", length_bucketing=True, packing=True)
   return c

@@ -273,7 +273,7 @@ def test_glue_finetuning_from_the_converted_bundle(deberta_dir, tmp_path_factory
     (glue_dir / "MRPC" / f"{split}.tsv").write_text("\n".join([MRPC_HEADER] + rows) + "\n")
   workdir = str(tmp_path / "run")
   results = finetune.finetune(_glue_config(str(glue_dir), dst, length_bucketing=False,
-                                           eval_batch_size=8, max_seq_length=48), workdir)
+                                           packing=False, eval_batch_size=8, max_seq_length=48), workdir)
   assert 0.0 <= results["accuracy"] <= 1.0 and np.isfinite(results["f1"])
   losses = [json.loads(line)["seed0_train_loss"] for line in open(os.path.join(workdir,
                                                                                 "metrics.jsonl"))

@@ -453,10 +453,11 @@ def test_layerwise_scales_agree_between_layouts():
 def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrained, glue_dir,
                                                                        tmp_path):
   """2 microbatches = 1 batch, scanned layers = unrolled, and packed rows = one example per
-  row, on a task objective (no dropout; the same batches: no length bucketing)."""
+  row, on a task objective (no dropout; the same batches: no length bucketing, no packing
+  but in the packed run)."""
   def configured(name, **nested):
     c = _glue_config(glue_dir, pretrained, predict_test=False, batch_size=16,  # 2 microbatches of 8
-                     length_bucketing=False)
+                     length_bucketing=False, packing=False)
     c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
     for key, value in nested.items():
       if "__" in key:
