@@ -367,8 +367,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                 flush=True)
       if is_writer and compiled_lengths:
         what, on = ("packed row counts", "packing on: ") if pack else ("sequence lengths", "")
-        print(f"seed {seed}: {on}the train step is compiled for {len(compiled_lengths)} {what} of "
-              f"at most {shape_limit}: {sorted(compiled_lengths)}", flush=True)
+        print(f"seed {seed}: {on}the train step is compiled for {len(compiled_lengths)} {what} "
+              f"(at most {shape_limit}): {sorted(compiled_lengths)}", flush=True)
       if is_writer:
         print(f"seed {seed}: evaluating " + ", ".join(
             f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
