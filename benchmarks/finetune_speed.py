@@ -80,8 +80,8 @@ def main() -> int:
   p.add_argument("--pad_max_seeds", default="",
                  help="hf_pad_max only for these comma-separated seeds (default: every seed)")
   p.add_argument("--packing", action="store_true",
-                 help="bert_jax: --config.packing=true (the GLUE default); without it "
-                      "--config.packing=false, one example per row in length buckets")
+                 help="bert_jax: --config.packing=true; without it --config.packing=false, one "
+                      "example per row in length buckets (the GLUE default)")
   args = p.parse_args()
   args.log_every = 10
   for path in (os.path.join(args.model_dir, "model.safetensors"),

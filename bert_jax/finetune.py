@@ -224,7 +224,7 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
   if config.eval_only:
     steps = "none (eval_only: the checkpoint's own head is evaluated)"
   else:
-    rows = ("packed several to a row (--config.packing=False: one per row)" if config.packing
+    rows = ("packed several to a row" if config.packing
             else "length-bucketed" if config.length_bucketing else "padded to max_seq_length")
     steps = (f"{total_steps} ({config.num_epochs:g} epochs of {steps_per_epoch} steps of batch "
              f"{config.batch_size}, {rows}), learning rate {config.learning_rate:g}"

@@ -27,12 +27,15 @@ paper and Google's README; small tasks vary by a few points across seeds, hence
 ~52-58, STS-B Pearson ~87-89. Runtime: MRPC with a 6-layer, hidden 384 model
 is minutes per epoch on a few CPU cores.
 
-Training batches are packed (`packing`: each batch's examples several to a row of
-max_seq_length, block-diagonal attention, per-example [CLS] and loss: the same
-loss and gradients as one example per row, bert_jax.tasks.packing); eval batches
-are cut to length buckets (`length_bucketing`). `--config.packing=False` trains
-one example per row (length-bucketed unless `--config.length_bucketing=False`
-too); packing needs `optimizer.grad_accum_steps` 1.
+Training and eval batches are cut to length buckets (`length_bucketing`: batches of
+similar lengths, each cut to the shortest of a few fixed lengths that holds it;
+`--config.length_bucketing=False` pads every row to max_seq_length).
+`--config.packing=True` packs each training batch's examples several to a row
+(block-diagonal attention, per-example [CLS] and loss: the same loss and gradients
+as one example per row, bert_jax.tasks.packing; grad_accum_steps 1). It is off by
+default because it changes results: its batches are drawn unsorted, and on the
+STS-B quick start (3 seeds) that scored 0.016 Pearson below length buckets, in
+less wall time on no task measured here (benchmarks/README.md, issue 16).
 
 Every key is declared here or, with its comment, in bert_jax/config_sections.py
 (`finetune`: the keys every fine-tuning config has, and the model, optimizer and
@@ -74,5 +77,5 @@ def get_config(arg=None):
   # AX has no training data: it only evaluates an MNLI checkpoint.
   config_sections.finetune(c, data_source="tsv", max_seq_length=128,
                            learning_rate=_LEARNING_RATES[task], num_epochs=3.0,
-                           eval_only=task == "ax", length_bucketing=True, packing=True)
+                           eval_only=task == "ax", length_bucketing=True)
   return c

@@ -24,7 +24,7 @@ def test_every_glue_task_has_a_config():
     assert c.learning_rate in (2e-5, 3e-5, 5e-5)
     assert c.warmup_fraction == 0.1 and c.optimizer.weight_decay == 0.01
     assert c.layerwise_lr_decay == 1.0 and c.seeds == 1
-    assert c.packing and c.length_bucketing  # packed training, bucketed eval
+    assert c.length_bucketing and not c.packing  # length buckets; packing is opt-in
     assert c.mesh.shape == (-1, 1, 1) and c.mesh.preset == "data_parallel"
   assert module.get_config("MRPC").task == "mrpc"
   assert module.get_config("task=sts-b").task == "stsb"
@@ -66,9 +66,9 @@ def test_contract_overrides_on_the_command_line(tmp_path):
   assert (c.task, c.data_dir, c.init_checkpoint) == ("rte", str(tmp_path), "/ckpt")
   assert (c.num_epochs, c.max_seq_length, c.batch_size, c.learning_rate) == (1, 64, 8, 5e-5)
   assert c.data_source == "tfds"
-  off = _parse_flags(["finetune", f"--config={_PATH}:task=rte", "--config.packing=False",
+  off = _parse_flags(["finetune", f"--config={_PATH}:task=rte", "--config.packing=True",
                       "--config.length_bucketing=False"])
-  assert not off.packing and not off.length_bucketing
+  assert off.packing and not off.length_bucketing
   with pytest.raises(Exception, match="no_such_key"):
     _parse_flags(["finetune", f"--config={_PATH}:task=rte", "--config.no_such_key=1"])
 

@@ -142,7 +142,7 @@ def test_squad_and_accumulation_refuse_what_they_cannot_use():
     return c
   mesh = sharding.make_mesh((-1, 1, 1))
   glue_config = config("glue", "task=mrpc")
-  assert glue_config.length_bucketing and glue_config.packing
+  assert glue_config.length_bucketing and not glue_config.packing
   finetune.check_config(glue_config, mesh)
   assert not config("squad", "version=1.1").length_bucketing
   for c, message in ((config("squad", "version=1.1", length_bucketing=True),
