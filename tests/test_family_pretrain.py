@@ -90,12 +90,7 @@ def _pretrain_config(recipe, overrides, corpus, tokenizer):
   c.data.source, c.data.files, c.data.max_predictions_per_seq = "files", corpus, 5
   c.data.tokenizer = tokenizer
   c.fill_mask_example = ""
-  for key, value in overrides.items():
-    node = c
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
+  c.update_from_flattened_dict(overrides)
   return c
 
 

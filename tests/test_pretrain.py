@@ -58,12 +58,7 @@ def small_config(corpus, **overrides):
   c.data.source = "files"
   c.data.files = corpus
   c.data.max_predictions_per_seq = 5
-  for k, v in overrides.items():
-    node = c
-    *parents, leaf = k.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = v
+  c.update_from_flattened_dict(overrides)
   return c
 
 
