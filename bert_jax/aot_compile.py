@@ -34,7 +34,6 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from absl import flags  # noqa: E402
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -121,21 +120,6 @@ def topology_devices(topology: str, num_slices: int = 1) -> tuple[list[Any], Chi
   return list(desc.devices), chip
 
 
-def abstract_batch(batch_size: int, seq_len: int, num_predictions: int, packing: bool,
-                   batch_sharding) -> dict[str, jax.ShapeDtypeStruct]:
-  """The pretraining batch of PretrainData.train_iterator, as ShapeDtypeStructs."""
-  def s(shape, dtype):
-    return jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding)
-  b, length, p = batch_size, seq_len, num_predictions
-  batch = dict(input_ids=s((b, length), jnp.int32), input_mask=s((b, length), jnp.int32),
-               segment_ids=s((b, length), jnp.int32), masked_lm_positions=s((b, p), jnp.int32),
-               masked_lm_ids=s((b, p), jnp.int32), masked_lm_weights=s((b, p), jnp.float32),
-               next_sentence_labels=s((b,), jnp.int32))
-  if packing:
-    batch["position_ids"] = s((b, length), jnp.int32)
-  return batch
-
-
 def _ints(text: str, flag: str) -> tuple[int, ...]:
   try:
     return tuple(int(x) for x in text.split(","))
@@ -169,8 +153,7 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
   setup = pretrain_setup.build(config, vocab_size, pad_id=pad_id)
   target, shardings = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch_shard = sharding.batch_sharding(mesh)
-  batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
-                         config.data.packing, batch_shard)
+  batch = pretrain_setup.abstract_batch(config, batch_shard)
   frozen, frozen_shardings = abstract_frozen(setup, mesh, rules)
   step = jax.jit(
       setup.train_step(config.optimizer.grad_accum_steps),
@@ -202,8 +185,7 @@ def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int,
   rules = sharding.logical_rules("data_parallel")
   setup = pretrain_setup.build(config, vocab_size, pad_id=pad_id)
   target, _ = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
-  batch = abstract_batch(config.batch_size, config.seq_len, config.data.max_predictions_per_seq,
-                         config.data.packing, sharding.batch_sharding(mesh))
+  batch = pretrain_setup.abstract_batch(config, sharding.batch_sharding(mesh))
   step = setup.train_step(config.optimizer.grad_accum_steps)
   frozen, _ = abstract_frozen(setup, mesh, rules)
   with sharding.mesh_context(mesh, rules):

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from etils import epath
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 
@@ -108,6 +109,21 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     stored = ckpt_lib.read_model_config(config.init_checkpoint)
     bundle.check_arch(stored, model_config_from(config, stored.vocab_size, stored.pad_token_id),
                       config.init_checkpoint)
+
+
+def abstract_batch(config: ml_collections.ConfigDict,
+                   batch_sharding) -> dict[str, jax.ShapeDtypeStruct]:
+  """The global batch of PretrainData.train_iterator for `config`, as ShapeDtypeStructs."""
+  def s(shape, dtype):
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding)
+  b, length, p = config.batch_size, config.seq_len, config.data.max_predictions_per_seq
+  batch = dict(input_ids=s((b, length), jnp.int32), input_mask=s((b, length), jnp.int32),
+               segment_ids=s((b, length), jnp.int32), masked_lm_positions=s((b, p), jnp.int32),
+               masked_lm_ids=s((b, p), jnp.int32), masked_lm_weights=s((b, p), jnp.float32),
+               next_sentence_labels=s((b,), jnp.int32))
+  if config.data.packing:
+    batch["position_ids"] = s((b, length), jnp.int32)
+  return batch
 
 
 def model_config_from(config: ml_collections.ConfigDict, vocab_size: int,
