@@ -11,7 +11,9 @@ process on this machine, all its cores available to both):
              pipeline: read, tf-text tokenization, segments (`--mode`),
              shuffle, rows, dynamic masking, batches, prefetch. "epoch 1" is
              one pass over the text starting from nothing (tokenization
-             included); "epoch 2" is the next pass (read and tokenized again,
+             included), counted in the batches that end inside it (the batch
+             straddling two passes waits for the next pass's first pool);
+             "epoch 2" is the next pass (read and tokenized again,
              new segments for nsp, new shuffle and masks; prepared while
              epoch 1 is consumed).
   run_mlm    transformers' examples/flax/language-modeling/run_mlm_flax.py input
@@ -159,9 +161,12 @@ def run_bert_jax(args):
   data = make()
   it = data.train_iterator()
   out = []
-  for e, n in enumerate(rows):
+  # Pass e is the batches that end inside it: the batch straddling passes 1 and 2 waits for
+  # pass 2's first pool (its whole tokenization) and is counted in pass 2.
+  ends = np.cumsum(rows) // args.batch_size
+  for e in range(len(rows)):
     start = time.perf_counter() if e else t0
-    batches = list(itertools.islice(it, -(-n // args.batch_size)))
+    batches = list(itertools.islice(it, int(ends[e] - (ends[e - 1] if e else 0))))
     seconds = time.perf_counter() - start
     ids = np.concatenate([b["input_ids"] for b in batches])
     real = (np.concatenate([b["input_mask"] for b in batches]) > 0).mean()
