@@ -85,7 +85,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   if meta or pretrained:
     print(how + (f" (data position {data_position})" if meta else ""), flush=True)
   if is_writer and start_step < config.total_steps:
-    print("compiling the train step, then tokenizing the first text shards "
+    first = "reading" if config.data.source == "prepared" else "tokenizing"
+    print(f"compiling the train step, then {first} the first shards "
           f"(progress every {config.log_every} steps) ...", flush=True)
 
   # -- Jitted steps (frozen params, a distillation teacher, are an input placed once) --
