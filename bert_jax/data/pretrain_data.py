@@ -46,6 +46,7 @@ Every `eval_every_nth_document`-th document of each shard is held out for
 """
 import collections
 import atexit
+import ctypes
 import functools
 import multiprocessing.pool
 import logging
@@ -74,11 +75,32 @@ _MASK_ROWS = 1024
 _THREADS = min(8, os.cpu_count() or 1)
 # The epoch number that keys the held-out stream's random draws.
 _EVAL_EPOCH = -1
-# Rows laid out at once by _ExamplePool.all_rows.
-_ROWS_PER_CHUNK = 4096
 # Tokenized shards kept while counting the rows a resume skips (a small corpus skipped through
 # many epochs is tokenized once); dropped when the count is done.
 _SKIP_MEMO_BYTES = 512 << 20
+
+
+def _malloc_trim():
+  try:
+    return ctypes.CDLL(None).malloc_trim  # glibc; absent elsewhere (macOS, musl)
+  except (OSError, AttributeError):
+    return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def _return_free_pages() -> None:
+  """Gives the free pages inside malloc's heaps back to the OS (glibc's malloc_trim).
+
+  A pool's numpy and TensorFlow temporaries leave free pages scattered through the heaps,
+  which free() keeps; the train step's temporaries then take new pages, and the peak RSS
+  grows by what the pools left (tiny, 50 steps, 4.36 GB prepared: 1.99 -> 1.63 M KiB,
+  benchmarks/README). Called once per pool and stage, after the stream's first pool
+  (5-30 ms, off the first batch's path).
+  """
+  if _MALLOC_TRIM is not None:
+    _MALLOC_TRIM(0)
 
 
 class _ExamplePool:
@@ -97,16 +119,6 @@ class _ExamplePool:
     e_lo, e_hi = self.pack_splits[lo], self.pack_splits[hi]
     return data.build_rows(self.tokens, self.ex.take(np.arange(e_lo, e_hi)),
                            self.pack_splits[lo:hi + 1] - e_lo)
-
-  def all_rows(self, data: "PretrainData") -> dict[str, np.ndarray]:
-    """Every row, built _ROWS_PER_CHUNK at a time (bounds the [rows, L] temporaries)."""
-    parts = [self.rows(lo, min(lo + _ROWS_PER_CHUNK, self.num_rows), data)
-             for lo in range(0, self.num_rows, _ROWS_PER_CHUNK)]
-    if len(parts) == 1:
-      return parts[0]
-    if not parts:
-      return self.rows(0, 0, data)
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 # A corpus with more [UNK] than this is not one the vocab was made for (English text
@@ -479,6 +491,8 @@ class PretrainData:
       epoch, index = int(epoch), int(index)
       stash[epoch, index] = {i: self._tokenized(self._shards[i], "train")
                              for i in self._epoch_plan(epoch)[index]}
+      if not first:
+        _return_free_pages()
       return np.int64(epoch)
     except Exception as e:  # pylint: disable=broad-except
       self._fail(e)
@@ -494,10 +508,10 @@ class PretrainData:
       all came out empty is an error, not an endless loop).
     """
     try:
+      first = not first_rows.is_set()
       epoch, index = int(epoch), int(index)
       plan = self._epoch_plan(epoch)
       pool = self._pool(epoch, index, plan[index], stash.pop((epoch, index)))
-      rows = pool.all_rows(self)
       n = pool.num_rows
       with self._lock:
         done = progress.setdefault(epoch, [0, 0])
@@ -506,14 +520,25 @@ class PretrainData:
         if done[0] == len(plan) and done[1] == 0:
           raise self._no_rows_error()
       drop = int(drop)
-      # Masked here, a pool at a time, in chunks on the threads (rows are keyed by their row in
-      # the pool, so the masks do not depend on how rows are batched): the per-batch stage
-      # after rebatch is then a slice in C++, not a numpy call competing for the GIL.
-      chunks = _threads().map(
-          lambda lo: self._masked_rows(rows, epoch, index, lo, min(lo + _MASK_ROWS, n)),
-          range(drop, n, _MASK_ROWS))
-      return tuple(np.concatenate([c[k] for c in chunks]) if chunks else
-                   np.zeros((0,) + shape, dtype) for k, (dtype, shape) in self._features.items())
+      # Laid out and masked here, a pool at a time, in chunks on the threads, each chunk
+      # written into the pool's output arrays (one copy of the pool's rows, not unmasked rows,
+      # masked chunks and their concatenation). Rows are keyed by their row in the pool, so
+      # the masks do not depend on the chunks or on how rows are batched; the per-batch stage
+      # after rebatch is a slice in C++, not a numpy call competing for the GIL.
+      out = {k: np.empty((max(n - drop, 0),) + shape, dtype)
+             for k, (dtype, shape) in self._features.items()}
+
+      def fill(lo):
+        hi = min(lo + _MASK_ROWS, n)
+        rows = self._masked_rows(pool.rows(lo, hi, self), epoch, index, lo)
+        for k, v in out.items():
+          v[lo - drop:hi - drop] = rows[k]
+
+      _threads().map(fill, range(drop, n, _MASK_ROWS))
+      pool = None  # freed before the trim
+      if not first:
+        _return_free_pages()
+      return tuple(out.values())
     except Exception as e:  # pylint: disable=broad-except
       self._fail(e)
       raise
@@ -537,14 +562,14 @@ class PretrainData:
       features["position_ids"] = (np.int32, (length,))
     return features
 
-  def _masked_rows(self, rows: dict[str, np.ndarray], epoch: int, index: int, lo: int,
-                   hi: int) -> dict[str, np.ndarray]:
-    """Rows lo:hi of pool `index` of `epoch`, masked (keyed by their row in the pool)."""
+  def _masked_rows(self, rows: dict[str, np.ndarray], epoch: int, index: int, lo: int
+                   ) -> dict[str, np.ndarray]:
+    """`rows`, rows lo, lo + 1, ... of pool `index` of `epoch`, masked (keyed by their row
+    in the pool)."""
     keys = stateless_random.derive(self._keys["mask"], self.process_index, epoch, index,
-                                   np.arange(lo, hi))
-    out = {k: v[lo:hi] for k, v in rows.items()}
-    out.update(masking.mask_batch(out["input_ids"], out["input_mask"], keys, self._mask_spec))
-    return out
+                                   lo + np.arange(len(rows["input_ids"])))
+    rows.update(masking.mask_batch(rows["input_ids"], rows["input_mask"], keys, self._mask_spec))
+    return rows
 
   def dataset(self, start_position: int = 0) -> tf.data.Dataset:
     """The infinite training stream of this host from batch `start_position`, as tf.data.
