@@ -20,7 +20,9 @@ rows and masking are vectorised numpy (index arithmetic over whole pools), run
 inside the graph by tf.numpy_function; masking a pool at once instead of a map
 over batches leaves the per-batch path in C++ (a numpy call per batch competed
 with the next pool for the GIL); tokenization is tf-text's kernels (WordPiece)
-or the Rust BPE, which release the GIL.
+or the Rust BPE, which release the GIL. After each pool but the first, each
+stage returns the heaps' free pages to the OS (glibc's malloc_trim): what a
+pool frees would otherwise stay resident beside the train step's buffers.
 
 Pools: epoch e visits this host's shards in a random order keyed by (seed,
 host, e); consecutive shards of that order form a pool until it holds
