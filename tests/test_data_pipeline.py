@@ -485,3 +485,39 @@ def test_builtin_source_gives_batches(tmp_path):
   assert batch["input_ids"].shape == (8, 64)
   tokens = data.tokenizer.convert_ids_to_tokens(_unmasked(batch).ravel())
   assert sum(t in ("the", "a", "of", "is") for t in tokens) > 8  # English prose
+
+
+_EXIT_SCRIPT = """
+import random, sys
+from bert_jax.data import pretrain_data
+from configs import pretrain as pretrain_config
+d, vocab = sys.argv[1], sys.argv[2]
+words = [w for w in open(vocab).read().split()[9:] if w.isalpha()]
+rng = random.Random(0)
+for f in range(4):  # 4 files of ~1 MB: each pool keeps its stage busy for a while
+  with open(f"{d}/part-{f}.txt", "w") as out:
+    for _ in range(2000):
+      out.write("\\n".join(" ".join(rng.choices(words, k=12)) + "." for _ in range(8)) + "\\n\\n")
+c = pretrain_config.get_config("tiny").data
+c.source, c.files, c.vocab_file = "files", d + "/*.txt", vocab
+c.shuffle_mb = c.block_mb = 1.0
+data = pretrain_data.PretrainData(c, seq_len=32, global_batch_size=4, seed=0)
+it = iter(data.dataset())  # the tf.data iterator itself, never closed by the program
+for _ in range(3):
+  next(it)
+print("exiting", flush=True)
+"""
+
+
+def test_a_program_exits_while_a_dataset_iterator_is_still_running(tmp_path):
+  """Finalization deletes an open tf.data iterator, which waits for its numpy functions in
+  flight; those can no longer take the GIL then (the exit hung). The atexit hook refuses new
+  calls and lets running ones finish first."""
+  import pathlib  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(__file__).resolve().parents[1]
+  proc = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(tmp_path), _VOCAB_FILE],
+                        cwd=root, capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout == "exiting\n"

@@ -54,6 +54,7 @@ import multiprocessing.pool
 import logging
 import os
 import threading
+import time
 import weakref
 from typing import Iterator, Optional, Sequence
 
@@ -173,10 +174,44 @@ def check_unknown_rate(tokens: np.ndarray, tokenizer, name: str) -> None:
 _OPEN_ITERATORS = weakref.WeakSet()
 
 
+# The numpy functions of every dataset: how many are running and when one last ended; refused
+# once the interpreter exits (_close_open_iterators).
+_CALLS = {"running": 0, "last": 0.0}
+_CALLS_LOCK = threading.Lock()
+_EXITING = threading.Event()
+
+
+def _exit_safe(fn):
+  """fn as a dataset's numpy function: counted while it runs, refused at exit."""
+  def run(*args):
+    with _CALLS_LOCK:
+      _CALLS["running"] += 1
+    try:
+      if _EXITING.is_set():
+        raise RuntimeError("the interpreter is exiting")
+      return fn(*args)
+    finally:
+      with _CALLS_LOCK:
+        _CALLS["running"] -= 1
+        _CALLS["last"] = time.monotonic()
+  return run
+
+
 @atexit.register
 def _close_open_iterators() -> None:
   for it in list(_OPEN_ITERATORS):
     it.close()
+  # Iterators of dataset() that the program did not delete: from now on their numpy functions
+  # are refused (an error that parks each stage) and the running ones finish, so that when
+  # finalization deletes the iterators (which waits for calls in flight) tf.data's threads
+  # are parked, not waiting for the GIL.
+  _EXITING.set()
+  deadline = time.monotonic() + 60
+  while time.monotonic() < deadline:
+    with _CALLS_LOCK:
+      if _CALLS["running"] == 0 and time.monotonic() - _CALLS["last"] > 0.2:
+        return
+    time.sleep(0.01)
 
 
 @functools.cache
@@ -596,6 +631,8 @@ class PretrainData:
       epoch, start, drop, first = epoch0, pool0, skip, True
       while True:
         for p in range(start, len(self._epoch_plan(epoch))):
+          if _EXITING.is_set():
+            return
           yield epoch, p, drop, first
           drop, first = 0, False
         epoch, start = epoch + 1, 0
@@ -606,14 +643,15 @@ class PretrainData:
 
     @tf.autograph.experimental.do_not_convert
     def read_pool(epoch, index, drop, first):
-      epoch = tf.numpy_function(functools.partial(self._read_pool, stash, first_rows),
+      epoch = tf.numpy_function(_exit_safe(functools.partial(self._read_pool, stash, first_rows)),
                                 [epoch, index, first], tf.int64, stateful=True)
       epoch.set_shape([])
       return epoch, index, drop
 
     @tf.autograph.experimental.do_not_convert
     def pool_rows(epoch, index, drop):
-      out = tf.numpy_function(functools.partial(self._pool_rows, progress, stash, first_rows),
+      out = tf.numpy_function(_exit_safe(functools.partial(self._pool_rows, progress, stash,
+                                                           first_rows)),
                               [epoch, index, drop],
                               [tf.as_dtype(dtype) for dtype, _ in features.values()],
                               stateful=True)
