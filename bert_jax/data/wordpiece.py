@@ -174,7 +174,18 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
     Returns:
       tf.RaggedTensor [batch, (pieces)] of int32 ids, no special tokens.
     """
-    norm, ids, starts, ends = self._pieces_with_offsets(texts)
+    norm = self.normalize(texts)
+    # A word over 100 characters is inside a run of over 100 characters without a space
+    # (BERT splits words at every space; clean_text removed \f and \v). Batches without such
+    # a run, nearly all, need no offsets: the tokenization without them costs a third.
+    has_long_run = tf.reduce_any(tf.strings.regex_full_match(
+        norm, rf"(?s).*\S{{{MAX_CHARS_PER_WORD + 1}}}.*"))
+    return tf.cond(has_long_run, lambda: self._tokenize_long_words(norm),
+                   lambda: self._fast.tokenize(norm))
+
+  def _tokenize_long_words(self, norm: tf.Tensor) -> tf.RaggedTensor:
+    """tf_tokenize of normalised text, words over 100 characters as one [UNK]."""
+    ids, starts, ends = self._fast.tokenize_with_offsets(norm)
     flat = ids.flat_values  # [pieces]
     rows = ids.value_rowids()  # [pieces]
     is_cont = tf.gather(self._is_continuation_tf, flat)
