@@ -248,6 +248,9 @@ def test_the_stream_is_a_tf_data_dataset(tmp_path):
   assert ds.element_spec["input_ids"].shape == (4, 32)
   assert ds.element_spec["masked_lm_weights"].dtype == tf.float32
   _assert_same(list(ds.take(4).as_numpy_iterator()), _take(data.train_iterator(3), 4))
+  # Iterated again, past the end of the first epoch: the same stream from batch 3 again.
+  n = data.epoch_rows(0) // 4 + 2
+  _assert_same(list(ds.take(n).as_numpy_iterator()), _take(data.train_iterator(3), n))
 
 
 def _corpus_lines(tmp_path, num_docs, seed=0):
