@@ -16,8 +16,7 @@ The stream is a `tf.data.Dataset` (`PretrainData.dataset`):
       -> prefetch(AUTOTUNE)
 
 Pool i + 1 is read and tokenized while pool i's rows are made (the stream's
-first pool has the cores to itself, for the earliest first batch; train_iterator
-starts reading it while tf.data builds the pipeline). Segments,
+first pool has the cores to itself, for the earliest first batch). Segments,
 rows and masking are vectorised numpy (index arithmetic over whole pools), run
 inside the graph by tf.numpy_function; masking a pool at once instead of a map
 over batches leaves the per-batch path in C++ (a numpy call per batch competed
@@ -106,30 +105,6 @@ def _return_free_pages() -> None:
   """
   if _MALLOC_TRIM is not None:
     _MALLOC_TRIM(0)
-
-
-class _Background:
-  """fn(*args) on a daemon thread; result() waits for it and returns it or raises its error."""
-
-  def __init__(self, fn, *args):
-    self._done = threading.Event()
-    self._out = None
-
-    def run():
-      try:
-        self._out = (fn(*args), None)
-      except BaseException as e:  # pylint: disable=broad-except
-        self._out = (None, e)
-      finally:
-        self._done.set()
-    threading.Thread(target=run, daemon=True).start()
-
-  def result(self):
-    self._done.wait()
-    value, error = self._out
-    if error is not None:
-      raise error
-    return value
 
 
 class _ExamplePool:
@@ -554,18 +529,11 @@ class PretrainData:
     cursor["at"] = (epoch, pool, k)
     return epoch, pool
 
-  def _read_shards(self, epoch: int, index: int) -> dict[int, segments.TokenizedShard]:
-    """The shards of pool `index` of `epoch`, read and tokenized: shard position -> tokens."""
-    return {i: self._tokenized(self._shards[i], "train") for i in self._epoch_plan(epoch)[index]}
-
-  def _read_pool(self, stash: dict, first_rows: threading.Event, cursor: dict, first: dict, k
+  def _read_pool(self, stash: dict, first_rows: threading.Event, cursor: dict, drop: int, k
                  ) -> tuple[np.int64, np.int64, np.int64]:
     """The dataset's first numpy stage: reads and tokenizes the shards of the stream's k-th
     pool into stash[(epoch, index)] (for _pool_rows); returns (epoch, index, rows of it to
-    drop).
-
-    first: {"drop": rows of the stream's first pool before its first row, and "read": a
-      `_Background` already reading that pool, or None}.
+    drop: `drop` for the stream's first pool, else 0).
 
     Every pool but the stream's first waits for `first_rows` (the first pool's rows are
     ready): the first batch comes as early as the cores allow, later pools overlap.
@@ -575,11 +543,11 @@ class PretrainData:
       if k:
         first_rows.wait()
       epoch, index = self._stream_pool(cursor, k)
-      read = first.pop("read", None) if k == 0 else None
-      stash[epoch, index] = read.result() if read else self._read_shards(epoch, index)
+      stash[epoch, index] = {i: self._tokenized(self._shards[i], "train")
+                             for i in self._epoch_plan(epoch)[index]}
       if k:
         _return_free_pages()
-      return np.int64(epoch), np.int64(index), np.int64(0 if k else first["drop"])
+      return np.int64(epoch), np.int64(index), np.int64(0 if k else drop)
     except Exception as e:  # pylint: disable=broad-except
       self._fail(e)
       first_rows.set()  # nothing waits on a stream that failed
@@ -671,27 +639,18 @@ class PretrainData:
       masked_lm_weights float32 [b, P]; next_sentence_labels int32 [b]; with
       packing also position_ids int32 [b, L].
     """
-    return self._dataset(self._start(start_position))
-
-  def _start(self, start_position: int) -> tuple[int, int, int]:
-    """(epoch, pool, row in the pool) of batch `start_position` of this host's stream."""
     if start_position < 0:
       raise ValueError(f"start_position={start_position} must be >= 0")
-    return self._locate(int(start_position) * self.per_host_batch_size)
-
-  def _dataset(self, start: tuple[int, int, int], read: Optional["_Background"] = None
-               ) -> tf.data.Dataset:
-    """dataset() from `start` (_start's); `read`: the first pool, already being read."""
+    start = self._locate(int(start_position) * self.per_host_batch_size)
     features = self._features
     self._failure = None
     progress, stash, first_rows = {}, {}, threading.Event()
     cursor = {"start": start[:2] + (0,), "at": start[:2] + (0,)}
-    first = {"drop": start[2], "read": read}
 
     @tf.autograph.experimental.do_not_convert
     def read_pool(k):
       out = tf.numpy_function(
-          _exit_safe(functools.partial(self._read_pool, stash, first_rows, cursor, first)), [k],
+          _exit_safe(functools.partial(self._read_pool, stash, first_rows, cursor, start[2])), [k],
           [tf.int64] * 3, stateful=True)
       for x in out:
         x.set_shape([])
@@ -731,9 +690,7 @@ class PretrainData:
     return it
 
   def _numpy_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
-    start = self._start(start_position)
-    # The first pool is read while tf.data builds the pipeline (~0.05 s of tracing).
-    ds = self._dataset(start, _Background(_exit_safe(self._read_shards), *start[:2]))
+    ds = self.dataset(start_position)
     try:
       for batch in ds.as_numpy_iterator():
         yield batch
