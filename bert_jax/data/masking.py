@@ -64,7 +64,7 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, row_keys: np.ndarr
     dict with input_ids (masked) int32 [b, L], masked_lm_positions int32 [b, P],
     masked_lm_ids int32 [b, P], masked_lm_weights float32 [b, P].
   """
-  b, length = input_ids.shape
+  length = input_ids.shape[1]
   p = spec.max_predictions
   pos = np.arange(length)
   cand = (input_mask > 0) & ~np.isin(input_ids, spec.special_ids)  # [b, L]

@@ -157,12 +157,6 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
       out.extend(values[a:b] for a, b in zip(splits[:-1], splits[1:]))
     return out
 
-  def _pieces_with_offsets(self, texts: tf.Tensor):
-    """Normalised text, ragged piece ids and byte offsets into the normalised text."""
-    norm = self.normalize(texts)
-    ids, starts, ends = self._fast.tokenize_with_offsets(norm)
-    return norm, ids, starts, ends
-
   def tf_tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
     """Tokenizes a [batch] string tensor to ragged int32 ids [batch, (pieces)].
 
@@ -211,7 +205,8 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
   @functools.cached_property
   def _eager_words(self):
     def words(texts):
-      norm, ids, starts, ends = self._pieces_with_offsets(texts)
+      norm = self.normalize(texts)
+      ids, starts, ends = self._fast.tokenize_with_offsets(norm)
       word_start = tf.logical_not(tf.gather(self._is_continuation_tf, ids.flat_values))
       word_of_piece = tf.cumsum(tf.cast(word_start, tf.int64)) - 1
       num_words = tf.reduce_sum(tf.cast(word_start, tf.int64))
