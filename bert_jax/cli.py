@@ -263,6 +263,30 @@ def define_config(flag_values: flags.FlagValues, help_string: str,
                                          lock_config=True, sys_argv=["prog"] + list(argv))
 
 
+def check_config_reads(config: ml_collections.ConfigDict, argv: Sequence[str], prog: str) -> None:
+  """Ends the program in one line when argv sets a config key the run will not read.
+
+  The rules are the config file's READ_ONLY_WHEN (bert_jax.config_reads); a
+  controlling key chosen for an explicit key is set in `config` and printed.
+  """
+  from bert_jax import config_help  # pylint: disable=g-import-not-at-top
+  from bert_jax import config_reads  # pylint: disable=g-import-not-at-top
+  spec = _config_spec(argv)
+  path, _, arg = spec.partition(":")
+  module = config_help.load_module(path)
+  rules = getattr(module, "READ_ONLY_WHEN", None)
+  if not rules:
+    return
+  try:
+    with config.unlocked():
+      notes = config_reads.resolve(config, config_reads.explicit_keys(argv), rules,
+                                   defaults=module.get_config(arg or None))
+  except ValueError as e:
+    raise SystemExit(f"{prog}: error: {e}") from None
+  for note in notes:
+    print(f"{prog}: {note}", flush=True)
+
+
 def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
                        argv: Optional[Sequence[str]], prog: str, doc: str, config_help: str,
                        workdir_help: str) -> Any:
@@ -292,6 +316,7 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   parse(flag_values, argv, prog, doc)
   if config.value is None or not workdir.value:
     raise SystemExit(f"{prog}: --config and --workdir are required (--help lists the flags)")
+  check_config_reads(config.value, argv, prog)
   logging.use_absl_handler()
   if not verbosity.present:
     logging.set_verbosity(logging.WARNING)  # progress is printed; --verbosity=0 for INFO logs

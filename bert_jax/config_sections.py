@@ -88,6 +88,13 @@ def model() -> ml_collections.ConfigDict:
   return m
 
 
+def check_model(m: ml_collections.ConfigDict) -> None:
+  """Refuses model-section values out of range, naming the key (a ValueError)."""
+  for key in ("dropout_rate", "attention_dropout_rate"):
+    if not 0.0 <= m[key] < 1.0:
+      raise ValueError(f"bad config: model.{key} must be in [0, 1), got {m[key]}")
+
+
 def optimizer() -> ml_collections.ConfigDict:
   """BERT's AdamW (or LAMB); the peak learning rate and warmup live at the top level."""
   o = ml_collections.ConfigDict()
@@ -191,3 +198,11 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   c.model = model()
   c.optimizer = optimizer()
   c.mesh = mesh()
+
+
+# Keys of every fine-tuning config read only in some settings (bert_jax.config_reads); each
+# configs/<task>.py adds its own to READ_ONLY_WHEN.
+FINETUNE_READ_ONLY_WHEN = {
+    "tfds_data_dir": ("data_source", ("tfds",)),
+    "optimizer.poly_power": ("optimizer.schedule", ("polynomial",)),
+}

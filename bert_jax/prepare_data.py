@@ -76,6 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   if config.value is None or not out.value:
     raise SystemExit("bert_jax.prepare_data: --config and --out are required (--help lists the "
                      "flags)")
+  cli.check_config_reads(config.value, argv, "bert_jax.prepare_data")
   try:
     prepare(config.value.data, out.value)
   except (ValueError, FileNotFoundError) as e:

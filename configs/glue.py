@@ -52,6 +52,14 @@ _LEARNING_RATES = {
 }
 
 
+# Keys read only in some settings (bert_jax.config_reads).
+READ_ONLY_WHEN = {
+    **config_sections.FINETUNE_READ_ONLY_WHEN,
+    "data_dir": ("data_source", ("tsv",)),
+    "head_layers": ("head", ("layers_attention",)),
+}
+
+
 def get_config(arg=None):
   """Returns the fine-tuning ConfigDict for `arg` = 'task=TASK' (or just 'TASK')."""
   options = config_sections.parse_arg(arg, positional="task", task="",

@@ -28,6 +28,10 @@ import ml_collections
 from bert_jax import config_sections
 
 
+# Keys read only in some settings (bert_jax.config_reads).
+READ_ONLY_WHEN = dict(config_sections.FINETUNE_READ_ONLY_WHEN)
+
+
 def get_config(arg=None):
   """Returns the NER fine-tuning ConfigDict (`arg` takes no options)."""
   config_sections.parse_arg(arg, example="configs/ner.py")

@@ -24,6 +24,7 @@ unknown key is an error.
 """
 import ml_collections
 
+from bert_jax import config_reads
 from bert_jax import config_sections
 from bert_jax.data import sources
 
@@ -40,6 +41,37 @@ _RECIPES = {
 
 
 RECIPES = ("bert", "roberta", "albert", "electra", "deberta")
+
+# Keys read only in some settings (bert_jax.config_reads): a --config.KEY the run would not read
+# is an error naming what reads it; where one setting alone reads it (data.files: source
+# 'files'), giving the key alone chooses that setting and the run says so.
+_TFDS = ("data.source", ("tfds",))
+READ_ONLY_WHEN = {
+    "data.files": ("data.source", ("files",), config_reads.CHOOSE),
+    "data.format": ("data.source", ("files",)),
+    "data.block_mb": ("data.source", ("files",)),
+    "data.tfds_name": _TFDS + (config_reads.CHOOSE,),
+    "data.tfds_data_dir": _TFDS,
+    "data.tfds_split": _TFDS,
+    "data.tfds_text_key": _TFDS,
+    "data.tfds_docs_per_shard": _TFDS,
+    "data.prepared_dir": ("data.source", ("prepared",), config_reads.CHOOSE),
+    "data.vocab_file": ("data.tokenizer", ("wordpiece",)),
+    "data.spm_model": ("data.tokenizer", ("sentencepiece",), config_reads.CHOOSE),
+    "data.short_seq_prob": ("data.mode", ("nsp", "sop")),
+    "electra.generator_hidden_fraction": ("objective", ("electra",)),
+    "electra.disc_weight": ("objective", ("electra",)),
+    "teacher_checkpoint": ("objective", ("distill",)),
+    "distill.temperature": ("objective", ("distill",)),
+    "distill.alpha_ce": ("objective", ("distill",)),
+    "distill.alpha_mlm": ("objective", ("distill",)),
+    "distill.alpha_cos": ("objective", ("distill",)),
+    "distill.student_layers": ("objective", ("distill",)),
+    "distill.init_from_teacher": ("objective", ("distill",)),
+    "eval_batches": ("eval_every", None),
+    "profile_num_steps": ("profile_start_step", None),
+    "optimizer.poly_power": ("optimizer.schedule", ("polynomial",)),
+}
 
 
 def get_config(arg=None):

@@ -37,6 +37,15 @@ import ml_collections
 from bert_jax import config_sections
 
 
+# Keys read only in some settings (bert_jax.config_reads).
+READ_ONLY_WHEN = {
+    **config_sections.FINETUNE_READ_ONLY_WHEN,
+    "score_max": ("loss", ("cosent", "cosine")),
+    "scale": ("loss", ("cosent", "mnrl")),
+    "triplet_margin": ("loss", ("triplet",)),
+}
+
+
 def get_config(arg=None):
   """Returns the sentence-embedding training ConfigDict (`arg` takes no options)."""
   config_sections.parse_arg(arg, example="configs/sentence_embeddings.py")

@@ -36,6 +36,16 @@ from bert_jax import config_sections
 _VERSIONS = ("1.1", "2.0")
 
 
+# Keys read only in some settings (bert_jax.config_reads).
+READ_ONLY_WHEN = {
+    **config_sections.FINETUNE_READ_ONLY_WHEN,
+    "data_dir": ("data_source", ("json",)),
+    "train_file": ("data_source", ("json",)),
+    "eval_file": ("data_source", ("json",)),
+    "null_score_diff_threshold": ("version", ("2.0",)),
+}
+
+
 def get_config(arg=None):
   """Returns the fine-tuning ConfigDict for `arg` = 'version=1.1' or 'version=2.0'."""
   options = config_sections.parse_arg(arg, positional="version", version="",
