@@ -49,6 +49,7 @@ import optax
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
+from bert_jax import config_sections
 from bert_jax import model as model_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import sharding
@@ -71,6 +72,9 @@ def check_config(config, mesh) -> None:
       and not config.data_dir:
     bad("data_dir is required with data_source='tsv' (the GLUE folder holding MRPC/, RTE/, ...)")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
+  config_sections.check_model(config.model)
+  if config.max_train_examples < 0:
+    bad(f"max_train_examples must be >= 0 (0: all), got {config.max_train_examples}")
   if config.num_epochs <= 0 and not config.eval_only:
     bad(f"num_epochs must be positive, got {config.num_epochs}")
   opt_lib.check_config(config.optimizer, config.learning_rate)

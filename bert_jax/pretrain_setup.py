@@ -15,6 +15,7 @@ import optax
 
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
+from bert_jax import config_sections
 from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import model_config as model_config_lib
@@ -96,6 +97,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     ckpt_lib.read_model_config(config.teacher_checkpoint)  # a checkpoint at all, before the data
   elif config.teacher_checkpoint:
     bad(f"teacher_checkpoint is only read by objective='distill', not {config.objective!r}")
+  config_sections.check_model(config.model)
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
   opt_lib.check_config(config.optimizer, config.learning_rate)

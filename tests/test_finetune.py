@@ -361,6 +361,14 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
   for lr in (-2e-5, 0.0):
     with pytest.raises(ValueError, match="learning_rate must be positive"):
       finetune.finetune(_glue_config(glue_dir, good, learning_rate=lr), str(tmp_path / "lr"))
+  # Values out of range (were: negative dropout scaled activations, -5 dropped 5 rows).
+  for override, message in (({"model.dropout_rate": -0.5}, r"model.dropout_rate must be in"),
+                            ({"model.attention_dropout_rate": 1.0}, "attention_dropout_rate"),
+                            ({"max_train_examples": -5}, "max_train_examples must be >= 0")):
+    c = _glue_config(glue_dir, good)
+    c.update_from_flattened_dict(override)
+    with pytest.raises(ValueError, match=message):
+      finetune.finetune(c, str(tmp_path / "range"))
 
 
 def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
