@@ -30,9 +30,11 @@ import pytest  # noqa: E402
 # runs they start as subprocesses (which inherit the environment): one compilation cache for the
 # whole session. The key covers the program, the XLA flags and the devices, so a hit is the same
 # executable.
+# The suite's own cache is removed when the session ends (pytest_sessionfinish below).
 _run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
 _cache = (os.path.join(tempfile.gettempdir(), f"bert_jax_xla_cache_{_run}") if _run
           else tempfile.mkdtemp(prefix="bert_jax_xla_cache_"))
+_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _cache)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
@@ -51,3 +53,11 @@ def shared_data():
   if not SHARED_DATA.is_dir():
     pytest.skip(f"needs the real-data folder {SHARED_DATA} (not part of the core suite)")
   return SHARED_DATA
+
+
+def pytest_sessionfinish(session):  # pylint: disable=unused-argument
+  """Removes the suite's compilation cache from the temp directory (in the xdist controller,
+  after every worker is done; a worker leaves it to the controller)."""
+  if _OWN_CACHE and "PYTEST_XDIST_WORKER" not in os.environ:
+    import shutil  # pylint: disable=g-import-not-at-top
+    shutil.rmtree(_cache, ignore_errors=True)

@@ -138,8 +138,10 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
   @functools.cached_property
   def tf_tokenize_compiled(self):
     """`tf_tokenize` as a tf.function traced once, for eager calls on [batch] strings."""
-    return tf.function(self.tf_tokenize,
-                       input_signature=[tf.TensorSpec([None], tf.string)])
+    # autograph=False: the function is graph code already (tf.cond), and autograph would
+    # write a generated source file per converted function into the system temp directory.
+    return tf.function(self.tf_tokenize, input_signature=[tf.TensorSpec([None], tf.string)],
+                       autograph=False)
 
   def ids_and_lengths(self, texts: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
     ragged = self.tf_tokenize_compiled(texts)
@@ -214,7 +216,7 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
       end = tf.math.unsorted_segment_max(ends.flat_values, word_of_piece, num_words)
       row = tf.boolean_mask(ids.value_rowids(), word_start)
       return tf.strings.substr(tf.gather(norm, row), begin, end - begin)
-    return tf.function(words, input_signature=[tf.TensorSpec([None], tf.string)])
+    return tf.function(words, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
 
   def basic_tokenize(self, text: str) -> list[str]:
     """BERT's basic tokenization of one text: the normalised words WordPiece sees.
