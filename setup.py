@@ -28,6 +28,8 @@ EXTRAS = {
         "pytest>=7",
         # pytest.ini runs the suite on two workers.
         "pytest-xdist>=3.5,<4",
+        # pytest.ini: a hung test fails and the run goes on (tests/test_suite_guard.py).
+        "pytest-timeout>=2.3,<3",
         "transformers>=4.44,<5",
         # DeBERTa-v2's reference: transformers has no Flax DeBERTa, so its PyTorch classes
         # (tests/test_convert_deberta.py). Pinned: a range lets pip pick a newer release, on Linux a

@@ -30,12 +30,13 @@ import pytest  # noqa: E402
 # runs they start as subprocesses (which inherit the environment): one compilation cache for the
 # whole session. The key covers the program, the XLA flags and the devices, so a hit is the same
 # executable.
-# The suite's own cache is removed when the session ends (pytest_sessionfinish below).
-_run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-_cache = (os.path.join(tempfile.gettempdir(), f"bert_jax_xla_cache_{_run}") if _run
-          else tempfile.mkdtemp(prefix="bert_jax_xla_cache_"))
-_OWN_CACHE = "JAX_COMPILATION_CACHE_DIR" not in os.environ
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _cache)
+# The run's own folder in the temp directory, removed when the session ends; and the guard
+# that fails a test which ended its worker instead of running it again (tests/worker_guard.py).
+from tests.worker_guard import RUN_DIR as _RUN_DIR  # noqa: E402
+from tests.worker_guard import pytest_runtest_logfinish  # noqa: E402,F401
+from tests.worker_guard import pytest_runtest_setup  # noqa: E402,F401
+from tests.worker_guard import pytest_sessionfinish  # noqa: E402,F401
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_RUN_DIR, "xla_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
 jax.config.update("jax_persistent_cache_min_compile_time_secs",
@@ -53,11 +54,3 @@ def shared_data():
   if not SHARED_DATA.is_dir():
     pytest.skip(f"needs the real-data folder {SHARED_DATA} (not part of the core suite)")
   return SHARED_DATA
-
-
-def pytest_sessionfinish(session):  # pylint: disable=unused-argument
-  """Removes the suite's compilation cache from the temp directory (in the xdist controller,
-  after every worker is done; a worker leaves it to the controller)."""
-  if _OWN_CACHE and "PYTEST_XDIST_WORKER" not in os.environ:
-    import shutil  # pylint: disable=g-import-not-at-top
-    shutil.rmtree(_cache, ignore_errors=True)

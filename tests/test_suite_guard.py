@@ -1,0 +1,33 @@
+"""The suite's own guards (pytest.ini): a test that hangs or a worker that aborts fails that
+test, and the run goes on to the end instead of waiting forever on a dead or stuck worker."""
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_a_hung_test_and_an_aborted_worker_fail_and_the_run_goes_on(tmp_path):
+  tests = tmp_path / "tests"
+  tests.mkdir()
+  (tests / "test_hang.py").write_text("import time\n\ndef test_hang():\n  time.sleep(600)\n")
+  (tests / "test_abort.py").write_text("import os\n\ndef test_abort():\n  os.abort()\n")
+  (tests / "test_ok.py").write_text("def test_ok():\n  assert True\n")
+  t0 = time.time()
+  # The project's pytest.ini (two workers, the timeout's method), with a 10 s timeout.
+  out = subprocess.run(
+      [sys.executable, "-m", "pytest", "-q", "-c", str(ROOT / "pytest.ini"), "--rootdir",
+       str(tmp_path), "-p", "no:cacheprovider", "-p", "tests.worker_guard", "-o", "timeout=10",
+       str(tests)],
+      cwd=tmp_path, capture_output=True, text=True, timeout=300,
+      env={k: v for k, v in os.environ.items() if k != "BERT_JAX_TEST_RUN_DIR"}
+      | {"PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)})
+  assert time.time() - t0 < 240, out.stdout[-3000:]
+  assert out.returncode == 1, out.stdout[-3000:]
+  last = out.stdout.strip().splitlines()[-1]
+  assert "2 failed, 1 passed" in last, out.stdout[-3000:]
+  assert "test_hang.py::test_hang" in out.stdout and "test_abort.py::test_abort" in out.stdout
+  assert out.stdout.count("not run again") == 2  # each failed once more at once, not re-run
+  assert not list(tmp_path.glob("bert_jax*"))  # the run folder is removed at the end

@@ -1,0 +1,49 @@
+"""The suite's run folder and its guard against a test that ends its worker process.
+
+pytest.ini's timeout (pytest-timeout, thread method) ends a worker whose test hangs; xdist
+then reports the test failed, starts a replacement worker and, with --dist loadfile, schedules
+the file's unfinished tests on it, that test included. This guard fails such a test at once on
+its second try instead of letting it abort or hang again. A marker file per running test lives
+in the run folder, made by the first process that imports this module (the xdist controller;
+workers and subprocesses inherit it through BERT_JAX_TEST_RUN_DIR) and removed when that
+process's session ends, so nothing is left in the temp directory.
+"""
+import hashlib
+import os
+import shutil
+import tempfile
+
+import pytest
+
+RUN_DIR = os.environ.get("BERT_JAX_TEST_RUN_DIR")
+_OWN_RUN_DIR = RUN_DIR is None
+if _OWN_RUN_DIR:
+  RUN_DIR = tempfile.mkdtemp(prefix="bert_jax_tests_")
+  os.environ["BERT_JAX_TEST_RUN_DIR"] = RUN_DIR
+
+
+def _marker(nodeid: str) -> str:
+  return os.path.join(RUN_DIR, "running", hashlib.sha1(nodeid.encode()).hexdigest())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+  marker = _marker(item.nodeid)
+  if os.path.exists(marker):
+    pytest.fail("this test ended its worker process on its first try (an abort, a crash or "
+                "pytest.ini's timeout: see the output above); not run again", pytrace=False)
+  os.makedirs(os.path.dirname(marker), exist_ok=True)
+  with open(marker, "w") as f:
+    f.write(item.nodeid)
+
+
+def pytest_runtest_logfinish(nodeid, location):  # pylint: disable=unused-argument
+  try:
+    os.remove(_marker(nodeid))
+  except FileNotFoundError:
+    pass
+
+
+def pytest_sessionfinish(session):  # pylint: disable=unused-argument
+  if _OWN_RUN_DIR:
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
