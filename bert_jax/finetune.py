@@ -40,7 +40,6 @@ from typing import Optional, Sequence
 from etils import epath
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 from jax.experimental import multihost_utils
 import ml_collections
 import numpy as np
@@ -337,7 +336,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
           fresh_heads=fresh_heads)
       if is_writer:
         print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
-      step, t0, acc, steps_since = 0, time.time(), None, 0
+      step, t0, acc, steps_since = 0, time.time(), train_core.MetricSums(), 0
       for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
         epoch_start, epoch_first_step = time.time(), step
         for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch,
@@ -350,16 +349,16 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
             state, metrics = train_step(state, sharding.host_to_global(batch, mesh))
           step += 1
           steps_since += 1
-          acc = metrics if acc is None else jax.tree.map(jnp.add, acc, metrics)
+          acc.add(metrics)
           if step % config.log_every == 0 or step == total_steps:
             train_core.check_finite(state, step, "stop", "none (fine-tuning saves no checkpoints)")
-            sums = jax.device_get(acc)
+            sums = acc.take()
             dt = time.time() - t0
             logger.log(step, {"loss": float(sums["loss"] / sums["steps"]),
                               "learning_rate": float(schedule(step - 1)),
                               "examples_per_second": float(sums["examples"]) / dt},
                        prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
-            acc, t0, steps_since = None, time.time(), 0
+            t0, steps_since = time.time(), 0
         jax.block_until_ready(state.step)
         seconds = time.time() - epoch_start
         examples = (step - epoch_first_step) * config.batch_size

@@ -16,7 +16,6 @@ from typing import Any, Optional, Sequence
 from absl import logging
 from etils import epath
 import jax
-import jax.numpy as jnp
 import ml_collections
 
 from bert_jax import checkpoint as ckpt_lib
@@ -134,7 +133,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                                  config=config_record))
 
   it = _host_rows(data.train_iterator(start_position=data_position), config)
-  step, acc, last = start_step, None, {}
+  step, acc, last = start_step, train_core.MetricSums(), {}
   t_log, steps_since = time.time(), 0
   try:
     while step < config.total_steps:
@@ -151,12 +150,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       step += 1
       data_position += 1
       steps_since += 1
-      acc = metrics if acc is None else jax.tree.map(jnp.add, acc, metrics)
+      acc.add(metrics)
       if (config.profile_start_step and is_writer
           and step == config.profile_start_step + config.profile_num_steps):
         jax.profiler.stop_trace()
       if step % config.log_every == 0 or step == config.total_steps:
-        sums = jax.device_get(acc)
+        sums = acc.take()
         dt = time.time() - t_log
         last = setup.summarize(sums)
         tokens = float(sums["real_tokens"])
@@ -171,7 +170,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
           last["nonfinite_steps"] = skipped
           logging.warning("%d step(s) had NaN/inf loss and were skipped", skipped)
         logger.log(step, last, steps_per_sec=steps_since / dt)
-        acc, t_log, steps_since = None, time.time(), 0
+        t_log, steps_since = time.time(), 0
       if step % config.checkpoint_every == 0 or step == config.total_steps:
         save(step)
       if config.eval_every and step % config.eval_every == 0:
@@ -225,13 +224,11 @@ def _host_rows(batches, config):
 
 def evaluate(eval_step, params, batches, mesh, summarize, *frozen) -> dict[str, float]:
   """Metrics on held-out host batches (deterministic, no dropout), summarized by `summarize`."""
-  acc = None
+  acc = train_core.MetricSums()
   for batch in batches:
-    sums = eval_step(params, sharding.host_to_global(batch, mesh), *frozen)
-    acc = sums if acc is None else jax.tree.map(jnp.add, acc, sums)
-  if acc is None:
-    return {}
-  return summarize(jax.device_get(acc))
+    acc.add(eval_step(params, sharding.host_to_global(batch, mesh), *frozen))
+  sums = acc.take()
+  return {} if sums is None else summarize(sums)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

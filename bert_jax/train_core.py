@@ -17,6 +17,7 @@
 Objectives (bert_jax/objectives/) and tasks (bert_jax/tasks/) only give an
 Objective; the step, the state and the guard are the same for all of them.
 """
+import collections
 import dataclasses
 from typing import Any, Callable, Optional
 
@@ -273,6 +274,45 @@ def check_finite(state: TrainState, step: int, on_nan: str, last_checkpoint: str
         f"updated by those steps. Stopping (on_nan='stop'); last good checkpoint: "
         f"{last_checkpoint}")
   return bad
+
+
+@jax.jit
+def _tree_add(a, b):
+  return jax.tree.map(jnp.add, a, b)
+
+
+class MetricSums:
+  """Sums of per-step metrics on the devices, with at most `max_in_flight` steps in flight.
+
+  `add` sums a step's metrics with one jitted call (not one dispatch per metric), then waits
+  until the sums of the step `max_in_flight` steps back are computed, so the host never runs
+  further ahead of the devices than that: the devices stay busy (the next steps are queued)
+  and no device's queue of launches fills up. A full queue deadlocked runs on XLA:CPU with
+  several devices (jaxlib 0.10, the test suite's 8): the client launches each device's
+  program on its thread pool, where a launch blocks while that device has too many
+  computations in flight; with every pool thread blocked in such launches or in a running
+  step's all-reduce waiting for devices that no thread was left to run, XLA's collective
+  rendezvous timed out after 40 s and aborted the process (issue 32: seen under CPU load,
+  where the host outruns the devices). Bitwise the same sums as adding eagerly.
+  """
+
+  def __init__(self, max_in_flight: int = 2):
+    self._max_in_flight = max_in_flight
+    self._sums = None
+    self._pending = collections.deque()
+
+  def add(self, metrics) -> None:
+    self._sums = metrics if self._sums is None else _tree_add(self._sums, metrics)
+    self._pending.append(self._sums)
+    while len(self._pending) > self._max_in_flight:
+      jax.block_until_ready(self._pending.popleft())
+
+  def take(self):
+    """The sums so far on the host (None before any `add`), and a new window."""
+    sums = None if self._sums is None else jax.device_get(self._sums)
+    self._sums = None
+    self._pending.clear()
+    return sums
 
 
 class LossSpikeCheck:

@@ -156,3 +156,31 @@ def test_mlm_xent_and_correct_match_the_textbook_forms():
   g_ours = jax.grad(lambda lg: jnp.sum(mlm_nsp.mlm_xent_and_correct(lg, ids)[0] * w))(logits)
   g_ref = jax.grad(lambda lg: jnp.sum(textbook(lg) * w))(logits)
   np.testing.assert_allclose(g_ours, g_ref, rtol=1e-5, atol=1e-7)
+
+
+def test_metric_sums_bound_the_steps_in_flight_and_sum_as_eager_adds():
+  """train_core.MetricSums: the host never runs more than max_in_flight steps ahead (a full
+  launch queue deadlocked XLA:CPU with several devices, issue 32), and its sums are bitwise
+  the eager jnp.add sums."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+
+  @jax.jit
+  def slow_step(x):  # a few ms of work per step, so that dispatch runs ahead of it
+    for _ in range(20):
+      x = jnp.tanh(x @ x.T) @ x
+    return {"loss": jnp.sum(x), "count": jnp.float32(1.0)}
+
+  x = jax.device_put(jax.random.normal(jax.random.PRNGKey(0), (256, 256)), replicated)
+  window, eager, history = train_core.MetricSums(max_in_flight=2), None, []
+  for i in range(12):
+    metrics = slow_step(x + i)
+    window.add(metrics)
+    history.append(window._sums)  # pylint: disable=protected-access
+    eager = metrics if eager is None else jax.tree.map(jnp.add, eager, metrics)
+    if i >= 2:  # the sums of two steps back are computed when add returns
+      assert history[i - 2]["loss"].is_ready()
+  sums = window.take()
+  assert sums["count"] == 12
+  np.testing.assert_array_equal(sums["loss"], jax.device_get(eager["loss"]))
+  assert window.take() is None  # a new window
