@@ -168,6 +168,7 @@ def test_a_query_with_empty_judgements_is_dropped_as_pytrec_eval_drops_it():
                             ("map@10", "map_cut_10"), ("recall@10", "recall_10"),
                             ("p@10", "P_10"), ("mrr@10", "recip_rank")]:
       assert ours[name] == pytest.approx(np.mean([m[trec_name] for m in trec.values()])), name
-  assert retrieval_metrics.evaluate(results, {"q1": {"d1": 1}, "q2": {}}, ks=(10,))["ndcg@10"] == 1.0
+  issue_case = {"q1": {"d1": 1}, "q2": {}}
+  assert retrieval_metrics.evaluate(results, issue_case, ks=(10,))["ndcg@10"] == 1.0
   with pytest.raises(ValueError, match="no judged queries"):
     retrieval_metrics.evaluate(results, {"q2": {}})
