@@ -17,11 +17,12 @@ def test_valid_tags_score_as_seqeval_and_other_tags_are_refused():
     for gold, pred in valid:
       assert conlleval.evaluate(gold, pred)["f1"] == pytest.approx(
           seqeval.f1_score(gold, pred, zero_division=0)), (gold, pred)
-    # seqeval (like conlleval.pl) reads IOBES: this scores 1.0 there; bert_jax scored it 0.5.
-    iobes = [["B-PER", "E-PER", "O", "S-LOC"]]
-    assert seqeval.f1_score(iobes, iobes) == 1.0
+    # seqeval (like conlleval.pl) reads IOBES: these are the same entities there, f1 1.0;
+    # bert_jax read S-LOC as a chunk from word 0 and scored 0.5.
+    iobes, iob2 = [["B-PER", "E-PER", "O", "S-LOC"]], [["B-PER", "I-PER", "O", "B-LOC"]]
+    assert seqeval.f1_score(iobes, iob2) == 1.0
   with pytest.raises(ValueError, match=r"^gold sentence 0, word 1: tag 'E-PER' is not IOB"):
-    conlleval.evaluate(iobes, iobes)
+    conlleval.evaluate(iobes, iob2)
   with pytest.raises(ValueError, match=r"^predicted sentence 1, word 0: tag 'PER' is not IOB"):
     conlleval.evaluate([["O"], ["O"]], [["O"], ["PER"]])
   for tag in ("S-LOC", "E-PER", "PER", "B-", "b-PER", "B_PER", ""):
