@@ -83,7 +83,8 @@ def test_ids_match_bert_tokenizer_fast_on_tricky_strings(vocab_file, uncased, ca
 # the raw text (`[mask]` and a literal broken by a removed character are not matched).
 _LITERALS = ["the [MASK] sat", "hello[MASK]world", "[CLS] a [SEP] b [SEP]", "[PAD][UNK][MASK]",
              "[mask] [Mask] [ MASK ]", "a [MA\x00SK] b \x00 [MASK]\x00", "[[MASK]]",
-             "é[MASK]\u0301x", "x" * 99 + "[MASK]" + "x" * 2, "x" * 101 + " [SEP] " + "é" * 101, " [MASK] ", "[UNK]"]
+             "é[MASK]\u0301x", "x" * 99 + "[MASK]" + "x" * 2, "x" * 101 + " [SEP] " + "é" * 101,
+             " [MASK] ", "[UNK]"]
 
 
 @pytest.mark.parametrize("lowercase", [True, False], ids=["uncased", "cased"])
