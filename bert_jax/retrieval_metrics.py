@@ -11,7 +11,10 @@
 
 A document is relevant when its judged score is > 0. Rankings break score ties by
 document id, descending, as trec_eval does. Each metric is the mean over the
-queries that have judgements (BEIR evaluates those only).
+queries that have judgements: a query whose judgements are empty is dropped from every mean,
+as pytrec_eval and BEIR drop it; a query judged with every document at relevance 0 counts,
+scoring 0, as in pytrec_eval. A judged query missing from `results` counts as 0 (trec_eval's
+`-c`; pytrec_eval and BEIR would drop it, but `retrieval_eval` gives every query a ranking).
 """
 import math
 from typing import Mapping, Sequence
@@ -67,12 +70,14 @@ def evaluate(results: Mapping[str, Mapping[str, float]],
     ks: the cut-offs.
 
   Returns:
-    Metric name -> mean over the queries of `qrels` (a query with no results scores 0).
+    Metric name -> mean over the queries of `qrels` with judgements (one with empty
+    judgements is dropped, as in pytrec_eval; one with no results scores 0).
   """
-  if not qrels:
+  judged_queries = {q: judged for q, judged in qrels.items() if judged}
+  if not judged_queries:
     raise ValueError("no judged queries to evaluate")
   totals: dict[str, float] = {}
-  for q, judged in qrels.items():
+  for q, judged in judged_queries.items():
     for name, value in query_metrics(rank(results.get(q, {})), judged, ks).items():
       totals[name] = totals.get(name, 0.0) + value
-  return {name: total / len(qrels) for name, total in totals.items()}
+  return {name: total / len(judged_queries) for name, total in totals.items()}

@@ -64,6 +64,19 @@ def test_tiny_tokenizers_match_transformers_fast(kind, bpe_dir, albert_dir, debe
   assert ours.convert_ids_to_tokens(ids) == ref.convert_ids_to_tokens(ids)
 
 
+def test_deberta_lower_cased_keeps_unk_typed_in_text_atomic_as_transformers_fast(deberta_dir):
+  """Issue 32: DebertaV2TokenizerFast(do_lower_case=True) matches its [UNK] (a normalized added
+  token) in the normalised text in its own normalised form, '[unk]'; it was split."""
+  transformers = pytest.importorskip("transformers")
+  ours = tokenizer_lib.tokenizer_from_path(str(deberta_dir), lowercase=True)
+  ref = transformers.DebertaV2TokenizerFast(vocab_file=str(deberta_dir / "spm.model"),
+                                            do_lower_case=True)
+  lines = ["the [UNK] sat", "the[UNK]sat", "[UNK]", " [UNK] x", "a [unk] b", "A [UnK] [UNK]",
+           "x\t[UNK]\ty", "[UNK][UNK]", "The [MASK] [CLS] [SEP] [PAD] x"]
+  assert ours.lowercase and ours.tokenize("[UNK]") == ["[UNK]"]
+  _assert_parity(ours, ref, lines + _TRICKY + _corpus(30, seed=2))
+
+
 def test_family_conventions(bpe_dir, albert_dir, deberta_dir):
   roberta = tokenizer_lib.tokenizer_from_path(str(bpe_dir))
   albert = tokenizer_lib.tokenizer_from_path(str(albert_dir / "spiece.model"))

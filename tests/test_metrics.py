@@ -164,3 +164,33 @@ def test_constant_prediction_warning():
                                                              is_regression=True)
   assert metrics.constant_prediction_warning(np.arange(4.0), np.arange(4.0),
                                              is_regression=True) == ""
+
+
+def test_a_nan_or_inf_makes_every_metric_nan_with_a_warning():
+  # Issue 32: predictions 0..48 and NaN against labels 0..49 scored spearman 1.0 (NaN ranked
+  # largest); scipy gives NaN.
+  labels = np.arange(50.0)
+  nan_last = np.append(np.arange(49.0), np.nan)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    assert np.isnan(stats.spearmanr(nan_last, labels)[0])
+    assert np.isnan(stats.pearsonr(nan_last, labels)[0])
+    # For inf scipy is not consistent: pearsonr is NaN, spearmanr ranks inf largest and scores.
+    inf_last = np.append(np.arange(49.0), np.inf)
+    assert np.isnan(stats.pearsonr(inf_last, labels)[0])
+    assert stats.spearmanr(inf_last, labels)[0] == pytest.approx(1.0)
+  # bert_jax: NaN for any NaN or inf (the documented choice), with a warning naming the metric.
+  for bad in (np.nan, np.inf, -np.inf):
+    preds = np.append(np.arange(49.0), bad)
+    for name in metrics.METRICS:
+      with pytest.warns(RuntimeWarning, match=rf"{name}: 1 prediction\(s\) .* NaN or inf"):
+        assert np.isnan(metrics.METRICS[name](preds, labels)), (name, bad)
+    with pytest.warns(RuntimeWarning, match=r"0 prediction\(s\) and 1 label\(s\)"):
+      assert np.isnan(metrics.spearman(labels, preds))
+    assert "1 of the 50 predictions are NaN or inf" in metrics.constant_prediction_warning(
+        preds, labels, is_regression=True)
+  # A NaN in zero-weight padding does not count, and nothing is warned.
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert metrics.spearman(np.append(labels, np.nan), np.append(labels, 0.0),
+                            np.append(np.ones(50), 0.0)) == pytest.approx(1.0)

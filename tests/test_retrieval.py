@@ -148,3 +148,27 @@ def test_hnsw_without_faiss_is_one_line_before_embedding(ckpt, tmp_path, monkeyp
   beir = _beir(tmp_path, ["hello world"], ["q0\td0\t1"])
   with pytest.raises(ValueError, match=r"^--index hnsw needs faiss, which is not installed"):
     retrieval_eval.main(["--checkpoint", ckpt, "--beir_dir", beir, "--index", "hnsw"])
+
+
+def test_a_query_with_empty_judgements_is_dropped_as_pytrec_eval_drops_it():
+  pytrec_eval = pytest.importorskip(
+      "pytrec_eval", reason="needs pytrec-eval-terrier (the test extra): trec_eval's C code")
+  # q2's judgements are empty: dropped from every mean (issue 32: it counted as 0, ndcg 0.5).
+  # q3 is judged with nothing relevant: pytrec_eval (and BEIR, which averages its output)
+  # keeps it, scoring 0.
+  results = {"q1": {"d1": 1.0, "d2": 0.5}, "q2": {"d1": 1.0}, "q3": {"d1": 1.0},
+             "q4": {"d2": 1.0, "d3": 0.5}}
+  for qrels in ({"q1": {"d1": 1}, "q2": {}},
+                {"q1": {"d1": 1}, "q2": {}, "q3": {"d1": 0, "d2": 0}, "q4": {"d3": 2}}):
+    trec = pytrec_eval.RelevanceEvaluator(
+        qrels, {"ndcg_cut.1,10", "map_cut.10", "recall.10", "P.10", "recip_rank"}).evaluate(results)
+    ours = retrieval_metrics.evaluate(results, qrels, ks=(1, 10))
+    assert "q2" not in trec
+    for name, trec_name in [("ndcg@1", "ndcg_cut_1"), ("ndcg@10", "ndcg_cut_10"),
+                            ("map@10", "map_cut_10"), ("recall@10", "recall_10"),
+                            ("p@10", "P_10"), ("mrr@10", "recip_rank")]:
+      assert ours[name] == pytest.approx(np.mean([m[trec_name] for m in trec.values()])), name
+  issue_case = {"q1": {"d1": 1}, "q2": {}}
+  assert retrieval_metrics.evaluate(results, issue_case, ks=(10,))["ndcg@10"] == 1.0
+  with pytest.raises(ValueError, match="no judged queries"):
+    retrieval_metrics.evaluate(results, {"q2": {}})

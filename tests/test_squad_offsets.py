@@ -50,6 +50,35 @@ def test_offset_features_are_the_fast_tokenizers_rows_and_cut_the_gold_answers(
           tuple(o) for o in want["offset_mapping"][n - 1 - len(f.offsets):n - 1]]
 
 
+def test_roberta_offsets_equal_transformers_next_to_tabs_newlines_and_no_break_spaces(bpe_dir):
+  """Issue 32: a piece of only a tab, newline or U+00A0 got an empty span; RobertaTokenizerFast
+  (trim_offsets) trims only the ordinary space."""
+  from tests.tokenizer_fixtures import _TRICKY  # pylint: disable=g-import-not-at-top
+  tok = tokenizer_lib.tokenizer_from_path(str(bpe_dir))
+  fast = _reference("roberta", bpe_dir)
+  texts = ["the\tfox", "the\nfox", "the\u00a0fox", "the \t fox\n\nran", "x  \u00a0 y ",
+           "\tjumps\r\nover\u00a0\u00a0lazy\u3000dogs\u2009.", " \n", "a <mask>\tb"] + _TRICKY
+  for text, (ids, spans) in zip(texts, tok.tokenize_with_offsets(texts)):
+    want = fast(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert ids == want["input_ids"], text
+    assert spans == [tuple(o) for o in want["offset_mapping"]], text
+  # A SQuAD answer next to such whitespace is cut exactly as the fast tokenizer's rows cut it.
+  context = "seven\twizards hum\njazzy tunes in\u00a01,000 towns."
+  records = [{"id": f"q{i}", "question": "what?", "context": context,
+              "answers": [{"text": a, "answer_start": context.index(a)}]}
+             for i, a in enumerate(["wizards", "seven", "jazzy tunes", "1,000 towns"])]
+  examples = squad._make_examples(records, True, "test")[0]  # pylint: disable=protected-access
+  arrays, features = squad_offsets.convert_examples_to_features(
+      tok, examples, max_seq_length=64, doc_stride=32, max_query_length=16, is_training=True)
+  for row, (ex, f) in enumerate(zip(examples, features)):
+    want = fast(ex.question_text, context, return_offsets_mapping=True)
+    n = len(want["input_ids"])
+    assert [f.offsets[p] for p in sorted(f.offsets)] == [
+        tuple(o) for o in want["offset_mapping"][n - 1 - len(f.offsets):n - 1]]
+    start, end = int(arrays["start_positions"][row]), int(arrays["end_positions"][row])
+    assert context[f.offsets[start][0]:f.offsets[end][1]] == ex.orig_answer_text
+
+
 def test_offset_windows_hold_the_answer_where_it_fits_and_predictions_cut_the_context(bpe_dir):
   tok = tokenizer_lib.tokenizer_from_path(str(bpe_dir))
   examples = _examples()

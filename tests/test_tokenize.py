@@ -79,6 +79,32 @@ def test_ids_match_bert_tokenizer_fast_on_tricky_strings(vocab_file, uncased, ca
     assert g == e, (text, ref.convert_ids_to_tokens(e), tok.convert_ids_to_tokens(g))
 
 
+# Special-token literals typed in text (issue 32): one id each in BertTokenizerFast, matched in
+# the raw text (`[mask]` and a literal broken by a removed character are not matched).
+_LITERALS = ["the [MASK] sat", "hello[MASK]world", "[CLS] a [SEP] b [SEP]", "[PAD][UNK][MASK]",
+             "[mask] [Mask] [ MASK ]", "a [MA\x00SK] b \x00 [MASK]\x00", "[[MASK]]",
+             "é[MASK]\u0301x", "x" * 99 + "[MASK]" + "x" * 2, "x" * 101 + " [SEP] " + "é" * 101,
+             " [MASK] ", "[UNK]"]
+
+
+@pytest.mark.parametrize("lowercase", [True, False], ids=["uncased", "cased"])
+def test_special_token_literals_are_one_id_as_bert_tokenizer_fast(vocab_file, uncased, cased,
+                                                                  lowercase):
+  transformers = pytest.importorskip("transformers")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  ref = transformers.BertTokenizerFast(vocab_file, do_lower_case=lowercase)
+  tok = uncased if lowercase else cased
+  assert tok.tokenize("hello [MASK] world") == ["hello", "[MASK]", "world"]
+  texts = _LITERALS + _TRICKY  # one batch with and without literals
+  expected = ref(texts, add_special_tokens=False)["input_ids"]
+  for batch in (texts, _LITERALS[:1], _TRICKY[5:6] + _LITERALS[5:6]):
+    for text, g in zip(batch, tok.tokenize_to_ids(batch)):
+      e = expected[texts.index(text)]
+      assert g == e, (text, ref.convert_ids_to_tokens(e), tok.convert_ids_to_tokens(g))
+  ds = tf.data.Dataset.from_tensor_slices(texts).batch(5).map(tok.tf_tokenize)
+  assert [row for ragged in ds for row in ragged.to_list()] == expected
+
+
 def test_hand_written_pieces(uncased, cased):
   assert uncased.tokenize("Héllo, WORLD!") == ["hello", ",", "world", "!"]
   assert uncased.tokenize("unaffable") == ["un", "##aff", "##able"]

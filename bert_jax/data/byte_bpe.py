@@ -76,6 +76,11 @@ class ByteLevelBPETokenizer(tokenizer_base.Tokenizer):
     tok.add_special_tokens([tokenizers.AddedToken(t, lstrip=role == "mask", normalized=False)
                             for role, t in SPECIAL_TOKENS.items()])
     self._tok = tok
+    # For offsets, a copy whose post-processor trims the spaces ('Ġ') at a piece's ends as
+    # RobertaTokenizerFast's does (trim_offsets); the ids path stays without that step.
+    self._tok_offsets = tokenizers.Tokenizer.from_str(tok.to_str())
+    self._tok_offsets.post_processor = tokenizers.processors.ByteLevel(
+        add_prefix_space=False, trim_offsets=True)
     self.vocab_file = vocab_file
     self.merges_file = merges_file
     self.lowercase = False
@@ -94,18 +99,12 @@ class ByteLevelBPETokenizer(tokenizer_base.Tokenizer):
   def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple]]]:
     """(ids, (start, end) character offsets) of each text, no special tokens.
 
-    A piece's span leaves out the space its 'Ġ' stands for (RobertaTokenizerFast's
-    trim_offsets).
+    A piece's span leaves out the spaces its 'Ġ's stand for, and only those: a piece
+    of a tab, newline or no-break space keeps its character (RobertaTokenizerFast's
+    trim_offsets, by the same post-processor).
     """
-    out = []
-    for text, e in zip(texts, self._tok.encode_batch(list(texts), add_special_tokens=False)):
-      spans = []
-      for start, end in e.offsets:
-        while start < end and text[start].isspace():
-          start += 1
-        spans.append((start, end))
-      out.append((list(e.ids), spans))
-    return out
+    return [(list(e.ids), [tuple(o) for o in e.offsets])
+            for e in self._tok_offsets.encode_batch(list(texts), add_special_tokens=False)]
 
   def decode(self, ids: Sequence[int]) -> str:
     """The text of ids (bytes joined back, specials kept)."""

@@ -203,14 +203,19 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
         model_proto=proto.SerializeToString(), add_dummy_prefix=False,
         escape_whitespaces=False, remove_extra_whitespaces=False)
     # Added tokens: control and user-defined pieces, the unk piece, the mask token;
-    # most are matched in the raw text, some in the normalised text.
+    # most are matched in the raw text, some in the normalised text, where they are
+    # matched in their own normalised form (DeBERTa lower-cased: '[UNK]' as '[unk]'),
+    # as the fast tokenizers' added vocabulary normalises a normalized token's content.
     added = {p.piece for p in proto.pieces
              if p.type in (_PIECE_CONTROL, _PIECE_USER, _PIECE_UNKNOWN)} | set(specials.values())
     in_normalized = {specials[role] for role in conv.normalized_added}
     lstrip = {specials["mask"]} if conv.mask_lstrip else set()
-    self._raw_added = _added_pattern(added - in_normalized, lstrip)
-    self._normalized_added = _added_pattern(in_normalized, lstrip)
     self._added_ids = {t: self.vocab[t] for t in added}
+    normalized_forms = dict(zip(self.normalize_segments(sorted(in_normalized)),
+                                sorted(in_normalized)))
+    self._added_ids.update({form: self.vocab[t] for form, t in normalized_forms.items()})
+    self._raw_added = _added_pattern(added - in_normalized, lstrip)
+    self._normalized_added = _added_pattern(set(normalized_forms), lstrip)
     # float64 scores as the fast tokenizers hold them (ALBERT's penalty added in float64).
     self._scores = [p.score - (100 if conv.split_digit_comma and not _check_number_comma(p.piece)
                                else 0) for p in proto.pieces]

@@ -12,6 +12,15 @@ Hugging Face's `BertTokenizerFast`:
   wordpiece greedy longest-match-first with `##` continuations; a word longer
             than 100 characters (not bytes) becomes one [UNK]
 
+Special-token literals typed in the text (`the [MASK] sat`, `[CLS]`, `[SEP]`,
+`[PAD]`, `[UNK]`, exactly so cased) are one id each, as in `BertTokenizerFast`,
+which splits them out of the raw text before the steps above (they are matched
+before cleaning and lower-casing: `[mask]` is `[`, `mask`, `]` there and here).
+Google's `FullTokenizer` splits them; bert_jax follows transformers for every
+text, the pretraining corpus included, so that a text has one tokenization in
+pretraining, fine-tuning and fill-mask. Text without such a literal takes the
+same ops as before (a regex pre-check picks the path per batch).
+
 tf-text's built-in `lower_case_nfd_strip_accents` uses NFKC case folding
 (`™` -> `tm`, `ß` -> `ss`), which BERT does not do, so the uncased
 normalisation is done here with regex / NFD / lower ops instead.
@@ -21,6 +30,7 @@ helpers used by GLUE / SQuAD feature code, and `python -m bert_jax.tokenize`.
 """
 import functools
 import os
+import re
 from typing import Sequence, Union
 
 import numpy as np
@@ -35,6 +45,8 @@ MAX_CHARS_PER_WORD = 100
 # Characters BERT's _clean_text removes: categories Cc, Cf, Co, Cs except tab,
 # LF and CR (whitespace), and the replacement character U+FFFD.
 _CLEAN_PATTERN = r"[^\P{C}\t\n\r]|\x{FFFD}"
+# A special token typed in the raw text (RE2 syntax).
+_SPECIAL_LITERAL = "|".join(re.escape(t) for t in SPECIAL_TOKENS)
 
 
 def default_vocab_file() -> str:
@@ -129,6 +141,8 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
         vocab=tokens, suffix_indicator="##", max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
         token_out_type=tf.int32, unknown_token="[UNK]", lower_case_nfd_strip_accents=False)
     self._is_continuation_tf = tf.constant(self.is_continuation)
+    self._special_literals = tf.constant(SPECIAL_TOKENS)
+    self._special_literal_ids = tf.constant([self.vocab[t] for t in SPECIAL_TOKENS], tf.int32)
 
   def normalize(self, texts: tf.Tensor) -> tf.Tensor:
     """Cleaning (and the uncased normalisation) on a [batch] string tensor."""
@@ -168,19 +182,63 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
       texts: [batch] tf.string.
 
     Returns:
-      tf.RaggedTensor [batch, (pieces)] of int32 ids, no special tokens.
+      tf.RaggedTensor [batch, (pieces)] of int32 ids, no special tokens (but one id
+      for each special-token literal typed in a text).
     """
     norm = self.normalize(texts)
-    # A word over 100 characters is inside a run of over 100 characters without a space
-    # (BERT splits words at every space; clean_text removed \f and \v). Batches without such
-    # a run, nearly all, need no offsets: the tokenization without them costs a third.
-    has_long_run = tf.reduce_any(tf.strings.regex_full_match(
-        norm, rf"(?s).*\S{{{MAX_CHARS_PER_WORD + 1}}}.*"))
-    return tf.cond(has_long_run, lambda: self._tokenize_long_words(norm),
+    # One scan of the batch picks the path. Nearly all batches hold neither a run of over 100
+    # characters without a space (a word over 100 characters is inside one: BERT splits words
+    # at every space, clean_text removed \f and \v) nor what may be a special-token literal
+    # (in the normalised text in any case; it is matched exactly in the raw text after); they
+    # need no offsets, and the tokenization without them costs a third.
+    unusual = tf.reduce_any(tf.strings.regex_full_match(
+        norm, rf"(?s).*(?:\S{{{MAX_CHARS_PER_WORD + 1}}}|(?i:{_SPECIAL_LITERAL})).*"))
+    return tf.cond(unusual, lambda: self._tokenize_unusual(texts, norm),
                    lambda: self._fast.tokenize(norm))
 
+  def _tokenize_unusual(self, texts: tf.Tensor, norm: tf.Tensor) -> tf.RaggedTensor:
+    """tf_tokenize of texts (`norm` normalised) with special-token literals or long words."""
+    has_literal = tf.reduce_any(tf.strings.regex_full_match(
+        texts, f"(?s).*(?:{_SPECIAL_LITERAL}).*"))
+    # With a literal, the parts between the literals are tokenized and joined after.
+    parts, part_splits, literal_ids = tf.cond(
+        has_literal, lambda: self._split_at_literals(texts),
+        lambda: (norm, tf.range(tf.size(texts, tf.int64) + 1), tf.fill(tf.shape(texts), -1)))
+    ids = self._tokenize_long_words(parts)
+    return tf.cond(has_literal, lambda: self._join_parts(ids, part_splits, literal_ids),
+                   lambda: ids)
+
+  def _split_at_literals(self, texts: tf.Tensor):
+    """The parts of each text around its special-token literals, normalised, as
+    BertTokenizerFast splits its special tokens out of the raw text.
+
+    Returns:
+      (normalised parts [parts], each literal as '', row splits [batch + 1] of the
+      parts, literal ids [parts]: the literal's id, or -1 for text).
+    """
+    # regex_split ends a string at a NUL; the cleaning removes any control character, so
+    # \x01 stands in for it.
+    texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
+    parts = tf_text.regex_split(texts, _SPECIAL_LITERAL,
+                                keep_delim_regex_pattern=_SPECIAL_LITERAL)  # [batch, (parts)]
+    flat = parts.flat_values  # [parts]
+    match = tf.equal(flat[:, None], self._special_literals[None, :])  # [parts, 5]
+    is_literal = tf.reduce_any(match, axis=1)
+    literal_ids = tf.where(is_literal, tf.gather(self._special_literal_ids,
+                                                 tf.argmax(tf.cast(match, tf.int32), 1)), -1)
+    return self.normalize(tf.where(is_literal, "", flat)), parts.row_splits, literal_ids
+
+  def _join_parts(self, ids: tf.RaggedTensor, part_splits: tf.Tensor,
+                  literal_ids: tf.Tensor) -> tf.RaggedTensor:
+    """Ids [batch, (pieces)] from the ids of the parts [parts, (pieces)] (literals empty)."""
+    is_literal = literal_ids >= 0
+    literals = tf.RaggedTensor.from_row_lengths(tf.boolean_mask(literal_ids, is_literal),
+                                                tf.cast(is_literal, tf.int64))
+    per_part = tf.concat([ids, literals], axis=1)  # a part is text or one literal
+    return tf.RaggedTensor.from_row_splits(per_part, part_splits).merge_dims(1, 2)
+
   def _tokenize_long_words(self, norm: tf.Tensor) -> tf.RaggedTensor:
-    """tf_tokenize of normalised text, words over 100 characters as one [UNK]."""
+    """WordPiece ids of normalised text, words over 100 characters as one [UNK]."""
     ids, starts, ends = self._fast.tokenize_with_offsets(norm)
     flat = ids.flat_values  # [pieces]
     rows = ids.value_rowids()  # [pieces]

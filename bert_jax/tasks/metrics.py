@@ -11,9 +11,14 @@ correlations), `labels` [n] (gold class ids or scores) and optional `weights`
 (accuracy and F1 in [0, 1], not percentages). Edge cases follow them:
 `matthews_corrcoef` is 0 when either side is constant, `f1` is 0 when there are
 no true positives, false positives or false negatives, `pearson` and
-`spearman` are NaN when either side is constant.
+`spearman` are NaN when either side is constant. A NaN or inf among the
+predictions or labels (of positive weight) makes every metric NaN, with a
+RuntimeWarning, never a score: scipy's `pearsonr` and `spearmanr` give NaN for a
+NaN; for an inf `spearmanr` still ranks it (as the largest value) and scores,
+which bert_jax does not follow: a model that outputs inf has failed.
 """
 from typing import Optional
+import warnings
 
 import numpy as np
 
@@ -40,12 +45,35 @@ def _prepare(predictions, labels, weights, *, float_values=False):
   return predictions, labels, weights
 
 
+def _count_nonfinite(values, weights) -> int:
+  """How many values of positive weight are NaN or inf (0 for non-float values)."""
+  values = np.asarray(values).reshape(-1)
+  if not np.issubdtype(values.dtype, np.inexact):
+    return 0
+  return int(np.sum(~np.isfinite(values) & (np.asarray(weights).reshape(-1) > 0)))
+
+
+def _nonfinite(name, predictions, labels, weights) -> bool:
+  """True, with a RuntimeWarning, when a value of positive weight is NaN or inf."""
+  predictions, labels, weights = _prepare(predictions, labels, weights)
+  bad_pred, bad_labels = (_count_nonfinite(predictions, weights),
+                          _count_nonfinite(labels, weights))
+  if bad_pred or bad_labels:
+    warnings.warn(f"{name}: {bad_pred} prediction(s) and {bad_labels} label(s) of "
+                  f"{labels.size} are NaN or inf; the metric is NaN", RuntimeWarning,
+                  stacklevel=3)
+    return True
+  return False
+
+
 def accuracy(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
   """Weighted fraction of predictions equal to the labels.
 
   Returns:
     The accuracy in [0, 1].
   """
+  if _nonfinite("accuracy", predictions, labels, weights):
+    return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights)
   return float(np.sum(weights * (predictions == labels)) / np.sum(weights))
 
@@ -60,6 +88,8 @@ def f1(predictions, labels, weights: Optional[np.ndarray] = None,
   Returns:
     2 TP / (2 TP + FP + FN), or 0 when that denominator is 0.
   """
+  if _nonfinite("f1", predictions, labels, weights):
+    return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights)
   pred_pos = predictions == positive_label
   gold_pos = labels == positive_label
@@ -77,6 +107,8 @@ def accuracy_and_f1(predictions, labels,
   Returns:
     (accuracy + f1) / 2.
   """
+  if _nonfinite("accuracy_and_f1", predictions, labels, weights):
+    return float("nan")
   return (accuracy(predictions, labels, weights) + f1(predictions, labels, weights)) / 2
 
 
@@ -87,6 +119,8 @@ def matthews_corrcoef(predictions, labels,
   Returns:
     The MCC in [-1, 1]; 0 when predictions or labels are constant.
   """
+  if _nonfinite("matthews_corrcoef", predictions, labels, weights):
+    return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights)
   classes, encoded = np.unique(np.concatenate([labels, predictions]), return_inverse=True)
   gold, pred = encoded[:labels.size], encoded[labels.size:]
@@ -141,6 +175,8 @@ def pearson(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
   Returns:
     Pearson's r, or NaN when either side is constant.
   """
+  if _nonfinite("pearson", predictions, labels, weights):
+    return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights, float_values=True)
   return _weighted_pearson(predictions, labels, weights)
 
@@ -151,6 +187,8 @@ def spearman(predictions, labels, weights: Optional[np.ndarray] = None) -> float
   Pearson's r of the weighted average ranks; arguments as in `pearson`. NaN
   when either side is constant.
   """
+  if _nonfinite("spearman", predictions, labels, weights):
+    return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights, float_values=True)
   keep = weights > 0
   pred_ranks = _weighted_average_ranks(predictions, weights)
@@ -165,6 +203,8 @@ def pearson_and_spearman(predictions, labels,
   Returns:
     (pearson + spearman) / 2.
   """
+  if _nonfinite("pearson_and_spearman", predictions, labels, weights):
+    return float("nan")
   return (pearson(predictions, labels, weights) + spearman(predictions, labels, weights)) / 2
 
 
@@ -208,7 +248,7 @@ def majority_rate(labels) -> float:
 
 
 def constant_prediction_warning(predictions, labels, is_regression: bool = False) -> str:
-  """A one-line warning when predictions are no better than a constant, or ''.
+  """A one-line warning when predictions are NaN/inf or no better than a constant, or ''.
 
   Classification: every prediction is one class, or the accuracy equals the
   majority-class rate of `labels` (what predicting the most frequent class
@@ -217,6 +257,10 @@ def constant_prediction_warning(predictions, labels, is_regression: bool = False
   """
   predictions = np.asarray(predictions).reshape(-1)
   labels = np.asarray(labels).reshape(-1)
+  nonfinite = _count_nonfinite(predictions, np.ones(predictions.shape))
+  if nonfinite:
+    return (f"{nonfinite} of the {predictions.size} predictions are NaN or inf: every metric "
+            "is NaN (the model has diverged)")
   if is_regression:
     if predictions.size and np.ptp(predictions.astype(np.float64)) < 1e-6:
       return (f"every one of the {predictions.size} predictions is the same score "
