@@ -17,6 +17,7 @@ caller shards them (and stacks them with `model.match_scan_layout` for scan_laye
 """
 import dataclasses
 import json
+import os
 import time
 from typing import Any, Optional, Sequence, Union
 
@@ -220,6 +221,12 @@ def _sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+def _absolute(path: str) -> epath.Path:
+  """Orbax takes only absolute paths: a relative local one is made absolute (a URL stays)."""
+  path = str(path)
+  return epath.Path(path if "://" in path else os.path.abspath(path))
+
+
 def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, Sequence[str]],
                 lowercase: bool, *,
                 heads: Optional[Sequence[str]] = None, info: Optional[dict] = None,
@@ -251,7 +258,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     ValueError: vocab size or param shapes disagree with the config, or an
       expected head is missing.
   """
-  dst = epath.Path(path)
+  dst = _absolute(path)
   if dst.exists() and any(dst.iterdir()) and not overwrite:
     raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True (--overwrite) "
                           "to replace it")
@@ -382,7 +389,7 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
       stored shapes that disagree with the config.
   """
   config = read_config(path)
-  p = epath.Path(path)
+  p = _absolute(path)
   if expect_config is not None:
     check_arch(config, expect_config, path)
   vocab = p / VOCAB_FILE

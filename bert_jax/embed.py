@@ -451,7 +451,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "compute dtype", flag_values=fv)
   flags.DEFINE_boolean("length_bucketing", True, "sort texts by length and cut each batch to "
                        "a fixed bucket length (one compilation per length)", flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.embed", __doc__)
+  cli.parse(fv, argv, "bert_jax.embed", __doc__, paths=("checkpoint", "input", "output"))
   return fv
 
 

@@ -228,7 +228,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_integer("hnsw_ef_search", 128, "HNSW candidate list length while searching "
                        "(higher: slower, closer to exact)", flag_values=fv)
   flags.DEFINE_string("output", None, "write the metrics as JSON here", flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.retrieval_eval", __doc__)
+  cli.parse(fv, argv, "bert_jax.retrieval_eval", __doc__,
+            paths=("checkpoint", "beir_dir", "output"))
   return fv
 
 

@@ -296,8 +296,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                      short_name="t", flag_values=args)
   flags.DEFINE_alias("na-prob-file", "na_prob_file", flag_values=args)
   flags.DEFINE_alias("na-prob-thresh", "na_prob_thresh", flag_values=args)
-  data_file, pred_file = cli.parse(args, argv, "bert_jax.squad_eval", __doc__,
-                                   positional=("DATA_FILE", "PRED_FILE"))
+  data_file, pred_file = map(cli.absolute, cli.parse(
+      args, argv, "bert_jax.squad_eval", __doc__, positional=("DATA_FILE", "PRED_FILE"),
+      paths=("na_prob_file",)))
   dataset_json = _load_json(data_file, "data file")
   predictions = _load_json(pred_file, "prediction file")
   if not isinstance(dataset_json, dict) or not isinstance(dataset_json.get("data"), list):
