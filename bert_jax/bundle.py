@@ -18,6 +18,7 @@ caller shards them (and stacks them with `model.match_scan_layout` for scan_laye
 import dataclasses
 import json
 import os
+import re
 import time
 from typing import Any, Optional, Sequence, Union
 
@@ -213,6 +214,60 @@ def _check_shapes(found: dict[str, tuple], config: BertConfig, source: str) -> N
       parts.append(f"unexpected: {unknown[:10]}")
     raise ValueError(f"{source}: params do not match its model_config.json "
                      f"({describe_arch(config)}): " + "; ".join(parts))
+
+
+# Far above any published BERT-family model (BERT-large: 24 layers, hidden 1024, 16 heads;
+# XLM-R: 250,002 tokens); beyond them a model_config.json is damaged or crafted, and building
+# its model (tracing 20,000 layers) would hang. Refused before anything is built.
+CONFIG_LIMITS = {"num_layers": 1024, "hidden_size": 65536, "intermediate_size": 262144,
+                 "num_heads": 1024, "embedding_size": 65536, "vocab_size": 4_194_304,
+                 "max_position_embeddings": 1_048_576, "type_vocab_size": 1024}
+_LAYER_KEY = re.compile(r"(?:^|/)encoder/layer_(\d+)/")
+_SCANNED_KEY = re.compile(r"(?:^|/)encoder/layers/")
+
+
+def stored_layers(found: dict[str, tuple]) -> int:
+  """Encoder layers held by params given as {'/'-path: shape}, canonical or scanned layout."""
+  indices = {int(m.group(1)) for p in found for m in [_LAYER_KEY.search(p)] if m}
+  scanned = {shape[0] for p, shape in found.items() if _SCANNED_KEY.search(p) and shape}
+  return len(indices) + (max(scanned) if scanned else 0)
+
+
+def check_limits(config: BertConfig, source: str) -> None:
+  """Refuses, in one line, a config beyond CONFIG_LIMITS (before its model is built)."""
+  absurd = [f"{f} {getattr(config, f):,} (at most {limit:,})"
+            for f, limit in CONFIG_LIMITS.items() if getattr(config, f) > limit]
+  if absurd:
+    raise ValueError(f"{source}: its model config declares {', '.join(absurd)}: not a model "
+                     "bert_jax builds (a damaged or hand-edited config file?)")
+
+
+def check_declared_config(config: BertConfig, found: dict[str, tuple], source: str) -> None:
+  """The declared config against the arrays on disk, before a model is built from it.
+
+  Cheap (no tracing): absurd values (CONFIG_LIMITS), the number of encoder
+  layers and the vocabulary size against the stored arrays. The full shape
+  check (`_check_shapes`) follows once these agree.
+
+  Args:
+    config: the config the checkpoint declares.
+    found: its arrays' shapes by '/' path (canonical or scanned layout).
+    source: the checkpoint, for messages.
+
+  Raises:
+    ValueError: one line naming the field, its declared value and what is stored.
+  """
+  check_limits(config, source)
+  layers = stored_layers(found)
+  declared = 1 if config.share_layers else config.num_layers
+  if layers != declared:
+    raise ValueError(f"{source}: its model config declares num_layers {config.num_layers}"
+                     f"{' (shared: 1 stored)' if config.share_layers else ''} but the params "
+                     f"hold {layers} encoder layers")
+  words = [s for p, s in found.items() if p.endswith("embeddings/word_embeddings/embedding")]
+  if words and words[0][0] != config.vocab_size:
+    raise ValueError(f"{source}: its model config declares vocab_size {config.vocab_size:,} but "
+                     f"the word embeddings hold {words[0][0]:,} rows")
 
 
 def _sync(name: str) -> None:
@@ -411,6 +466,8 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
   ckptr = ocp.PyTreeCheckpointer()
   tree = metadata_tree(ckptr.metadata(params_dir))
   flat_meta = traverse_util.flatten_dict(tree, sep="/")
+  check_declared_config(config, {k: tuple(m.shape) for k, m in flat_meta.items()},
+                        str(p / CONFIG_FILE))
   _check_shapes({k: tuple(m.shape) for k, m in flat_meta.items()}, config, str(params_dir))
   stored = traverse_util.unflatten_dict(dict.fromkeys(flat_meta, 0), sep="/")
   info["heads"] = list(heads_of(stored))  # the heads actually stored

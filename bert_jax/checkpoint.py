@@ -330,7 +330,7 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
   config = BertConfig.from_dict(meta["model_config"], source=source)
   if expect is not None:
     bundle.check_arch(config, expect, source)
-  state = _restore_on_one_device(ckpts.directory / str(step) / "state")
+  state = _restore_on_one_device(ckpts.directory / str(step) / "state", config, source)
   checksum.verify(state, meta.get("checksums"), source)
   params = state["params"]
   params = params.get("discriminator", params)  # ELECTRA's state: the discriminator is the model
@@ -339,10 +339,15 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
                     bool(meta["lowercase"]), source, meta.get("tokenizer_file"))
 
 
-def _restore_on_one_device(path: epath.Path):
-  """Restores a train state saved on any mesh/process count onto one local device."""
+def _restore_on_one_device(path: epath.Path, config: BertConfig, source: str):
+  """Restores a train state saved on any mesh/process count onto one local device, once its
+  params agree with the declared `config` (bundle.check_declared_config)."""
   ckptr = ocp.StandardCheckpointer()
   meta = bundle.metadata_tree(ckptr.metadata(path))
+  params = meta["params"].get("discriminator", meta["params"])  # as load_pretrained reads them
+  bundle.check_declared_config(
+      config, {p: tuple(m.shape) for p, m in traverse_util.flatten_dict(params, sep="/").items()},
+      source)
   one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta)
   return ckptr.restore(path, target)
