@@ -302,21 +302,24 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     heads: optional heads the caller expects in `params` (checked); by default
       they are read from the params.
     info: extra JSON-serialisable metadata for bundle.json (e.g. source, step).
-    overwrite: replace an existing non-empty directory (the old one is removed
-      only after the new one is in place).
+    overwrite: replace an existing bundle (the old one is removed only after the
+      new one is in place); a directory holding anything else is never replaced.
     tokenizer_file: the BPE vocab.json (merges.txt beside it) or SentencePiece
       .model of a tokenizer other than WordPiece; copied into BUNDLE/tokenizer/
       under its own name (the name tells SentencePiece families apart).
 
   Raises:
-    FileExistsError: `path` is a non-empty directory and overwrite is False.
+    FileExistsError: `path` is a non-empty directory and overwrite is False, or it
+      is not a bundle (check_replaceable).
     ValueError: vocab size or param shapes disagree with the config, or an
       expected head is missing.
   """
   dst = _absolute(path)
-  if dst.exists() and any(dst.iterdir()) and not overwrite:
-    raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True (--overwrite) "
-                          "to replace it")
+  if dst.exists() and any(dst.iterdir()):
+    if not overwrite:
+      raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True (--overwrite) "
+                            "to replace it")
+    check_replaceable(str(dst))
   if tokenizer_file and not epath.Path(tokenizer_file).exists():
     raise FileNotFoundError(f"tokenizer file {tokenizer_file} does not exist")
   tokens = vocab_lines(vocab) if isinstance(vocab, str) else list(vocab)
@@ -356,6 +359,26 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     if old.exists():
       old.rmtree()
   _sync("bert_jax.bundle.save.end")
+
+
+_BUNDLE_ENTRIES = (PARAMS_DIR, CONFIG_FILE, VOCAB_FILE, TOKENIZER_DIR, INFO_FILE)
+
+
+def check_replaceable(path: str) -> None:
+  """Refuses to replace a directory that is not exactly a bundle (issue 37: `convert
+  --overwrite` deleted notes and another bundle kept in --dst).
+
+  Raises:
+    FileExistsError: `path` holds a file or folder a bundle does not have, or is
+      no bundle at all; nothing is touched.
+  """
+  p = _absolute(path)
+  others = sorted(e.name for e in p.iterdir() if e.name not in _BUNDLE_ENTRIES)
+  if others or not is_bundle(str(p)):
+    what = f"holds {_first_items(others, 5)}, not part of a bundle" if others else (
+        "is not a bert_jax bundle")
+    raise FileExistsError(f"{path} {what}; --overwrite replaces only a bundle: choose another "
+                          "destination or move those files away")
 
 
 def _copy_tokenizer(tokenizer_file: str, dst: epath.Path) -> None:

@@ -54,6 +54,7 @@ from bert_jax import optimizer as opt_lib
 from bert_jax import sharding
 from bert_jax import train_core
 from bert_jax import train_log
+from bert_jax import workdir_owner
 from bert_jax.data import length_buckets
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.tasks import packing
@@ -254,6 +255,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   """
   # -- Mesh and config checks -------------------------------------------------------
   out_dir = epath.Path(workdir)
+  workdir_owner.check(workdir, "finetune")
   is_writer = jax.process_index() == 0
   if is_writer:
     out_dir.mkdir(parents=True, exist_ok=True)

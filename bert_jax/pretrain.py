@@ -27,6 +27,7 @@ from bert_jax import pretrain_setup
 from bert_jax import sharding
 from bert_jax import train_core
 from bert_jax import train_log
+from bert_jax import workdir_owner
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -39,6 +40,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     preempt_at_step: behave as if SIGTERM arrived before this step (tests).
   """
   # -- Mesh ------------------------------------------------------------------
+  workdir_owner.check(workdir, "pretrain")
   mesh = sharding.mesh_from_config(config.mesh)
   rules = sharding.logical_rules(config.mesh.preset)
   pretrain_setup.check_config(config, mesh)
