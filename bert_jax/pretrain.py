@@ -62,6 +62,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         config.data, seq_len=config.seq_len, global_batch_size=config.batch_size,
         seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count())
 
+  if config.eval_every:  # the held-out batches exist (built once, reused), not at step eval_every
+    data.eval_iterator(config.eval_batches)
+
   # -- Abstract model, objective, optimizer --------------------------------------
   setup = pretrain_setup.build(config, data.vocab_size, data.tokenizer.inv_vocab,
                                data.tokenizer.pad_id)
