@@ -41,6 +41,7 @@ come back in input order.
 """
 import dataclasses
 import functools
+import json
 import sys
 import time
 from typing import Optional, Sequence
@@ -208,7 +209,14 @@ def bundle_defaults(pretrained: ckpt_lib.Pretrained) -> dict:
   defaults = {"pooling": "mean", "normalize": False}
   info = epath.Path(pretrained.source) / bundle_lib.INFO_FILE
   if info.is_file():
-    defaults.update(read_json(info, missing=f"{info} is missing").get("embedding", {}))
+    recorded = read_json(info, missing=f"{info} is missing").get("embedding", {})
+    # A hand-edited "normalize": "false" (a string) was read as true.
+    if (not isinstance(recorded, dict) or not set(recorded) <= set(defaults)
+        or recorded.get("pooling", "mean") not in POOLINGS
+        or not isinstance(recorded.get("normalize", False), bool)):
+      raise ValueError(f"{info}: 'embedding' must be {{\"pooling\": one of {list(POOLINGS)}, "
+                       f"\"normalize\": true or false}}, got {json.dumps(recorded)}")
+    defaults.update(recorded)
   return defaults
 
 
