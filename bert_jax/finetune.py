@@ -73,6 +73,7 @@ def check_config(config, mesh) -> None:
       and not config.data_dir:
     bad("data_dir is required with data_source='tsv' (the GLUE folder holding MRPC/, RTE/, ...)")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
+  train_core.check_attention_impl(config.model)
   if config.num_epochs <= 0 and not config.eval_only:
     bad(f"num_epochs must be positive, got {config.num_epochs}")
   opt_lib.check_config(config.optimizer, config.learning_rate)

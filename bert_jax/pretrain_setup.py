@@ -109,6 +109,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.warmup_steps < 0:
     bad(f"warmup_steps must be >= 0, got {config.warmup_steps}")
   train_core.check_batch_config(config, mesh)
+  train_core.check_attention_impl(config.model)
   if config.init_checkpoint and not epath.Path(config.init_checkpoint).exists():
     bad(f"init_checkpoint {config.init_checkpoint} does not exist")
   if config.init_checkpoint:  # its architecture, before the data is read (vocab checked later)

@@ -37,6 +37,10 @@ def test_log_every_zero_is_a_config_error(tmp_path):
   data = _stsb_dir(tmp_path / "glue", [1.0, 2.0])
   with pytest.raises(ValueError, match="bad config: log_every must be >= 1.*got 0"):
     finetune.finetune(_stsb_config(data, init, log_every=0), str(tmp_path / "w"))
+  c = _stsb_config(data, init)
+  c.model.attention_impl = "cudnn"  # issue 36: "cuDNN is not detected" traceback on a CPU
+  with pytest.raises(ValueError, match="attention_impl='cudnn' needs an NVIDIA GPU; JAX runs on cpu"):
+    finetune.finetune(c, str(tmp_path / "w"))
 
 
 def test_undefined_metric_is_written_as_null_with_a_warning(tmp_path, capsys):

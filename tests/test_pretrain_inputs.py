@@ -12,6 +12,8 @@ from tests.test_pretrain import corpus, small_config  # noqa: F401  (corpus: a f
      r"bad config: fill_mask_example 'no mask here' has no \[MASK\]"),
     ({"eval_every": 2, "data.eval_every_nth_document": 0},
      r"bad config: eval_every 2 needs held-out data: data.eval_every_nth_document is 0"),
+    ({"model.attention_impl": "cudnn"},  # issue 36: JAX's "cuDNN is not detected" traceback
+     r"bad config: model.attention_impl='cudnn' needs an NVIDIA GPU; JAX runs on cpu here"),
 ])
 def test_inputs_used_after_the_work_are_checked_first(corpus, tmp_path, override, message):  # noqa: F811
   with pytest.raises(ValueError, match=message):
