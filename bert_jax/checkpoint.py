@@ -149,11 +149,9 @@ class TrainCheckpoints:
         return step, state, meta
       except Exception as e:  # pylint: disable=broad-except
         aside = self._aside_path(step)
-        logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); moving it to %s "
-                        "and falling back to the previous one",
-                        step, self.directory, type(e).__name__, str(e).splitlines()[0][:300], aside)
-        print(f"WARNING: checkpoint step {step} unreadable ({type(e).__name__}); moved to {aside}; "
-              "falling back to the previous checkpoint", flush=True)
+        logging.info("checkpoint %s/%d is unreadable", self.directory, step, exc_info=True)
+        print(f"WARNING: checkpoint step {step} unreadable ({one_line_cause(e)}); moved to "
+              f"{aside}; falling back to the previous checkpoint", flush=True)
         aside.parent.mkdir(parents=True, exist_ok=True)
         (self.directory / str(step)).rename(aside)
         self._manager.reload()
@@ -257,6 +255,14 @@ class Pretrained:
   lowercase: bool
   source: str
   tokenizer_file: Optional[str] = None
+
+
+def one_line_cause(e: BaseException, limit: int = 200) -> str:
+  """`Type: first line of the message`, without TensorStore's spec dump (which follows
+  "See full TensorStore details" and runs over many lines)."""
+  text = str(e).split(" See full TensorStore details")[0].strip()
+  first = text.splitlines()[0] if text else ""
+  return f"{type(e).__name__}: {first[:limit]}" if first else type(e).__name__
 
 
 def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
