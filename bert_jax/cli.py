@@ -196,8 +196,10 @@ _CONFIG_PATHS = ("init_checkpoint", "teacher_checkpoint", "data_dir", "tfds_data
                  "data.vocab_file", "data.spm_model", "data.prepared_dir", "data.tfds_data_dir")
 
 
-def absolute_config_paths(config: ml_collections.ConfigDict) -> None:
-  """Makes the path keys of a program's config absolute (see `absolute`), in place."""
+def absolute_config_paths(config: ml_collections.ConfigDict) -> list[str]:
+  """Makes the path keys of a program's config absolute (see `absolute`), in place; returns
+  the paths given (data.files: each glob)."""
+  given = []
   for key in _CONFIG_PATHS + ("data.files",):
     section, _, name = key.rpartition(".")
     owner = config.get(section) if section else config
@@ -206,8 +208,46 @@ def absolute_config_paths(config: ml_collections.ConfigDict) -> None:
       continue
     if key == "data.files":  # comma-separated globs
       owner[name] = ",".join(absolute(g.strip()) for g in value.split(",")) if value else value
+      given += owner[name].split(",") if value else []
     else:
       owner[name] = absolute(value)
+      given += [owner[name]] if value else []
+  return given
+
+
+def _no_credentials_hint() -> str:
+  if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+    return f"GOOGLE_APPLICATION_CREDENTIALS={os.environ['GOOGLE_APPLICATION_CREDENTIALS']}"
+  adc = os.path.expanduser("~/.config/gcloud/application_default_credentials.json")
+  if os.path.exists(adc):
+    return f"credentials {adc}"
+  return ("no Google Cloud credentials found: set GOOGLE_APPLICATION_CREDENTIALS or run "
+          "`gcloud auth application-default login` (on GCP VMs: the metadata server)")
+
+
+def check_remote_paths(paths: Sequence[str], prog: str) -> None:
+  """Probes each gs:// (any URL) path once, at the start.
+
+  Without credentials or network, a remote workdir, checkpoint or corpus was
+  TensorFlow's traceback after the data was read (issue 36); now it is one
+  line naming the path, the cause and the credentials found.
+
+  Raises:
+    SystemExit: one line, when a remote path cannot be reached.
+  """
+  for path in paths:
+    if "://" not in path:
+      continue
+    from etils import epath  # pylint: disable=g-import-not-at-top
+    failure = None
+    with quiet_native_stderr():  # TensorFlow's C++ auth warnings: the line below says it all
+      try:
+        epath.Path(path.split("*")[0].rstrip("/") or path).exists()
+      except Exception as e:  # pylint: disable=broad-except  # TF, gcsfs and auth errors alike
+        failure = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    if failure:
+      raise SystemExit(f"{prog}: error: cannot reach {path}: {failure} "
+                       f"({_no_credentials_hint()})")
 
 
 def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: str, doc: str,
@@ -251,12 +291,16 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
     got = f"got {len(args)}" + (f": {args}" if args else "")
     raise SystemExit(f"{prog}: expected positional arguments {' '.join(positional) or '(none)'}, "
                      f"{got} ({usage})")
+  given = []
   for name in paths:
     value = flag_values[name].value
     if isinstance(value, str):
       flag_values[name].value = absolute(value)
+      given.append(flag_values[name].value)
     elif value:
       flag_values[name].value = [absolute(v) for v in value]
+      given += flag_values[name].value
+  check_remote_paths(given, prog)
   return args
 
 
@@ -335,7 +379,7 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   if config.value is None or not workdir.value:
     raise SystemExit(f"{prog}: --config and --workdir are required (--help lists the flags)")
   workdir_path = absolute(workdir.value)
-  absolute_config_paths(config.value)
+  check_remote_paths([workdir_path] + absolute_config_paths(config.value), prog)
   logging.use_absl_handler()
   if not verbosity.present:
     logging.set_verbosity(logging.WARNING)  # progress is printed; --verbosity=0 for INFO logs

@@ -84,3 +84,32 @@ def test_save_bundle_takes_a_relative_path(in_tmp):
   bundle.save_bundle("rel/b", params, CONFIG, tokens, lowercase=True)
   loaded = bundle.load_bundle("rel/b")
   assert loaded.config == CONFIG
+
+
+def test_an_unreachable_remote_path_is_one_line_at_the_start(monkeypatch, capsys):
+  """Issue 36: gs:// workdir / init_checkpoint / corpus without credentials were TensorFlow's
+  FailedPreconditionError traceback, after the data was read."""
+  from etils import epath  # pylint: disable=g-import-not-at-top
+
+  cls = type(epath.Path("gs://b/x"))
+  exists = cls.exists
+
+  def unreachable(self):
+    if not str(self).startswith("gs://"):
+      return exists(self)
+    raise RuntimeError("Error executing an HTTP request: libcurl code 6 meaning 'Could not "
+                       "resolve hostname'\n when reading metadata of " + str(self))
+  monkeypatch.setattr(cls, "exists", unreachable)
+  monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+  monkeypatch.setenv("HOME", "/nonexistent")
+  with pytest.raises(SystemExit, match=r"^bert_jax.fill_mask: error: cannot reach gs://b/ckpt: "
+                     r"Error executing an HTTP request: .*hostname' \(no Google Cloud credentials "
+                     r"found: set GOOGLE_APPLICATION_CREDENTIALS"):
+    fill_mask.main(["--checkpoint", "gs://b/ckpt", "a [MASK] ."])
+  config = str(ft.ROOT / "configs" / "pretrain.py") + ":tiny"
+  for flag in ("--workdir=gs://b/run", "--config.init_checkpoint=gs://b/init",
+               "--config.data.files=gs://b/corpus/*.txt"):
+    argv = ["--config", config, "--workdir=/tmp/unused_local_run", flag]
+    with pytest.raises(SystemExit, match=r"bert_jax.pretrain: error: cannot reach gs://b/"):
+      pretrain.main(argv)
+  assert not os.path.exists("/tmp/unused_local_run")
