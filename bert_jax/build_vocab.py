@@ -50,7 +50,7 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
   flags.DEFINE_integer("min_count", 10,
                        "wordpiece: ignore words seen fewer times (--vocab_size is a maximum)",
                        flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.build_vocab", __doc__)
+  cli.parse(fv, argv, "bert_jax.build_vocab", __doc__, paths=("output",))
   return fv
 
 

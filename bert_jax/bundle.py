@@ -17,6 +17,8 @@ caller shards them (and stacks them with `model.match_scan_layout` for scan_laye
 """
 import dataclasses
 import json
+import os
+import re
 import time
 from typing import Any, Optional, Sequence, Union
 
@@ -214,10 +216,70 @@ def _check_shapes(found: dict[str, tuple], config: BertConfig, source: str) -> N
                      f"({describe_arch(config)}): " + "; ".join(parts))
 
 
+# Far above any published BERT-family model (BERT-large: 24 layers, hidden 1024, 16 heads;
+# XLM-R: 250,002 tokens); beyond them a model_config.json is damaged or crafted, and building
+# its model (tracing 20,000 layers) would hang. Refused before anything is built.
+CONFIG_LIMITS = {"num_layers": 1024, "hidden_size": 65536, "intermediate_size": 262144,
+                 "num_heads": 1024, "embedding_size": 65536, "vocab_size": 4_194_304,
+                 "max_position_embeddings": 1_048_576, "type_vocab_size": 1024}
+_LAYER_KEY = re.compile(r"(?:^|/)encoder/layer_(\d+)/")
+_SCANNED_KEY = re.compile(r"(?:^|/)encoder/layers/")
+
+
+def stored_layers(found: dict[str, tuple]) -> int:
+  """Encoder layers held by params given as {'/'-path: shape}, canonical or scanned layout."""
+  indices = {int(m.group(1)) for p in found for m in [_LAYER_KEY.search(p)] if m}
+  scanned = {shape[0] for p, shape in found.items() if _SCANNED_KEY.search(p) and shape}
+  return len(indices) + (max(scanned) if scanned else 0)
+
+
+def check_limits(config: BertConfig, source: str) -> None:
+  """Refuses, in one line, a config beyond CONFIG_LIMITS (before its model is built)."""
+  absurd = [f"{f} {getattr(config, f):,} (at most {limit:,})"
+            for f, limit in CONFIG_LIMITS.items() if getattr(config, f) > limit]
+  if absurd:
+    raise ValueError(f"{source}: its model config declares {', '.join(absurd)}: not a model "
+                     "bert_jax builds (a damaged or hand-edited config file?)")
+
+
+def check_declared_config(config: BertConfig, found: dict[str, tuple], source: str) -> None:
+  """The declared config against the arrays on disk, before a model is built from it.
+
+  Cheap (no tracing): absurd values (CONFIG_LIMITS), the number of encoder
+  layers and the vocabulary size against the stored arrays. The full shape
+  check (`_check_shapes`) follows once these agree.
+
+  Args:
+    config: the config the checkpoint declares.
+    found: its arrays' shapes by '/' path (canonical or scanned layout).
+    source: the checkpoint, for messages.
+
+  Raises:
+    ValueError: one line naming the field, its declared value and what is stored.
+  """
+  check_limits(config, source)
+  layers = stored_layers(found)
+  declared = 1 if config.share_layers else config.num_layers
+  if layers != declared:
+    raise ValueError(f"{source}: its model config declares num_layers {config.num_layers}"
+                     f"{' (shared: 1 stored)' if config.share_layers else ''} but the params "
+                     f"hold {layers} encoder layers")
+  words = [s for p, s in found.items() if p.endswith("embeddings/word_embeddings/embedding")]
+  if words and words[0][0] != config.vocab_size:
+    raise ValueError(f"{source}: its model config declares vocab_size {config.vocab_size:,} but "
+                     f"the word embeddings hold {words[0][0]:,} rows")
+
+
 def _sync(name: str) -> None:
   if jax.process_count() > 1:
     from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
     multihost_utils.sync_global_devices(name)
+
+
+def _absolute(path: str) -> epath.Path:
+  """Orbax takes only absolute paths: a relative local one is made absolute (a URL stays)."""
+  path = str(path)
+  return epath.Path(path if "://" in path else os.path.abspath(path))
 
 
 def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, Sequence[str]],
@@ -240,21 +302,24 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     heads: optional heads the caller expects in `params` (checked); by default
       they are read from the params.
     info: extra JSON-serialisable metadata for bundle.json (e.g. source, step).
-    overwrite: replace an existing non-empty directory (the old one is removed
-      only after the new one is in place).
+    overwrite: replace an existing bundle (the old one is removed only after the
+      new one is in place); a directory holding anything else is never replaced.
     tokenizer_file: the BPE vocab.json (merges.txt beside it) or SentencePiece
       .model of a tokenizer other than WordPiece; copied into BUNDLE/tokenizer/
       under its own name (the name tells SentencePiece families apart).
 
   Raises:
-    FileExistsError: `path` is a non-empty directory and overwrite is False.
+    FileExistsError: `path` is a non-empty directory and overwrite is False, or it
+      is not a bundle (check_replaceable).
     ValueError: vocab size or param shapes disagree with the config, or an
       expected head is missing.
   """
-  dst = epath.Path(path)
-  if dst.exists() and any(dst.iterdir()) and not overwrite:
-    raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True (--overwrite) "
-                          "to replace it")
+  dst = _absolute(path)
+  if dst.exists() and any(dst.iterdir()):
+    if not overwrite:
+      raise FileExistsError(f"{path} exists and is not empty; pass overwrite=True (--overwrite) "
+                            "to replace it")
+    check_replaceable(str(dst))
   if tokenizer_file and not epath.Path(tokenizer_file).exists():
     raise FileNotFoundError(f"tokenizer file {tokenizer_file} does not exist")
   tokens = vocab_lines(vocab) if isinstance(vocab, str) else list(vocab)
@@ -294,6 +359,26 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     if old.exists():
       old.rmtree()
   _sync("bert_jax.bundle.save.end")
+
+
+_BUNDLE_ENTRIES = (PARAMS_DIR, CONFIG_FILE, VOCAB_FILE, TOKENIZER_DIR, INFO_FILE)
+
+
+def check_replaceable(path: str) -> None:
+  """Refuses to replace a directory that is not exactly a bundle (issue 37: `convert
+  --overwrite` deleted notes and another bundle kept in --dst).
+
+  Raises:
+    FileExistsError: `path` holds a file or folder a bundle does not have, or is
+      no bundle at all; nothing is touched.
+  """
+  p = _absolute(path)
+  others = sorted(e.name for e in p.iterdir() if e.name not in _BUNDLE_ENTRIES)
+  if others or not is_bundle(str(p)):
+    what = f"holds {_first_items(others, 5)}, not part of a bundle" if others else (
+        "is not a bert_jax bundle")
+    raise FileExistsError(f"{path} {what}; --overwrite replaces only a bundle: choose another "
+                          "destination or move those files away")
 
 
 def _copy_tokenizer(tokenizer_file: str, dst: epath.Path) -> None:
@@ -382,7 +467,7 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
       stored shapes that disagree with the config.
   """
   config = read_config(path)
-  p = epath.Path(path)
+  p = _absolute(path)
   if expect_config is not None:
     check_arch(config, expect_config, path)
   vocab = p / VOCAB_FILE
@@ -404,6 +489,8 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
   ckptr = ocp.PyTreeCheckpointer()
   tree = metadata_tree(ckptr.metadata(params_dir))
   flat_meta = traverse_util.flatten_dict(tree, sep="/")
+  check_declared_config(config, {k: tuple(m.shape) for k, m in flat_meta.items()},
+                        str(p / CONFIG_FILE))
   _check_shapes({k: tuple(m.shape) for k, m in flat_meta.items()}, config, str(params_dir))
   stored = traverse_util.unflatten_dict(dict.fromkeys(flat_meta, 0), sep="/")
   info["heads"] = list(heads_of(stored))  # the heads actually stored

@@ -149,11 +149,9 @@ class TrainCheckpoints:
         return step, state, meta
       except Exception as e:  # pylint: disable=broad-except
         aside = self._aside_path(step)
-        logging.warning("checkpoint at step %d in %s is unreadable (%s: %s); moving it to %s "
-                        "and falling back to the previous one",
-                        step, self.directory, type(e).__name__, str(e).splitlines()[0][:300], aside)
-        print(f"WARNING: checkpoint step {step} unreadable ({type(e).__name__}); moved to {aside}; "
-              "falling back to the previous checkpoint", flush=True)
+        logging.info("checkpoint %s/%d is unreadable", self.directory, step, exc_info=True)
+        print(f"WARNING: checkpoint step {step} unreadable ({one_line_cause(e)}); moved to "
+              f"{aside}; falling back to the previous checkpoint", flush=True)
         aside.parent.mkdir(parents=True, exist_ok=True)
         (self.directory / str(step)).rename(aside)
         self._manager.reload()
@@ -259,6 +257,14 @@ class Pretrained:
   tokenizer_file: Optional[str] = None
 
 
+def one_line_cause(e: BaseException, limit: int = 200) -> str:
+  """`Type: first line of the message`, without TensorStore's spec dump (which follows
+  "See full TensorStore details" and runs over many lines)."""
+  text = str(e).split(" See full TensorStore details")[0].strip()
+  first = text.splitlines()[0] if text else ""
+  return f"{type(e).__name__}: {first[:limit]}" if first else type(e).__name__
+
+
 def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
   """`path/checkpoints`, or `path` itself when it holds step directories (finished or not)."""
   if (path / "checkpoints").is_dir():
@@ -330,7 +336,7 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
   config = BertConfig.from_dict(meta["model_config"], source=source)
   if expect is not None:
     bundle.check_arch(config, expect, source)
-  state = _restore_on_one_device(ckpts.directory / str(step) / "state")
+  state = _restore_on_one_device(ckpts.directory / str(step) / "state", config, source)
   checksum.verify(state, meta.get("checksums"), source)
   params = state["params"]
   params = params.get("discriminator", params)  # ELECTRA's state: the discriminator is the model
@@ -339,10 +345,15 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
                     bool(meta["lowercase"]), source, meta.get("tokenizer_file"))
 
 
-def _restore_on_one_device(path: epath.Path):
-  """Restores a train state saved on any mesh/process count onto one local device."""
+def _restore_on_one_device(path: epath.Path, config: BertConfig, source: str):
+  """Restores a train state saved on any mesh/process count onto one local device, once its
+  params agree with the declared `config` (bundle.check_declared_config)."""
   ckptr = ocp.StandardCheckpointer()
   meta = bundle.metadata_tree(ckptr.metadata(path))
+  params = meta["params"].get("discriminator", meta["params"])  # as load_pretrained reads them
+  bundle.check_declared_config(
+      config, {p: tuple(m.shape) for p, m in traverse_util.flatten_dict(params, sep="/").items()},
+      source)
   one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta)
   return ckptr.restore(path, target)

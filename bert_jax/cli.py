@@ -176,8 +176,82 @@ def _quiet_failed_saves() -> None:
 _quiet_start_up()
 
 
+def absolute(path: str) -> str:
+  """`path` made absolute against the working directory, once, where a program starts.
+
+  Orbax refuses relative paths (and a relative path would change meaning if a
+  library changed directory), so every program makes its paths absolute on
+  entry. A URL (gs://...) and '' (not given) are returned as they are; '~' is
+  expanded.
+  """
+  if not path or "://" in path:
+    return path
+  return os.path.abspath(os.path.expanduser(path))
+
+
+# Config keys that hold paths (made absolute by absolute_config_paths when present); the
+# comma-separated globs of data.files each. Task files (train_file, ...) are relative to
+# data_dir and stay as given.
+_CONFIG_PATHS = ("init_checkpoint", "teacher_checkpoint", "data_dir", "tfds_data_dir",
+                 "data.vocab_file", "data.spm_model", "data.prepared_dir", "data.tfds_data_dir")
+
+
+def absolute_config_paths(config: ml_collections.ConfigDict) -> list[str]:
+  """Makes the path keys of a program's config absolute (see `absolute`), in place; returns
+  the paths given (data.files: each glob)."""
+  given = []
+  for key in _CONFIG_PATHS + ("data.files",):
+    section, _, name = key.rpartition(".")
+    owner = config.get(section) if section else config
+    value = owner.get(name) if owner is not None else None
+    if not isinstance(value, str):
+      continue
+    if key == "data.files":  # comma-separated globs
+      owner[name] = ",".join(absolute(g.strip()) for g in value.split(",")) if value else value
+      given += owner[name].split(",") if value else []
+    else:
+      owner[name] = absolute(value)
+      given += [owner[name]] if value else []
+  return given
+
+
+def _no_credentials_hint() -> str:
+  if os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+    return f"GOOGLE_APPLICATION_CREDENTIALS={os.environ['GOOGLE_APPLICATION_CREDENTIALS']}"
+  adc = os.path.expanduser("~/.config/gcloud/application_default_credentials.json")
+  if os.path.exists(adc):
+    return f"credentials {adc}"
+  return ("no Google Cloud credentials found: set GOOGLE_APPLICATION_CREDENTIALS or run "
+          "`gcloud auth application-default login` (on GCP VMs: the metadata server)")
+
+
+def check_remote_paths(paths: Sequence[str], prog: str) -> None:
+  """Probes each gs:// (any URL) path once, at the start.
+
+  Without credentials or network, a remote workdir, checkpoint or corpus was
+  TensorFlow's traceback after the data was read (issue 36); now it is one
+  line naming the path, the cause and the credentials found.
+
+  Raises:
+    SystemExit: one line, when a remote path cannot be reached.
+  """
+  for path in paths:
+    if "://" not in path:
+      continue
+    from etils import epath  # pylint: disable=g-import-not-at-top
+    failure = None
+    with quiet_native_stderr():  # TensorFlow's C++ auth warnings: the line below says it all
+      try:
+        epath.Path(path.split("*")[0].rstrip("/") or path).exists()
+      except Exception as e:  # pylint: disable=broad-except  # TF, gcsfs and auth errors alike
+        failure = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+    if failure:
+      raise SystemExit(f"{prog}: error: cannot reach {path}: {failure} "
+                       f"({_no_credentials_hint()})")
+
+
 def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: str, doc: str,
-          positional: Sequence[str] = ()) -> list[str]:
+          positional: Sequence[str] = (), paths: Sequence[str] = ()) -> list[str]:
   """Parses a command line into `flag_values`; returns its positional arguments.
 
   Args:
@@ -187,6 +261,8 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
     doc: the module docstring, printed by --help above the flags.
     positional: names of the positional arguments, in order; a last name
       ending in '...' takes one or more.
+    paths: the flags that hold paths (a string or a list of them): their values
+      are made absolute (`absolute`).
 
   Returns:
     The positional arguments (flags may come before, between or after them).
@@ -215,6 +291,16 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
     got = f"got {len(args)}" + (f": {args}" if args else "")
     raise SystemExit(f"{prog}: expected positional arguments {' '.join(positional) or '(none)'}, "
                      f"{got} ({usage})")
+  given = []
+  for name in paths:
+    value = flag_values[name].value
+    if isinstance(value, str):
+      flag_values[name].value = absolute(value)
+      given.append(flag_values[name].value)
+    elif value:
+      flag_values[name].value = [absolute(v) for v in value]
+      given += flag_values[name].value
+  check_remote_paths(given, prog)
   return args
 
 
@@ -317,6 +403,8 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   if config.value is None or not workdir.value:
     raise SystemExit(f"{prog}: --config and --workdir are required (--help lists the flags)")
   check_config_reads(config.value, argv, prog)
+  workdir_path = absolute(workdir.value)
+  check_remote_paths([workdir_path] + absolute_config_paths(config.value), prog)
   logging.use_absl_handler()
   if not verbosity.present:
     logging.set_verbosity(logging.WARNING)  # progress is printed; --verbosity=0 for INFO logs
@@ -328,8 +416,8 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
   writer = jax.process_index() == 0
   try:
-    with workdir_lock.hold(workdir.value) if writer else contextlib.nullcontext():
-      return run(config.value, workdir.value)
+    with workdir_lock.hold(workdir_path) if writer else contextlib.nullcontext():
+      return run(config.value, workdir_path)
   except (checkpoint.ResumeMismatchError, checkpoint.CheckpointSaveError,
           workdir_lock.WorkdirInUseError, train_core.NonFiniteLossError) as e:
     # The user's mistake or a diverged run: one line, no traceback.

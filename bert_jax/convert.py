@@ -50,7 +50,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_boolean("drop_unexpected", False,
                        "drop tensors outside the BERT name map (e.g. a fine-tuned classifier) "
                        "instead of failing", flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.convert", __doc__)
+  cli.parse(fv, argv, "bert_jax.convert", __doc__, paths=("src", "dst"))
   return fv
 
 

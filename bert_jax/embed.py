@@ -41,6 +41,7 @@ come back in input order.
 """
 import dataclasses
 import functools
+import json
 import sys
 import time
 from typing import Optional, Sequence
@@ -208,7 +209,14 @@ def bundle_defaults(pretrained: ckpt_lib.Pretrained) -> dict:
   defaults = {"pooling": "mean", "normalize": False}
   info = epath.Path(pretrained.source) / bundle_lib.INFO_FILE
   if info.is_file():
-    defaults.update(read_json(info, missing=f"{info} is missing").get("embedding", {}))
+    recorded = read_json(info, missing=f"{info} is missing").get("embedding", {})
+    # A hand-edited "normalize": "false" (a string) was read as true.
+    if (not isinstance(recorded, dict) or not set(recorded) <= set(defaults)
+        or recorded.get("pooling", "mean") not in POOLINGS
+        or not isinstance(recorded.get("normalize", False), bool)):
+      raise ValueError(f"{info}: 'embedding' must be {{\"pooling\": one of {list(POOLINGS)}, "
+                       f"\"normalize\": true or false}}, got {json.dumps(recorded)}")
+    defaults.update(recorded)
   return defaults
 
 
@@ -451,7 +459,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "compute dtype", flag_values=fv)
   flags.DEFINE_boolean("length_bucketing", True, "sort texts by length and cut each batch to "
                        "a fixed bucket length (one compilation per length)", flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.embed", __doc__)
+  cli.parse(fv, argv, "bert_jax.embed", __doc__, paths=("checkpoint", "input", "output"))
   return fv
 
 

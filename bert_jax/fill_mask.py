@@ -145,7 +145,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       flag_values=args, required=True)
   flags.DEFINE_integer("top_k", 5, "predictions per [MASK]", flag_values=args)
   flags.DEFINE_boolean("json", False, "print one JSON list instead of text", flag_values=args)
-  texts = cli.parse(args, argv, "bert_jax.fill_mask", __doc__, positional=("TEXT...",))
+  texts = cli.parse(args, argv, "bert_jax.fill_mask", __doc__, positional=("TEXT...",),
+                    paths=("checkpoint",))
   for n, text in enumerate(texts, 1):
     if MASK not in text:
       raise ValueError(f"text {n} ({text!r}) has no {MASK}")

@@ -49,11 +49,13 @@ from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
 from bert_jax import config_sections
+from bert_jax import json_file
 from bert_jax import model as model_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import sharding
 from bert_jax import train_core
 from bert_jax import train_log
+from bert_jax import workdir_owner
 from bert_jax.data import length_buckets
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.tasks import packing
@@ -74,6 +76,7 @@ def check_config(config, mesh) -> None:
   config_sections.check_model(config.model)
   if config.max_train_examples < 0:
     bad(f"max_train_examples must be >= 0 (0: all), got {config.max_train_examples}")
+  train_core.check_attention_impl(config.model)
   if config.num_epochs <= 0 and not config.eval_only:
     bad(f"num_epochs must be positive, got {config.num_epochs}")
   opt_lib.check_config(config.optimizer, config.learning_rate)
@@ -83,6 +86,8 @@ def check_config(config, mesh) -> None:
     bad(f"layerwise_lr_decay must be positive (1.0: off), got {config.layerwise_lr_decay}")
   if config.seeds <= 0:
     bad(f"seeds must be positive, got {config.seeds}")
+  if config.log_every < 1:
+    bad(f"log_every must be >= 1 (steps between metrics lines), got {config.log_every}")
   why = {"squad": "SQuAD windows fill max_seq_length",
          "ner": "token-level heads are not bucketed or packed yet"}.get(config.task)
   for key in ("length_bucketing", "packing"):
@@ -257,6 +262,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   """
   # -- Mesh and config checks -------------------------------------------------------
   out_dir = epath.Path(workdir)
+  workdir_owner.check(workdir, "finetune")
   is_writer = jax.process_index() == 0
   if is_writer:
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -400,9 +406,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   # -- Results and the fine-tuned bundle ------------------------------------------------
   summary = mean_over_seeds(per_seed)
   if is_writer:
-    (out_dir / "eval_results.json").write_text(json.dumps(summary, indent=2, sort_keys=True))
+    text, undefined = json_file.dumps_defined(summary, indent=2, sort_keys=True)
+    if undefined:
+      print(f"WARNING: {', '.join(undefined)} undefined (NaN: constant predictions or labels?); "
+            "written as null", flush=True)
+    (out_dir / "eval_results.json").write_text(text)
     if runs > 1:
-      (out_dir / "eval_results_per_seed.json").write_text(json.dumps(per_seed, indent=2))
+      (out_dir / "eval_results_per_seed.json").write_text(
+          json_file.dumps_defined(per_seed, indent=2)[0])
   if not config.eval_only:
     bundle.save_bundle(str(out_dir / "export"), model_lib.unstack_layers(state.params),
                        model_cfg.replace(scan_layers=False), pretrained.vocab,

@@ -72,11 +72,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                              "bert_jax.prepare_data")
   out = flags.DEFINE_string("out", None, "Directory for the TFRecord parts and prepared.json.",
                             flag_values=flag_values)
-  cli.parse(flag_values, argv, "bert_jax.prepare_data", __doc__)
+  cli.parse(flag_values, argv, "bert_jax.prepare_data", __doc__, paths=("out",))
   if config.value is None or not out.value:
     raise SystemExit("bert_jax.prepare_data: --config and --out are required (--help lists the "
                      "flags)")
   cli.check_config_reads(config.value, argv, "bert_jax.prepare_data")
+  cli.absolute_config_paths(config.value)
   try:
     prepare(config.value.data, out.value)
   except (ValueError, FileNotFoundError) as e:

@@ -26,6 +26,7 @@ from bert_jax import pretrain_setup
 from bert_jax import sharding
 from bert_jax import train_core
 from bert_jax import train_log
+from bert_jax import workdir_owner
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -38,6 +39,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     preempt_at_step: behave as if SIGTERM arrived before this step (tests).
   """
   # -- Mesh ------------------------------------------------------------------
+  workdir_owner.check(workdir, "pretrain")
   mesh = sharding.mesh_from_config(config.mesh)
   rules = sharding.logical_rules(config.mesh.preset)
   pretrain_setup.check_config(config, mesh)
@@ -58,6 +60,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     data = pretrain_data.PretrainData(
         config.data, seq_len=config.seq_len, global_batch_size=config.batch_size,
         seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count())
+
+  if config.eval_every:  # the held-out batches exist (built once, reused), not at step eval_every
+    data.eval_iterator(config.eval_batches)
 
   # -- Abstract model, objective, optimizer --------------------------------------
   setup = pretrain_setup.build(config, data.vocab_size, data.tokenizer.inv_vocab,

@@ -16,6 +16,7 @@ import optax
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import config_sections
+from bert_jax import fill_mask
 from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import model_config as model_config_lib
@@ -100,11 +101,17 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   config_sections.check_model(config.model)
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
+  if config.fill_mask_example and fill_mask.MASK not in config.fill_mask_example:
+    bad(f"fill_mask_example {config.fill_mask_example!r} has no {fill_mask.MASK} (the example "
+        "run after the export predicts it; '' for none)")
+  if config.eval_every and not config.data.eval_every_nth_document:
+    bad(f"eval_every {config.eval_every} needs held-out data: data.eval_every_nth_document is 0")
   opt_lib.check_config(config.optimizer, config.learning_rate)
   train_core.LossSpikeCheck(config.divergence_factor)  # validates the factor
   if config.warmup_steps < 0:
     bad(f"warmup_steps must be >= 0, got {config.warmup_steps}")
   train_core.check_batch_config(config, mesh)
+  train_core.check_attention_impl(config.model)
   if config.init_checkpoint and not epath.Path(config.init_checkpoint).exists():
     bad(f"init_checkpoint {config.init_checkpoint} does not exist")
   if config.init_checkpoint:  # its architecture, before the data is read (vocab checked later)

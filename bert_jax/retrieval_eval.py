@@ -20,6 +20,7 @@ definitions): nDCG@1/3/5/10/100, MAP@10, Recall@10/100, P@10 and MRR@10,
 written as JSON; the last line printed is `ndcg@10: X`.
 """
 import json
+import sys
 from typing import Optional, Sequence
 
 from absl import flags
@@ -41,7 +42,7 @@ def _read_jsonl(path: epath.Path, keys: Sequence[str]) -> dict[str, dict]:
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist (BEIR layout: corpus.jsonl, queries.jsonl, "
                             "qrels/SPLIT.tsv)")
-  rows = {}
+  rows, first_line = {}, {}
   with path.open("r", encoding="utf-8") as f:
     for n, line in enumerate(f, 1):
       if not line.strip():
@@ -53,19 +54,28 @@ def _read_jsonl(path: epath.Path, keys: Sequence[str]) -> dict[str, dict]:
       missing = [k for k in keys if not isinstance(row.get(k), str)]
       if missing:
         raise ValueError(f"{path}:{n}: missing string field(s) {missing}")
-      rows[row["_id"]] = row
+      if row["_id"] in rows:  # was: the later row silently replaced the earlier one
+        raise ValueError(f"{path}:{n}: _id {row['_id']!r} again (first on line "
+                         f"{first_line[row['_id']]})")
+      rows[row["_id"]], first_line[row["_id"]] = row, n
   if not rows:
     raise ValueError(f"{path} holds no rows")
   return rows
 
 
 def read_qrels(path: epath.Path) -> dict[str, dict[str, int]]:
-  """qrels/SPLIT.tsv -> {query id: {document id: relevance}} (a header line first)."""
+  """qrels/SPLIT.tsv -> {query id: {document id: relevance}}.
+
+  BEIR's files start with a header line (`query-id corpus-id score`); a first
+  line whose score is an integer is a judgement, not a header (was: dropped).
+  """
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist (the split's judgements)")
   qrels: dict[str, dict[str, int]] = {}
   lines = path.read_text(encoding="utf-8").splitlines()
-  for n, line in enumerate(lines[1:], 2):
+  first = lines[0].split("\t") if lines else []
+  has_header = len(first) < 3 or not first[2].strip().lstrip("-").isdigit()
+  for n, line in enumerate(lines[1:] if has_header else lines, 2 if has_header else 1):
     if not line.strip():
       continue
     parts = line.split("\t")
@@ -90,6 +100,14 @@ def read_beir(beir_dir: str, split: str):
   if unknown:
     raise ValueError(f"qrels/{split}.tsv judges {len(unknown)} query id(s) not in queries.jsonl, "
                      f"e.g. {unknown[:3]}")
+  judged = {d for docs in qrels.values() for d in docs}
+  absent = sorted(judged - set(corpus))
+  if len(absent) == len(judged):  # was: scored 0.0000 with exit status 0
+    raise ValueError(f"corpus.jsonl holds none of the {len(judged)} documents qrels/{split}.tsv "
+                     f"judges (e.g. {absent[:3]}): another dataset's corpus?")
+  if absent:
+    print(f"warning: {len(absent)} of the {len(judged)} judged documents are not in corpus.jsonl "
+          f"(e.g. {absent[:3]}); they count as not retrieved", file=sys.stderr)
   return corpus, queries, qrels
 
 
@@ -228,7 +246,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_integer("hnsw_ef_search", 128, "HNSW candidate list length while searching "
                        "(higher: slower, closer to exact)", flag_values=fv)
   flags.DEFINE_string("output", None, "write the metrics as JSON here", flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.retrieval_eval", __doc__)
+  cli.parse(fv, argv, "bert_jax.retrieval_eval", __doc__,
+            paths=("checkpoint", "beir_dir", "output"))
   return fv
 
 

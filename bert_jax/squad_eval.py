@@ -23,6 +23,7 @@ the totals, then fails on the HasAns/NoAns breakdown).
 """
 import collections
 import json
+import math
 import re
 import string
 import sys
@@ -279,6 +280,43 @@ def evaluate(dataset_json: dict, predictions: dict, na_probs: Optional[dict] = N
   return evaluate_v2(dataset_json["data"], predictions, na_probs, na_prob_thresh)
 
 
+def check_dataset(dataset_json: dict, version: str, path: str) -> None:
+  """Refuses, in one line, a SQuAD file whose questions cannot be scored (before scoring).
+
+  Raises:
+    ValueError: not the data/paragraphs/qas layout, no questions, a question
+      without an id or an 'answers' list of {"text": ...}, a v1.1 question with
+      no answer.
+  """
+  try:
+    qas = list(_questions(dataset_json["data"]))
+  except (KeyError, TypeError) as e:
+    raise ValueError(f"{path}: not SQuAD's data/paragraphs/qas layout (at {e})") from None
+  if not qas:
+    raise ValueError(f"{path}: the dataset has no questions")
+  for n, qa in enumerate(qas, 1):
+    qid = qa.get("id") if isinstance(qa, dict) else None
+    if qid is None:
+      raise ValueError(f"{path}: question {n} has no 'id'")
+    answers = qa.get("answers")
+    if not isinstance(answers, list) or not all(
+        isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
+      raise ValueError(f"{path}: question {qid!r} has no 'answers' list of {{\"text\": ...}}")
+    if version == "1.1" and not answers:
+      raise ValueError(f"{path}: v1.1 question {qid!r} has no answers")
+
+
+def check_na_probs(na_probs, path: str) -> None:
+  """Refuses a na_prob file that is not an object id -> finite number, in one line."""
+  if not isinstance(na_probs, dict):
+    raise ValueError(f"{path}: must hold a JSON object question id -> no-answer probability")
+  bad = [(k, v) for k, v in na_probs.items()
+         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)]
+  if bad:
+    raise ValueError(f"{path}: {len(bad)} value(s) are not finite numbers, e.g. "
+                     f"{bad[0][0]!r}: {bad[0][1]!r}")
+
+
 def _load_json(path, what):
   try:
     return json.loads(epath.Path(path).read_text(encoding="utf-8"))
@@ -296,8 +334,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                      short_name="t", flag_values=args)
   flags.DEFINE_alias("na-prob-file", "na_prob_file", flag_values=args)
   flags.DEFINE_alias("na-prob-thresh", "na_prob_thresh", flag_values=args)
-  data_file, pred_file = cli.parse(args, argv, "bert_jax.squad_eval", __doc__,
-                                   positional=("DATA_FILE", "PRED_FILE"))
+  data_file, pred_file = map(cli.absolute, cli.parse(
+      args, argv, "bert_jax.squad_eval", __doc__, positional=("DATA_FILE", "PRED_FILE"),
+      paths=("na_prob_file",)))
   dataset_json = _load_json(data_file, "data file")
   predictions = _load_json(pred_file, "prediction file")
   if not isinstance(dataset_json, dict) or not isinstance(dataset_json.get("data"), list):
@@ -308,14 +347,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   if not_text:
     raise SystemExit(f"squad_eval: {pred_file}: {len(not_text)} prediction(s) are not strings, "
                      f"e.g. {not_text[0]!r}: {predictions[not_text[0]]!r}")
-  version = dataset_version(dataset_json)
-  na_probs = None
-  if args.na_prob_file:
-    if version == "1.1":
-      print("squad_eval: --na_prob_file is ignored for SQuAD v1.1", file=sys.stderr)
-    else:
-      na_probs = _load_json(args.na_prob_file, "na prob file")
-  result = evaluate(dataset_json, predictions, na_probs, args.na_prob_thresh)
+  try:
+    version = dataset_version(dataset_json)
+    check_dataset(dataset_json, version, data_file)
+    na_probs = None
+    if args.na_prob_file:
+      if version == "1.1":
+        print("squad_eval: --na_prob_file is ignored for SQuAD v1.1", file=sys.stderr)
+      else:
+        na_probs = _load_json(args.na_prob_file, "na prob file")
+        check_na_probs(na_probs, args.na_prob_file)
+    result = evaluate(dataset_json, predictions, na_probs, args.na_prob_thresh)
+  except ValueError as e:
+    raise SystemExit(f"squad_eval: {e}") from None
   if version == "1.1":
     print(json.dumps(result))
   else:

@@ -35,7 +35,7 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
   flags.DEFINE_boolean("cased", False, "cased vocab: no lower-casing or accent stripping",
                        flag_values=fv)
   flags.DEFINE_boolean("tokens", False, "print pieces instead of ids", flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.tokenize", __doc__)
+  cli.parse(fv, argv, "bert_jax.tokenize", __doc__, paths=("vocab", "spm_model", "tokenizer"))
   return fv
 
 

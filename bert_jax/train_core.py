@@ -201,6 +201,19 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig
                       attention_dropout_rate=m.attention_dropout_rate)
 
 
+def check_attention_impl(model_section: Any) -> None:
+  """model.attention_impl='cudnn' needs a GPU (was: JAX's "cuDNN is not detected" traceback
+  at the first step on a CPU or TPU machine).
+
+  Raises:
+    ValueError: naming the key, the backend and what to use instead.
+  """
+  backend = jax.default_backend()
+  if model_section.attention_impl == "cudnn" and backend != "gpu":
+    raise ValueError(f"bad config: model.attention_impl='cudnn' needs an NVIDIA GPU; JAX runs "
+                     f"on {backend} here: use 'auto' (or 'xla')")
+
+
 def check_batch_config(config: Any, mesh, batch_keys: tuple[str, ...] = ("batch_size",)) -> None:
   """Batch sizes must split into microbatches, over the mesh's batch shards and processes.
 

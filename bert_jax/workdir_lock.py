@@ -23,6 +23,10 @@ class WorkdirInUseError(RuntimeError):
   """Another live run holds the workdir."""
 
 
+class WorkdirNotWritableError(ValueError):
+  """The workdir cannot be created or written (a read-only file system, no permission)."""
+
+
 def _holder(path: epath.Path) -> dict:
   try:
     holder = json.loads(path.read_text())
@@ -58,6 +62,19 @@ def _create(path: epath.Path, me: dict) -> bool:
   return True
 
 
+def _create_in(path: epath.Path, me: dict, workdir: str) -> bool:
+  """_create, after making the workdir; a workdir that cannot be written is one line (was: the
+  OSError's traceback, before anything else happened)."""
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return _create(path, me)
+  except OSError as e:
+    if isinstance(e, FileExistsError) or e.errno is None:
+      raise
+    raise WorkdirNotWritableError(f"--workdir {workdir} cannot be written: {e.strerror} "
+                                  f"({e.filename})") from None
+
+
 @contextlib.contextmanager
 def hold(workdir: str) -> Iterator[None]:
   """Holds `workdir/bert_jax.lock` while the block runs (call on the writing process).
@@ -70,10 +87,9 @@ def hold(workdir: str) -> Iterator[None]:
     yield
     return
   path = epath.Path(workdir) / LOCK_FILE
-  path.parent.mkdir(parents=True, exist_ok=True)
   me = {"host": socket.gethostname(), "pid": os.getpid(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-  while not _create(path, me):
+  while not _create_in(path, me, workdir):
     holder = _holder(path)
     if not _is_stale(path, holder):
       raise WorkdirInUseError(

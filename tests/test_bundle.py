@@ -174,3 +174,19 @@ def test_checksums_see_every_bit_and_position():
   swapped = tree["b"]["c"][[1, 0, 2, 3, 4, 5, 6]]  # same values, other positions
   with pytest.raises(checksum.ChecksumError, match="b/c"):
     checksum.verify({"b": {"c": swapped}}, sums, "ckpt")
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"num_layers": 20_000}, r"declares num_layers 20,000 \(at most 1,024\)"),
+    ({"hidden_size": 1_000_000, "num_heads": 1}, r"declares hidden_size 1,000,000 \(at most"),
+    ({"num_layers": 500}, r"declares num_layers 500 but the params hold 2 encoder layers"),
+])
+def test_a_crafted_config_is_refused_before_anything_is_built(saved, tmp_path, changes, message):
+  """Issue 36: a model_config.json claiming 20,000 layers hung fill_mask/embed/finetune (the
+  model's shapes were traced before they were compared with the arrays on disk)."""
+  d = str(tmp_path / "b")
+  _copy(saved, d)
+  path = os.path.join(d, "model_config.json")
+  json.dump(dict(json.load(open(path)), **changes), open(path, "w"))
+  with pytest.raises(ValueError, match=message):
+    bundle.load_bundle(d, with_params=False)

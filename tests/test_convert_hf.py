@@ -281,7 +281,7 @@ def _with_config(pt_export, tmp_path, **changes):
 
 def test_checkpoint_of_another_size(pt_export, tmp_path):
   d = _with_config(pt_export, tmp_path, num_hidden_layers=3)
-  with pytest.raises(name_map.ConversionError, match=r"missing 16: .*layer\.2\."):
+  with pytest.raises(name_map.ConversionError, match=r"declares 3 layers but the tensors hold 2"):
     hf.load_hf(d)
 
 
@@ -331,3 +331,10 @@ def test_bf16_file_converts_to_float32(pt_export, tmp_path):
   np.testing.assert_array_equal(emb, want.astype(ml_dtypes.bfloat16).astype(np.float32))
   assert not np.array_equal(emb, want)  # really rounded, so the bf16 path was taken
 
+
+
+def test_a_crafted_config_of_20000_layers_is_refused_before_tracing(pt_export, tmp_path):
+  """Issue 36: the model's shapes were traced for every declared layer before any check."""
+  d = _with_config(pt_export, tmp_path, num_hidden_layers=20_000)
+  with pytest.raises(ValueError, match=r"declares num_layers 20,000 \(at most 1,024\)"):
+    hf.load_hf(d)

@@ -524,3 +524,15 @@ def test_a_program_exits_while_a_dataset_iterator_is_still_running(tmp_path):
                         cwd=root, capture_output=True, text=True, timeout=120, check=False)
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout == "exiting\n"
+
+
+def test_whitespace_only_files_skipped_and_a_whitespace_corpus_refused(tmp_path, caplog):
+  """Issue 36: 40 KB of spaces, tabs and blank lines ended in a TensorFlow traceback."""
+  (tmp_path / "blank.txt").write_text(" \t\n" * 13_000 + "\n\n", encoding="utf-8")
+  with pytest.raises(ValueError, match=r"every matched file is empty or only whitespace"):
+    _data(_config(tmp_path, str(tmp_path / "*.txt")))
+  _write_corpus(tmp_path)
+  with caplog.at_level(logging.WARNING):
+    data = _data(_config(tmp_path, str(tmp_path / "*.txt")))
+  assert "blank.txt: only whitespace" in caplog.text
+  assert next(data.train_iterator())["input_ids"].shape == (4, 32)

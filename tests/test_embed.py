@@ -254,3 +254,18 @@ def test_minilm_matches_transformers(tmp_path, capsys):
     assert embed.main(["--checkpoint", dst, "--input", str(inp), "--output", out,
                        "--pooling", pooling]) == 0
     assert np.max(np.abs(np.load(out) - ref)) <= 1e-4, pooling
+
+
+@pytest.mark.parametrize("recorded", [{"pooling": "mean", "normalize": "false"},
+                                      {"pooling": "avg", "normalize": False}])
+def test_a_recorded_embedding_default_of_the_wrong_type_is_refused(recorded, tmp_path):
+  """Issue 37: a hand-edited bundle.json `"normalize": "false"` (a string) was read as true."""
+  path = str(tmp_path / "b")
+  bundle.save_bundle(path, _random_params(CONFIG), CONFIG, VOCAB, lowercase=True,
+                     info={"embedding": recorded})
+  (tmp_path / "in.txt").write_text("hello world\n")
+  with pytest.raises(ValueError, match=r"bundle.json: 'embedding' must be \{\"pooling\": one of "
+                     r".*\"normalize\": true or false\}, got"):
+    embed.main(["--checkpoint", path, "--input", str(tmp_path / "in.txt"),
+                "--output", str(tmp_path / "o.npy")])
+  assert not (tmp_path / "o.npy").exists()

@@ -112,3 +112,20 @@ def test_pretraining_workdir_is_accepted(ckpt, tmp_path, capsys):
   want = fill_mask.fill_mask(b, ["the capital is [MASK] ."])[0][0]
   assert [p["token"] for p in got] == [t for t, _ in want]
   np.testing.assert_allclose([p["prob"] for p in got], [q for _, q in want], atol=1e-6)
+
+
+def test_a_crafted_config_in_a_workdir_is_refused_in_one_line(ckpt, tmp_path, capsys):
+  """Issue 36: the checkpoint's declared config against its (scanned) arrays, before building."""
+  b = ckpt_lib.load_pretrained(ckpt)
+  workdir = tmp_path / "run"
+  ckpts = ckpt_lib.TrainCheckpoints(str(workdir / "checkpoints"), async_save=False)
+  for step, layers in ((3, 20_000), (4, 7)):
+    ckpts.save(step, {"params": model_lib.stack_layers(b.params)},
+               ckpt_lib.model_description(CONFIG.replace(num_layers=layers), VOCAB,
+                                          lowercase=True))
+    ckpts.wait()
+    with pytest.raises(ValueError, match=rf"/{step}: its model config declares num_layers "
+                       + ("20,000 \\(at most 1,024\\)" if step == 3 else
+                          "7 but the params hold 2 encoder layers")):
+      fill_mask.main(["--checkpoint", str(workdir), "the [MASK] ."])
+  ckpts.close()

@@ -399,3 +399,18 @@ def test_submission_files(tmp_path, glue_dir):
     glue.write_submission(mrpc, "dev", examples, [0, 0, 0], str(tmp_path))
   with pytest.raises(ValueError, match="3 examples but 2 predictions"):
     glue.write_submission(mrpc, "test", examples, [0, 0], str(tmp_path))
+
+
+def test_header_only_file_and_sts_b_scores_outside_0_to_5_name_file_and_line(tmp_path):
+  """Issue 37: a header-only dev file failed after the training ("cannot reshape array of
+  size 0"); STS-B scores 7.5 and -3 were trained on as targets."""
+  d = tmp_path / "glue"
+  _write(d / "RTE" / "dev.tsv", ["index\tsentence1\tsentence2\tlabel"])
+  with pytest.raises(glue.GlueFormatError, match=r"RTE.dev\.tsv: no rows after the header"):
+    glue.read_tsv(glue.get_task("rte"), str(d), "dev")
+  for score, line in (("7.5", 3), ("-3", 3)):
+    _write(d / "STS-B" / "train.tsv",
+           ["index\tsentence1\tsentence2\tscore", "0\ta\tb\t5.0", f"1\ta\tb\t{score}"])
+    with pytest.raises(glue.GlueFormatError,
+                       match=rf"train\.tsv:{line}: STS-B score '{score}' is outside 0\.\.5"):
+      glue.read_tsv(glue.get_task("stsb"), str(d), "train")

@@ -172,3 +172,25 @@ def test_a_query_with_empty_judgements_is_dropped_as_pytrec_eval_drops_it():
   assert retrieval_metrics.evaluate(results, issue_case, ks=(10,))["ndcg@10"] == 1.0
   with pytest.raises(ValueError, match="no judged queries"):
     retrieval_metrics.evaluate(results, {"q2": {}})
+
+
+def test_qrels_header_coverage_and_duplicate_ids(tmp_path, capsys):
+  """Issue 37: qrels without a header lost their first judgement; a corpus holding none of the
+  judged documents scored 0.0000 with exit 0; a duplicated _id replaced the earlier document."""
+  beir = _beir(tmp_path, ["hello world", "red mat"], ["q0\td0\t1", "q1\td1\t1"])
+  (tmp_path / "qrels" / "test.tsv").write_text("q0\td0\t1\nq1\td1\t2\n")  # no header
+  _, _, qrels = retrieval_eval.read_beir(beir, "test")
+  assert qrels == {"q0": {"d0": 1}, "q1": {"d1": 2}}
+  (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
+  assert retrieval_eval.read_beir(beir, "test")[2] == {"q0": {"d0": 1}}
+  (tmp_path / "qrels" / "test.tsv").write_text("q0\tx7\t1\nq1\tx8\t1\n")
+  with pytest.raises(ValueError, match=r"corpus.jsonl holds none of the 2 documents "
+                     r"qrels/test.tsv judges \(e.g. \['x7', 'x8'\]\)"):
+    retrieval_eval.read_beir(beir, "test")
+  (tmp_path / "qrels" / "test.tsv").write_text("q0\td0\t1\nq1\tx8\t1\n")
+  retrieval_eval.read_beir(beir, "test")
+  assert "1 of the 2 judged documents are not in corpus.jsonl" in capsys.readouterr().err
+  with open(tmp_path / "corpus.jsonl", "a") as f:
+    f.write(json.dumps({"_id": "d0", "text": "another text"}) + "\n")
+  with pytest.raises(ValueError, match=r"corpus.jsonl:3: _id 'd0' again \(first on line 1\)"):
+    retrieval_eval.read_beir(beir, "test")

@@ -188,3 +188,24 @@ def test_cli_v1_and_v2(tmp_path, capsys):
   data_v1.write_text(json.dumps({"version": "1.1", "articles": []}))
   with pytest.raises(SystemExit, match=r"dev-v1.1.json is not a SQuAD file \(no top-level 'data'"):
     squad_eval.main([str(data_v1), str(preds)])
+
+
+def test_cli_unscorable_inputs_are_one_line(tmp_path):
+  """Issue 36: no questions, a question without `answers`, a non-numeric na_prob (tracebacks)."""
+  preds = tmp_path / "predictions.json"
+  preds.write_text(json.dumps({"1": "Denver Broncos"}))
+  data = tmp_path / "dev.json"
+  data.write_text(json.dumps(_dataset([], "1.1")))
+  with pytest.raises(SystemExit, match=r"dev\.json: the dataset has no questions"):
+    squad_eval.main([str(data), str(preds)])
+  no_answers = _q("1", "Denver Broncos")
+  del no_answers["answers"]
+  data.write_text(json.dumps(_dataset([no_answers], "1.1")))
+  with pytest.raises(SystemExit, match=r"dev\.json: question '1' has no 'answers' list"):
+    squad_eval.main([str(data), str(preds)])
+  data.write_text(json.dumps(_dataset([_q("1", "Denver Broncos", impossible=False)], "v2.0")))
+  na = tmp_path / "null_odds.json"
+  na.write_text(json.dumps({"1": "abc"}))
+  with pytest.raises(SystemExit, match=r"null_odds\.json: 1 value\(s\) are not finite numbers, "
+                     r"e\.g\. '1': 'abc'"):
+    squad_eval.main([str(data), str(preds), "--na_prob_file", str(na)])

@@ -1,4 +1,5 @@
 """One run per workdir: the lock file, its stale takeover, and the CLI's one-line refusal."""
+import errno
 import json
 import os
 import pathlib
@@ -66,3 +67,23 @@ def test_pretrain_on_a_workdir_in_use_stops_at_once_with_one_line(tmp_path):
   assert last.startswith("bert_jax.pretrain: ") and f"pid {os.getpid()}" in last, proc.stderr[-2000:]
   assert "Traceback" not in proc.stderr
   assert sorted(os.listdir(workdir)) == [workdir_lock.LOCK_FILE]  # nothing started, nothing moved
+
+
+def test_a_workdir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+  """Issue 36: a read-only workdir (fresh, or holding a finished run) was an OSError traceback."""
+  (tmp_path / "file").write_text("")
+  with pytest.raises(workdir_lock.WorkdirNotWritableError,
+                     match=r"--workdir .*/file/run cannot be written: Not a directory"):
+    with workdir_lock.hold(str(tmp_path / "file" / "run")):
+      pass
+  finished = tmp_path / "finished"
+  finished.mkdir()
+
+  def read_only(path, *args):
+    raise OSError(errno.EROFS, "Read-only file system", str(path))
+  monkeypatch.setattr(workdir_lock.os, "open", read_only)
+  with pytest.raises(workdir_lock.WorkdirNotWritableError,
+                     match=r"finished cannot be written: Read-only file system \(.*bert_jax.lock\)"):
+    with workdir_lock.hold(str(finished)):
+      pass
+  assert isinstance(workdir_lock.WorkdirNotWritableError("x"), ValueError)  # cli: one line

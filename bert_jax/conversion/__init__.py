@@ -33,8 +33,10 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
     lowercase_reason, dropped, heads).
   """
   dst_path = epath.Path(dst)
-  if dst_path.exists() and any(dst_path.iterdir()) and not overwrite:
-    raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
+  if dst_path.exists() and any(dst_path.iterdir()):
+    if not overwrite:
+      raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
+    bundle.check_replaceable(dst)  # before the checkpoint is read
   out = load(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
   check_finite(out["params"], src)
   source = src if "://" in src else os.path.abspath(src)

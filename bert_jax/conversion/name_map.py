@@ -326,6 +326,22 @@ def _their_shape(rule: Rule, our_shape: tuple, config: BertConfig) -> tuple:
   return tuple(out.shape)
 
 
+def _check_declared_layers(source: TensorSource, rules: Sequence[Rule], config: BertConfig
+                           ) -> None:
+  """Absurd config values, and more layers declared than stored, are refused before the
+  model's shapes are traced (a config.json claiming 20,000 layers would hang there)."""
+  bundle.check_limits(config, source.description)
+  patterns = [re.compile(re.escape(r.theirs).replace(re.escape("{i}"), r"(\d+)"))
+              for r in rules if "{i}" in r.theirs]
+  if not patterns or config.share_layers:
+    return
+  stored = {int(m.group(1)) for name in source.shapes for p in patterns
+            for m in [p.fullmatch(name)] if m}
+  if 0 < len(stored) < config.num_layers:  # none: the listing of names below says more
+    raise ConversionError(f"{source.description}: the config declares {config.num_layers} "
+                          f"layers but the tensors hold {len(stored)} encoder layers")
+
+
 def to_ours(source: TensorSource, rules: Sequence[Rule], config: BertConfig, *,
             ignore: Sequence[str] = (), drop_unexpected: bool = False,
             dtype: Any = np.float32) -> tuple[dict, list[str]]:
@@ -348,10 +364,11 @@ def to_ours(source: TensorSource, rules: Sequence[Rule], config: BertConfig, *,
     ConversionError: no encoder, missing or unexpected names, wrong shapes, or
       a count mismatch. Raised before any tensor is read.
   """
+  where = source.description
+  _check_declared_layers(source, rules, config)
   ours_shapes = bundle.pretraining_shapes(config)
   rules = _config_rules(rules, config, ours_shapes)
   by_theirs = {r.theirs: r for r in rules}
-  where = source.description
   present = {g for g in GROUPS if any(r.theirs in source.shapes for r in rules if r.group == g)}
   if "encoder" not in present:
     raise ConversionError(f"{where}: no BERT encoder tensors found (expected names such as "

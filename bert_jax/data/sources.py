@@ -111,11 +111,15 @@ MAX_GZ_CHECK_BYTES = 2 << 30
 _SNIFF_BYTES = 1 << 16
 
 
-def check_text_file(path: str, whole_gz: bool = True) -> None:
+def check_text_file(path: str, whole_gz: bool = True) -> bool:
   """Refuses a shard that is unreadable, truncated (.gz) or not text.
 
   Text is judged on the first 64 KiB (decompressed for .gz): a NUL byte, or more
   than 1% invalid UTF-8, is a binary file (an image, a TFRecord, a model).
+
+  Returns:
+    True when the whole file is shorter than 64 KiB and holds only whitespace
+    (no document: skipped like an empty file).
 
   Raises:
     ValueError: naming the file and what is wrong with it.
@@ -140,6 +144,7 @@ def check_text_file(path: str, whole_gz: bool = True) -> None:
   if bad > 4 and bad > 0.01 * len(text):
     raise ValueError(f"config.data.files: {path} is not UTF-8 text ({bad} invalid sequences in "
                      f"its first 64 KiB); pretraining reads UTF-8 text")
+  return len(head) < _SNIFF_BYTES and not head.strip()
 
 
 def list_shards(data_config) -> list[ShardSpec]:
@@ -180,9 +185,15 @@ def list_shards(data_config) -> list[ShardSpec]:
       raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty")
     gz_bytes = sum(size for path, size in files if path.endswith(".gz"))
     with concurrent.futures.ThreadPoolExecutor(4) as pool:  # zlib and file reads drop the GIL
-      list(pool.map(lambda f: check_text_file(f[0], whole_gz=gz_bytes <= MAX_GZ_CHECK_BYTES),
-                    files))
-    return shards
+      blank = [f[0] for f, b in zip(files, pool.map(
+          lambda f: check_text_file(f[0], whole_gz=gz_bytes <= MAX_GZ_CHECK_BYTES), files)) if b]
+    if len(blank) == len(files):  # was: a TensorFlow traceback from the input pipeline
+      raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty or "
+                       "only whitespace")
+    for path in blank:
+      logging.warning("skipping %s: only whitespace", path)
+    kept = [sh for sh in shards if sh.name not in blank]
+    return [dataclasses.replace(sh, index=i) for i, sh in enumerate(kept)] if blank else shards
   if source == "prepared":
     from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
     return prepared_data.list_shards(data_config)

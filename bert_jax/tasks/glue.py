@@ -340,6 +340,9 @@ def read_tsv(task: GlueTask, data_dir: str, split: str,
         guid=where, text_a=fields[col[task.text_a]],
         text_b=fields[col[task.text_b]] if task.text_b else None,
         label=label, index=index))
+  if not examples:  # was: "cannot reshape array of size 0" after the training
+    raise GlueFormatError(f"{path}: no rows after the header (GLUE {task.name} {split})"
+                          + (f"; {len(skipped)} malformed rows skipped" if skipped else ""))
   if skipped:
     shown = ", ".join(map(str, skipped[:20])) + (" ..." if len(skipped) > 20 else "")
     logging.warning("%s: skipped %d malformed rows (wrong column count) on lines %s",
@@ -356,6 +359,8 @@ def _parse_label(task: GlueTask, value: str, where: str) -> Label:
       score = float("nan")
     if not np.isfinite(score):
       raise GlueFormatError(f"{where}: label {value!r} is not a finite number")
+    if not 0.0 <= score <= 5.0:  # STS-B, the one regression task: similarity 0..5
+      raise GlueFormatError(f"{where}: STS-B score {value!r} is outside 0..5")
     return score
   if value not in task.labels:
     raise GlueFormatError(

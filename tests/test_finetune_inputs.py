@@ -1,0 +1,56 @@
+"""Fine-tuning inputs checked before the work, and results that stay valid JSON (issues 36, 37)."""
+import json
+import math
+
+import pytest
+
+from bert_jax import finetune
+from tests import test_finetune as ft
+
+
+def _stsb_dir(root, dev_scores):
+  d = root / "STS-B"
+  d.mkdir(parents=True)
+  header = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+
+  def rows(scores):
+    return [f"{i}\tg\tf\ty\t{i}\ts\ts\tw{i % 7} w{i % 5}\tw{i % 3} w1\t{s}"
+            for i, s in enumerate(scores)]
+  (d / "train.tsv").write_text("\n".join([header] + rows([i % 6 for i in range(16)])) + "\n")
+  (d / "dev.tsv").write_text("\n".join([header] + rows(dev_scores)) + "\n")
+  return str(root)
+
+
+def _stsb_config(data_dir, init, **overrides):
+  c = ft._config("glue", "task=stsb")
+  c.data_dir, c.init_checkpoint = data_dir, init
+  c.max_seq_length, c.batch_size, c.eval_batch_size = 16, 8, 8
+  c.num_epochs, c.log_every, c.predict_test = 1.0, 1, False
+  for k, v in overrides.items():
+    c[k] = v
+  return c
+
+
+def test_log_every_zero_is_a_config_error(tmp_path):
+  """Issue 36: ZeroDivisionError at the first step."""
+  init = ft._random_bundle(tmp_path / "b")
+  data = _stsb_dir(tmp_path / "glue", [1.0, 2.0])
+  with pytest.raises(ValueError, match="bad config: log_every must be >= 1.*got 0"):
+    finetune.finetune(_stsb_config(data, init, log_every=0), str(tmp_path / "w"))
+  c = _stsb_config(data, init)
+  c.model.attention_impl = "cudnn"  # issue 36: "cuDNN is not detected" traceback on a CPU
+  with pytest.raises(ValueError, match="attention_impl='cudnn' needs an NVIDIA GPU; JAX runs on cpu"):
+    finetune.finetune(c, str(tmp_path / "w"))
+
+
+def test_undefined_metric_is_written_as_null_with_a_warning(tmp_path, capsys):
+  """Issue 37: an all-equal STS-B dev file wrote a bare NaN into eval_results.json."""
+  init = ft._random_bundle(tmp_path / "b")
+  data = _stsb_dir(tmp_path / "glue", [2.5] * 8)
+  workdir = tmp_path / "w"
+  results = finetune.finetune(_stsb_config(data, init), str(workdir))
+  assert math.isnan(results["pearson"])
+  written = json.loads((workdir / "eval_results.json").read_text())  # valid JSON
+  assert written["pearson"] is None and written["spearman"] is None
+  out = capsys.readouterr().out
+  assert "WARNING: pearson, spearman, pearson_and_spearman undefined (NaN" in out
