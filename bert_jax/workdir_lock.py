@@ -16,6 +16,8 @@ from typing import Iterator
 
 from etils import epath
 
+from bert_jax import write_errors
+
 LOCK_FILE = "bert_jax.lock"
 
 
@@ -49,12 +51,19 @@ def _is_stale(path: epath.Path, holder: dict) -> bool:
 
 
 def _create(path: epath.Path, me: dict) -> bool:
-  try:
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-  except FileExistsError:
-    return False
-  with os.fdopen(fd, "w") as f:
-    json.dump(me, f)
+  """Creates the lock file holding `me`; False when it exists (a full disk: one line)."""
+  with write_errors.writing(f"the lock file {path}"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      return False
+    try:
+      with os.fdopen(fd, "w") as f:
+        json.dump(me, f)
+    except BaseException:
+      path.unlink(missing_ok=True)  # a half-written lock would hold the workdir for 10 s
+      raise
   return True
 
 
@@ -70,7 +79,6 @@ def hold(workdir: str) -> Iterator[None]:
     yield
     return
   path = epath.Path(workdir) / LOCK_FILE
-  path.parent.mkdir(parents=True, exist_ok=True)
   me = {"host": socket.gethostname(), "pid": os.getpid(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S")}
   while not _create(path, me):
