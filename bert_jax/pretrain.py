@@ -8,6 +8,7 @@ restore, init from a checkpoint, or init from scratch -> jit(train_step) -> loop
 (log, NaN guard, checkpoint, eval). It resumes automatically when the workdir
 holds a checkpoint.
 """
+import functools
 import json
 import signal
 import time
@@ -73,7 +74,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   _check_export_has_checkpoints(config, workdir, ckpts)
   pretrained = setup.start_from
   if config.init_checkpoint:
-    pretrained = lambda: _load_init_checkpoint(config, model_cfg, data.tokenizer.inv_vocab)  # pylint: disable=unnecessary-lambda-assignment
+    pretrained = functools.partial(_load_init_checkpoint, config, model_cfg,
+                                   data.tokenizer.inv_vocab)  # loaded when nothing is resumed
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       setup.init_fn, setup.tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
@@ -195,7 +197,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     stop_signal.restore()
     # Every writer is closed; a failed close is the run's error unless one is on its way.
     _close_all((ckpts.close, logger.close), raise_first=not failed)
-  return {"step": step, "stopped_by": stopped_by, "metrics": last, "model_config": model_cfg, "state": state,
+  return {"step": step, "stopped_by": stopped_by, "metrics": last, "model_config": model_cfg,
+          "state": state,
           "export_params": setup.export_params(state.params),
           "vocab": description["vocab"], "lowercase": data.lowercase,
           "tokenizer_file": description.get("tokenizer_file")}
@@ -252,8 +255,10 @@ class _StopSignals:
 
   def __init__(self):
     self.name = None
+    # A signal the process was started to ignore (SIGINT of a `nohup` or `cmd &` job) stays so.
     self._previous = {sig: signal.signal(sig, self._handle)
-                      for sig in (signal.SIGTERM, signal.SIGINT)}
+                      for sig in (signal.SIGTERM, signal.SIGINT)
+                      if signal.getsignal(sig) is not signal.SIG_IGN}
 
   def _handle(self, signum, frame):
     del frame

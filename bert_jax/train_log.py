@@ -62,6 +62,14 @@ class _ThreadErrors:
 _THREAD_ERRORS = None
 
 
+def _abandon(writer) -> None:
+  """After a failed close: tensorboardX's exit handler must not try (and fail) again."""
+  for file_writer in (getattr(writer, "all_writers", None) or {}).values():
+    event_writer = getattr(file_writer, "event_writer", None)
+    if event_writer is not None:
+      event_writer._closed = True  # pylint: disable=protected-access
+
+
 def _tensorboard_thread(writer) -> Optional[threading.Thread]:
   """The thread that writes `writer`'s events (None if tensorboardX changed its internals)."""
   try:
@@ -158,7 +166,9 @@ class RunLogger:
             tmp.replace(self._jsonl_path)
           self._jsonl = self._jsonl_path.open("a", encoding="utf-8")
       with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
-        self._tb = SummaryWriter(str(self._tb_path))
+        # A queue that never fills: after its writer thread failed, a bounded one would
+        # block the next add_scalar for ever (the failure is raised at the next record).
+        self._tb = SummaryWriter(str(self._tb_path), max_queue=1 << 20)
       global _THREAD_ERRORS
       if _THREAD_ERRORS is None:
         _THREAD_ERRORS = _ThreadErrors()
@@ -166,9 +176,16 @@ class RunLogger:
       _THREAD_ERRORS.watch(self._tb_thread)
     self._t0 = time.time()
 
-  def _check_tensorboard(self) -> None:
-    """Raises a write that failed in TensorBoard's writer thread (as OutputWriteError)."""
+  def _check_tensorboard(self, running: bool = True) -> None:
+    """Raises a write that failed in TensorBoard's writer thread (as OutputWriteError).
+
+    Args:
+      running: the thread should be running (not yet closed): one that ended is a failure.
+    """
     error = _THREAD_ERRORS.threads.get(self._tb_thread) if _THREAD_ERRORS else None
+    if (error is None and running and self._tb_thread is not None
+        and not self._tb_thread.is_alive()):
+      error = RuntimeError("TensorBoard's writer thread ended")
     if error is not None:
       with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
         raise error
@@ -186,10 +203,10 @@ class RunLogger:
       else:
         self._remote_lines += line
         self._jsonl_path.write_text(self._remote_lines)
-    self._check_tensorboard()
     with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
       for k, v in record.items():
         if k != "step":
+          self._check_tensorboard()
           self._tb.add_scalar(k, v, step)
       self._tb.flush()
     label = f"{prefix.rstrip('_')} " if prefix else ""  # seed0_train_loss -> seed0_train ... loss
@@ -216,6 +233,10 @@ class RunLogger:
     finally:
       if tb:
         with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
-          tb.close()
-        self._check_tensorboard()
+          try:
+            tb.close()
+          except Exception:
+            _abandon(tb)
+            raise
+        self._check_tensorboard(running=False)
         _THREAD_ERRORS.threads.pop(self._tb_thread, None)
