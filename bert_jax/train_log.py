@@ -186,9 +186,10 @@ class RunLogger:
     if (error is None and running and self._tb_thread is not None
         and not self._tb_thread.is_alive()):
       error = RuntimeError("TensorBoard's writer thread ended")
-    if error is not None:
-      with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
-        raise error
+    if error is not None:  # (never re-raised itself: its chain stays its own)
+      raise write_errors.OutputWriteError(
+          f"writing TensorBoard events to {self._tb_path} failed "
+          f"({write_errors.write_error_cause(error)}); stopping")
 
   def log(self, step: int, metrics: dict, prefix: str = "", steps_per_sec: Optional[float] = None):
     """Records `metrics` (floats) at `step`; train records print a progress line."""

@@ -19,9 +19,13 @@ def write_error_cause(error: BaseException) -> str:
   A full disk, a lost permission or a file-size limit is named as such
   ('OSError: No space left on device'); anything else by its first line.
   """
-  cause = error
-  while cause.__cause__ is not None or cause.__context__ is not None:
-    cause = cause.__cause__ or cause.__context__
+  cause, seen = error, {id(error)}
+  while (cause.__cause__ or cause.__context__) is not None:  # a chain may loop back: stop there
+    following = cause.__cause__ or cause.__context__
+    if id(following) in seen:
+      break
+    seen.add(id(following))
+    cause = following
   detail = re.search(r"(No space left on device|Permission denied|Read-only file system"
                      r"|Disk quota exceeded|File too large)", str(cause))
   text = str(cause).splitlines()[0][:300] if str(cause) else ""
