@@ -17,8 +17,8 @@ bundle.json beside its params, a train checkpoint as the `meta` item.
 """
 import contextlib
 import dataclasses
-import re
-from typing import Any, Callable, Optional, Sequence
+import sys
+from typing import Any, Callable, Optional, Sequence, Union
 
 from absl import logging
 from etils import epath
@@ -33,6 +33,8 @@ from bert_jax import bundle
 from bert_jax import checksum
 from bert_jax import model as model_lib
 from bert_jax import sharding
+from bert_jax import write_errors
+from bert_jax.json_file import read_json
 from bert_jax.model_config import BertConfig
 
 
@@ -42,6 +44,10 @@ class ResumeMismatchError(ValueError):
 
 class CheckpointSaveError(RuntimeError):
   """An (asynchronous) checkpoint save failed: a full disk, a lost permission, a bucket gone."""
+
+
+class UnreadableCheckpointsError(RuntimeError):
+  """A workdir had checkpoints and none of them can be read."""
 
 
 class TrainCheckpoints:
@@ -107,15 +113,9 @@ class TrainCheckpoints:
       yield
     except Exception as e:  # pylint: disable=broad-except
       self._failed = True
-      cause = e
-      while cause.__cause__ is not None or cause.__context__ is not None:
-        cause = cause.__cause__ or cause.__context__
-      detail = re.search(r"(No space left on device|Permission denied|Read-only file system"
-                         r"|Disk quota exceeded|File too large)", str(cause))
-      detail = detail.group(1) if detail else str(cause).splitlines()[0][:300]
       kept = ", ".join(str(s) for s in self.all_steps()) or "none"
       raise CheckpointSaveError(
-          f"saving a checkpoint to {self.directory} failed ({type(cause).__name__}: {detail}); "
+          f"saving a checkpoint to {self.directory} failed ({write_errors.write_error_cause(e)}); "
           f"stopping. Checkpoints saved before are intact (steps: {kept})") from None
 
   def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any]]:
@@ -128,34 +128,62 @@ class TrainCheckpoints:
   def read_meta(self, step: int) -> dict[str, Any]:
     return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
-  def restore_latest(self, abstract_state: Any, run_config: Optional[dict] = None
+  def restore_latest(self, abstract_state: Any, run_config: Optional[dict] = None, *,
+                     check: Optional[Callable[[str, dict], None]] = None,
+                     start_over: bool = False, start_over_hint: str = "",
                      ) -> Optional[tuple[int, Any, dict[str, Any]]]:
     """Restores the newest readable checkpoint, or None when there is none.
 
     A checkpoint whose saved arrays (names and shapes, from its metadata) differ
     from `abstract_state` was written by another config: that is an error
     (ResumeMismatchError, naming the differences and, with `run_config`, the
-    config keys that changed), and nothing is moved. Only a checkpoint that
-    matches and still fails to restore (truncated file, partial copy) is
-    unreadable: it is logged, moved to `<directory>_unreadable/<step>` (never
-    nested: `<step>.1`, ... when that exists) and the next older one is tried.
+    config keys that changed), and nothing is moved; so is a checkpoint that
+    `check(path, meta)` refuses (it raises). Only a checkpoint that matches and
+    still fails to restore (truncated file, partial copy) is unreadable: the
+    next older one is tried, and once one is restored the unreadable newer ones
+    are logged and moved to `<directory>_unreadable/<step>` (never nested:
+    `<step>.1`, ... when that exists). When none can be read, nothing is moved:
+    UnreadableCheckpointsError names them and `start_over_hint`; with
+    `start_over` they are moved aside and None is returned.
     """
+    unreadable = []  # (step, error), newest first
     for step in reversed(self.all_steps()):
       mismatch = self._layout_mismatch(step, abstract_state)
       if mismatch:
         raise ResumeMismatchError(self._mismatch_message(step, mismatch, run_config))
       try:
-        state, meta = self.restore(step, abstract_state)
-        return step, state, meta
+        meta = self.read_meta(step)
       except Exception as e:  # pylint: disable=broad-except
-        aside = self._aside_path(step)
-        logging.info("checkpoint %s/%d is unreadable", self.directory, step, exc_info=True)
-        print(f"WARNING: checkpoint step {step} unreadable ({one_line_cause(e)}); moved to "
-              f"{aside}; falling back to the previous checkpoint", flush=True)
-        aside.parent.mkdir(parents=True, exist_ok=True)
-        (self.directory / str(step)).rename(aside)
-        self._manager.reload()
+        unreadable.append((step, e))
+        continue
+      if check is not None:
+        check(f"{self.directory}/{step}", meta)
+      try:
+        state, meta = self.restore(step, abstract_state)
+      except Exception as e:  # pylint: disable=broad-except
+        unreadable.append((step, e))
+        continue
+      self._move_aside(unreadable, f"falling back to step {step}")
+      return step, state, meta
+    if unreadable and not start_over:
+      listed = "; ".join(f"step {step}: {one_line_cause(e)}" for step, e in unreadable)
+      raise UnreadableCheckpointsError(
+          f"{self.directory}: none of its checkpoints can be read ({listed}); nothing was "
+          f"moved or overwritten. {start_over_hint}".rstrip())
+    self._move_aside(unreadable, "starting over")
     return None
+
+  def _move_aside(self, unreadable: list, then: str) -> None:
+    """Moves unreadable checkpoints to `<directory>_unreadable/` (kept, never deleted)."""
+    for step, e in unreadable:
+      aside = self._aside_path(step)
+      logging.info("checkpoint %s/%d is unreadable", self.directory, step, exc_info=e)
+      print(f"WARNING: checkpoint step {step} unreadable ({one_line_cause(e)}); moved to "
+            f"{aside}; {then}", flush=True)
+      aside.parent.mkdir(parents=True, exist_ok=True)
+      (self.directory / str(step)).rename(aside)
+    if unreadable:
+      self._manager.reload()
 
   def _aside_path(self, step: int) -> epath.Path:
     """Where an unreadable checkpoint goes: a new name beside earlier ones, never inside."""
@@ -217,6 +245,23 @@ class TrainCheckpoints:
           raise
 
 
+def vocab_difference(found: Sequence[str], expected: Sequence[str]) -> str:
+  """'' when two vocabularies hold the same tokens in the same order, else where they differ.
+
+  E.g. "30522 tokens vs 30522; first difference at id 1012: '.' vs ','" (a
+  permuted vocab of the same size is another vocab: each embedding row belongs
+  to the token of its id).
+  """
+  found, expected = tuple(found), tuple(expected)
+  if found == expected:
+    return ""
+  first = next((i for i, (a, b) in enumerate(zip(found, expected)) if a != b),
+               min(len(found), len(expected)))
+  at = (f": {found[first]!r} vs {expected[first]!r}"
+        if first < min(len(found), len(expected)) else "")
+  return f"{len(found)} tokens vs {len(expected)}; first difference at id {first}{at}"
+
+
 def model_description(config: BertConfig, vocab: Sequence[str], lowercase: bool,
                       tokenizer_file: Optional[str] = None) -> dict:
   """The record that makes a checkpoint self-describing (stored in a train checkpoint's meta).
@@ -261,6 +306,7 @@ def one_line_cause(e: BaseException, limit: int = 200) -> str:
   """`Type: first line of the message`, without TensorStore's spec dump (which follows
   "See full TensorStore details" and runs over many lines)."""
   text = str(e).split(" See full TensorStore details")[0].strip()
+  text = text.split(" [tensorstore_spec=")[0].split(" [source_location=")[0]
   first = text.splitlines()[0] if text else ""
   return f"{type(e).__name__}: {first[:limit]}" if first else type(e).__name__
 
@@ -283,10 +329,15 @@ def _locate(path: str) -> tuple[Optional[epath.Path], Optional["TrainCheckpoints
   root = epath.Path(path)
   if not root.exists():
     raise FileNotFoundError(f"checkpoint {path} does not exist")
-  for candidate in (root, root / "export"):
-    if bundle.is_bundle(str(candidate)):
-      return candidate, None, -1
+  if bundle.is_bundle(str(root)):
+    return root, None, -1
   ckpt_dir = _checkpoints_dir(root)
+  export = root / "export"
+  if bundle.is_bundle(str(export)):
+    newer = _newer_than_export(export, ckpt_dir)
+    if newer is None:
+      return export, None, -1
+    return None, *newer
   if ckpt_dir is None:
     raise ValueError(f"checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
                      "a pretraining workdir, nor a checkpoints directory; convert Hugging Face or "
@@ -299,6 +350,29 @@ def _locate(path: str) -> tuple[Optional[epath.Path], Optional["TrainCheckpoints
         f" (only {', '.join(unfinished)}: a save interrupted before it completed)"
         if unfinished else ""))
   return None, ckpts, step
+
+
+def _newer_than_export(export: epath.Path, ckpt_dir: Optional[epath.Path]
+                       ) -> Optional[tuple["TrainCheckpoints", int]]:
+  """A workdir's checkpoints and latest step when they are newer than its export, else None.
+
+  A run resumed after its export and stopped before the next one leaves an
+  export/ older than its checkpoints: the newest state is the checkpoint
+  (a one-line note says so). An export that records no step (fine-tuning,
+  conversion) is the workdir's model.
+  """
+  info_file = export / bundle.INFO_FILE
+  info = read_json(info_file, missing="") if info_file.exists() else {}
+  step = info.get("step") if isinstance(info, dict) else None
+  if ckpt_dir is None or not isinstance(step, int):
+    return None
+  ckpts = TrainCheckpoints(str(ckpt_dir), async_save=False)
+  latest = ckpts.latest_step()
+  if latest is None or latest <= step:
+    return None
+  print(f"note: {ckpt_dir}/{latest} (step {latest}) is newer than {export} (step {step}); "
+        "using the checkpoint", file=sys.stderr, flush=True)
+  return ckpts, latest
 
 
 def read_model_config(path: str) -> BertConfig:
@@ -381,9 +455,10 @@ def merge_params(init: dict, loaded: dict, source: str) -> dict:
 def initial_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransformation,
                   rng: jax.Array, mesh, rules, *,
                   checkpoints: Optional[TrainCheckpoints] = None,
-                  pretrained: Optional[Pretrained] = None,
+                  pretrained: Union[None, Pretrained, Callable[[], Pretrained]] = None,
                   fresh_heads: Sequence[str] = (),
-                  run_config: Optional[dict] = None) -> tuple[Any, Any, Optional[dict], str]:
+                  run_config: Optional[dict] = None,
+                  **resume_options) -> tuple[Any, Any, Optional[dict], str]:
   """The sharded initial train state of any entry point.
 
   Decide how to initialise training. The order is important:
@@ -405,20 +480,25 @@ def initial_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransfo
     mesh: the device mesh.
     rules: logical -> mesh axis rules.
     checkpoints: this run's checkpoints (None: nothing to resume).
-    pretrained: params to start from.
+    pretrained: params to start from, or a function that loads them (called only
+      when nothing is resumed).
     fresh_heads: top-level param groups never taken from `pretrained`.
     run_config: the run's config as saved in checkpoint meta, to name the keys
       that changed when a checkpoint does not fit this run.
+    **resume_options: `check`, `start_over`, `start_over_hint` of
+      TrainCheckpoints.restore_latest.
 
   Returns:
     (state, its tree of NamedShardings, the restored meta or None, how it was made).
   """
   target, shardings = sharding.abstract_state(init_fn, mesh, rules, rng)
   if checkpoints is not None:
-    restored = checkpoints.restore_latest(target, run_config)
+    restored = checkpoints.restore_latest(target, run_config, **resume_options)
     if restored is not None:
       step, state, meta = restored
       return state, shardings, meta, f"resumed from {checkpoints.directory}/{step}"
+  if callable(pretrained):
+    pretrained = pretrained()
   if pretrained is None:
     state, _ = sharding.sharded_init(init_fn, mesh, rules, rng)
     return state, shardings, None, "initialised from scratch"

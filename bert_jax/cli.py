@@ -414,12 +414,14 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
   from bert_jax import train_core  # pylint: disable=g-import-not-at-top
   from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
+  from bert_jax import write_errors  # pylint: disable=g-import-not-at-top
   writer = jax.process_index() == 0
   try:
     with workdir_lock.hold(workdir_path) if writer else contextlib.nullcontext():
       return run(config.value, workdir_path)
   except (checkpoint.ResumeMismatchError, checkpoint.CheckpointSaveError,
-          workdir_lock.WorkdirInUseError, train_core.NonFiniteLossError) as e:
+          workdir_lock.WorkdirInUseError, train_core.NonFiniteLossError,
+          write_errors.OutputWriteError, checkpoint.UnreadableCheckpointsError) as e:
     # The user's mistake or a diverged run: one line, no traceback.
     raise SystemExit(f"{prog}: {e}") from None
   except (ValueError, FileNotFoundError, FileExistsError) as e:

@@ -8,6 +8,7 @@ restore, init from a checkpoint, or init from scratch -> jit(train_step) -> loop
 (log, NaN guard, checkpoint, eval). It resumes automatically when the workdir
 holds a checkpoint.
 """
+import functools
 import json
 import signal
 import time
@@ -27,6 +28,7 @@ from bert_jax import sharding
 from bert_jax import train_core
 from bert_jax import train_log
 from bert_jax import workdir_owner
+from bert_jax import write_errors
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -73,15 +75,22 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   # objective starts from: a distillation student from its teacher), or scratch -----
   ckpts = ckpt_lib.TrainCheckpoints(str(epath.Path(workdir) / "checkpoints"),
                                     max_to_keep=config.keep_checkpoints)
-  pretrained = None
-  if config.init_checkpoint and ckpts.latest_step() is None:
-    pretrained = ckpt_lib.load_pretrained(config.init_checkpoint, expect=model_cfg)
-  elif ckpts.latest_step() is None:
-    pretrained = setup.start_from
+  _check_export_has_checkpoints(config, workdir, ckpts)
+  pretrained = setup.start_from
+  if config.init_checkpoint:
+    pretrained = functools.partial(_load_init_checkpoint, config, model_cfg,
+                                   data.tokenizer.inv_vocab)  # loaded when nothing is resumed
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       setup.init_fn, setup.tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
-      pretrained=pretrained, run_config=config_record)
+      pretrained=pretrained, run_config=config_record,
+      check=pretrain_setup.resume_check(config, config_record, data.tokenizer.inv_vocab),
+      start_over=config.start_over,
+      start_over_hint=f"To start {workdir} over from step 0 (from init_checkpoint when given), "
+                      "pass --config.start_over=True (they are then moved to "
+                      "checkpoints_unreadable/, export/ and metrics.jsonl to before_start_over/)")
+  if meta is None and config.start_over and is_writer:
+    _set_earlier_run_aside(workdir)
   data_position = int(meta["data_position"]) if meta else 0
   start_step = int(state.step)
   if is_writer:
@@ -120,9 +129,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       tokenizer_file=tok.vocab_file if tok.kind != "wordpiece" else None)
   logger = train_log.RunLogger(workdir, config.total_steps, is_writer, resume_step=start_step)
   peak = flops_lib.device_peak_flops(model_cfg.dtype) * jax.device_count()
-  preempted = {"flag": False}
   spike_check = train_core.LossSpikeCheck(config.divergence_factor, start_step)
-  previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.update(flag=True))
 
   checked = {"step": None}  # the step whose state check_finite passed last
 
@@ -140,12 +147,17 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   it = _host_rows(data.train_iterator(start_position=data_position), config)
   step, acc, last = start_step, train_core.MetricSums(), {}
   t_log, steps_since = time.time(), 0
+  stopped_by = None
+  failed = True
+  stop_signal = _StopSignals()
   try:
     while step < config.total_steps:
-      if preempted["flag"] or step == preempt_at_step:
+      if stop_signal.name or step == preempt_at_step:
+        stopped_by = stop_signal.name or "SIGTERM"
         save(step)
         ckpts.wait()
-        print(f"SIGTERM: saved checkpoint at step {step}; exiting", flush=True)
+        print(f"{stopped_by}: saved checkpoint at step {step} to {ckpts.describe_latest()}; "
+              "exiting (the same command resumes it)", flush=True)
         break
       if config.profile_start_step and step == config.profile_start_step and is_writer:
         jax.profiler.start_trace(str(epath.Path(workdir) / "profile"))
@@ -184,14 +196,95 @@ def train(config: ml_collections.ConfigDict, workdir: str,
           logger.log(step, evaluate(eval_step, state.params, eval_batches, mesh,
                                     setup.summarize, *frozen), prefix="eval_")
         t_log = time.time()
+    failed = False
   finally:
-    ckpts.close()
-    logger.close()
-    signal.signal(signal.SIGTERM, previous_handler)
-  return {"step": step, "metrics": last, "model_config": model_cfg, "state": state,
+    stop_signal.restore()
+    # Every writer is closed; a failed close is the run's error unless one is on its way.
+    _close_all((ckpts.close, logger.close), raise_first=not failed)
+  return {"step": step, "stopped_by": stopped_by, "metrics": last, "model_config": model_cfg,
+          "state": state,
           "export_params": setup.export_params(state.params),
           "vocab": description["vocab"], "lowercase": data.lowercase,
           "tokenizer_file": description.get("tokenizer_file")}
+
+
+_EARLIER_RUN = ("export", "metrics.jsonl", "tensorboard")
+
+
+def _check_export_has_checkpoints(config, workdir: str, ckpts) -> None:
+  """A workdir with an export/ and no checkpoint would be overwritten by a new model: refused."""
+  export = epath.Path(workdir) / "export"
+  if ckpts.latest_step() is None and export.exists() and not config.start_over:
+    raise ValueError(
+        f"{workdir} holds {export} but no checkpoint to continue it from (a new run would "
+        "replace it with another model); use another --workdir, or pass "
+        "--config.start_over=True to train anew here (export/ and metrics.jsonl are moved to "
+        "before_start_over/ first); nothing was moved or written")
+
+
+def _set_earlier_run_aside(workdir: str) -> None:
+  """Moves an earlier run's export/, metrics.jsonl, tensorboard/ to before_start_over[.N]/."""
+  root = epath.Path(workdir)
+  found = [root / name for name in _EARLIER_RUN if (root / name).exists()]
+  if not found:
+    return
+  aside, n = root / "before_start_over", 0
+  while aside.exists():
+    n += 1
+    aside = root / f"before_start_over.{n}"
+  aside.mkdir(parents=True)
+  for path in found:
+    path.rename(aside / path.name)
+  print(f"starting over: moved the earlier run's {', '.join(p.name for p in found)} to {aside}",
+        flush=True)
+
+
+def _load_init_checkpoint(config, model_cfg, vocab):
+  """config.init_checkpoint's params; its vocabulary must be the data's, token for token."""
+  pretrained = ckpt_lib.load_pretrained(config.init_checkpoint, expect=model_cfg)
+  diff = ckpt_lib.vocab_difference(pretrained.vocab, vocab)
+  if diff:
+    raise ValueError(f"init_checkpoint {config.init_checkpoint} was trained with another "
+                     f"vocabulary than the data's tokenizer ({diff}); set data.tokenizer / "
+                     "data.vocab_file to its vocab")
+  return pretrained
+
+
+class _StopSignals:
+  """SIGTERM (preemption) and SIGINT (Ctrl-C) ask the loop to save and stop.
+
+  `name` is the signal that arrived ('SIGTERM' / 'SIGINT'), None before. A
+  second Ctrl-C while the checkpoint is being saved interrupts at once.
+  """
+
+  def __init__(self):
+    self.name = None
+    # A signal the process was started to ignore (SIGINT of a `nohup` or `cmd &` job) stays so.
+    self._previous = {sig: signal.signal(sig, self._handle)
+                      for sig in (signal.SIGTERM, signal.SIGINT)
+                      if signal.getsignal(sig) is not signal.SIG_IGN}
+
+  def _handle(self, signum, frame):
+    del frame
+    if signum == signal.SIGINT and self.name == "SIGINT":
+      raise KeyboardInterrupt
+    self.name = signal.Signals(signum).name
+
+  def restore(self) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+
+
+def _close_all(closers, raise_first: bool) -> None:
+  """Calls every closer; re-raises the first failure when `raise_first`, else drops them."""
+  first = None
+  for close in closers:
+    try:
+      close()
+    except Exception as e:  # pylint: disable=broad-except
+      first = first or e
+  if first is not None and raise_first:
+    raise first
 
 
 def _print_header(config, workdir: str, model_cfg, params, tokenizer,
@@ -247,6 +340,8 @@ def train_and_export(config: ml_collections.ConfigDict, workdir: str) -> None:
   """The whole program after start-up: trains, exports and demos."""
   summary = train(config, workdir)
   export_and_demo(summary, config, workdir)
+  if summary["stopped_by"] == "SIGINT":
+    raise SystemExit(130)  # the shell's status for Ctrl-C; the checkpoint line is printed
 
 
 def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[str]:
@@ -257,10 +352,11 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
   path = str(epath.Path(workdir) / "export")
   params = model_lib.unstack_layers(summary["export_params"])
-  bundle.save_bundle(path, params, summary["model_config"].replace(scan_layers=False),
-                     summary["vocab"], summary["lowercase"], overwrite=True,
-                     info={"source": "pretrain", "step": summary["step"]},
-                     tokenizer_file=summary["tokenizer_file"])
+  with write_errors.writing(f"the export to {path}"):
+    bundle.save_bundle(path, params, summary["model_config"].replace(scan_layers=False),
+                       summary["vocab"], summary["lowercase"], overwrite=True,
+                       info={"source": "pretrain", "step": summary["step"]},
+                       tokenizer_file=summary["tokenizer_file"])
   primary = jax.process_index() == 0
   if primary:
     print(f"exported params, model config and vocab to {path}", flush=True)

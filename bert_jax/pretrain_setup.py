@@ -8,6 +8,7 @@ import functools
 from typing import Any, Callable, Optional, Sequence
 
 from etils import epath
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -31,6 +32,71 @@ OBJECTIVE_MODES = {"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
                    "mlm": ("nsp", "sop", "full_sentences"),
                    "electra": ("nsp", "sop", "full_sentences"),
                    "distill": ("nsp", "sop", "full_sentences")}
+
+
+# Config keys a resumed run may change without saying so: they change neither a step's
+# computation nor the data position (how often to log, save, evaluate or profile; the mesh;
+# the attention kernel and rematerialisation, same math), or they are the length of the
+# learning-rate schedule (total_steps), which users extend on purpose. A key ending in '.'
+# covers its section. Others need config.resume_allow_changes.
+RESUME_MAY_CHANGE = ("total_steps", "log_every", "checkpoint_every", "keep_checkpoints",
+                     "eval_every", "eval_batches", "profile_start_step", "profile_num_steps",
+                     "fill_mask_example", "on_nan", "divergence_factor", "init_checkpoint",
+                     "start_over", "resume_allow_changes", "mesh.", "model.attention_impl",
+                     "model.remat")
+# Never changed on resume, even when allowed: the saved data position counts batches of the
+# saved size, so another size would skip or repeat rows of the stream.
+RESUME_NEVER_CHANGES = ("batch_size",)
+
+
+def _allowed_changes(config: ml_collections.ConfigDict) -> list[str]:
+  return [k.strip() for k in config.resume_allow_changes.split(",") if k.strip()]
+
+
+def resume_check(config: ml_collections.ConfigDict, config_record: dict,
+                 vocab: Sequence[str]) -> Callable[[str, dict], None]:
+  """check(path, meta) for TrainCheckpoints.restore_latest: the saved run must be this run.
+
+  Refuses (ResumeMismatchError, one line, nothing moved) a checkpoint saved with
+  another value of any config key outside RESUME_MAY_CHANGE and
+  config.resume_allow_changes, with another batch size, or with another
+  vocabulary (the same tokens in the same order).
+  """
+  allowed = tuple(RESUME_MAY_CHANGE) + tuple(_allowed_changes(config))
+  current = traverse_util.flatten_dict(config_record, sep=".")
+
+  def check(path: str, meta: dict) -> None:
+    saved_vocab = meta.get("vocab")
+    if saved_vocab is not None:
+      diff = ckpt_lib.vocab_difference(saved_vocab, vocab)
+      if diff:
+        raise ckpt_lib.ResumeMismatchError(
+            f"{path} was trained with another vocabulary than this run's tokenizer (saved {diff})"
+            "; resume with the vocab it was trained with (data.tokenizer / data.vocab_file), or "
+            "start a new --workdir; nothing was moved or written")
+    saved = meta.get("config")
+    if not isinstance(saved, dict):  # saved before configs were recorded
+      return
+    saved = traverse_util.flatten_dict(saved, sep=".")
+    changed = sorted(k for k in saved.keys() | current.keys()
+                     if saved.get(k) != current.get(k))
+    never = [k for k in changed if k in RESUME_NEVER_CHANGES]
+    refused = [k for k in changed if k in never or not any(
+        k == a or (a.endswith(".") and k.startswith(a)) for a in allowed)]
+    if not refused:
+      return
+    listed = ", ".join(f"{k} {saved.get(k)!r} -> {current.get(k)!r}" for k in refused)
+    how = ("; batch_size cannot change on resume (the saved data position counts batches "
+           f"of {saved.get('batch_size')}): start a new --workdir with "
+           f"--config.init_checkpoint={path}" if never else
+           f"; to change them on purpose pass --config.resume_allow_changes="
+           f"{','.join(refused)}")
+    raise ckpt_lib.ResumeMismatchError(
+        f"{path} was saved with other settings ({listed}){how}; or resume with the saved "
+        "settings (always allowed to change: total_steps, the log / checkpoint / eval / profile "
+        "frequencies, keep_checkpoints, on_nan, divergence_factor, mesh.*); nothing was moved "
+        "or written")
+  return check
 
 
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
@@ -112,6 +178,10 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     bad(f"warmup_steps must be >= 0, got {config.warmup_steps}")
   train_core.check_batch_config(config, mesh)
   train_core.check_attention_impl(config.model)
+  known = set(traverse_util.flatten_dict(config.to_dict(), sep=".")) | {"mesh."}
+  unknown = [k for k in _allowed_changes(config) if k not in known]
+  if unknown:
+    bad(f"resume_allow_changes names no config key: {', '.join(unknown)}")
   if config.init_checkpoint and not epath.Path(config.init_checkpoint).exists():
     bad(f"init_checkpoint {config.init_checkpoint} does not exist")
   if config.init_checkpoint:  # its architecture, before the data is read (vocab checked later)

@@ -1,12 +1,15 @@
 """Run observability: console progress lines, TensorBoard scalars, metrics.jsonl."""
 import json
 import sys
+import threading
 import time
 from typing import Optional
 
 from etils import epath
 import jax
 import numpy as np
+
+from bert_jax import write_errors
 
 
 def _summary_writer_class():
@@ -29,6 +32,50 @@ def _summary_writer_class():
 
 
 SummaryWriter = _summary_writer_class()
+
+
+class _ThreadErrors:
+  """Exceptions raised in given background threads (TensorBoard's writer thread).
+
+  tensorboardX writes events from a thread of its own: a write that fails there
+  ends that thread with a traceback on stderr, and every later event is lost
+  without a word. This records such an exception, so that the next log step
+  raises it in the main thread.
+  """
+
+  def __init__(self):
+    self.threads = {}  # thread -> the exception that ended it (None: still fine)
+    self._default = threading.excepthook
+    threading.excepthook = self._hook
+
+  def _hook(self, args):
+    if args.thread in self.threads:
+      self.threads[args.thread] = args.exc_value
+      return
+    self._default(args)
+
+  def watch(self, thread: Optional[threading.Thread]) -> None:
+    if thread is not None:
+      self.threads[thread] = None
+
+
+_THREAD_ERRORS = None
+
+
+def _abandon(writer) -> None:
+  """After a failed close: tensorboardX's exit handler must not try (and fail) again."""
+  for file_writer in (getattr(writer, "all_writers", None) or {}).values():
+    event_writer = getattr(file_writer, "event_writer", None)
+    if event_writer is not None:
+      event_writer._closed = True  # pylint: disable=protected-access
+
+
+def _tensorboard_thread(writer) -> Optional[threading.Thread]:
+  """The thread that writes `writer`'s events (None if tensorboardX changed its internals)."""
+  try:
+    return writer._get_file_writer().event_writer._worker  # pylint: disable=protected-access
+  except AttributeError:
+    return None
 
 
 def count_params(tree) -> int:
@@ -88,6 +135,11 @@ class RunLogger:
   from step k passes `resume_step=k`: records of later steps (logged after the
   checkpoint it resumes, and about to be logged again) are removed first, so
   each step appears once; earlier records are kept.
+
+  A record that cannot be written (a full disk, a lost permission) raises
+  write_errors.OutputWriteError naming the file and the cause, at the log step
+  that failed (TensorBoard writes in a thread of its own: at the next log step,
+  or at close).
   """
 
   def __init__(self, workdir: str, total_steps: int, is_writer: bool = True,
@@ -98,21 +150,46 @@ class RunLogger:
     self._tb = None
     if is_writer:
       root = epath.Path(workdir)
-      root.mkdir(parents=True, exist_ok=True)
       self._jsonl_path = root / "metrics.jsonl"
-      existing = self._jsonl_path.read_text() if self._jsonl_path.exists() else ""
-      kept = existing if resume_step is None else _records_up_to(existing, resume_step)
-      self._remote_lines = None
-      if "://" in str(workdir):
-        self._remote_lines = kept
-      else:
-        if kept != existing:
-          tmp = root / "metrics.jsonl.tmp"
-          tmp.write_text(kept)
-          tmp.replace(self._jsonl_path)
-        self._jsonl = self._jsonl_path.open("a", encoding="utf-8")
-      self._tb = SummaryWriter(str(root / "tensorboard"))
+      self._tb_path = root / "tensorboard"
+      with write_errors.writing(str(self._jsonl_path)):
+        root.mkdir(parents=True, exist_ok=True)
+        existing = self._jsonl_path.read_text() if self._jsonl_path.exists() else ""
+        kept = existing if resume_step is None else _records_up_to(existing, resume_step)
+        self._remote_lines = None
+        if "://" in str(workdir):
+          self._remote_lines = kept
+        else:
+          if kept != existing:
+            tmp = root / "metrics.jsonl.tmp"
+            tmp.write_text(kept)
+            tmp.replace(self._jsonl_path)
+          self._jsonl = self._jsonl_path.open("a", encoding="utf-8")
+      with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
+        # A queue that never fills: after its writer thread failed, a bounded one would
+        # block the next add_scalar for ever (the failure is raised at the next record).
+        self._tb = SummaryWriter(str(self._tb_path), max_queue=1 << 20)
+      global _THREAD_ERRORS
+      if _THREAD_ERRORS is None:
+        _THREAD_ERRORS = _ThreadErrors()
+      self._tb_thread = _tensorboard_thread(self._tb)
+      _THREAD_ERRORS.watch(self._tb_thread)
     self._t0 = time.time()
+
+  def _check_tensorboard(self, running: bool = True) -> None:
+    """Raises a write that failed in TensorBoard's writer thread (as OutputWriteError).
+
+    Args:
+      running: the thread should be running (not yet closed): one that ended is a failure.
+    """
+    error = _THREAD_ERRORS.threads.get(self._tb_thread) if _THREAD_ERRORS else None
+    if (error is None and running and self._tb_thread is not None
+        and not self._tb_thread.is_alive()):
+      error = RuntimeError("TensorBoard's writer thread ended")
+    if error is not None:  # (never re-raised itself: its chain stays its own)
+      raise write_errors.OutputWriteError(
+          f"writing TensorBoard events to {self._tb_path} failed "
+          f"({write_errors.write_error_cause(error)}); stopping")
 
   def log(self, step: int, metrics: dict, prefix: str = "", steps_per_sec: Optional[float] = None):
     """Records `metrics` (floats) at `step`; train records print a progress line."""
@@ -120,16 +197,19 @@ class RunLogger:
       return
     record = {"step": step, **{prefix + k: float(v) for k, v in metrics.items()}}
     line = json.dumps(record) + "\n"
-    if self._jsonl is not None:
-      self._jsonl.write(line)
-      self._jsonl.flush()
-    else:
-      self._remote_lines += line
-      self._jsonl_path.write_text(self._remote_lines)
-    for k, v in record.items():
-      if k != "step":
-        self._tb.add_scalar(k, v, step)
-    self._tb.flush()
+    with write_errors.writing(str(self._jsonl_path)):
+      if self._jsonl is not None:
+        self._jsonl.write(line)
+        self._jsonl.flush()
+      else:
+        self._remote_lines += line
+        self._jsonl_path.write_text(self._remote_lines)
+    with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
+      for k, v in record.items():
+        if k != "step":
+          self._check_tensorboard()
+          self._tb.add_scalar(k, v, step)
+      self._tb.flush()
     label = f"{prefix.rstrip('_')} " if prefix else ""  # seed0_train_loss -> seed0_train ... loss
     parts = [f"{label}step {step}/{self.total_steps}" if self.total_steps else f"{label}step {step}"]
     for key, fmt in (("loss", ".4f"), ("mlm_accuracy", ".4f"), ("student_mlm_accuracy", ".4f"),
@@ -144,7 +224,20 @@ class RunLogger:
       print(" | ".join(parts), flush=True)
 
   def close(self):
-    if self._jsonl:
-      self._jsonl.close()
-    if self._tb:
-      self._tb.close()
+    """Closes both files; OutputWriteError when what they still held could not be written."""
+    jsonl, tb = self._jsonl, self._tb
+    self._jsonl = self._tb = None
+    try:
+      if jsonl:
+        with write_errors.writing(str(self._jsonl_path)):
+          jsonl.close()
+    finally:
+      if tb:
+        with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
+          try:
+            tb.close()
+          except Exception:
+            _abandon(tb)
+            raise
+        self._check_tensorboard(running=False)
+        _THREAD_ERRORS.threads.pop(self._tb_thread, None)

@@ -16,6 +16,8 @@ from typing import Iterator
 
 from etils import epath
 
+from bert_jax import write_errors
+
 LOCK_FILE = "bert_jax.lock"
 
 
@@ -53,12 +55,19 @@ def _is_stale(path: epath.Path, holder: dict) -> bool:
 
 
 def _create(path: epath.Path, me: dict) -> bool:
-  try:
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-  except FileExistsError:
-    return False
-  with os.fdopen(fd, "w") as f:
-    json.dump(me, f)
+  """Creates the lock file holding `me`; False when it exists (a full disk: one line)."""
+  with write_errors.writing(f"the lock file {path}"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      return False
+    try:
+      with os.fdopen(fd, "w") as f:
+        json.dump(me, f)
+    except BaseException:
+      path.unlink(missing_ok=True)  # a half-written lock would hold the workdir for 10 s
+      raise
   return True
 
 

@@ -226,6 +226,16 @@ def get_config(arg=None):
   c.divergence_factor = 0.0
   # Checkpoint (a pretraining checkpoints dir or a bert_jax params export) to start from.
   c.init_checkpoint = ""
+  # A workdir whose checkpoints are all unreadable, or that holds an export/ but no checkpoint,
+  # stops the run; True starts it over from step 0 (or init_checkpoint): the unreadable
+  # checkpoints go to checkpoints_unreadable/, export/, metrics.jsonl and tensorboard/ to
+  # before_start_over/ (kept). Readable checkpoints are always resumed.
+  c.start_over = False
+  # Comma-separated config keys a resumed run may change on purpose (e.g.
+  # 'optimizer.weight_decay,learning_rate'); others stop the resume naming them. Always
+  # allowed: bert_jax.pretrain_setup.RESUME_MAY_CHANGE (total_steps, log/checkpoint/eval
+  # frequencies, mesh, ...); batch_size never (the saved data position counts batches).
+  c.resume_allow_changes = ""
   # Profile steps [start, start+num) with jax.profiler into workdir/profile: the first
   # step (0 disables) ...
   c.profile_start_step = 0

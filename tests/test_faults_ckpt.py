@@ -1,0 +1,282 @@
+"""Pretraining faults around checkpoints and outputs (issues 36, 37).
+
+A write that fails (metrics, TensorBoard, checkpoint, export) ends the program non-zero in
+one line; a workdir whose checkpoints are all unreadable, or whose export has no checkpoint,
+stops the run with nothing moved; a resume with other settings or another vocabulary is
+refused; a workdir resolves to its newest state; Ctrl-C saves like SIGTERM.
+"""
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import pretrain
+from bert_jax import train_log
+from tests.test_pretrain import corpus  # noqa: F401  (the fixture)
+from tests.test_pretrain import ROOT
+from tests.test_pretrain import small_config
+
+
+def _config(corpus_file, **overrides):
+  return small_config(corpus_file, fill_mask_example="", **overrides)
+
+
+@pytest.fixture(scope="module")
+def finished(corpus, tmp_path_factory):
+  """A finished 6-step run with its export (checkpoints 3 and 6)."""
+  workdir = tmp_path_factory.mktemp("finished") / "run"
+  pretrain.train_and_export(_config(corpus), str(workdir))
+  return workdir
+
+
+def _copy(finished_dir, tmp_path, name="w"):
+  workdir = tmp_path / name
+  shutil.copytree(finished_dir, workdir)
+  return workdir
+
+
+def _snapshot(workdir):
+  """Every file of a workdir with its contents (bytes), but the lock file."""
+  return {str(p.relative_to(workdir)): p.read_bytes() for p in sorted(workdir.rglob("*"))
+          if p.is_file() and p.name != "bert_jax.lock"}
+
+
+def _damage(workdir, *steps):
+  """Truncates the largest state file of each checkpoint (as the issue's probe did)."""
+  for step in steps:
+    files = [f for f in (workdir / "checkpoints" / str(step) / "state").rglob("*") if f.is_file()]
+    largest = max(files, key=lambda f: f.stat().st_size)
+    largest.write_bytes(largest.read_bytes()[:100])
+
+
+# -- 1. A failed write: non-zero exit, one line ---------------------------------------------
+
+# Runs bert_jax.pretrain's command line; from the moment named by argv[1] on, files may not
+# grow past a few bytes (RLIMIT_FSIZE; SIGXFSZ is ignored, so writes fail with EFBIG as on a
+# full disk). TensorBoard writes from a thread of its own: its writer fails there instead.
+_DRIVER = r"""
+import errno, resource, sys
+from bert_jax import bundle, checkpoint, pretrain, train_log
+import tensorboardX.record_writer
+
+def full_disk(limit):
+  resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+def before(owner, name, action):
+  original = getattr(owner, name)
+  def wrapped(*args, **kwargs):
+    action()
+    return original(*args, **kwargs)
+  setattr(owner, name, wrapped)
+
+which = sys.argv[1]
+if which == "metrics":  # full before the first metrics line
+  before(train_log.RunLogger, "log", lambda: full_disk(0))
+elif which == "checkpoint":  # full before the first checkpoint (the metrics lines still fit)
+  before(checkpoint.TrainCheckpoints, "save", lambda: full_disk(1 << 14))
+elif which == "export":  # full after training, before the export
+  before(bundle, "save_bundle", lambda: full_disk(1 << 14))
+elif which == "tensorboard":
+  def write(self, data):
+    raise OSError(errno.ENOSPC, "No space left on device")
+  before(train_log.RunLogger, "log", lambda: setattr(
+      tensorboardX.record_writer.RecordWriter, "write", write))
+pretrain.main(sys.argv[2:])
+"""
+
+
+@pytest.mark.parametrize("writer,named", [
+    ("metrics", r"writing \S+/metrics.jsonl failed \(OSError: File too large\)"),
+    ("tensorboard", r"writing TensorBoard events to \S+/tensorboard failed \(OSError: No space "
+                    "left on device\)"),
+    ("checkpoint", r"saving a checkpoint to \S+/checkpoints failed \(\w+: File too large\)"),
+    ("export", r"writing the export to \S+/export failed \(\w+: File too large\)"),
+])
+def test_a_failed_write_ends_the_program_non_zero_in_one_line(corpus, tmp_path, writer, named):
+  workdir = tmp_path / "w"
+  args = ["--config", "configs/pretrain.py:tiny", "--workdir", str(workdir)] + [
+      f"--config.{k}={v}" for k, v in (
+          ("seq_len", 32), ("batch_size", 8), ("total_steps", 6), ("warmup_steps", 2),
+          ("log_every", 1), ("checkpoint_every", 3), ("data.source", "files"),
+          ("data.files", corpus), ("data.max_predictions_per_seq", 5),
+          ("fill_mask_example", ""))]
+  proc = subprocess.run(
+      [sys.executable, "-c", _DRIVER, writer] + args, cwd=ROOT, capture_output=True, text=True,
+      timeout=600, preexec_fn=lambda: signal.signal(signal.SIGXFSZ, signal.SIG_IGN),
+      env=dict(os.environ, PYTHONPATH=str(ROOT)))
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  # One line of the program's own; Orbax's threads may still log theirs (absl format) after it.
+  ours = [l for l in proc.stderr.splitlines() if l.startswith("bert_jax.pretrain: ")]
+  assert len(ours) == 1, proc.stderr[-3000:]
+  assert "stopping" in ours[0] and re.search(named, ours[0]), ours[0]
+  after = proc.stderr.split(ours[0])[1].strip().splitlines()
+  assert all(re.match(r"[EWI]\d{4} ", l) for l in after), after
+  if writer == "metrics":  # it stopped at the first step
+    assert (workdir / "metrics.jsonl").read_text() == ""
+  if writer == "export":
+    assert not (workdir / "export").exists()
+
+
+def test_a_tensorboard_thread_failure_is_raised_at_close(tmp_path, monkeypatch):
+  import tensorboardX.record_writer  # pylint: disable=g-import-not-at-top
+  logger = train_log.RunLogger(str(tmp_path), total_steps=2)
+
+  def write(self, data):
+    raise OSError(28, "No space left on device")
+  monkeypatch.setattr(tensorboardX.record_writer.RecordWriter, "write", write)
+  logger.log(1, {"loss": 1.0})  # the thread fails after this returns
+  with pytest.raises(train_log.write_errors.OutputWriteError, match="TensorBoard events"):
+    logger.close()
+
+
+# -- 2. No readable checkpoint: stop, nothing moved ------------------------------------------
+
+@pytest.mark.parametrize("init", [False, True])
+def test_a_workdir_whose_checkpoints_are_all_unreadable_stops_with_nothing_moved(
+    corpus, finished, tmp_path, init):
+  workdir = _copy(finished, tmp_path)
+  _damage(workdir, 3, 6)
+  before = _snapshot(workdir)
+  overrides = {"init_checkpoint": str(finished / "export")} if init else {}
+  with pytest.raises(ckpt_lib.UnreadableCheckpointsError) as e:
+    pretrain.train_and_export(_config(corpus, **overrides), str(workdir))
+  message = str(e.value)
+  assert "none of its checkpoints can be read (step 6: " in message and "step 3: " in message
+  assert "--config.start_over=True" in message and "nothing was moved" in message
+  assert "\n" not in message and "tensorstore_spec" not in message
+  assert _snapshot(workdir) == before  # metrics.jsonl, export/, checkpoints: byte for byte
+
+
+def test_start_over_sets_the_earlier_run_aside_and_trains_anew(corpus, finished, tmp_path):
+  workdir = _copy(finished, tmp_path)
+  _damage(workdir, 3, 6)
+  old_metrics = (workdir / "metrics.jsonl").read_bytes()
+  pretrain.train_and_export(_config(corpus, start_over=True), str(workdir))
+  assert sorted(os.listdir(workdir / "checkpoints_unreadable")) == ["3", "6"]
+  aside = workdir / "before_start_over"
+  assert sorted(os.listdir(aside)) == ["export", "metrics.jsonl", "tensorboard"]
+  assert (aside / "metrics.jsonl").read_bytes() == old_metrics
+  assert json.loads((workdir / "export" / "bundle.json").read_text())["step"] == 6
+
+
+def test_the_fallback_from_one_unreadable_checkpoint_stays(corpus, finished, tmp_path, capsys):
+  workdir = _copy(finished, tmp_path)
+  _damage(workdir, 6)
+  pretrain.train(_config(corpus, total_steps=7), str(workdir))
+  out = capsys.readouterr().out
+  assert "checkpoint step 6 unreadable" in out and "resumed from" in out and "/3 " in out
+  assert os.listdir(workdir / "checkpoints_unreadable") == ["6"]
+
+
+def test_an_export_without_a_checkpoint_is_never_overwritten(corpus, finished, tmp_path):
+  workdir = _copy(finished, tmp_path)
+  shutil.rmtree(workdir / "checkpoints")
+  before = _snapshot(workdir)
+  with pytest.raises(ValueError, match=r"holds \S+/export but no checkpoint to continue it "
+                                       r"from.*--config.start_over=True"):
+    pretrain.train_and_export(_config(corpus), str(workdir))
+  assert _snapshot(workdir) == before
+
+
+# -- 3. Resume compares the whole config and the vocabulary ----------------------------------
+
+@pytest.mark.parametrize("override,named", [
+    ({"optimizer.b1": 0.5}, "optimizer.b1 0.8 -> 0.5"),
+    ({"optimizer.weight_decay": 0.1}, "optimizer.weight_decay 0.01 -> 0.1"),
+    ({"model.dropout_rate": 0.2}, "model.dropout_rate 0.0 -> 0.2"),
+    ({"batch_size": 16}, "batch_size 8 -> 16"),
+])
+def test_resume_with_another_setting_of_the_same_shapes_is_refused(
+    corpus, finished, tmp_path, override, named):
+  workdir = _copy(finished, tmp_path)
+  before = _snapshot(workdir)
+  with pytest.raises(ckpt_lib.ResumeMismatchError, match="was saved with other settings") as e:
+    pretrain.train(_config(corpus, total_steps=8, **override), str(workdir))
+  assert named in str(e.value) and "nothing was moved" in str(e.value)
+  key = next(iter(override))
+  if key == "batch_size":
+    assert "cannot change on resume" in str(e.value)
+  else:
+    assert f"--config.resume_allow_changes={key}" in str(e.value)
+  assert _snapshot(workdir) == before
+
+
+def test_resume_allow_changes_lets_a_named_key_change(corpus, finished, tmp_path):
+  workdir = _copy(finished, tmp_path)
+  summary = pretrain.train(_config(corpus, total_steps=7, **{
+      "optimizer.weight_decay": 0.1, "resume_allow_changes": "optimizer.weight_decay",
+      "log_every": 2}), str(workdir))
+  assert summary["step"] == 7
+  with pytest.raises(ValueError, match="resume_allow_changes names no config key: optimiser.b1"):
+    pretrain.train(_config(corpus, resume_allow_changes="optimiser.b1"), str(workdir))
+  with pytest.raises(ckpt_lib.ResumeMismatchError, match="cannot change on resume"):
+    pretrain.train(_config(corpus, batch_size=16, resume_allow_changes="batch_size"),
+                   str(workdir))
+
+
+def _permuted_vocab(tmp_path):
+  from bert_jax.data import wordpiece  # pylint: disable=g-import-not-at-top
+  tokens = pathlib.Path(wordpiece.default_vocab_file()).read_text(encoding="utf-8").split("\n")
+  tokens[1996], tokens[1997] = tokens[1997], tokens[1996]  # 'the' and 'of': same size
+  path = tmp_path / "permuted_vocab.txt"
+  path.write_text("\n".join(tokens), encoding="utf-8")
+  return str(path)
+
+
+def test_a_permuted_vocab_is_refused_on_resume_and_as_init_checkpoint(corpus, finished,
+                                                                      tmp_path):
+  vocab = _permuted_vocab(tmp_path)
+  workdir = _copy(finished, tmp_path)
+  before = _snapshot(workdir)
+  with pytest.raises(ckpt_lib.ResumeMismatchError,
+                     match=r"another vocabulary.*first difference at id 1996: 'the' vs 'of'"):
+    pretrain.train(_config(corpus, total_steps=8, **{"data.vocab_file": vocab}), str(workdir))
+  assert _snapshot(workdir) == before
+  with pytest.raises(ValueError, match=r"init_checkpoint \S+ was trained with another "
+                                       r"vocabulary.*id 1996"):
+    pretrain.train(_config(corpus, init_checkpoint=str(finished / "export"),
+                           **{"data.vocab_file": vocab}), str(tmp_path / "new"))
+
+
+# -- 4. A workdir resolves to its newest state -----------------------------------------------
+
+def test_a_workdir_resolves_to_a_checkpoint_newer_than_its_export(finished, tmp_path, capsys):
+  assert ckpt_lib.load_pretrained(str(finished)).source == str(finished / "export")
+  assert "note:" not in capsys.readouterr().err
+  workdir = _copy(finished, tmp_path)
+  info = workdir / "export" / "bundle.json"
+  info.write_text(info.read_text().replace('"step": 6', '"step": 3'))  # resumed, not exported
+  pretrained = ckpt_lib.load_pretrained(str(workdir))
+  assert pretrained.source == f"{workdir / 'checkpoints'}/6"
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and "(step 6) is newer than" in err and "(step 3)" in err
+  assert ckpt_lib.read_model_config(str(workdir)) == pretrained.config
+
+
+# -- 5. Ctrl-C saves like SIGTERM ------------------------------------------------------------
+
+def test_sigint_saves_a_checkpoint_and_exits_130(corpus, tmp_path, monkeypatch, capsys):
+  original = train_log.RunLogger.log
+
+  def log(self, step, *args, **kwargs):
+    original(self, step, *args, **kwargs)
+    if step == 2:
+      os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during step 3
+  monkeypatch.setattr(train_log.RunLogger, "log", log)
+  workdir = tmp_path / "w"
+  with pytest.raises(SystemExit) as e:
+    pretrain.train_and_export(_config(corpus), str(workdir))
+  assert e.value.code == 130
+  assert os.listdir(workdir / "checkpoints") == ["2"]
+  assert f"SIGINT: saved checkpoint at step 2 to {workdir / 'checkpoints'}/2" in (
+      capsys.readouterr().out)
+  assert not (workdir / "export").exists()
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
