@@ -206,7 +206,7 @@ def test_a_flipped_byte_in_array_data_is_detected_by_the_checksums(corpus, strai
   # A resume treats it as corruption: moved aside (kept), the previous checkpoint used.
   summary = pretrain.train(small_config(corpus, total_steps=7), str(workdir))
   out = capsys.readouterr().out
-  assert "checkpoint step 6 unreadable (ChecksumError)" in out and "/3 " in out
+  assert "checkpoint step 6 unreadable (ChecksumError: " in out and "/3 " in out
   assert (workdir / "checkpoints_unreadable" / "6").is_dir() and summary["step"] == 7
 
 
