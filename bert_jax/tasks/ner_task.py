@@ -1,10 +1,11 @@
 """CoNLL-style named-entity recognition as a fine-tuning task: per-token labels.
 
 Labels are O, B-X and I-X of every entity type X of the training file; each
-file is read in its own scheme (IOB1 or IOB2, bert_jax.tasks.ner) into IOB2,
-the model learns its targets in `config.label_scheme` (IOB1 by default: an
-entity's words are I-X, B-X only right after an entity of its type), and each
-file's predictions are written and scored in that file's scheme. The first
+file's scheme (IOB1 or IOB2) is detected and its tags read alike
+(bert_jax.tasks.ner.convert), the model learns its targets in
+`config.label_scheme` (IOB1 by default: an entity's words are I-X, B-X only
+right after an entity of its type), and each file's predictions are written
+and scored in that file's scheme. The first
 word piece of each word carries its label; the loss is the mean cross-entropy
 over the labeled pieces of the batch. Scores (bert_jax.tasks.conlleval):
 entity-level f1 / precision / recall and word accuracy on the valid file,
