@@ -313,7 +313,7 @@ def test_ner_end_to_end(tmp_path):
   from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
   enc = Encoder.load(os.path.join(workdir, "export"))
   assert enc.info["labels"] == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
-  assert (enc.info["scheme"], enc.info["train_scheme"]) == ("IOB2", "IOB1")
+  assert (enc.info["scheme"], enc.info["train_scheme"]) == ("IOB1", "IOB1")  # learned, file
   valid = ner.read_conll(str(data / "valid.txt"))
   blocks = (workdir / "predictions" / "valid.txt").read_text().strip().split("\n\n")
   written = [[line.split()[2] for line in block.splitlines()] for block in blocks]
