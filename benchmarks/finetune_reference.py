@@ -157,7 +157,8 @@ def run_bert_jax(task: str, b: Budget, args, out: str, squad_files=None,
              f"--config.max_query_length={b.max_query_length}"]
   elif task == "ner":
     config = f"{ROOT}/configs/ner.py"
-    extra = [f"--config.data_dir={args.ner_dir}", "--config.test_file="]
+    extra = [f"--config.data_dir={args.ner_dir}",
+             f"--config.test_file={getattr(args, 'test_file', '')}"]
   else:
     config = f"{ROOT}/configs/glue.py:task={task}"
     extra = [f"--config.data_dir={args.glue_dir}", "--config.predict_test=false"]
@@ -212,17 +213,20 @@ def bert_jax_head(task: str, bundle_dir: str, num_labels: int, seed: int) -> dic
   dummy = jnp.zeros((1, 8), jnp.int32)
   init = jax.jit(lambda rng: nn.unbox(model.init({"params": rng}, dummy, jnp.ones_like(dummy),
                                                  dummy)["params"][head]))
-  return jax.device_get(init(jax.random.PRNGKey(seed)))
+  # train_core.init_state splits the seed's key; the first half initialises the params.
+  return jax.device_get(init(jax.random.split(jax.random.PRNGKey(seed))[0]))
 
 
 def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Budget,
                          log_path: str, log_every: int,
-                         pad_to_longest: bool = False) -> tuple[dict, list, float]:
+                         pad_to_longest: bool = False, max_steps: int = 0
+                         ) -> tuple[dict, list, float]:
   """The run_flax_glue / run_qa training loop.
 
   pad_to_longest: each training batch cut to its longest row (dynamic padding, as
   PyTorch's DataCollatorWithPadding; jit compiles once per length) instead of
   max_seq_length.
+  max_steps: stop after this many steps, the schedule unchanged (0: all).
 
   Returns:
     (eval outputs, [(step, mean loss of the steps since the previous entry)], examples/s)
@@ -266,6 +270,8 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
   window, logged, t0 = [], [], time.time()
   with open(log_path, "w", encoding="utf-8") as log:
     for step, rows in enumerate(batches(n, b.batch_size, b.seed, b.num_epochs)):
+      if max_steps and step >= max_steps:
+        break
       batch = {k: v[rows] for k, v in train.items()}
       if pad_to_longest:
         longest = int(batch["attention_mask"].sum(1).max())
@@ -273,7 +279,7 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
       params, opt_state, loss = train_step(params, opt_state, batch,
                                            jax.random.fold_in(dropout_key, step))
       window.append(loss)
-      if (step + 1) % log_every == 0 or step + 1 == total:  # bert_jax.finetune's windows
+      if (step + 1) % log_every == 0 or step + 1 in (total, max_steps):  # finetune's windows
         logged.append((step + 1, float(np.mean(jax.device_get(window)))))
         log.write(json.dumps({"step": step + 1, "loss": logged[-1][1],
                               "learning_rate": float(schedule(step)),

@@ -113,24 +113,30 @@ class Encoder:
     probs = np.asarray(jax.nn.softmax(logits.astype(np.float64), -1))
     return [(task.labels[int(np.argmax(p))], float(np.max(p))) for p in probs]
 
-  def tag(self, texts: Sequence[Union[str, Sequence[str]]], *, max_length: Optional[int] = None,
-          batch_size: int = 32) -> list[list[str]]:
+  def tag(self, texts: Sequence[Union[str, Sequence[str]]], *, scheme: str = "IOB2",
+          max_length: Optional[int] = None, batch_size: int = 32) -> list[list[str]]:
     """Per-word tags with an NER fine-tuning export (configs/ner.py's export/).
 
     Args:
       texts: sentences, each a string (split on whitespace into words) or a list of words.
+      scheme: 'IOB2' (every entity starts with B-TYPE) or 'IOB1' (entities start with
+        I-TYPE, B-TYPE only right after an entity of the same type, as CoNLL-2003).
       max_length: word pieces per window (default: the fine-tuning run's max_seq_length);
         longer sentences are split into windows at word boundaries, as in fine-tuning.
       batch_size: windows per forward pass.
 
     Returns:
-      One tag per word of each text (the labels of the training file), decoded as
-      fine-tuning's evaluation does (bert_jax.tasks.ner.predicted_tags).
+      One tag per word of each text (O, or B-/I- of an entity type of the training
+      file) in `scheme`, decoded as fine-tuning's evaluation does
+      (bert_jax.tasks.ner.predicted_tags, then ner.convert).
 
     Raises:
-      ValueError: the checkpoint is not an NER export with its labels.
+      ValueError: the checkpoint is not an NER export with its labels, or an
+        unknown scheme.
     """
     from bert_jax.tasks import ner  # pylint: disable=g-import-not-at-top
+    if scheme not in ner.SCHEMES:
+      raise ValueError(f"scheme {scheme!r} not in {list(ner.SCHEMES)}")
     labels = self.info.get("labels")
     if "token_classifier" not in self.heads or self.task != "ner" or not labels:
       raise ValueError(f"{self.pretrained.source} is not an NER fine-tuning export with its "
@@ -142,7 +148,10 @@ class Encoder:
                         max_length or self.info.get("max_seq_length", 128))
     logits = self._outputs(_token_classifier_fn(self.config, len(labels)), arrays, batch_size,
                            bucketed=False)
-    return ner.predicted_tags(logits, arrays, sentences, labels)
+    # Outputs are in the scheme the model learned (info['scheme']; the training file's in
+    # older exports): converting reads either scheme, or a mix, alike.
+    return [ner.convert(tags, scheme)
+            for tags in ner.predicted_tags(logits, arrays, sentences, labels)]
 
   def answer(self, questions: Sequence[str], contexts: Sequence[str], *,
              batch_size: int = 32) -> list[str]:

@@ -6,7 +6,9 @@ word first, tag last, `-DOCSTART-` and blank lines; IOB1 or IOB2 tags):
   python -m bert_jax.finetune --config configs/ner.py --workdir /tmp/ner \
       --config.init_checkpoint=CKPT --config.data_dir=../shared/data/ner/conll2003
 
-Labels are the training file's tags; the first word piece of each word carries
+Files are IOB1 or IOB2, each detected and its predictions written in its own
+scheme; the labels are O, B-X and I-X of every entity type X of the training
+file, learned in `label_scheme`; the first word piece of each word carries
 its label; sentences longer than max_seq_length are split into windows at word
 boundaries (every word predicted once). Writes workdir/eval_results.json with
 conlleval's entity-level f1, precision, recall (fractions), word accuracy and
@@ -44,6 +46,10 @@ def get_config(arg=None):
   c.valid_file = "valid.txt"
   # Optional file predicted (and scored as test_* when it has tags); skipped when absent; '': none.
   c.test_file = "test.txt"
+  # Tagging scheme of the training targets, whatever the files' schemes (each file's
+  # predictions are written in its own): 'IOB1' (an entity's words are I-X, B-X only right
+  # after an entity of its type: fewer boundaries to learn) or 'IOB2' (B-X starts each).
+  c.label_scheme = "IOB1"
   # BERT's fine-tuning recipe with the NER learning rate of transformers' examples.
   config_sections.finetune(c, data_source="conll", max_seq_length=128, learning_rate=5e-5,
                            num_epochs=3.0)

@@ -92,6 +92,7 @@ def test_read_conll_docstart_columns_and_errors(tmp_path):
   assert [s.tags for s in sentences] == [["I-LOC", "I-LOC"], ["O"], ["B-LOC"]]
   assert sentences[0].lines == [3, 4]
   assert ner.label_list(sentences, good) == ["O", "B-LOC", "I-LOC"]
+  assert ner.scheme_of(sentences) == "IOB1"  # I-LOC starts New York
   unlabeled = ner.read_conll(_write(tmp_path / "u.txt", "New\nYork\n\nis\n"))
   assert unlabeled[0].tags is None and unlabeled[1].words == ["is"]
   cases = [("cols.txt", "New NNP I-LOC\nYork I-LOC\n", r"cols.txt:2: 2 columns, but .* has 3"),
@@ -106,6 +107,93 @@ def test_read_conll_docstart_columns_and_errors(tmp_path):
     ner.label_list(unlabeled, "train")
   with pytest.raises(FileNotFoundError, match="nope.txt"):
     ner.read_conll(str(tmp_path / "nope.txt"))
+
+
+def test_schemes_convert_keeping_entities_and_roundtrip():
+  iob1 = ["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG", "B-ORG", "I-ORG", "O"]
+  iob2 = ["B-PER", "I-PER", "B-PER", "O", "B-LOC", "B-ORG", "B-ORG", "I-ORG", "O"]
+  assert ner.convert(iob1, "IOB2") == iob2 and ner.convert(iob2, "IOB1") == iob1
+  assert ner.convert(iob1, "IOB1") == iob1 and ner.convert(iob2, "IOB2") == iob2
+  with pytest.raises(ValueError, match="scheme 'IOBES' not in"):
+    ner.convert(iob1, "IOBES")
+  sentence = lambda tags: ner.Sentence(["w"] * len(tags), tags, [])  # noqa: E731
+  assert ner.scheme_of([sentence(iob1)]) == "IOB1" and ner.scheme_of([sentence(iob2)]) == "IOB2"
+  assert ner.scheme_of([sentence(["O"])]) is None
+  assert ner.scheme_of([ner.Sentence(["w"], None, [])]) is None
+  # Any sequence, well formed or not (B- after O in IOB1, I- after O in IOB2), keeps
+  # conlleval's entities both ways; well-formed ones come back unchanged.
+  rng = np.random.default_rng(0)
+  tags = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+  for _ in range(500):
+    seq = [str(t) for t in rng.choice(tags, rng.integers(1, 9))]
+    one, two = ner.convert(seq, "IOB1"), ner.convert(seq, "IOB2")
+    assert conlleval.chunks(one) == conlleval.chunks(two) == conlleval.chunks(seq), seq
+    assert ner.convert(two, "IOB1") == one and ner.convert(one, "IOB2") == two
+    assert ner.scheme_of([sentence(two)]) in ("IOB2", None)
+    assert ner.scheme_of([sentence(one)]) in ("IOB1", None)
+
+
+def _twin_files(tmp_path, rng):
+  """IOB1 train.txt (no B- tag) and valid.txt (one B-LOC), and their IOB2 twins in iob2/."""
+  _write(tmp_path / "train.txt", _conll(rng, 8))
+  _write(tmp_path / "valid.txt", _conll(rng, 4, adjacent=True))
+  (tmp_path / "iob2").mkdir()
+  for name in ("train.txt", "valid.txt"):
+    sentences = ner.read_conll(str(tmp_path / name))
+    _write(tmp_path / "iob2" / name, "\n\n".join(
+        "\n".join(f"{w} X {t}" for w, t in zip(s.words, ner.convert(s.tags, "IOB2")))
+        for s in sentences) + "\n")
+
+
+@pytest.mark.parametrize("label_scheme", ["IOB1", "IOB2"])
+def test_iob1_files_train_on_the_closure_and_score_in_iob1(tmp_path, label_scheme):
+  """IOB1 whose training file lacks B-LOC and B-PER: valid's B-LOC is a label, the model
+  learns label_scheme's targets, and the predictions are written and scored in IOB1."""
+  init, loaded, tok = _random_init(tmp_path)
+  _twin_files(tmp_path, np.random.default_rng(3))
+  task = task_lib.build(_ner_config(tmp_path, init, test_file="", label_scheme=label_scheme),
+                        tok, loaded.config)
+  labels = task.model.export_info["labels"]
+  assert labels == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
+  assert task.data_stats["train_scheme"] == task.data_stats["valid_scheme"] == "IOB1"
+  assert task.model.export_info["scheme"] == label_scheme
+  assert "B-PER" not in (tmp_path / "train.txt").read_text()
+  learned_b_per = (task.train_arrays["label_ids"] == labels.index("B-PER")).any()
+  assert learned_b_per == (label_scheme == "IOB2")  # every PER starts with B-PER in IOB2
+  # Logits that pick each word's label: the written file is the IOB1 input, f1 1.
+  valid = ner.read_conll(str(tmp_path / "valid.txt"))
+  arrays = task.eval_sets[0].arrays
+  logits = np.eye(len(labels))[arrays["label_ids"]] * (arrays["label_weights"][..., None] > 0)
+  scores = task.eval_sets[0].score({"logits": logits}, str(tmp_path / "out"))
+  assert scores["f1"] == 1.0
+  blocks = (tmp_path / "out" / "predictions" / "valid.txt").read_text().strip().split("\n\n")
+  assert [[line.split()[2] for line in b.splitlines()] for b in blocks] == [s.tags for s in valid]
+  with pytest.raises(ValueError, match=r"bad config: label_scheme 'BIO' not in \['IOB1', 'IOB2'\]"):
+    task_lib.task_model(_ner_config(tmp_path, init, label_scheme="BIO"), loaded.config)
+
+
+def test_training_targets_do_not_depend_on_the_files_scheme(tmp_path):
+  """Issue 34: the same CoNLL data in IOB1 and in IOB2 trains on the same targets, IOB1's
+  by default (an IOB2-converted copy scored 9 F1 below the reference, which learned the
+  IOB1 file's tags), and an IOB2 file's predictions are written in IOB2."""
+  init, loaded, tok = _random_init(tmp_path)
+  _twin_files(tmp_path, np.random.default_rng(4))
+  tasks = [task_lib.build(_ner_config(d, init, test_file=""), tok, loaded.config)
+           for d in (tmp_path, tmp_path / "iob2")]
+  for key in ("input_ids", "label_ids", "label_weights"):
+    np.testing.assert_array_equal(tasks[0].train_arrays[key], tasks[1].train_arrays[key])
+  assert tasks[1].data_stats["train_scheme"] == "IOB2"
+  labels = tasks[0].model.export_info["labels"]
+  train = ner.read_conll(str(tmp_path / "train.txt"))
+  first = ner.encode(tok, train, labels, 8)["label_ids"]  # the IOB1 file's own tags
+  np.testing.assert_array_equal(tasks[0].train_arrays["label_ids"], first)
+  arrays = tasks[1].eval_sets[0].arrays
+  logits = np.eye(len(labels))[arrays["label_ids"]] * (arrays["label_weights"][..., None] > 0)
+  tasks[1].eval_sets[0].score({"logits": logits}, str(tmp_path / "out2"))
+  written = (tmp_path / "out2" / "predictions" / "valid.txt").read_text().strip().split("\n\n")
+  valid2 = ner.read_conll(str(tmp_path / "iob2" / "valid.txt"))
+  assert [[line.split()[2] for line in b.splitlines()] for b in written] == [
+      s.tags for s in valid2]
 
 
 def test_first_piece_labels_and_windows_predict_every_word_once(tmp_path):
@@ -143,15 +231,18 @@ def _ner_config(data_dir, init, **overrides):
   return c
 
 
-def _conll(rng, n, labeled=True):
-  """Sentences of w<i> words; w1 w2 is a PER, w3 a LOC; some longer than a window."""
+def _conll(rng, n, labeled=True, adjacent=False):
+  """IOB1 sentences of w<i> words; w1 w2 is a PER, w3 a LOC; some longer than a window.
+
+  adjacent: the last sentence has two LOCs in a row, `w3 I-LOC` `w3 B-LOC` (the only B-)."""
   out = []
-  for _ in range(n):
+  for i in range(n):
     words = [f"w{i}" for i in rng.integers(4, 30, rng.integers(1, 9))]
     at = int(rng.integers(0, len(words) + 1))
     words[at:at] = ["w1", "w2"] if rng.random() < 0.5 else ["w3"]
-    tags = ["B-PER" if w == "w1" else "I-PER" if w == "w2" else "I-LOC" if w == "w3" else "O"
-            for w in words]
+    tags = ["I-PER" if w in ("w1", "w2") else "I-LOC" if w == "w3" else "O" for w in words]
+    if adjacent and i == n - 1:
+      words, tags = words + ["w3", "w3"], tags + ["I-LOC", "B-LOC"]
     out += [f"{w} X {t}" if labeled else w for w, t in zip(words, tags)] + [""]
   return "-DOCSTART- -X- O\n\n" + "\n".join(out)
 
@@ -169,7 +260,8 @@ def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
   _write(tmp_path / "train.txt", _conll(rng, 8))
   _write(tmp_path / "valid.txt", _conll(rng, 4) + "\nw5 X B-ORG\n")
   with pytest.raises(ValueError, match=r"valid.txt:\d+: tag 'B-ORG' is not in the training "
-                                       r"file's labels \['O', 'B-PER', 'I-LOC', 'I-PER'\]"):
+                                       r"file's labels \['O', 'B-LOC', 'B-PER', 'I-LOC', "
+                                       r"'I-PER'\] \(entity type 'ORG' never occurs in it\)"):
     task_lib.build(_ner_config(tmp_path, init), tok, loaded.config)
   _write(tmp_path / "valid.txt", "")
   with pytest.raises(ValueError, match="valid.txt: no sentences"):
@@ -182,7 +274,7 @@ def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
   _write(tmp_path / "test.txt", _conll(rng, 3, labeled=False))
   task = task_lib.build(_ner_config(tmp_path, init), tok, loaded.config)
   test = task.eval_sets[1]
-  logits = np.zeros(test.arrays["input_ids"].shape + (4,), np.float32)
+  logits = np.zeros(test.arrays["input_ids"].shape + (5,), np.float32)
   assert test.score({"logits": logits}, str(tmp_path / "out")) == {}
   lines = (tmp_path / "out" / "predictions" / "test.txt").read_text().splitlines()
   assert all(len(l.split()) == 2 and l.split()[1] == "O" for l in lines if l)
@@ -193,8 +285,8 @@ def test_ner_end_to_end(tmp_path):
   rng = np.random.default_rng(1)
   data = tmp_path / "conll"
   data.mkdir()
-  for name, n in (("train.txt", 24), ("valid.txt", 6), ("test.txt", 5)):
-    _write(data / name, _conll(rng, n))
+  for name, n in (("train.txt", 24), ("valid.txt", 6), ("test.txt", 5)):  # IOB1; only valid
+    _write(data / name, _conll(rng, n, adjacent=name != "train.txt"))  # and test have B-LOC
   workdir = tmp_path / "run"
   results = finetune.finetune(_ner_config(data, init), str(workdir))
   written = json.loads((workdir / "eval_results.json").read_text())
@@ -208,6 +300,7 @@ def test_ner_end_to_end(tmp_path):
     rows = [[line.split() for line in block.splitlines()] for block in blocks]
     assert [[r[0] for r in s] for s in rows] == [s.words for s in gold_sentences]
     assert [[r[1] for r in s] for s in rows] == [s.tags for s in gold_sentences]
+    assert all(ner.convert([r[2] for r in s], "IOB1") == [r[2] for r in s] for s in rows)  # IOB1
     scores = conlleval.evaluate([[r[1] for r in s] for s in rows], [[r[2] for r in s] for s in rows])
     for key in ("f1", "precision", "recall", "accuracy"):
       assert written[prefix + key] == pytest.approx(scores[key])
@@ -215,16 +308,20 @@ def test_ner_end_to_end(tmp_path):
   losses = [r["seed0_train_loss"] for r in records if "seed0_train_loss" in r]
   assert losses and all(np.isfinite(losses))
   exported = bundle.load_bundle(os.path.join(workdir, "export"))
-  assert exported.params["token_classifier"]["kernel"].shape == (16, 4)
+  assert exported.params["token_classifier"]["kernel"].shape == (16, 5)
   # The export carries its labels: the Python API tags as the run predicted.
   from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
   enc = Encoder.load(os.path.join(workdir, "export"))
-  assert enc.info["labels"] == ner.label_list(ner.read_conll(str(data / "train.txt")), "train")
+  assert enc.info["labels"] == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
+  assert (enc.info["scheme"], enc.info["train_scheme"]) == ("IOB1", "IOB1")  # learned, file
   valid = ner.read_conll(str(data / "valid.txt"))
   blocks = (workdir / "predictions" / "valid.txt").read_text().strip().split("\n\n")
   written = [[line.split()[2] for line in block.splitlines()] for block in blocks]
   texts = [" ".join(s.words) for s in valid[:-1]] + [valid[-1].words]  # strings or word lists
-  assert enc.tag(texts, batch_size=4) == written
+  assert enc.tag(texts, scheme="IOB1", batch_size=4) == written
+  assert enc.tag(texts, batch_size=4) == [ner.convert(tags, "IOB2") for tags in written]
+  with pytest.raises(ValueError, match="scheme 'BIO' not in"):
+    enc.tag(texts, scheme="BIO")
   with pytest.raises(ValueError, match="not an NER fine-tuning export"):
     Encoder.load(init).tag(["w1 w2"])
 
@@ -237,7 +334,7 @@ def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):
   task = task_lib.build(_ner_config(tmp_path, init, test_file=""), tok, loaded.config)
   batch = {k: task.train_arrays[k][:4] for k in task_lib.MODEL_INPUTS + task.label_keys}
   params = nn.unbox(jax.jit(task_lib.init_fn(task.model, 8))(jax.random.PRNGKey(0)))
-  logits = np.asarray(jax.jit(task_lib.predict_fn(task.model))(params, batch)["logits"])  # [4, 8, 4]
+  logits = np.asarray(jax.jit(task_lib.predict_fn(task.model))(params, batch)["logits"])  # [4, 8, 5]
   log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
   ce = -np.take_along_axis(log_probs, batch["label_ids"][..., None], -1)[..., 0]
   w = batch["label_weights"]

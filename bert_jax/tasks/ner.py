@@ -5,6 +5,16 @@ in the last (CoNLL-2003: `word POS chunk NER`), blank lines between sentences
 and `-DOCSTART-` lines between documents. Tags are IOB1 or IOB2 (O, B-TYPE,
 I-TYPE). A file whose lines have one column is unlabeled (prediction only).
 
+Tagging schemes: in IOB2 every entity starts with B-TYPE; in IOB1 (CoNLL-2003's
+original files) an entity starts with I-TYPE, and B-TYPE only where it directly
+follows another entity of its type. Each file's scheme is detected (`scheme_of`);
+`convert` turns tags of either scheme (or a mix) into either, keeping
+conlleval's entities (bert_jax.tasks.conlleval.chunks) of any tag sequence,
+valid or not, so that the model can learn its targets in one scheme and each
+file's predictions be written in its own. The labels are the closure over the
+training file's entity types: O, B-TYPE and I-TYPE of every type, so that a
+tag the training file happens to lack (IOB1's rare B-ORG) is still a label.
+
 Encoding: each word is tokenized alone; its first word piece carries its label,
 the other pieces are ignored (weight 0). A sentence longer than a window
 (max_seq_length - 2 pieces) is split at word boundaries into several windows,
@@ -20,6 +30,8 @@ import numpy as np
 # Tags read: O, B-TYPE, I-TYPE (IOB1 and IOB2).
 _TAG = re.compile(r"^(O|[BI]-\S+)$")
 DOCSTART = "-DOCSTART-"
+# Tagging schemes read, learned and written.
+SCHEMES = ("IOB1", "IOB2")
 
 
 @dataclasses.dataclass
@@ -83,8 +95,61 @@ def read_conll(path: str) -> list[Sentence]:
   return sentences
 
 
+def _starts(tags: Sequence[str]) -> list[bool]:
+  """Whether each tag starts an entity, by conlleval's rules (B-X; I-X after O or another type)."""
+  out, previous = [], "O"
+  for tag in tags:
+    out.append(tag != "O" and (tag[0] == "B" or previous == "O" or previous[2:] != tag[2:]))
+    previous = tag
+  return out
+
+
+def convert(tags: Sequence[str], scheme: str) -> list[str]:
+  """`tags` (IOB1, IOB2 or any mix) in `scheme`, with the same entities.
+
+  IOB2: B-X starts every entity. IOB1: I-X starts an entity, B-X only one that
+  directly follows an entity of the same type. Entities are read as conlleval
+  reads them, so the conversion keeps them for any sequence, and a well-formed
+  IOB1 or IOB2 sequence converts back unchanged.
+
+  Raises:
+    ValueError: an unknown scheme.
+  """
+  if scheme not in SCHEMES:
+    raise ValueError(f"tagging scheme {scheme!r} not in {list(SCHEMES)}")
+  out = []
+  for i, (tag, start) in enumerate(zip(tags, _starts(tags))):
+    if tag == "O" or not start:
+      out.append("O" if tag == "O" else "I-" + tag[2:])
+    elif scheme == "IOB2" or (i > 0 and tags[i - 1] != "O" and tags[i - 1][2:] == tag[2:]):
+      out.append("B-" + tag[2:])
+    else:
+      out.append("I-" + tag[2:])
+  return out
+
+
+def scheme_of(sentences: Sequence[Sentence]) -> Optional[str]:
+  """The tagging scheme of a file's sentences: 'IOB1' when some I-X starts an entity
+  (at a sentence start, after O or after another type), 'IOB2' when entities are
+  tagged but none starts so, None when it has no entity or no tags."""
+  found = None
+  for s in sentences:
+    for tag, start in zip(s.tags or (), _starts(s.tags or ())):
+      if start and tag[0] == "I":
+        return "IOB1"
+      found = found or ("IOB2" if start else None)
+  return found
+
+
+def in_scheme(sentences: Sequence[Sentence], scheme: str) -> list[Sentence]:
+  """The sentences with their tags converted to `scheme` (unlabeled ones unchanged)."""
+  return [s if s.tags is None else dataclasses.replace(s, tags=convert(s.tags, scheme))
+          for s in sentences]
+
+
 def label_list(sentences: Sequence[Sentence], path: str) -> list[str]:
-  """The labels of a training file: 'O' first (when present), then the others sorted.
+  """The labels of a training file: 'O', then B-X and I-X of every entity type X
+  of the file (IOB2; the closure over the types, whichever tags the file has).
 
   Raises:
     ValueError: the file is unlabeled.
@@ -92,22 +157,22 @@ def label_list(sentences: Sequence[Sentence], path: str) -> list[str]:
   if sentences[0].tags is None:
     raise ValueError(f"{path}: a training file needs tags (word first, tag last), "
                      "its lines have one column")
-  tags = {t for s in sentences for t in s.tags}
-  return (["O"] if "O" in tags else []) + sorted(tags - {"O"})
+  types = sorted({t[2:] for s in sentences for t in s.tags if t != "O"})
+  return ["O"] + [f"B-{t}" for t in types] + [f"I-{t}" for t in types]
 
 
 def check_tags(sentences: Sequence[Sentence], labels: Sequence[str], path: str) -> None:
-  """Every tag of `sentences` is a training label.
+  """Every tag of `sentences` is O or of an entity type of the training labels.
 
   Raises:
     ValueError: `path:line: tag ... is not in the training file's labels [...]`.
   """
-  known = set(labels)
+  types = {t[2:] for t in labels if t != "O"}
   for s in sentences:
     for tag, number in zip(s.tags or (), s.lines):
-      if tag not in known:
+      if tag != "O" and tag[2:] not in types:
         raise ValueError(f"{path}:{number}: tag {tag!r} is not in the training file's labels "
-                         f"{list(labels)}")
+                         f"{list(labels)} (entity type {tag[2:]!r} never occurs in it)")
 
 
 def encode(tokenizer, sentences: Sequence[Sentence], labels: Sequence[str],

@@ -1,10 +1,16 @@
 """CoNLL-style named-entity recognition as a fine-tuning task: per-token labels.
 
-Labels come from the training file; the first word piece of each word carries
-its label (bert_jax.tasks.ner); the loss is the mean cross-entropy over the
-labeled pieces of the batch. Scores (bert_jax.tasks.conlleval): entity-level
-f1 / precision / recall and word accuracy on the valid file, `test_*` on the
-test file when it exists and has tags; predictions/<split>.txt in CoNLL format.
+Labels are O, B-X and I-X of every entity type X of the training file; each
+file's scheme (IOB1 or IOB2) is detected and its tags read alike
+(bert_jax.tasks.ner.convert), the model learns its targets in
+`config.label_scheme` (IOB1 by default: an entity's words are I-X, B-X only
+right after an entity of its type), and each file's predictions are written
+and scored in that file's scheme. The first
+word piece of each word carries its label; the loss is the mean cross-entropy
+over the labeled pieces of the batch. Scores (bert_jax.tasks.conlleval):
+entity-level f1 / precision / recall and word accuracy on the valid file,
+`test_*` on the test file when it exists and has tags; predictions/<split>.txt
+in CoNLL format.
 """
 import os
 
@@ -28,34 +34,45 @@ def _path(config, name: str) -> str:
   return str(epath.Path(config.data_dir) / name)
 
 
-def labels_of(config) -> list[str]:
-  """The label list of the config's training file."""
-  path = _path(config, config.train_file)
-  return ner.label_list(ner.read_conll(path), path)
+def _check(config) -> None:
+  if config.label_scheme not in ner.SCHEMES:
+    raise ValueError(f"bad config: label_scheme {config.label_scheme!r} not in "
+                     f"{list(ner.SCHEMES)}")
 
 
-def _task_model(config, model_cfg: BertConfig, labels: list[str]) -> task_lib.TaskModel:
-  """The export records the labels (output i is labels[i]) and the window length, so that
+def _labels_and_scheme(sentences: list, path: str) -> tuple[list[str], str]:
+  """The labels of a training file and its tagging scheme (IOB2 when it has no entity)."""
+  return ner.label_list(sentences, path), ner.scheme_of(sentences) or "IOB2"
+
+
+def _task_model(config, model_cfg: BertConfig, labels: list[str],
+                train_scheme: str) -> task_lib.TaskModel:
+  """The export records the labels (output i is labels[i]), the scheme the model
+  learned them in, the training file's scheme and the window length, so that
   bert_jax.Encoder.tag predicts tags from the bundle alone."""
   return task_lib.TaskModel(
       "ner", model_lib.BertForTokenClassification(model_cfg, num_labels=len(labels)),
       "token_classifier",
-      export_info={"labels": list(labels), "max_seq_length": config.max_seq_length})
+      export_info={"labels": list(labels), "scheme": config.label_scheme,
+                   "train_scheme": train_scheme, "max_seq_length": config.max_seq_length})
 
 
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
   """BertForTokenClassification with one output per training-file label."""
-  return _task_model(config, model_cfg, labels_of(config))
+  _check(config)
+  path = _path(config, config.train_file)
+  return _task_model(config, model_cfg, *_labels_and_scheme(ner.read_conll(path), path))
 
 
 def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   """NER from CoNLL files in data_dir (train, valid, optional test)."""
+  _check(config)
   if config.data_source != "conll":
     raise ValueError(f"bad config: NER reads CoNLL files (data_source='conll'), "
                      f"not {config.data_source!r}")
   train_path = _path(config, config.train_file)
   train = ner.read_conll(train_path)
-  labels = ner.label_list(train, train_path)
+  labels, train_scheme = _labels_and_scheme(train, train_path)
   splits = [("valid", _path(config, config.valid_file))]
   test_path = _path(config, config.test_file) if config.test_file else ""
   if test_path and epath.Path(test_path).exists():
@@ -67,12 +84,13 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
     read[split] = ner.read_conll(path)
     ner.check_tags(read[split], labels, path)
 
-  stats = {"labels": len(labels)}
+  stats = {"labels": len(labels), "train_scheme": train_scheme}
   train_arrays = {}
   if not config.eval_only:
     if config.max_train_examples:
       train = train[:config.max_train_examples]
-    train_arrays = ner.encode(tokenizer, train, labels, config.max_seq_length)
+    train_arrays = ner.encode(tokenizer, ner.in_scheme(train, config.label_scheme), labels,
+                              config.max_seq_length)
     stats.update(train_sentences=len(train), train_windows=len(train_arrays["input_ids"]))
 
   def loss(logits, batch):  # logits [b, len, labels]: summed cross-entropy per window [b]
@@ -85,13 +103,17 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   eval_sets = []
   for split, path in splits:
     sentences = read[split]
-    arrays = ner.encode(tokenizer, sentences, labels, config.max_seq_length)
-    stats.update({f"{split}_sentences": len(sentences),
+    arrays = ner.encode(tokenizer, ner.in_scheme(sentences, config.label_scheme), labels,
+                        config.max_seq_length)
+    scheme = ner.scheme_of(sentences) or train_scheme  # no entity or no tags: the training file's
+    stats.update({f"{split}_sentences": len(sentences), f"{split}_scheme": scheme,
                   f"{split}_windows": len(arrays["input_ids"])})
     prefix = "" if split == "valid" else f"{split}_"
 
-    def score(outputs, workdir, split=split, sentences=sentences, arrays=arrays, prefix=prefix):
-      predicted = ner.predicted_tags(outputs["logits"], arrays, sentences, labels)
+    def score(outputs, workdir, split=split, sentences=sentences, arrays=arrays, prefix=prefix,
+              scheme=scheme):
+      predicted = [ner.convert(tags, scheme)  # written and scored in the file's scheme
+                   for tags in ner.predicted_tags(outputs["logits"], arrays, sentences, labels)]
       if workdir is not None:
         out = os.path.join(workdir, "predictions", f"{split}.txt")
         ner.write_predictions(out, sentences, predicted)
@@ -107,5 +129,6 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       return results
     eval_sets.append(task_lib.EvalSet(split, arrays, score))
 
-  return task_lib.Task(_task_model(config, model_cfg, labels), train_arrays, ("label_ids", "label_weights"),
+  return task_lib.Task(_task_model(config, model_cfg, labels, train_scheme), train_arrays,
+                       ("label_ids", "label_weights"),
                        loss, eval_sets, "f1", data_stats=stats, loss_weight=loss_weight)
