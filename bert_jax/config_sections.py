@@ -95,6 +95,22 @@ def check_model(m: ml_collections.ConfigDict) -> None:
       raise ValueError(f"bad config: model.{key} must be in [0, 1), got {m[key]}")
 
 
+def check_minimums(config: ml_collections.ConfigDict, minimums: dict) -> None:
+  """Refuses a key below its minimum, naming it (a ValueError); keys the config lacks are
+  skipped, so one table serves every fine-tuning config."""
+  for key, low in minimums.items():
+    section, _, leaf = key.rpartition(".")
+    holder = config.get(section) if section else config
+    if holder is not None and leaf in holder and holder[leaf] < low:
+      raise ValueError(f"bad config: {key} must be >= {low}, got {holder[leaf]}")
+
+
+# Lower bounds of keys the other checks leave open (pretraining and every fine-tuning config).
+MINIMUMS = {"eval_every": 0, "eval_batches": 1, "profile_start_step": 0, "profile_num_steps": 1,
+            "data.tfds_docs_per_shard": 1, "doc_stride": 1, "max_query_length": 1,
+            "n_best_size": 1, "max_answer_length": 1, "triplet_margin": 0.0, "scale": 1e-6}
+
+
 def optimizer() -> ml_collections.ConfigDict:
   """BERT's AdamW (or LAMB); the peak learning rate and warmup live at the top level."""
   o = ml_collections.ConfigDict()

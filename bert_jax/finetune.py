@@ -74,6 +74,7 @@ def check_config(config, mesh) -> None:
     bad("data_dir is required with data_source='tsv' (the GLUE folder holding MRPC/, RTE/, ...)")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
   config_sections.check_model(config.model)
+  config_sections.check_minimums(config, config_sections.MINIMUMS)
   if config.max_train_examples < 0:
     bad(f"max_train_examples must be >= 0 (0: all), got {config.max_train_examples}")
   train_core.check_attention_impl(config.model)

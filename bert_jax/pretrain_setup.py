@@ -165,6 +165,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   elif config.teacher_checkpoint:
     bad(f"teacher_checkpoint is only read by objective='distill', not {config.objective!r}")
   config_sections.check_model(config.model)
+  config_sections.check_minimums(config, config_sections.MINIMUMS)
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
   if config.fill_mask_example and fill_mask.MASK not in config.fill_mask_example:

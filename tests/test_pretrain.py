@@ -308,6 +308,8 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
     ({"optimizer.eps": 0.0}, "optimizer.eps must be positive"),
     ({"optimizer.weight_decay": -0.01}, "optimizer.weight_decay must be >= 0"),
     ({"model.dropout_rate": -0.5}, r"model.dropout_rate must be in \[0, 1\), got -0.5"),
+    ({"eval_batches": 0}, "eval_batches must be >= 1, got 0"),
+    ({"profile_start_step": -3}, "profile_start_step must be >= 0, got -3"),
     ({"model.attention_dropout_rate": 2.0},
      r"model.attention_dropout_rate must be in \[0, 1\), got 2.0"),
     ({"objective": "mlm_nsp", "data.mode": "full_sentences"},
