@@ -53,7 +53,8 @@ class UnreadableCheckpointsError(RuntimeError):
 def _short_error(error: BaseException) -> str:
   """'ExcType: first words' of an error (TensorStore's messages carry a long JSON spec)."""
   text = str(error).splitlines()[0] if str(error) else ""
-  text = text.split(" [tensorstore_spec=")[0].split(" [source_location=")[0]
+  for tail in (" See full TensorStore details", " [tensorstore_spec=", " [source_location="):
+    text = text.split(tail)[0]
   return f"{type(error).__name__}: {text[:200]}"
 
 
