@@ -95,7 +95,7 @@ pretrain.main(sys.argv[2:])
 @pytest.mark.parametrize("writer,named", [
     ("metrics", r"writing \S+/metrics.jsonl failed \(OSError: File too large\)"),
     ("tensorboard", r"writing TensorBoard events to \S+/tensorboard failed \(OSError: No space "
-                    "left on device\)"),
+                    r"left on device\)"),
     ("checkpoint", r"saving a checkpoint to \S+/checkpoints failed \(\w+: File too large\)"),
     ("export", r"writing the export to \S+/export failed \(\w+: File too large\)"),
 ])
