@@ -101,7 +101,9 @@ def test_special_token_literals_are_one_id_as_bert_tokenizer_fast(vocab_file, un
     for text, g in zip(batch, tok.tokenize_to_ids(batch)):
       e = expected[texts.index(text)]
       assert g == e, (text, ref.convert_ids_to_tokens(e), tok.convert_ids_to_tokens(g))
-  ds = tf.data.Dataset.from_tensor_slices(texts).batch(5).map(tok.tf_tokenize)
+  # do_not_convert: graph code already; autograph would leave a file in the temp directory.
+  ds = tf.data.Dataset.from_tensor_slices(texts).batch(5).map(
+      tf.autograph.experimental.do_not_convert(tok.tf_tokenize))
   assert [row for ragged in ds for row in ragged.to_list()] == expected
 
 
@@ -126,7 +128,8 @@ def test_hand_written_pieces(uncased, cased):
 def test_tf_tokenize_in_a_dataset_map_and_surface(uncased):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   tok = uncased
-  ds = tf.data.Dataset.from_tensor_slices(_TRICKY).batch(4).map(tok.tf_tokenize)
+  ds = tf.data.Dataset.from_tensor_slices(_TRICKY).batch(4).map(
+      tf.autograph.experimental.do_not_convert(tok.tf_tokenize))
   got = [row for ragged in ds for row in ragged.to_list()]
   assert got == tok.tokenize_to_ids(_TRICKY)
   assert (tok.pad_id, tok.unk_id, tok.cls_id, tok.sep_id, tok.mask_id) == (0, 2, 3, 4, 5)

@@ -367,7 +367,8 @@ def _read_tfds(spec: ShardSpec, data_config) -> RawDocs:
   builder = tfds.builder(data_config.tfds_name, data_dir=data_config.tfds_data_dir or None)
   ds = builder.as_dataset(split=spec.split, shuffle_files=False)
   key = data_config.tfds_text_key
-  texts = list(ds.map(lambda ex: ex[key]).batch(4096).as_numpy_iterator())
+  texts = list(ds.map(tf.autograph.experimental.do_not_convert(lambda ex: ex[key]))
+               .batch(4096).as_numpy_iterator())
   docs = tf.constant(np.concatenate(texts) if texts else np.zeros(0, object), tf.string)
   fixed = tf.strings.unicode_transcode(docs, "UTF-8", "UTF-8", errors="replace",
                                        replacement_char=0xFFFD)
