@@ -77,11 +77,13 @@ def _create_in(path: epath.Path, me: dict, workdir: str) -> bool:
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     return _create(path, me)
-  except OSError as e:
-    if isinstance(e, FileExistsError) or e.errno is None:
+  except (OSError, write_errors.OutputWriteError) as e:
+    cause = e.__cause__ if isinstance(e, write_errors.OutputWriteError) else e
+    if (not isinstance(cause, OSError) or isinstance(cause, FileExistsError)
+        or cause.errno is None):
       raise
-    raise WorkdirNotWritableError(f"--workdir {workdir} cannot be written: {e.strerror} "
-                                  f"({e.filename})") from None
+    raise WorkdirNotWritableError(f"--workdir {workdir} cannot be written: {cause.strerror} "
+                                  f"({cause.filename})") from None
 
 
 @contextlib.contextmanager
