@@ -161,7 +161,11 @@ def _quiet_failed_saves() -> None:
         record.exc_info, record.exc_text = None, None
       return True
   std_logging.getLogger("absl").addFilter(OrbaxOneLine())
-  # Orbax's abandoned write futures, collected at exit after the failure was reported.
+  # Orbax's abandoned write coroutines and futures, collected at exit after the failure was
+  # reported ("coroutine ... was never awaited": a warning at garbage collection).
+  import warnings  # pylint: disable=g-import-not-at-top
+  warnings.filterwarnings("ignore", message=r"coroutine .* was never awaited",
+                          category=RuntimeWarning)
   std_logging.getLogger("asyncio").addFilter(
       lambda record: "exception was never retrieved" not in record.getMessage())
   default_hook = sys.unraisablehook
