@@ -83,7 +83,11 @@ class Embed(nn.Module):
         (self.num_embeddings, self.features), self.param_dtype)
 
   def __call__(self, ids: jax.Array) -> jax.Array:
-    return jnp.take(self.embedding.astype(self.dtype), ids, axis=0)
+    # Gathered in param_dtype, then cast: the gradient is a scatter-add in param_dtype
+    # (float32). Casting the table first made it a bfloat16 scatter-add, which XLA:GPU
+    # runs as compare-and-swap loops under the contention of repeated ids (token types,
+    # [CLS], [SEP], padding), and which rounds every added gradient to bfloat16.
+    return jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
 
   def attend(self, query: jax.Array, bias: Optional[jax.Array] = None) -> jax.Array:
     """query [..., features] -> logits [..., num_embeddings] (+ bias [num_embeddings])."""
@@ -155,6 +159,42 @@ def attention_mask(input_mask: jax.Array, padding_attends: bool = True) -> jax.A
   return mask[:, None, :, :]
 
 
+FUSED_KERNELS = ("xla", "cudnn")  # jax.nn.dot_product_attention: no attention dropout
+
+
+def attention_kernel(impl: str, dropout: bool, dtype: Dtype, has_bias: bool, head_dim: int,
+                     backend: Optional[str] = None) -> str:
+  """The kernel `dot_product_attention` runs: 'einsum', 'xla' or 'cudnn'.
+
+  'auto' is the einsum path while attention dropout is active (the fused kernels have
+  none), else cuDNN's fused flash attention on a GPU where it applies (bf16 / fp16,
+  no additive bias, head_dim a multiple of 8 up to 128), else XLA's fused call.
+  Asking for a fused kernel with attention dropout active is an error: it would train
+  without the dropout the config asks for (`check_attention_impl` refuses the config
+  before the run; this is the guard at trace time).
+
+  Args:
+    impl: 'auto', 'xla', 'cudnn' or 'einsum' (BertConfig.attention_impl).
+    dropout: attention dropout is active (training with a nonzero rate).
+    dtype: the compute dtype.
+    has_bias: an additive bias (DeBERTa's relative terms) is added to the scores.
+    head_dim: the heads' width.
+    backend: JAX's backend (None: jax.default_backend()).
+  """
+  if impl in FUSED_KERNELS and dropout:
+    raise ValueError(f"attention_impl {impl!r} does not apply attention dropout; set "
+                     "attention_dropout_rate=0 or use attention_impl 'auto' or 'einsum'")
+  if impl != "auto":
+    return impl
+  if dropout:
+    return "einsum"
+  backend = backend or jax.default_backend()
+  if (backend == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and not has_bias
+      and head_dim % 8 == 0 and head_dim <= 128):
+    return "cudnn"
+  return "xla"
+
+
 def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                           mask: jax.Array, *, impl: str, dropout_rate: float,
                           deterministic: bool, dropout_rng: Optional[jax.Array],
@@ -178,10 +218,11 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     [batch, q_len, heads, head_dim].
   """
   use_dropout = not deterministic and dropout_rate > 0.0
-  if impl in ("xla", "cudnn") or (impl == "auto" and not use_dropout):
+  kernel = attention_kernel(impl, use_dropout, dtype, bias is not None, query.shape[-1])
+  if kernel in ("xla", "cudnn"):
     return jax.nn.dot_product_attention(
         query, key, value, mask=mask, bias=None if bias is None else bias.astype(dtype),
-        scale=scale, implementation=None if impl == "auto" else impl)
+        scale=scale, implementation=kernel)
   if scale is None:
     query = query / np.sqrt(query.shape[-1]).astype(dtype)
   else:

@@ -80,10 +80,11 @@ class BertConfig:
   # Compute dtype; params are stored in param_dtype and cast at use.
   dtype: str = "float32"
   param_dtype: str = "float32"
-  # 'auto': jax.nn.dot_product_attention (XLA, or cuDNN where it applies) unless
-  # attention dropout is active in training, then the einsum path that applies
-  # dropout to the probabilities as BERT does. 'xla' / 'cudnn' force the fused
-  # call (no attention-probability dropout); 'einsum' always the explicit path.
+  # 'auto': the einsum path while attention dropout is active in training (dropout on the
+  # probabilities, as BERT does), else jax.nn.dot_product_attention: cuDNN's fused flash
+  # attention on a GPU where it applies, XLA elsewhere (layers.attention_kernel). 'xla' /
+  # 'cudnn' force the fused call, which has no attention dropout: training with them and a
+  # nonzero attention_dropout_rate is refused; 'einsum' always the explicit path.
   attention_impl: str = "auto"
   scan_layers: bool = False
   remat: str = "none"

@@ -1,0 +1,74 @@
+"""Attention kernels: none accepts an attention dropout it does not apply (issue 29), and
+'auto' picks the kernel the run header names."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import layers
+from bert_jax import model_config
+from bert_jax import train_core
+
+
+def _qkv(seed=0, batch=2, length=8, heads=2, head_dim=8):
+  keys = jax.random.split(jax.random.PRNGKey(seed), 3)
+  return [jax.random.normal(k, (batch, length, heads, head_dim)) for k in keys]
+
+
+def _attend(impl, rng, deterministic=False, rate=0.5):
+  q, k, v = _qkv()
+  mask = layers.attention_mask(jnp.ones((2, 8), jnp.int32))
+  return layers.dot_product_attention(q, k, v, mask, impl=impl, dropout_rate=rate,
+                                      deterministic=deterministic, dropout_rng=rng,
+                                      dtype=jnp.float32)
+
+
+@pytest.mark.parametrize("impl", ["auto", "einsum", "xla", "cudnn"])
+def test_no_kernel_accepts_an_attention_dropout_it_does_not_apply(impl):
+  """Was: 'xla' and 'cudnn' returned the undropped attention, silently."""
+  if impl in layers.FUSED_KERNELS:
+    with pytest.raises(ValueError, match=f"attention_impl '{impl}' does not apply attention dropout"):
+      _attend(impl, jax.random.PRNGKey(1))
+    return
+  a, b = _attend(impl, jax.random.PRNGKey(1)), _attend(impl, jax.random.PRNGKey(2))
+  plain = _attend(impl, None, deterministic=True)
+  assert not np.allclose(a, b) and not np.allclose(a, plain)  # the dropout is applied
+  # Without dropout every kernel that runs here computes the same attention.
+  np.testing.assert_allclose(plain, _attend("xla", None, deterministic=True), atol=1e-5)
+
+
+@pytest.mark.parametrize("impl, dropout, dtype, bias, backend, kernel", [
+    ("auto", True, jnp.bfloat16, False, "gpu", "einsum"),
+    ("auto", False, jnp.bfloat16, False, "gpu", "cudnn"),
+    ("auto", False, jnp.float16, False, "gpu", "cudnn"),
+    ("auto", False, jnp.float32, False, "gpu", "xla"),  # cuDNN's flash attention: 16-bit only
+    ("auto", False, jnp.bfloat16, True, "gpu", "xla"),  # DeBERTa's additive bias
+    ("auto", False, jnp.bfloat16, False, "tpu", "xla"),
+    ("auto", False, jnp.float32, False, "cpu", "xla"),
+    ("einsum", False, jnp.bfloat16, False, "gpu", "einsum"),
+    ("xla", False, jnp.bfloat16, False, "gpu", "xla"),
+])
+def test_auto_picks_cudnn_on_a_gpu_where_it_applies(impl, dropout, dtype, bias, backend, kernel):
+  assert layers.attention_kernel(impl, dropout, dtype, bias, 64, backend=backend) == kernel
+
+
+def test_a_fused_kernel_with_attention_dropout_is_a_config_error_naming_both_keys():
+  from tests.test_pretrain import small_config  # pylint: disable=g-import-not-at-top
+  config = small_config("unused")
+  config.model.attention_impl = "xla"
+  config.model.attention_dropout_rate = 0.1
+  with pytest.raises(ValueError, match=r"^bad config: model.attention_impl='xla' applies no "
+                     r"attention dropout and model.attention_dropout_rate=0.1 asks for it"):
+    train_core.check_attention_impl(config.model)
+  config.model.attention_dropout_rate = 0.0
+  train_core.check_attention_impl(config.model)  # no dropout asked: the fused kernel is fine
+
+
+def test_the_header_names_the_kernel_and_its_dropout():
+  c = model_config.BertConfig(vocab_size=10, hidden_size=16, num_layers=1, num_heads=2,
+                              intermediate_size=32, attention_dropout_rate=0.1)
+  assert train_core.describe_attention(c).startswith("einsum (explicit softmax) (attention "
+                                                     "dropout 0.1;")
+  assert train_core.describe_attention(c, training=False).startswith("XLA fused (no attention")
+  c = c.replace(attention_dropout_rate=0.0, attention_impl="xla")
+  assert "no attention dropout; model.attention_impl='xla'" in train_core.describe_attention(c)
