@@ -75,8 +75,12 @@ def model() -> ml_collections.ConfigDict:
   # Compute dtype: 'float32', 'bfloat16', or 'auto' (bfloat16 on GPU/TPU, float32 on
   # CPU). Params, optimizer state and the loss stay float32.
   m.dtype = "auto"
-  # Attention implementation: 'auto', 'xla', 'cudnn' or 'einsum'.
+  # Attention implementation: 'auto', 'xla', 'cudnn' or 'einsum' (bert_jax.layers.attention_kernel;
+  # 'xla' and 'cudnn' apply no attention dropout, so they need attention_dropout_rate 0).
   m.attention_impl = "auto"
+  # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
+  # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.train_core.prng_impl).
+  m.prng_impl = "auto"
   # Dropout on hidden states (and a fine-tuning head's input), as in BERT.
   m.dropout_rate = 0.1
   # Dropout on attention probabilities.
@@ -88,11 +92,22 @@ def model() -> ml_collections.ConfigDict:
   return m
 
 
+def compile_cache(c: ml_collections.ConfigDict) -> None:
+  """Adds the key every training program reads first: where compiled steps are kept."""
+  # JAX's persistent compilation cache (and XLA's GPU autotuning results): 'auto'
+  # (JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/bert_jax/jax), a directory, or 'off'.
+  # A second run with the same shapes loads its compiled steps (bert_jax/compile_cache.py).
+  c.compile_cache = "auto"
+
+
 def check_model(m: ml_collections.ConfigDict) -> None:
   """Refuses model-section values out of range, naming the key (a ValueError)."""
   for key in ("dropout_rate", "attention_dropout_rate"):
     if not 0.0 <= m[key] < 1.0:
       raise ValueError(f"bad config: model.{key} must be in [0, 1), got {m[key]}")
+  if "prng_impl" in m:
+    from bert_jax import train_core  # pylint: disable=g-import-not-at-top
+    train_core.prng_impl(m)  # raises naming the key
 
 
 def check_minimums(config: ml_collections.ConfigDict, minimums: dict) -> None:
@@ -211,6 +226,7 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   c.eval_only = eval_only
   # Console / TensorBoard / metrics.jsonl every N training steps.
   c.log_every = 20
+  compile_cache(c)
   c.model = model()
   c.optimizer = optimizer()
   c.mesh = mesh()

@@ -48,6 +48,7 @@ import optax
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
+from bert_jax import compile_cache
 from bert_jax import config_sections
 from bert_jax import json_file
 from bert_jax import model as model_lib
@@ -243,6 +244,7 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
       f"{task.name}",
       [("model", f"{arch}, {params / 1e6:.1f}M params, from {pretrained.source} (heads "
                  f"{list(bundle.heads_of(pretrained.params))})"),
+       ("attention", train_core.describe_attention(model_cfg, training=not config.eval_only)),
        ("data", f"{task.name}{f' from {source}' if source else ''}: {data}; max_seq_length "
                 f"{config.max_seq_length}"),
        ("steps", steps),
@@ -270,6 +272,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   mesh = sharding.mesh_from_config(config.mesh)
   rules = sharding.logical_rules(config.mesh.preset)
   check_config(config, mesh)
+  compile_cache.enable(config.compile_cache)
 
   # -- The checkpoint: model config, vocab, params (read only) ------------------------
   pretrained = ckpt_lib.load_pretrained(config.init_checkpoint)
@@ -305,14 +308,15 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     shapes = nn.unbox(jax.eval_shape(params_init, jax.random.PRNGKey(0)))
     tx = optax.chain(tx, opt_lib.scale_updates(opt_lib.layerwise_scales(
         shapes, model_cfg.num_layers, config.layerwise_lr_decay)))
-  init_fn = lambda rng: train_core.init_state(params_init, tx, rng)  # noqa: E731
+  impl = train_core.prng_impl(config.model)
+  init_fn = lambda rng: train_core.init_state(params_init, tx, rng, impl)  # noqa: E731
 
   # -- Jitted steps (compiled once, shared by every seed) ------------------------------
   _, state_shardings = sharding.abstract_state(init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch_shard = sharding.batch_sharding(mesh)
   train_step = jax.jit(
       train_core.make_train_step(task_lib.objective(task), tx, schedule,
-                                 config.optimizer.grad_accum_steps),
+                                 config.optimizer.grad_accum_steps, prng_impl=impl),
       in_shardings=(state_shardings, batch_shard), out_shardings=(state_shardings, None),
       donate_argnums=(0,))
   predict_step = jax.jit(task_lib.predict_fn(task_model),

@@ -343,8 +343,13 @@ def batch_position_ids(batch: dict, config: BertConfig) -> Optional[Array]:
 
 
 def gather_positions(x: Array, positions: Array) -> Array:
-  """x [batch, len, hidden], positions [batch, P] -> [batch, P, hidden]."""
-  return jnp.take_along_axis(x, positions[..., None].astype(jnp.int32), axis=1)
+  """x [batch, len, hidden], positions [batch, P] -> [batch, P, hidden].
+
+  Gathered in float32: the gradient is then a float32 scatter-add (a bfloat16 one is
+  compare-and-swap loops on XLA:GPU, and rounds each added gradient); a no-op for float32.
+  """
+  y = jnp.take_along_axis(x.astype(jnp.float32), positions[..., None].astype(jnp.int32), axis=1)
+  return y.astype(x.dtype)
 
 
 class MlmHead(nn.Module):

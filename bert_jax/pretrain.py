@@ -21,6 +21,7 @@ import ml_collections
 
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
+from bert_jax import compile_cache
 from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import pretrain_setup
@@ -45,6 +46,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   mesh = sharding.mesh_from_config(config.mesh)
   rules = sharding.logical_rules(config.mesh.preset)
   pretrain_setup.check_config(config, mesh)
+  compile_cache.enable(config.compile_cache)
   is_writer = jax.process_index() == 0
   logging.info("mesh %s over %d devices, %d processes", dict(mesh.shape), jax.device_count(),
                jax.process_count())
@@ -144,7 +146,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     ckpts.save(step, state, dict(description, data_position=data_position,
                                  config=config_record))
 
-  it = _host_rows(data.train_iterator(start_position=data_position), config)
+  it = sharding.DevicePrefetch(
+      _host_rows(data.train_iterator(start_position=data_position), config), mesh)
   step, acc, last = start_step, train_core.MetricSums(), {}
   t_log, steps_since = time.time(), 0
   stopped_by = None
@@ -161,7 +164,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         break
       if config.profile_start_step and step == config.profile_start_step and is_writer:
         jax.profiler.start_trace(str(epath.Path(workdir) / "profile"))
-      batch = sharding.host_to_global(next(it), mesh)
+      batch = next(it)
       with sharding.mesh_context(mesh, rules):
         state, metrics = train_step(state, batch, *frozen)
       step += 1
@@ -180,6 +183,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         masked_fraction = float(sums["mlm_weight"]) / max(tokens, 1.0)
         last["mfu"] = (last["tokens_per_second"]
                        * setup.flops_per_token(config.seq_len, masked_fraction) / peak)
+        last["input_wait"] = it.take_wait() / dt  # the share of the window spent waiting
         skipped = nonfinite_steps()
         ckpts.check_saves()
         spike_check(last["loss"], step, ckpts.all_steps(), str(ckpts.directory))
@@ -196,6 +200,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
           logger.log(step, evaluate(eval_step, state.params, eval_batches, mesh,
                                     setup.summarize, *frozen), prefix="eval_")
         t_log = time.time()
+        it.take_wait()  # a window starts here
     failed = False
   finally:
     stop_signal.restore()
@@ -304,6 +309,7 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
       ("model", f"{config.variant} {model_cfg.model_type}: {arch}, "
                 f"vocab {tokenizer.vocab_size:,}, "
                 f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
+      ("attention", train_core.describe_attention(model_cfg)),
       ("data", f"{source.get(d.source, d.source)}, {d.mode}, {vocab} vocab"),
       ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "
                 f"{config.optimizer.name} at {config.learning_rate:g}{resumed}"),

@@ -36,14 +36,14 @@ OBJECTIVE_MODES = {"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
 
 # Config keys a resumed run may change without saying so: they change neither a step's
 # computation nor the data position (how often to log, save, evaluate or profile; the mesh;
-# the attention kernel and rematerialisation, same math), or they are the length of the
-# learning-rate schedule (total_steps), which users extend on purpose. A key ending in '.'
-# covers its section. Others need config.resume_allow_changes.
+# the compilation cache; the attention kernel and rematerialisation, same math), or they are
+# the length of the learning-rate schedule (total_steps), which users extend on purpose. A
+# key ending in '.' covers its section. Others need config.resume_allow_changes.
 RESUME_MAY_CHANGE = ("total_steps", "log_every", "checkpoint_every", "keep_checkpoints",
                      "eval_every", "eval_batches", "profile_start_step", "profile_num_steps",
                      "fill_mask_example", "on_nan", "divergence_factor", "init_checkpoint",
-                     "start_over", "resume_allow_changes", "mesh.", "model.attention_impl",
-                     "model.remat")
+                     "start_over", "resume_allow_changes", "compile_cache", "mesh.",
+                     "model.attention_impl", "model.remat")
 # Never changed on resume, even when allowed: the saved data position counts batches of the
 # saved size, so another size would skip or repeat rows of the stream.
 RESUME_NEVER_CHANGES = ("batch_size",)
@@ -245,9 +245,11 @@ class Pretraining:
   start_from: Optional[ckpt_lib.Pretrained] = None
   place_frozen: Optional[Callable[[Any, Any], tuple[Any, Any]]] = None
   frozen_init: Optional[Callable[[jax.Array], Any]] = None
+  prng_impl: str = train_core.THREEFRY
 
   def train_step(self, grad_accum_steps: int):
-    return train_core.make_train_step(self.objective, self.tx, self.schedule, grad_accum_steps)
+    return train_core.make_train_step(self.objective, self.tx, self.schedule, grad_accum_steps,
+                                      prng_impl=self.prng_impl)
 
 
 def build(config: ml_collections.ConfigDict, vocab_size: int,
@@ -264,6 +266,7 @@ def build(config: ml_collections.ConfigDict, vocab_size: int,
     The Pretraining pieces.
   """
   model_cfg = model_config_from(config, vocab_size, pad_id)
+  impl = train_core.prng_impl(config.model)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
                                         config.warmup_steps, config.total_steps)
   seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq
@@ -279,9 +282,9 @@ def build(config: ml_collections.ConfigDict, vocab_size: int,
               + 6.0 * (h * h + h))
     return Pretraining(
         models.discriminator_config, electra.objective(models, config.electra.disc_weight), tx,
-        schedule, functools.partial(train_core.init_state, init_params, tx),
+        schedule, functools.partial(train_core.init_state, init_params, tx, prng_impl=impl),
         functools.partial(electra.summarize, disc_weight=config.electra.disc_weight),
-        lambda params: params["discriminator"], flops)
+        lambda params: params["discriminator"], flops, prng_impl=impl)
   if config.objective == "distill":
     return _distillation(config, vocab_size, vocab, tx, schedule)
   pair_task = mlm_nsp.PAIR_TASKS.get(config.objective)
@@ -289,15 +292,17 @@ def build(config: ml_collections.ConfigDict, vocab_size: int,
   init_params = mlm_nsp.init_fn(model, seq_len, num_predictions)
   return Pretraining(
       model_cfg, mlm_nsp.objective(model, pair_task or "nsp"), tx, schedule,
-      functools.partial(train_core.init_state, init_params, tx), mlm_nsp.summarize,
+      functools.partial(train_core.init_state, init_params, tx, prng_impl=impl), mlm_nsp.summarize,
       lambda params: params,
-      functools.partial(flops_lib.train_flops_per_token, model_cfg, emd=config.emd))
+      functools.partial(flops_lib.train_flops_per_token, model_cfg, emd=config.emd),
+      prng_impl=impl)
 
 
 def _distillation(config: ml_collections.ConfigDict, vocab_size: int, vocab: Sequence[str],
                   tx: optax.GradientTransformation, schedule: optax.Schedule) -> Pretraining:
   """objective='distill': the student of config.teacher_checkpoint (bert_jax.objectives.distill)."""
   d = config.distill
+  impl = train_core.prng_impl(config.model)
   stored = ckpt_lib.read_model_config(config.teacher_checkpoint)
   layers = distill.student_layers(stored.num_layers, d.student_layers)
   teacher = distill.load_teacher(config.teacher_checkpoint, layers, vocab)
@@ -320,8 +325,8 @@ def _distillation(config: ml_collections.ConfigDict, vocab_size: int, vocab: Seq
   return Pretraining(
       student_cfg, distill.objective(student, teacher_model, **weights), tx, schedule,
       functools.partial(train_core.init_state, mlm_nsp.init_fn(student, seq_len, num_predictions),
-                        tx),
+                        tx, prng_impl=impl),
       functools.partial(distill.summarize, **weights), lambda params: params, flops,
       start_from=distill.student_from_teacher(teacher, layers) if d.init_from_teacher else None,
       place_frozen=functools.partial(distill.place_teacher, teacher, teacher_init),
-      frozen_init=teacher_init)
+      frozen_init=teacher_init, prng_impl=impl)

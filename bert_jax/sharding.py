@@ -13,7 +13,9 @@ init function, never written by hand:
 A checkpoint restores onto any mesh: build `target` on the new mesh (e.g. 4 of
 the 8 devices it was saved from) and restore into it; Orbax reshards.
 """
+import collections
 import contextlib
+import time
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from absl import logging
@@ -380,3 +382,45 @@ def host_to_global(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Ar
   return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
           for k, v in batch.items()}
 
+
+
+class DevicePrefetch:
+  """Host batches placed on the devices `size` batches ahead of the step that reads them.
+
+  Each `next` places the next host batch (its transfer runs while the devices compute)
+  and returns the oldest placed one, so the batch a step reads was on its way to the
+  devices a step earlier, and the host's input work overlaps the device work before it.
+  `wait_seconds` adds up the time spent waiting for the host pipeline's batches: the
+  input's share of a window's time is wait_seconds / window time (`take_wait`).
+  """
+
+  def __init__(self, batches: Iterator[dict[str, np.ndarray]], mesh: Mesh, size: int = 2):
+    self._batches, self._mesh, self._size = batches, mesh, size
+    self._placed = collections.deque()
+    self.wait_seconds = 0.0
+
+  def __iter__(self):
+    return self
+
+  def _place_one(self) -> bool:
+    t = time.perf_counter()
+    try:
+      batch = next(self._batches)
+    except StopIteration:
+      return False
+    finally:
+      self.wait_seconds += time.perf_counter() - t
+    self._placed.append(host_to_global(batch, self._mesh))
+    return True
+
+  def __next__(self) -> dict[str, jax.Array]:
+    while len(self._placed) < self._size and self._place_one():
+      pass
+    if not self._placed:
+      raise StopIteration
+    return self._placed.popleft()
+
+  def take_wait(self) -> float:
+    """The seconds waited for host batches since the last call."""
+    wait, self.wait_seconds = self.wait_seconds, 0.0
+    return wait

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from bert_jax import layers
 from bert_jax import model_config as model_config_lib
 
 Batch = dict[str, jax.Array]
@@ -38,23 +39,49 @@ class TrainState:
   step: jax.Array  # int32 scalar: updates applied so far
   params: Any
   opt_state: Any
-  rng: jax.Array  # base PRNG key (raw uint32[2]); step keys are fold_in(rng, step)
+  rng: jax.Array  # base PRNG key's raw data (uint32[2] for threefry); step keys are
+  # fold_in(rng, step) in the run's PRNG implementation (prng_impl)
   nonfinite_steps: jax.Array  # int32 scalar: steps whose loss or grads were NaN/inf
 
 
+THREEFRY = "threefry2x32"
+PRNG_IMPLS = (THREEFRY, "rbg", "unsafe_rbg")
+
+
+def prng_impl(model_section: Any, backend: Optional[str] = None) -> str:
+  """The dropout PRNG of a run: model.prng_impl, 'auto' resolved for the backend.
+
+  'auto' is threefry on the CPU (the losses of every earlier CPU run, bit for bit) and
+  'unsafe_rbg' on accelerators (XLA's RngBitGenerator: the hardware generator on a TPU,
+  Philox on a GPU, instead of about 0.6G threefry draws a step at base; MaxText's choice).
+  Only the state's key follows it: params are initialised with threefry either way.
+  """
+  name = model_section.prng_impl
+  if name == "auto":
+    return THREEFRY if (backend or jax.default_backend()) == "cpu" else "unsafe_rbg"
+  if name not in PRNG_IMPLS:
+    raise ValueError(f"bad config: model.prng_impl {name!r} not in {('auto',) + PRNG_IMPLS}")
+  return name
+
+
 def init_state(init_params: Callable[[jax.Array], Any], tx: optax.GradientTransformation,
-               rng: jax.Array) -> TrainState:
+               rng: jax.Array, prng_impl: str = THREEFRY) -> TrainState:
   """The initial state; use under jax.eval_shape / jit (params may be boxed).
 
   Args:
     init_params: rng -> params (logically boxed, as model.init returns them).
     tx: the optimizer.
-    rng: split into the params' init key and the state's base key.
+    rng: a raw threefry key, split into the params' init key and the state's base key.
+    prng_impl: the state's key's implementation (its raw data is drawn from the split
+      key for another one); the train step made with the same `prng_impl` reads it.
 
   Returns:
     A TrainState at step 0.
   """
   init_rng, state_rng = jax.random.split(rng)
+  if prng_impl != THREEFRY:
+    words = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0, impl=prng_impl)))
+    state_rng = jax.random.bits(state_rng, words.shape, jnp.uint32)
   params = init_params(init_rng)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
                     rng=state_rng, nonfinite_steps=jnp.zeros((), jnp.int32))
@@ -98,14 +125,19 @@ def with_frozen(params: Any, frozen: Any) -> Any:
 
 def make_train_step(objective: Objective, tx: optax.GradientTransformation,
                     schedule: optax.Schedule, grad_accum_steps: int = 1,
-                    deterministic: bool = False) -> Callable[..., tuple]:
+                    deterministic: bool = False,
+                    finite_guard: Optional[str] = None,
+                    prng_impl: str = THREEFRY) -> Callable[..., tuple]:
   """Returns train_step(state, batch, frozen=None) -> (state, metric sums); jit it with donation.
 
   The gradient is that of the full batch's loss: each microbatch's sums are
   normalised by the whole batch's denominators, so k microbatches give the same
   update as one batch (dropout aside). A step whose loss or gradient is not
   finite leaves params and optimizer state unchanged and counts itself in
-  `nonfinite_steps`. `frozen`: see `with_frozen`.
+  `nonfinite_steps`. `frozen`: see `with_frozen`. `finite_guard` (None: the
+  backend's, `default_finite_guard`) is how: 'cond' skips the update, 'select'
+  computes it and keeps the old values (the same results when finite). `prng_impl`:
+  the implementation of the state's key (`init_state`), for dropout and sampling.
   """
   def grad_sums(params, mb, rng, denominators, frozen):
     def loss_fn(p):
@@ -114,8 +146,14 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation,
     (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     return grads, sums
 
+  guard = finite_guard or default_finite_guard()
+  if guard not in ("cond", "select"):
+    raise ValueError(f"finite_guard {guard!r} not in ('cond', 'select')")
+
   def train_step(state: TrainState, batch: Batch, frozen: Any = None):
-    rng = jax.random.fold_in(state.rng, state.step)
+    base = state.rng if prng_impl == THREEFRY else jax.random.wrap_key_data(state.rng,
+                                                                            impl=prng_impl)
+    rng = jax.random.fold_in(base, state.step)
     denominators = objective.denominators(batch)
     if grad_accum_steps == 1:
       grads, sums = grad_sums(state.params, batch, rng, denominators, frozen)
@@ -143,10 +181,12 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation,
       updates, opt_state = tx.update(grads, opt_state, params)
       return optax.apply_updates(params, updates), opt_state
 
-    # A conditional, not a select between new and old state: with donated buffers the
-    # select cost a pass over params and moments plus copies (6% of a base step on CPU).
-    new_params, new_opt = jax.lax.cond(finite, apply_update, lambda op: (op[0], op[1]),
-                                       (state.params, state.opt_state, grads))
+    operand = (state.params, state.opt_state, grads)
+    if guard == "cond":
+      new_params, new_opt = jax.lax.cond(finite, apply_update, lambda op: (op[0], op[1]), operand)
+    else:
+      new_params, new_opt = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
+                                         apply_update(operand), operand[:2])
     new_state = state.replace(
         step=state.step + 1,
         params=new_params,
@@ -157,6 +197,19 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation,
     return new_state, metrics
 
   return train_step
+
+
+def default_finite_guard(backend: Optional[str] = None) -> str:
+  """The NaN guard's form on a backend: 'select' on a GPU, 'cond' elsewhere.
+
+  XLA:GPU runs a conditional by copying its predicate to the host and waiting for it:
+  a host synchronisation every step, which leaves the GPU idle while the host
+  dispatches the next one. As a select the guard fuses into the optimizer's
+  elementwise update. On the CPU the select cost a pass over params and moments plus
+  copies with donated buffers (6% of a base step), and a TPU's conditional stays on
+  the device, so both keep the conditional.
+  """
+  return "select" if (backend or jax.default_backend()) == "gpu" else "cond"
 
 
 def make_eval_step(objective: Objective) -> Callable[..., Sums]:
@@ -202,16 +255,37 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig
 
 
 def check_attention_impl(model_section: Any) -> None:
-  """model.attention_impl='cudnn' needs a GPU (was: JAX's "cuDNN is not detected" traceback
-  at the first step on a CPU or TPU machine).
+  """The attention kernel can do what the config asks, on this machine.
+
+  model.attention_impl='cudnn' needs a GPU (was: JAX's "cuDNN is not detected" traceback
+  at the first step on a CPU or TPU machine), and the fused kernels ('xla', 'cudnn') apply
+  no attention dropout (they trained without it, silently, with a nonzero rate).
 
   Raises:
-    ValueError: naming the key, the backend and what to use instead.
+    ValueError: naming the keys, and what to use instead.
   """
+  m = model_section
   backend = jax.default_backend()
-  if model_section.attention_impl == "cudnn" and backend != "gpu":
+  if m.attention_impl == "cudnn" and backend != "gpu":
     raise ValueError(f"bad config: model.attention_impl='cudnn' needs an NVIDIA GPU; JAX runs "
                      f"on {backend} here: use 'auto' (or 'xla')")
+  if m.attention_impl in layers.FUSED_KERNELS and m.attention_dropout_rate > 0:
+    raise ValueError(f"bad config: model.attention_impl={m.attention_impl!r} applies no attention "
+                     f"dropout and model.attention_dropout_rate={m.attention_dropout_rate:g} asks "
+                     "for it: set model.attention_dropout_rate=0 (as MosaicBERT trains) or "
+                     "model.attention_impl='auto' (the einsum path while dropout is on)")
+
+
+def describe_attention(model_cfg: model_config_lib.BertConfig, training: bool = True) -> str:
+  """The run header's words for the attention kernel in use and the dropout it applies."""
+  c = model_cfg  # DeBERTa's relative terms (max_relative_positions > 0) are an additive bias
+  dropout = training and c.attention_dropout_rate > 0
+  kernel = layers.attention_kernel(c.attention_impl, dropout, c.dtype,
+                                   c.max_relative_positions > 0, c.head_dim)
+  words = {"einsum": "einsum (explicit softmax)", "xla": "XLA fused",
+           "cudnn": "cuDNN fused flash"}[kernel]
+  rate = f"attention dropout {c.attention_dropout_rate:g}" if dropout else "no attention dropout"
+  return f"{words} ({rate}; model.attention_impl={c.attention_impl!r})"
 
 
 def check_batch_config(config: Any, mesh, batch_keys: tuple[str, ...] = ("batch_size",)) -> None:

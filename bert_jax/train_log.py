@@ -215,7 +215,7 @@ class RunLogger:
     for key, fmt in (("loss", ".4f"), ("mlm_accuracy", ".4f"), ("student_mlm_accuracy", ".4f"),
                      ("nsp_accuracy", ".4f"),
                      ("learning_rate", ".3e"), ("tokens_per_second", ",.0f"),
-                     ("examples_per_second", ",.1f"), ("mfu", ".2%")):
+                     ("examples_per_second", ",.1f"), ("mfu", ".2%"), ("input_wait", ".1%")):
       if prefix + key in record:
         parts.append(f"{key} {record[prefix + key]:{fmt}}")
     if steps_per_sec and self.total_steps:

@@ -243,6 +243,7 @@ def get_config(arg=None):
   c.profile_num_steps = 5
   # End the main job with a fill-mask example from the new checkpoint.
   c.fill_mask_example = "the capital of france is [MASK] ."
+  config_sections.compile_cache(c)
 
   c.mesh = config_sections.mesh()
 

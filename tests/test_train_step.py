@@ -63,17 +63,37 @@ def test_grad_accumulation_matches_full_batch(name):
   np.testing.assert_allclose(m1["mlm_weight"], m4["mlm_weight"])
 
 
-def test_nonfinite_step_leaves_state_unchanged():
+@pytest.mark.parametrize("guard", ["cond", "select"])
+def test_nonfinite_step_leaves_state_unchanged(guard):
   model, tx, sched, state = _setup("adamw")
   batch = _batch(np.random.default_rng(1))
   poisoned = state.replace(params=jax.tree.map(lambda x: x, state.params))
   poisoned.params["mlm_output_bias"] = poisoned.params["mlm_output_bias"].at[0].set(jnp.nan)
-  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched, 1, deterministic=True))
+  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched, 1,
+                                            deterministic=True, finite_guard=guard))
   new, metrics = step(poisoned, batch)
   assert float(metrics["finite"]) == 0.0
   assert int(new.nonfinite_steps) == 1 and int(new.step) == 1
   for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(poisoned.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_the_guards_give_the_same_states_bitwise():
+  """'select' (a GPU's guard: no host synchronisation) computes what 'cond' does."""
+  model, tx, sched, state = _setup("adamw")
+  states = {}
+  for guard in ("cond", "select"):
+    step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, sched, 1,
+                                              finite_guard=guard))
+    s = state
+    for i in range(3):
+      s, _ = step(s, _batch(np.random.default_rng(i)))
+    states[guard] = s
+  assert int(states["select"].step) == 3 and int(states["select"].nonfinite_steps) == 0
+  for a, b in zip(jax.tree.leaves(states["cond"]), jax.tree.leaves(states["select"])):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert train_core.default_finite_guard("gpu") == "select"
+  assert train_core.default_finite_guard("cpu") == train_core.default_finite_guard("tpu") == "cond"
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, 1e30])
