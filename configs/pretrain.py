@@ -1,4 +1,4 @@
-r"""Pretraining configs: `configs/pretrain.py:VARIANT[,recipe=RECIPE][,phase2]`.
+r"""Pretraining configs: `configs/pretrain.py:VARIANT[,recipe=RECIPE][,phase2][,fused_attention]`.
 
 VARIANT is the model size (tiny, mini, small, medium, base, large); RECIPE how it is trained
 (bert, roberta, albert, electra, deberta; see _apply_recipe), which sets the variant's default
@@ -17,6 +17,11 @@ RoBERTa's recipe (full sentences, MLM only, packing, Adam b2 0.98, 8K batches by
 for base and large):
 
   python -m bert_jax.pretrain --config configs/pretrain.py:base,recipe=roberta --workdir DIR
+
+On a GPU, the recipe the speed figures use (benchmarks/README.md): no attention dropout, so
+attention runs as cuDNN's fused flash attention (hidden dropout unchanged):
+
+  python -m bert_jax.pretrain --config configs/pretrain.py:base,fused_attention --workdir DIR
 
 Every key is declared here (the model, optimizer and mesh sections, shared by all
 entry points, in bert_jax/config_sections.py); `--config.a.b=v` overrides it, an
@@ -77,7 +82,8 @@ READ_ONLY_WHEN = {
 def get_config(arg=None):
   """Returns the pretraining ConfigDict for `arg` = 'VARIANT[,recipe=R][,phase2]' (default: tiny)."""
   options = config_sections.parse_arg(arg, positional="variant", variant="tiny", recipe="bert",
-                                      phase2=False, example="configs/pretrain.py:base,phase2")
+                                      phase2=False, fused_attention=False,
+                                      example="configs/pretrain.py:base,phase2")
   variant = options.variant
   if variant not in _RECIPES:
     raise ValueError(f"unknown variant {variant!r}; known: {sorted(_RECIPES)}")
@@ -263,6 +269,13 @@ def get_config(arg=None):
     c.optimizer.b2 = 0.98
 
   _apply_recipe(c, options.recipe)
+
+  if options.fused_attention:
+    # The accelerator recipe: no attention dropout (MosaicBERT trains without it), so
+    # model.attention_impl='auto' runs cuDNN's fused flash attention on a GPU (XLA's fused
+    # attention elsewhere) instead of the explicit softmax that attention dropout needs.
+    # Hidden dropout stays the variant's.
+    c.model.attention_dropout_rate = 0.0
 
   if options.phase2:
     c.seq_len = 512

@@ -72,3 +72,17 @@ def test_the_header_names_the_kernel_and_its_dropout():
   assert train_core.describe_attention(c, training=False).startswith("XLA fused (no attention")
   c = c.replace(attention_dropout_rate=0.0, attention_impl="xla")
   assert "no attention dropout; model.attention_impl='xla'" in train_core.describe_attention(c)
+
+
+def test_the_fused_attention_recipe_states_no_attention_dropout_and_keeps_hidden_dropout():
+  from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
+  base = pretrain_config.get_config("base")
+  fused = pretrain_config.get_config("base,fused_attention")
+  assert base.model.attention_dropout_rate == 0.1 and fused.model.attention_dropout_rate == 0.0
+  assert fused.model.dropout_rate == base.model.dropout_rate == 0.1
+  cfg = model_config.variant("base", 30522, dtype="bfloat16",
+                             attention_dropout_rate=fused.model.attention_dropout_rate)
+  assert not train_core.describe_attention(cfg).startswith("einsum")
+  kernel = layers.attention_kernel(fused.model.attention_impl, False, jnp.bfloat16, False,
+                                   cfg.head_dim, backend="gpu")
+  assert kernel == "cudnn"
