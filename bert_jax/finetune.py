@@ -54,6 +54,7 @@ from bert_jax import json_file
 from bert_jax import model as model_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import sharding
+from bert_jax import time_split
 from bert_jax import train_core
 from bert_jax import train_log
 from bert_jax import workdir_owner
@@ -61,6 +62,8 @@ from bert_jax.data import length_buckets
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.tasks import packing
 from bert_jax.tasks import task as task_lib
+
+time_split.compile_clock()  # compilations from here on count in the run's time split
 
 
 def check_config(config, mesh) -> None:
@@ -264,6 +267,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     when seeds > 1), as written to workdir/eval_results.json.
   """
   # -- Mesh and config checks -------------------------------------------------------
+  split = time_split.TimeSplit()
   out_dir = epath.Path(workdir)
   workdir_owner.check(workdir, "finetune")
   is_writer = jax.process_index() == 0
@@ -286,8 +290,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     check_eval_head(task_model, pretrained, config.max_seq_length)
 
   # -- Task data (every split read and encoded before any training) --------------------
-  tokenizer = tokenizer_lib.for_checkpoint(pretrained)
-  task = task_lib.build(config, tokenizer, model_cfg)
+  with split.phase("data"):
+    tokenizer = tokenizer_lib.for_checkpoint(pretrained)
+    task = task_lib.build(config, tokenizer, model_cfg)
   n_train = len(task.train_arrays["input_ids"]) if task.train_arrays else 0
   steps_per_epoch = n_train // config.batch_size
   total_steps = int(steps_per_epoch * config.num_epochs)
@@ -347,38 +352,40 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
           fresh_heads=fresh_heads)
       if is_writer:
         print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
-      step, t0, acc, steps_since = 0, time.time(), train_core.MetricSums(), 0
-      for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
-        epoch_start, epoch_first_step = time.time(), step
-        for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch,
-                                          task.sort_by_length):
-          if step >= total_steps:
-            break
-          batch, shape = train_batch(task.train_arrays, keys, global_batch, pack)
-          compiled_lengths.add(shape)
-          with sharding.mesh_context(mesh, rules):
-            state, metrics = train_step(state, sharding.host_to_global(batch, mesh))
-          step += 1
-          steps_since += 1
-          acc.add(metrics)
-          if step % config.log_every == 0 or step == total_steps:
-            train_core.check_finite(state, step, "stop", "none (fine-tuning saves no checkpoints)")
-            sums = acc.take()
-            dt = time.time() - t0
-            logger.log(step, {"loss": float(sums["loss"] / sums["steps"]),
-                              "learning_rate": float(schedule(step - 1)),
-                              "examples_per_second": float(sums["examples"]) / dt},
-                       prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
-            t0, steps_since = time.time(), 0
-        jax.block_until_ready(state.step)
-        seconds = time.time() - epoch_start
-        examples = (step - epoch_first_step) * config.batch_size
-        logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
-                          examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
-        if is_writer:
-          print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
-                f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
-                flush=True)
+      with split.phase("train"):
+        step, t0, acc, steps_since = 0, time.time(), train_core.MetricSums(), 0
+        for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
+          epoch_start, epoch_first_step = time.time(), step
+          for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch,
+                                            task.sort_by_length):
+            if step >= total_steps:
+              break
+            batch, shape = train_batch(task.train_arrays, keys, global_batch, pack)
+            compiled_lengths.add(shape)
+            with sharding.mesh_context(mesh, rules):
+              state, metrics = train_step(state, sharding.host_to_global(batch, mesh))
+            step += 1
+            steps_since += 1
+            acc.add(metrics)
+            if step % config.log_every == 0 or step == total_steps:
+              train_core.check_finite(state, step, "stop",
+                                      "none (fine-tuning saves no checkpoints)")
+              sums = acc.take()
+              dt = time.time() - t0
+              logger.log(step, {"loss": float(sums["loss"] / sums["steps"]),
+                                "learning_rate": float(schedule(step - 1)),
+                                "examples_per_second": float(sums["examples"]) / dt},
+                         prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
+              t0, steps_since = time.time(), 0
+          jax.block_until_ready(state.step)
+          seconds = time.time() - epoch_start
+          examples = (step - epoch_first_step) * config.batch_size
+          logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
+                            examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
+          if is_writer:
+            print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
+                  f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
+                  flush=True)
       if is_writer and compiled_lengths:
         what, on = ("packed row counts", "packing on: ") if pack else ("sequence lengths", "")
         print(f"seed {seed}: {on}the train step is compiled for {len(compiled_lengths)} {what} "
@@ -386,14 +393,15 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
       if is_writer:
         print(f"seed {seed}: evaluating " + ", ".join(
             f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
-      results, warnings, checked = {}, [], False
-      for eval_set in task.eval_sets:  # every process scores, process 0 writes files
-        outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
-                          mesh, rules, bucketing=config.length_bucketing)
-        scores = eval_set.score(outputs, workdir if is_writer else None)
-        checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
-        warnings += scores.pop(task_lib.WARNINGS, [])
-        results.update(scores)
+      with split.phase("eval"):
+        results, warnings, checked = {}, [], False
+        for eval_set in task.eval_sets:  # every process scores, process 0 writes files
+          outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
+                            mesh, rules, bucketing=config.length_bucketing)
+          scores = eval_set.score(outputs, workdir if is_writer else None)
+          checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
+          warnings += scores.pop(task_lib.WARNINGS, [])
+          results.update(scores)
       logger.log(step, {k: v for k, v in results.items() if isinstance(v, (int, float))},
                  prefix=f"seed{seed}_eval_")
       if checked:
@@ -438,6 +446,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     print(f"wrote {out_dir / 'eval_results.json'}"
           + ("" if config.eval_only else f" and the fine-tuned bundle {out_dir / 'export'}"),
           flush=True)
+    print(split.line(), flush=True)
   return summary
 
 

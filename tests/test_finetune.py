@@ -6,6 +6,7 @@ runs on tiny GLUE (MRPC layout) and SQuAD fixtures written to temp dirs.
 import json
 import math
 import os
+import re
 import pathlib
 import statistics
 
@@ -420,7 +421,11 @@ def test_constant_predictions_are_flagged_printed_and_recorded(mrpc_run, glue_di
   assert "every one of the 13 predictions is class 1" in results["warning"]
   with open(tmp_path / "eval" / "eval_results.json") as f:
     assert json.load(f)["constant_prediction"] is True
-  assert "WARNING: mrpc dev: every one of the 13 predictions is class 1" in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert "WARNING: mrpc dev: every one of the 13 predictions is class 1" in out
+  # Issue 35: where the command's time went, the last line.
+  assert re.search(r"\ntime: compile \d+ s \(\d+ programs\), data \d+ s, train \d+ s, eval \d+ s, "
+                   r"other \d+ s; total \d+ s\n$", out), out[-500:]
 
 
 def test_predict_pads_every_row_and_keeps_order():
