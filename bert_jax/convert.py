@@ -2,7 +2,7 @@
 
   python -m bert_jax.convert --from hf  --src HF_DIR     --dst BUNDLE [--cased|--uncased]
   python -m bert_jax.convert --from tf1 --src GOOGLE_DIR --dst BUNDLE [--cased|--uncased]
-  python -m bert_jax.convert --to hf    --src BUNDLE     --dst HF_DIR
+  python -m bert_jax.convert --to hf    --src CHECKPOINT --dst HF_DIR
 
 `--from hf` reads config.json + model.safetensors (BertModel, BertForPreTraining
 or BertForMaskedLM layouts, with or without the `bert.` prefix; model_type
@@ -11,7 +11,9 @@ model_type, with their tokenizer files beside the weights); pickle
 checkpoints (pytorch_model.bin) are refused with instructions. `--from tf1`
 reads original Google BERT checkpoints (bert_model.ckpt.* + bert_config.json +
 vocab.txt). Casing defaults to tokenizer_config.json's do_lower_case, else a
-guess from the vocab (printed). `--to hf` writes safetensors + config.json +
+guess from the vocab (printed). `--to hf` reads anything a run starts from (a
+bundle such as a workdir's export/, a pretraining workdir, its checkpoints/) and writes
+safetensors + config.json +
 vocab.txt that transformers loads as the architecture in config.json
 (BertForPreTraining, DistilBertForMaskedLM, ElectraForPreTraining,
 DebertaV2ForMaskedLM, ...).
@@ -37,7 +39,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   fv = flags.FlagValues()
   flags.DEFINE_enum("from", None, ("hf", "tf1"),
                     "convert a foreign checkpoint into a bert_jax bundle", flag_values=fv)
-  flags.DEFINE_enum("to", None, ("hf",), "export a bert_jax bundle", flag_values=fv)
+  flags.DEFINE_enum("to", None, ("hf",), "export a bert_jax checkpoint (a bundle, a "
+                    "pretraining workdir or its checkpoints/)", flag_values=fv)
   flags.mark_flags_as_mutual_exclusive(["from", "to"], required=True, flag_values=fv)
   flags.DEFINE_string("src", None, "source directory (or TF1 checkpoint prefix)", flag_values=fv,
                       required=True)

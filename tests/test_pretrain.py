@@ -382,3 +382,23 @@ def test_cli_rejects_unknown_config_key(tmp_path):
       cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert proc.returncode != 0
   assert "no_such_key" in proc.stderr
+
+
+def test_convert_to_hf_takes_a_pretraining_workdir_and_its_checkpoints(straight_run, tmp_path):
+  """Issue 33: `convert --to hf` refused a workdir ("has no model_config.json") that every
+  other tool accepts."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax import convert  # pylint: disable=g-import-not-at-top
+  workdir = straight_run[0]
+  tensors = []
+  for src in (workdir, os.path.join(workdir, "checkpoints")):
+    dst = str(tmp_path / str(len(tensors)))
+    assert convert.main(["--to", "hf", "--src", src, "--dst", dst]) == 0
+    tensors.append(load_file(os.path.join(dst, "model.safetensors")))
+    assert open(os.path.join(dst, "vocab.txt")).read().split("\n")[:-1] == list(
+        ckpt_lib.load_pretrained(workdir).vocab)
+  assert sorted(tensors[0]) == sorted(tensors[1])
+  params = ckpt_lib.load_pretrained(workdir).params
+  np.testing.assert_array_equal(tensors[0]["bert.embeddings.word_embeddings.weight"],
+                                params["bert"]["embeddings"]["word_embeddings"]["embedding"])

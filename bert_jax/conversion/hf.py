@@ -397,7 +397,7 @@ def params_to_hf(params: dict, config: BertConfig, dst: str) -> dict[str, Any]:
 
 
 def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, Any]:
-  """Exports a bundle as an HF directory (PyTorch-layout safetensors).
+  """Exports a checkpoint as an HF directory (PyTorch-layout safetensors).
 
   Writes model.safetensors (metadata format 'pt', float32), config.json,
   vocab.txt and tokenizer_config.json (do_lower_case). transformers loads the
@@ -405,23 +405,25 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   DistilBertForMaskedLM; PyTorch or Flax).
 
   Args:
-    src: the bundle.
+    src: anything a run starts from (bert_jax.checkpoint.load_pretrained): a bundle (an
+      export/, a converted checkpoint), a pretraining workdir or its checkpoints/.
     dst: the output directory.
     overwrite: write into a non-empty `dst`.
 
   Returns:
     dict(config, heads, architecture, num_tensors, dropped) (params_to_hf's).
   """
+  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top  (Orbax, JAX: on use)
   out = epath.Path(dst)
   if out.exists() and any(out.iterdir()) and not overwrite:
     raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to write into it")
-  b = bundle.load_bundle(src)
+  b = checkpoint.load_pretrained(src)
   written = params_to_hf(b.params, b.config, dst)
   if b.tokenizer_file:  # BPE or SentencePiece files, as transformers reads them
     for f in epath.Path(b.tokenizer_file).parent.iterdir():
       (out / f.name).write_bytes(f.read_bytes())
   else:
-    (out / "vocab.txt").write_bytes(epath.Path(b.vocab_file).read_bytes())
+    (out / "vocab.txt").write_text("".join(t + "\n" for t in b.vocab), encoding="utf-8")
   tok = {"do_lower_case": b.lowercase,
          "tokenizer_class": LAYOUTS[b.config.model_type].tokenizer_class,
          "model_max_length": b.config.max_position_embeddings}
