@@ -31,7 +31,7 @@ _ASSIGN = re.compile(r"\s+\w+\.([\w.]+) = (.*)$")
 # A section call, as a whole value (`model()`) or as a statement that fills `c`.
 _SECTION_CALL = re.compile(r"\s*(?:config_sections\.)?(\w+)\((c\b)?")
 # The functions of config_sections.py that build or fill config sections.
-SECTIONS = ("model", "optimizer", "mesh", "finetune")
+SECTIONS = ("model", "optimizer", "mesh", "finetune", "compile_cache")
 
 
 class UndocumentedKeyError(AssertionError):

@@ -80,11 +80,14 @@ READ_ONLY_WHEN = {
 
 
 def get_config(arg=None):
-  """Returns the pretraining ConfigDict for `arg` = 'VARIANT[,recipe=R][,phase2]' (default: tiny)."""
-  options = config_sections.parse_arg(arg, positional="variant", variant="tiny", recipe="bert",
+  """Returns the pretraining ConfigDict for `arg` = 'VARIANT[,recipe=R][,phase2][,fused_attention]'."""
+  options = config_sections.parse_arg(arg, positional="variant", variant="", recipe="bert",
                                       phase2=False, fused_attention=False,
                                       example="configs/pretrain.py:base,phase2")
   variant = options.variant
+  if not variant:  # was: a full run of tiny, which the user had not named
+    raise ValueError(f"configs/pretrain.py needs the model size: configs/pretrain.py:VARIANT, "
+                     f"VARIANT one of {list(_RECIPES)} (the main job: configs/pretrain.py:tiny)")
   if variant not in _RECIPES:
     raise ValueError(f"unknown variant {variant!r}; known: {sorted(_RECIPES)}")
   if options.recipe not in RECIPES:

@@ -88,13 +88,17 @@ def test_parse_arg_errors_name_the_known_options(arg, message):
 
 def test_pretrain_config_arguments():
   get_config = _config_module("pretrain.py").get_config
-  assert get_config(None).variant == "tiny" and get_config("tiny").seq_len == 128
+  assert get_config("tiny").variant == "tiny" and get_config("tiny").seq_len == 128
+  for arg in (None, "", "recipe=roberta"):  # issue 33: was a full tiny run nobody asked for
+    with pytest.raises(ValueError, match=r"^configs/pretrain.py needs the model size: "
+                       r"configs/pretrain.py:VARIANT, VARIANT one of \['tiny', 'mini'"):
+      get_config(arg)
   base, phase2 = get_config("base"), get_config("base,phase2")
   assert (phase2.variant, phase2.seq_len, phase2.data.max_predictions_per_seq) == ("base", 512, 80)
   assert phase2.total_steps == base.total_steps // 9
   assert get_config("base,phase2=false").to_dict() == base.to_dict()
   with pytest.raises(ValueError, match=r"unknown config options \['phase3'\]; known: "
-                                       r"\['phase2', 'recipe', 'variant'\]"):
+                                       r"\['fused_attention', 'phase2', 'recipe', 'variant'\]"):
     get_config("base,phase3")
   with pytest.raises(ValueError, match=r"unknown variant 'huge'; known: \['base', "):
     get_config("huge")
@@ -151,7 +155,7 @@ def test_config_help_lists_every_key_with_its_comment_and_default():
     ("--config.zzzzqq=1", "unknown config key 'zzzzqq' (python -m bert_jax.config_help"),
 ])
 def test_unknown_keys_at_any_depth_name_the_closest_key(override, message):
-  config = config_help.load(str(_ROOT / "configs" / "pretrain.py")).config
+  config = config_help.load(str(_ROOT / "configs" / "pretrain.py") + ":tiny").config
   assert message in config_help.unknown_override(config, ["--workdir", "d", override])
   assert config_help.unknown_override(config, ["--config.optimizer.name=adamw",
                                                "--config.model=x", "--config.seed", "1"]) is None
