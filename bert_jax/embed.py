@@ -259,7 +259,8 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
           normalize: Optional[bool] = None,
           max_length: Optional[int] = None, batch_size: int = 32, dtype: str = "float32",
           tokenizer=None, length_bucketing: bool = True, chunk_stride: int = 0,
-          weights: Optional[Sequence[float]] = None) -> tuple[np.ndarray, EmbedStats]:
+          weights: Optional[Sequence[float]] = None,
+          progress: str = "") -> tuple[np.ndarray, EmbedStats]:
   """Embeds texts (or (a, b) pairs) with a loaded checkpoint.
 
   Args:
@@ -283,6 +284,8 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
       max_length tokens starting every chunk_stride tokens, merged by `combine`
       (weighted_mean: by their tokens); 0: truncated.
     weights: weighted_mean's weights, one per layer.
+    progress: a label ('encoding corpus'): progress lines on stderr (train_log.Progress);
+      '': none.
 
   Returns:
     (float32 [len(texts), dim] embeddings, EmbedStats).
@@ -330,12 +333,19 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
   out = []
   # float32 means float32 matmuls (GPUs would otherwise use TF32 for them).
   precision = "float32" if dtype == "float32" else "default"
+  shown = train_log.Progress(progress, n, "sequences" if chunk_stride else "texts",
+                             enabled=bool(progress))
   with jax.default_matmul_precision(precision):
     for batch in batches:
       cut = length_buckets.cut(arrays, batch, ("input_ids", "input_mask", "segment_ids"))
       cut["input_mask"][batch.rows < 0, 0] = 1  # padding rows: one "real" token, no 0 / 0
       out.append(fn(params, cut["input_ids"], cut["input_mask"], cut["segment_ids"]))
+      if progress and len(out) > 1:  # counted when done, one batch behind the dispatch
+        out[-2] = np.asarray(out[-2])
+        shown.update(int((batches[len(out) - 2].rows >= 0).sum()))
     emb = length_buckets.scatter_outputs([np.asarray(x) for x in out], batches, n)
+  shown.update(int((batches[-1].rows >= 0).sum()))
+  shown.close()
   if chunk_stride:
     emb = aggregate.combine_chunks(emb, owner, chunk_tokens, len(texts), combine)
     if normalize:
@@ -459,6 +469,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "compute dtype", flag_values=fv)
   flags.DEFINE_boolean("length_bucketing", True, "sort texts by length and cut each batch to "
                        "a fixed bucket length (one compilation per length)", flag_values=fv)
+  flags.DEFINE_boolean("quiet", False, "no progress lines on stderr", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.embed", __doc__, paths=("checkpoint", "input", "output"))
   return fv
 
@@ -512,7 +523,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   emb, all_stats = embed_ensemble(
       checkpoints, inp.texts, combine=args.combine, weights=weights, normalize=args.normalize,
       pooling=args.pooling, layers=layers, max_length=args.max_length, batch_size=args.batch_size,
-      dtype=args.dtype, length_bucketing=args.length_bucketing, chunk_stride=args.chunk_stride)
+      dtype=args.dtype, length_bucketing=args.length_bucketing, chunk_stride=args.chunk_stride,
+      progress="" if args.quiet else "embedding")
   with epath.Path(args.output).open("wb") as f:  # exactly this path (np.save would add .npy)
     np.save(f, emb)
   stats = all_stats[0]

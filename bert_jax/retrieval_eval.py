@@ -27,10 +27,12 @@ from absl import flags
 from etils import epath
 import numpy as np
 
+from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
 from bert_jax import embed as embed_lib
 from bert_jax import retrieval_metrics
+from bert_jax import train_log
 
 # Nearest-neighbour search: exact matmul top-k, or faiss's HNSW graph (approximate).
 INDEXES = ("exact", "hnsw")
@@ -184,7 +186,8 @@ def search_hnsw(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int, *, m: in
 
 def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 256,
              pooling: str = "mean", normalize: bool = True, batch_size: int = 32,
-             top_k: int = 100, index: str = "exact", hnsw_ef_search: int = 128) -> dict:
+             top_k: int = 100, index: str = "exact", hnsw_ef_search: int = 128,
+             quiet: bool = True) -> dict:
   """Embeds, searches and scores one BEIR split.
 
   Args:
@@ -194,6 +197,7 @@ def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 
     top_k: results kept per query.
     index: 'exact' (`search`) or 'hnsw' (`search_hnsw`, approximate).
     hnsw_ef_search: search_hnsw's ef_search.
+    quiet: False: progress lines on stderr (encoding the corpus and the queries, search).
 
   Returns:
     dict of REPORTED metrics plus `queries`, `documents`, `truncated_documents`, `seconds`.
@@ -204,9 +208,13 @@ def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 
   options = dict(pooling=pooling, normalize=normalize, batch_size=batch_size,
                  max_length=min(max_length, pretrained.config.max_position_embeddings))
   doc_emb, doc_stats = embed_lib.embed(pretrained, [document_text(corpus[d]) for d in doc_ids],
-                                       **options)
+                                       progress="" if quiet else "encoding the corpus", **options)
   query_emb, query_stats = embed_lib.embed(pretrained, [queries[q]["text"] for q in query_ids],
+                                           progress="" if quiet else "encoding the queries",
                                            **options)
+  if not quiet:
+    print(f"searching: {len(query_ids):,} queries over {len(doc_ids):,} documents ({index})",
+          file=sys.stderr, flush=True)
   # One more than asked, so that dropping a query's own id still leaves top_k.
   if index == "hnsw":
     scores, found = search_hnsw(query_emb, doc_emb, top_k + 1, ef_search=hnsw_ef_search)
@@ -246,6 +254,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_integer("hnsw_ef_search", 128, "HNSW candidate list length while searching "
                        "(higher: slower, closer to exact)", flag_values=fv)
   flags.DEFINE_string("output", None, "write the metrics as JSON here", flag_values=fv)
+  flags.DEFINE_boolean("quiet", False, "no header or progress lines on stderr", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.retrieval_eval", __doc__,
             paths=("checkpoint", "beir_dir", "output"))
   return fv
@@ -261,10 +270,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   embed_lib.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
                           args.batch_size, pairs=False)
   data = read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
+  if not args.quiet:
+    corpus, _, qrels = data
+    train_log.print_header("bert_jax.retrieval_eval", f"retrieval on {args.beir_dir}", [
+        ("model", f"{bundle.describe_arch(pretrained.config)}, from {pretrained.source}"),
+        ("data", f"{len(corpus):,} documents, {len(qrels):,} judged queries of split "
+                 f"{args.split}, max_length {args.max_length}, batch {args.batch_size}"),
+        ("steps", f"encode the corpus and the queries ({args.pooling} pooling), "
+                  f"{args.index} search of the top {args.top_k}"),
+        ("output", args.output or "stdout")], file=sys.stderr)
   metrics = evaluate(pretrained, data, max_length=args.max_length,
                      pooling=args.pooling, normalize=args.normalize,
                      batch_size=args.batch_size, top_k=args.top_k, index=args.index,
-                     hnsw_ef_search=args.hnsw_ef_search)
+                     hnsw_ef_search=args.hnsw_ef_search, quiet=args.quiet)
   if args.output:
     epath.Path(args.output).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
   print(f"{metrics['queries']} queries, {metrics['documents']} documents "

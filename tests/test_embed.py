@@ -153,8 +153,13 @@ def test_cli_reports_truncation_and_invalid_utf8(ckpt, tmp_path, capsys):
   assert header[4].split() == ["output", str(out)]
   assert "truncated 1 of 3 texts to --max_length 8" in err
   assert "1 lines had invalid UTF-8, replaced with U+FFFD (lines 2)" in err
+  # Issue 33: progress from the start (0 of 3) to the end, off with --quiet.
+  assert err.splitlines()[5] == "embedding: 0/3 texts" and "\nembedding: 3 texts in 0:00:" in err
   emb = np.load(out)
   assert emb.shape == (3, 16)
+  assert embed.main(["--checkpoint", ckpt, "--input", str(inp), "--output", str(out),
+                     "--max_length", "8", "--batch_size", "2", "--normalize", "--quiet"]) == 0
+  assert "embedding:" not in capsys.readouterr().err
   np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, rtol=1e-5)
 
 
