@@ -50,12 +50,15 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
   flags.DEFINE_integer("min_count", 10,
                        "wordpiece: ignore words seen fewer times (--vocab_size is a maximum)",
                        flag_values=fv)
+  flags.DEFINE_boolean("quiet", False, "no header or progress lines on stderr", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.build_vocab", __doc__, paths=("output",))
   return fv
 
 
-def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int):
-  """Cleaned (normalised) sentences of the input as a tf.string tensor."""
+def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int,
+                   quiet: bool = True):
+  """Cleaned (normalised) sentences of the input as a tf.string tensor (progress on stderr
+  unless quiet)."""
   import ml_collections  # pylint: disable=g-import-not-at-top
   from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
@@ -63,8 +66,12 @@ def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int):
   cfg = ml_collections.ConfigDict({"source": "builtin" if pattern == "builtin" else "files",
                                    "files": pattern, "format": fmt,
                                    "block_mb": sources.DEFAULT_BLOCK_MB})
+  from bert_jax import train_log  # pylint: disable=g-import-not-at-top
   parts, total = [], 0
-  for shard in sources.list_shards(cfg):
+  shards = sources.list_shards(cfg)
+  progress = train_log.Progress("reading", len(shards), "shards", enabled=not quiet)
+  for shard in shards:
+    progress.update()
     sentences = sources.read_documents(shard, cfg).sentences[:max_sentences - total]
     sentences = tokenizer_lib.clean_text(sentences)
     if lowercase:
@@ -73,6 +80,7 @@ def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int):
     total += int(tf.size(sentences))
     if total >= max_sentences:
       break
+  progress.close()
   return tf.concat(parts, axis=0)
 
 
@@ -122,9 +130,20 @@ def build_sentencepiece(sentences, output: str, vocab_size: int) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parse(argv)
   try:
-    sentences = read_sentences(args.input, args.format, not args.cased, args.max_sentences)
+    from bert_jax import train_log  # pylint: disable=g-import-not-at-top
+    if not args.quiet:
+      train_log.print_header("bert_jax.build_vocab", f"build a {args.type} vocab", [
+          ("data", f"{args.input} ({args.format}, {'cased' if args.cased else 'uncased'}), at "
+                   f"most {args.max_sentences:,} sentences"),
+          ("steps", f"read and clean the text, then learn {args.vocab_size:,} tokens"),
+          ("output", args.output)], file=sys.stderr)
+    sentences = read_sentences(args.input, args.format, not args.cased, args.max_sentences,
+                               quiet=args.quiet)
+    learning = train_log.Heartbeat(f"learning the vocab from {int(sentences.shape[0]):,} "
+                                   "sentences", enabled=not args.quiet)
     if args.type == "wordpiece":
-      vocab = build_wordpiece(sentences, args.vocab_size, args.num_unused, args.min_count)
+      with learning:
+        vocab = build_wordpiece(sentences, args.vocab_size, args.num_unused, args.min_count)
       epath.Path(args.output).write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
       print(f"wrote {len(vocab):,} tokens to {args.output}" + (
           "" if len(vocab) == args.vocab_size else
@@ -132,7 +151,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
           "for a count threshold giving a vocab within 5% below it, and never learns words "
           f"seen fewer than --min_count {args.min_count} times)"))
     else:
-      path = build_sentencepiece(sentences, args.output, args.vocab_size)
+      with learning:
+        path = build_sentencepiece(sentences, args.output, args.vocab_size)
       print(f"wrote {path}")
   except (ValueError, FileNotFoundError, OSError) as e:
     logging.debug("build_vocab failed", exc_info=True)

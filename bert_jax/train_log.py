@@ -161,6 +161,36 @@ class Progress:
                 f"({self.done / max(seconds, 1e-9):,.1f} {self.unit}/s)")
 
 
+class Heartbeat:
+  """A line on stderr every `every` seconds while a step of unknown length runs:
+
+    learning the vocab: 0:00:30 so far
+  """
+
+  def __init__(self, label: str, every: float = 30.0, enabled: bool = True, file=None):
+    self.label, self.every, self.enabled, self.file = label, every, enabled, file or sys.stderr
+    self._stop = threading.Event()
+    self._thread = None
+
+  def __enter__(self):
+    if self.enabled:
+      print(f"{self.label} ...", file=self.file, flush=True)
+      start = time.time()
+
+      def beat():
+        while not self._stop.wait(self.every):
+          print(f"{self.label}: {_fmt_eta(time.time() - start)} so far", file=self.file,
+                flush=True)
+      self._thread = threading.Thread(target=beat, daemon=True, name="heartbeat")
+      self._thread.start()
+    return self
+
+  def __exit__(self, *exc):
+    self._stop.set()
+    if self._thread is not None:
+      self._thread.join()
+
+
 def _records_up_to(text: str, step: int) -> str:
   """The lines of a metrics.jsonl whose step is at most `step` (a torn last line is dropped)."""
   kept = []

@@ -240,7 +240,13 @@ def test_build_vocab_says_why_it_wrote_fewer_tokens_than_asked(tmp_path, capsys)
   build_vocab.main(["--input", _corpus(tmp_path), "--output", out, "--vocab_size", "300",
                     "--num_unused", "3", "--min_count", "2"])
   written = len((tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines())
-  line = capsys.readouterr().out.strip()
+  captured = capsys.readouterr()
+  line = captured.out.strip()
+  # Issue 33: what it does, then each phase as it starts (stderr; stdout keeps the result).
+  err = captured.err.splitlines()
+  assert err[0] == "bert_jax.build_vocab: build a wordpiece vocab"
+  assert err[4:6] == ["reading: 0/1 shards", err[5]] and err[5].startswith("reading: 1 shards in")
+  assert err[6].startswith("learning the vocab from ") and err[6].endswith(" sentences ...")
   assert written < 300  # the corpus has far fewer distinct pieces than that
   assert line.startswith(f"wrote {written} tokens to {out} (--vocab_size 300 is a maximum: ")
   assert "--min_count 2" in line
