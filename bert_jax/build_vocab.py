@@ -122,6 +122,8 @@ def build_sentencepiece(sentences, output: str, vocab_size: int) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parse(argv)
   try:
+    from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
+    optional_tensorflow.require("bert_jax.build_vocab (reading and normalising raw text)")
     sentences = read_sentences(args.input, args.format, not args.cased, args.max_sentences)
     if args.type == "wordpiece":
       vocab = build_wordpiece(sentences, args.vocab_size, args.num_unused, args.min_count)

@@ -198,8 +198,12 @@ def get_config(arg=None):
   # Files larger than this (MB) are read in blocks of about this much text (bounded memory):
   # block i: the documents starting in its byte range, found by seeking; .gz files are read whole.
   c.data.block_mb = sources.DEFAULT_BLOCK_MB
-  # Pre-tokenized TFRecord shards (source='prepared'), written by python -m bert_jax.prepare_data.
+  # Pre-tokenized parts (source='prepared'), written by python -m bert_jax.prepare_data.
   c.data.prepared_dir = ""
+  # What drives the stream's numpy stages: 'tf_data', 'python' (threads, no TensorFlow: for
+  # source='prepared' on hosts without it; the same batches) or 'auto' (tf_data where
+  # TensorFlow is installed, else python).
+  c.data.loader = "auto"
   # Examples per shard of a TFDS split (shards are split between hosts when there are enough).
   c.data.tfds_docs_per_shard = 10_000
 
