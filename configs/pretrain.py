@@ -148,7 +148,7 @@ def get_config(arg=None):
 
   c.data = ml_collections.ConfigDict()
   # Where text comes from: 'builtin' (no download), 'files' (glob), 'tfds' or 'prepared'
-  # (pre-tokenized TFRecords in prepared_dir).
+  # (pre-tokenized numpy parts in prepared_dir: needs no TensorFlow).
   c.data.source = "builtin"
   # Glob of text files (.txt or .gz) when source='files'; comma-separated globs allowed.
   c.data.files = ""

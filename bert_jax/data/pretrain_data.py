@@ -6,7 +6,7 @@ The stream is a `tf.data.Dataset` (`PretrainData.dataset`):
       -> map(read pool), one at a time                    tf.numpy_function:
            the k-th pool's (epoch, pool) of this host's plan of shards in epoch order;
            read shards (sources.py: files in blocks of block_mb, gs:// through
-           tf.io.gfile, TFDS ranges, builtin, prepared TFRecords), tf-text
+           tf.io.gfile, TFDS ranges, builtin, prepared numpy parts), tf-text
            tokenization in batches of 4096 sentences on a thread pool (tokenizer.py)
       -> map(pool rows), one at a time                    tf.numpy_function:
            examples: NSP / SOP pairs or full sentences (segments.py), shuffled
@@ -39,7 +39,16 @@ pools before position k (segmenting them without building rows or masks)
 and starts the plan at the pool that holds row k * batch. For raw text that
 means tokenizing the skipped shards once (their tokens are kept for the
 count while they fit `_SKIP_MEMO_BYTES`, so a small corpus skipped through
-many epochs tokenizes once); prepared TFRecords skip without tokenizing.
+many epochs tokenizes once); prepared parts skip without tokenizing.
+
+Without TensorFlow: `config.data.loader` picks the driver of the two numpy
+stages. 'tf_data' is the dataset above; 'python' runs the same two stage
+functions (`_stages`) on two Python threads with a queue of one pool between
+and after them, and cuts batches as rebatch does (python_stream.py): the same
+batches bit for bit, from any start position. 'auto' (the default) is tf_data
+where TensorFlow imports and python where it does not; only
+source='prepared' needs no TensorFlow (optional_tensorflow.py: raw text
+sources are refused up front, in one line, on such a host).
 
 Hosts read disjoint data: with at least as many shards as hosts, host h takes
 shards h, h + P, ...; otherwise every host reads every shard and takes every
