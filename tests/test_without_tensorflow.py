@@ -142,6 +142,32 @@ def test_python_loader_raises_a_stage_error_as_itself_and_stops_its_threads(prep
   assert not _stream_threads()
 
 
+_EXIT_SCRIPT = """
+import sys
+from bert_jax.data import pretrain_data
+from configs import pretrain
+c = pretrain.get_config("tiny").data
+c.source, c.prepared_dir, c.shuffle_mb = "prepared", sys.argv[1], 0.001
+data = pretrain_data.PretrainData(c, seq_len=32, global_batch_size=2, seed=0)
+it = data.train_iterator()  # never closed by the program
+for _ in range(3):
+  next(it)
+print(data.loader, "exiting", flush=True)
+"""
+
+
+def test_a_program_exits_while_a_python_loader_is_running(prepared, tmp_path):
+  script = tmp_path / "exit_script.py"
+  script.write_text(_EXIT_SCRIPT)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / "tests" / "without_tensorflow.py"), "exit_script",
+       prepared[1]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout == "python exiting\n"
+  assert "TENSORFLOW MODULES: []" in proc.stderr
+
+
 def test_bad_loader_is_refused(prepared):
   with pytest.raises(ValueError, match=r"config.data.loader='grain'; expected one of"):
     _data(prepared[1], "grain")
