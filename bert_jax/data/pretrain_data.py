@@ -227,8 +227,13 @@ def _close_open_iterators() -> None:
   while time.monotonic() < deadline:
     with _CALLS_LOCK:
       if _CALLS["running"] == 0 and time.monotonic() - _CALLS["last"] > 0.2:
-        return
+        break
     time.sleep(0.01)
+  # No stage runs now: the thread pool is closed here, while the interpreter is whole (left
+  # running, its finalizer ran after multiprocessing's modules were torn down and printed an
+  # ignored AttributeError at the exit of a program that had imported TensorFlow late).
+  if _threads.cache_info().currsize:
+    _threads().close()
 
 
 def _resolve_loader(data_config) -> str:
