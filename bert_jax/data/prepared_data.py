@@ -23,6 +23,7 @@ refused in one line where it is not (prepare the corpus again).
 """
 import dataclasses
 import hashlib
+import io
 import json
 import os
 
@@ -95,7 +96,8 @@ def read_part(shard: sources.ShardSpec) -> Part:
   if shard.name.endswith(".tfrecord"):
     return _read_tfrecord_part(shard.name)
   try:
-    with epath.Path(shard.name).open("rb") as f, np.load(f, allow_pickle=False) as z:
+    # Read whole (one request on gs://), then unpacked from memory.
+    with np.load(io.BytesIO(epath.Path(shard.name).read_bytes()), allow_pickle=False) as z:
       arrays = {k: z[k] for k in _ARRAYS}
   except Exception as e:  # pylint: disable=broad-except  (zip, npy, key and I/O errors alike)
     raise ValueError(f"cannot read prepared part {shard.name}: {type(e).__name__}: {e}"
