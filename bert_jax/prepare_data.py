@@ -56,7 +56,8 @@ def prepare(data_config, out_dir: str) -> dict:
     total += len(tokens)
     print(f"  {sources.describe(shard)}: {raw.num_docs:,} documents, {len(tokens):,} tokens "
           f"({time.time() - t0:.0f} s)", flush=True)
-  info = {"version": prepared_data.VERSION, "tokenizer": prepared_data.tokenizer_identity(tokenizer),
+  info = {"version": prepared_data.VERSION,
+          "tokenizer": prepared_data.tokenizer_identity(tokenizer),
           "source": {k: data_config[k] for k in ("source", "files", "format", "tfds_name",
                                                  "tfds_split", "block_mb")},
           "parts": parts}

@@ -88,7 +88,8 @@ def test_python_loader_gives_the_tf_data_batches_from_any_position(prepared, mod
   tf_data, python = _data(out, "tf_data", **mode), _data(out, "python", **mode)
   assert (tf_data.loader, python.loader) == ("tf_data", "python")
   epoch = python.epoch_rows(0) // 2
-  assert len(python._epoch_plan(0)) >= 3  # several pools per epoch  # pylint: disable=protected-access
+  # Several pools per epoch.
+  assert len(python._epoch_plan(0)) >= 3  # pylint: disable=protected-access
   # From the start into the third epoch; from inside the first pool, at an epoch's end;
   # and at batch 10,000 (epochs later: the rows before it are counted, not read again).
   for start, n in ((0, 2 * epoch + 3), (1, 3), (epoch - 1, 3), (10_000, 4)):
