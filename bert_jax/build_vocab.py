@@ -130,7 +130,9 @@ def build_sentencepiece(sentences, output: str, vocab_size: int) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parse(argv)
   try:
+    from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
     from bert_jax import train_log  # pylint: disable=g-import-not-at-top
+    optional_tensorflow.require("bert_jax.build_vocab (reading and normalising raw text)")
     if not args.quiet:
       train_log.print_header("bert_jax.build_vocab", f"build a {args.type} vocab", [
           ("data", f"{args.input} ({args.format}, {'cased' if args.cased else 'uncased'}), at "

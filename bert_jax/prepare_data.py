@@ -1,11 +1,13 @@
-r"""Pre-tokenizes a pretraining corpus into TFRecord shards, for corpora read for many epochs.
+r"""Pre-tokenizes a pretraining corpus into numpy parts, for corpora read for many epochs.
 
   python -m bert_jax.prepare_data --config configs/pretrain.py:tiny \
       --config.data.source=files --config.data.files='corpus/*.txt' --out /data/corpus_tok
 
 reads the source of `config.data` (files, in blocks of block_mb; TFDS; builtin)
-with its tokenizer settings and writes one TFRecord part per source shard plus
-prepared.json (bert_jax/data/prepared_data.py describes the layout). Train on it
+with its tokenizer settings and writes one numpy part per source shard plus
+prepared.json (bert_jax/data/prepared_data.py describes the layout). Preparing
+needs TensorFlow and tensorflow-text; training on the result does not (a GPU
+host without them trains on data prepared elsewhere). Train on it
 with the same tokenizer settings and
 
   --config.data.source=prepared --config.data.prepared_dir=/data/corpus_tok
@@ -26,18 +28,20 @@ from bert_jax import cli
 
 def prepare(data_config, out_dir: str) -> dict:
   """Writes the prepared form of `data_config`'s source to `out_dir`; returns prepared.json."""
-  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
+  from etils import epath  # pylint: disable=g-import-not-at-top
+  from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
   from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
   from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   if data_config.source == "prepared":
     raise ValueError("config.data.source='prepared' is already prepared; give the text source")
+  optional_tensorflow.require("bert_jax.prepare_data (tokenizing raw text)")
   tokenizer = tokenizer_lib.load_tokenizer(data_config)
   shards = sources.list_shards(data_config)
-  if tf.io.gfile.exists(os.path.join(out_dir, prepared_data.INFO_FILE)):
+  if epath.Path(out_dir, prepared_data.INFO_FILE).exists():
     raise ValueError(f"--out {out_dir} already holds a prepared corpus; give an empty directory")
-  tf.io.gfile.makedirs(out_dir)
+  epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
   parts, t0, total = [], time.time(), 0
   for shard in shards:
     raw = sources.read_documents(shard, data_config)
@@ -52,12 +56,13 @@ def prepare(data_config, out_dir: str) -> dict:
     total += len(tokens)
     print(f"  {sources.describe(shard)}: {raw.num_docs:,} documents, {len(tokens):,} tokens "
           f"({time.time() - t0:.0f} s)", flush=True)
-  info = {"version": 1, "tokenizer": prepared_data.tokenizer_identity(tokenizer),
+  info = {"version": prepared_data.VERSION,
+          "tokenizer": prepared_data.tokenizer_identity(tokenizer),
           "source": {k: data_config[k] for k in ("source", "files", "format", "tfds_name",
                                                  "tfds_split", "block_mb")},
           "parts": parts}
-  with tf.io.gfile.GFile(os.path.join(out_dir, prepared_data.INFO_FILE), "w") as f:
-    json.dump(info, f, indent=1)
+  epath.Path(out_dir, prepared_data.INFO_FILE).write_text(json.dumps(info, indent=1),
+                                                         encoding="utf-8")
   print(f"bert_jax.prepare_data: {len(parts)} parts, {total:,} tokens in {out_dir} "
         f"({time.time() - t0:.0f} s)", flush=True)
   return info
@@ -70,7 +75,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   flag_values = flags.FlagValues()
   config = cli.define_config(flag_values, "configs/pretrain.py:VARIANT (its data section)", argv,
                              "bert_jax.prepare_data")
-  out = flags.DEFINE_string("out", None, "Directory for the TFRecord parts and prepared.json.",
+  out = flags.DEFINE_string("out", None, "Directory for the numpy parts and prepared.json.",
                             flag_values=flag_values)
   cli.parse(flag_values, argv, "bert_jax.prepare_data", __doc__, paths=("out",))
   if config.value is None or not out.value:

@@ -157,7 +157,7 @@ def get_config(arg=None):
 
   c.data = ml_collections.ConfigDict()
   # Where text comes from: 'builtin' (no download), 'files' (glob), 'tfds' or 'prepared'
-  # (pre-tokenized TFRecords in prepared_dir).
+  # (pre-tokenized numpy parts in prepared_dir: needs no TensorFlow).
   c.data.source = "builtin"
   # Glob of text files (.txt or .gz) when source='files'; comma-separated globs allowed.
   c.data.files = ""
@@ -207,8 +207,12 @@ def get_config(arg=None):
   # Files larger than this (MB) are read in blocks of about this much text (bounded memory):
   # block i: the documents starting in its byte range, found by seeking; .gz files are read whole.
   c.data.block_mb = sources.DEFAULT_BLOCK_MB
-  # Pre-tokenized TFRecord shards (source='prepared'), written by python -m bert_jax.prepare_data.
+  # Pre-tokenized parts (source='prepared'), written by python -m bert_jax.prepare_data.
   c.data.prepared_dir = ""
+  # What drives the stream's numpy stages: 'tf_data', 'python' (threads, no TensorFlow: for
+  # source='prepared' on hosts without it; the same batches) or 'auto' (tf_data where
+  # TensorFlow is installed, else python).
+  c.data.loader = "auto"
   # Examples per shard of a TFDS split (shards are split between hosts when there are enough).
   c.data.tfds_docs_per_shard = 10_000
 

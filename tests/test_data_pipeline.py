@@ -285,7 +285,7 @@ def test_a_file_read_in_blocks_gives_every_document_once(tmp_path, fmt):
       rows // 2 + 1), rows - rows // 2 - 1))
 
 
-def test_prepared_tfrecords_give_the_text_stream(tmp_path):
+def test_prepared_parts_give_the_text_stream(tmp_path):
   _write_corpus(tmp_path, num_files=3, docs_per_file=6)
   (tmp_path / "part-01.txt").write_text(_corpus_lines(tmp_path, 30, seed=1), encoding="utf-8")
   text = _config(tmp_path, str(tmp_path / "*.txt"), block_mb=900 / (1 << 20), mode="nsp")

@@ -10,9 +10,9 @@ Words start at pieces beginning with 'Ġ' (a space before the word).
 import json
 from typing import Sequence
 
+from etils import epath
 import numpy as np
 
-from bert_jax.cpu_tensorflow import tf
 from bert_jax.data import tokenizer_base
 
 # Role -> token, as roberta-base names them.
@@ -20,10 +20,9 @@ SPECIAL_TOKENS = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "
 
 
 def _read(path: str, what: str) -> str:
-  if not tf.io.gfile.exists(path):
+  if not epath.Path(path).exists():
     raise FileNotFoundError(f"BPE {what} {path!r} does not exist")
-  with tf.io.gfile.GFile(path, "rb") as f:
-    data = f.read()
+  data = epath.Path(path).read_bytes()
   try:
     return data.decode("utf-8")
   except UnicodeDecodeError as e:

@@ -1,35 +1,43 @@
-"""Pre-tokenized TFRecord shards: the form of a corpus read for many epochs.
+"""Pre-tokenized parts: the form of a corpus read for many epochs, readable without TensorFlow.
 
 `python -m bert_jax.prepare_data` (prepare_data.py) tokenizes each shard of a
 source (files, in blocks of block_mb; TFDS; builtin) once and writes
 
-  DIR/part-00000.tfrecord ...   one per source shard, in the source's shard order
-  DIR/prepared.json             the tokenizer's identity, the text layout, and per
-                                part its source shard, text bytes and counts
+  DIR/part-00000.npz ...   one per source shard, in the source's shard order
+  DIR/prepared.json        version 2; the tokenizer's identity, the text layout, and
+                           per part its source shard, text bytes and counts
 
 A part holds every document of its shard (held-out ones too: the split is made
-when reading, as for text) as tf.train.Examples of up to _DOCS_PER_RECORD
-documents: `input_ids` (int64, the tokens of the documents back to back),
-`sentence_lengths` (tokens per sentence, empty sentences kept) and
-`document_sentences` (sentences per document). Training reads them with
-`config.data.source='prepared'`, `config.data.prepared_dir=DIR`: the same shard
-indices and sizes as the text, so the same stream, without tokenizing (and
-resumes skip without tokenizing).
+when reading, as for text) as the arrays of `Part`, in an uncompressed numpy
+.npz: `tokens` (int32, the tokens of the documents back to back), `lengths`
+(int64, tokens per sentence, empty sentences kept) and `doc_splits` (int64,
+document d is sentences doc_splits[d]:doc_splits[d + 1]). It is read with
+numpy through etils.epath (local and gs:// paths alike), so a host without
+TensorFlow trains on it. Training reads it with `config.data.source='prepared'`,
+`config.data.prepared_dir=DIR`: the same shard indices and sizes as the text,
+so the same stream, without tokenizing (and resumes skip without tokenizing).
+
+Version 1 (bert_jax before November 2026) wrote `part-NNNNN.tfrecord` files of
+tf.train.Examples; they are still read where TensorFlow is installed, and
+refused in one line where it is not (prepare the corpus again).
 """
 import dataclasses
 import hashlib
+import io
 import json
 import os
 
+from etils import epath
 import numpy as np
 
-from bert_jax.cpu_tensorflow import tf
+from bert_jax import optional_tensorflow
 from bert_jax.data import sources
 
 INFO_FILE = "prepared.json"
-_VERSION = 1
-_DOCS_PER_RECORD = 1000
-_FEATURES = ("input_ids", "sentence_lengths", "document_sentences")
+VERSION = 2
+_READS = (1, 2)  # version 1: TFRecord parts (TensorFlow only)
+_V1_FEATURES = ("input_ids", "sentence_lengths", "document_sentences")
+_ARRAYS = {"tokens": np.int32, "lengths": np.int64, "doc_splits": np.int64}
 
 
 def tokenizer_identity(tokenizer) -> dict:
@@ -40,7 +48,7 @@ def tokenizer_identity(tokenizer) -> dict:
 
 
 def part_file(index: int) -> str:
-  return f"part-{index:05d}.tfrecord"
+  return f"part-{index:05d}.npz"
 
 
 @dataclasses.dataclass
@@ -73,38 +81,50 @@ class Part:
     return tokens, lengths, np.append(0, np.cumsum(last - first)).astype(np.int64)
 
 
-def _int64_feature(values: np.ndarray) -> tf.train.Feature:
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=np.asarray(values).tolist()))
-
-
 def write_part(path: str, part: Part) -> None:
-  """Writes a part as tf.train.Examples of up to _DOCS_PER_RECORD documents."""
-  sent_splits = np.append(0, np.cumsum(part.lengths))
-  with tf.io.TFRecordWriter(path) as w:
-    for d0 in range(0, part.num_docs, _DOCS_PER_RECORD):
-      d1 = min(d0 + _DOCS_PER_RECORD, part.num_docs)
-      s0, s1 = part.doc_splits[d0], part.doc_splits[d1]
-      example = tf.train.Example(features=tf.train.Features(feature={
-          "input_ids": _int64_feature(part.tokens[sent_splits[s0]:sent_splits[s1]]),
-          "sentence_lengths": _int64_feature(part.lengths[s0:s1]),
-          "document_sentences": _int64_feature(np.diff(part.doc_splits[d0:d1 + 1]))}))
-      w.write(example.SerializeToString())
+  """Writes a part as an uncompressed .npz of its arrays."""
+  with epath.Path(path).open("wb") as f:
+    np.savez(f, **{k: np.asarray(getattr(part, k), dtype) for k, dtype in _ARRAYS.items()})
 
 
 def read_part(shard: sources.ShardSpec) -> Part:
-  """Reads one prepared part (a shard of source='prepared')."""
-  spec = {k: tf.io.RaggedFeature(tf.int64) for k in _FEATURES}
-  cols = {k: [] for k in _FEATURES}
+  """Reads one prepared part (a shard of source='prepared').
+
+  Raises:
+    ValueError: an unreadable or inconsistent part, naming it.
+  """
+  if shard.name.endswith(".tfrecord"):
+    return _read_tfrecord_part(shard.name)
+  try:
+    # Read whole (one request on gs://), then unpacked from memory.
+    with np.load(io.BytesIO(epath.Path(shard.name).read_bytes()), allow_pickle=False) as z:
+      arrays = {k: z[k] for k in _ARRAYS}
+  except Exception as e:  # pylint: disable=broad-except  (zip, npy, key and I/O errors alike)
+    raise ValueError(f"cannot read prepared part {shard.name}: {type(e).__name__}: {e}"
+                     ) from None
+  part = Part(**arrays)
+  bad = [k for k, dtype in _ARRAYS.items() if arrays[k].dtype != dtype or arrays[k].ndim != 1]
+  if (bad or not len(part.doc_splits) or part.doc_splits[-1] != len(part.lengths)
+      or part.lengths.sum() != len(part.tokens)):
+    raise ValueError(f"prepared part {shard.name} is inconsistent (arrays {bad or 'sizes'}); "
+                     f"prepare the corpus again")
+  return part
+
+
+def _read_tfrecord_part(path: str) -> Part:
+  """Reads a version-1 part (tf.train.Examples of documents) with TensorFlow."""
+  tf = optional_tensorflow.tf
+  spec = {k: tf.io.RaggedFeature(tf.int64) for k in _V1_FEATURES}
+  cols = {k: [] for k in _V1_FEATURES}
   try:
     # Parsed eagerly, batch by batch: a dataset.map would trace a new graph per part (2x the
     # read time of a 4 MB part).
-    for records in tf.data.TFRecordDataset(shard.name).batch(256):
+    for records in tf.data.TFRecordDataset(path).batch(256):
       batch = tf.io.parse_example(records, spec)
-      for k in _FEATURES:
+      for k in _V1_FEATURES:
         cols[k].append(batch[k].flat_values.numpy())
   except tf.errors.OpError as e:
-    raise ValueError(f"cannot read prepared part {shard.name}: {e.message.splitlines()[0]}"
-                     ) from None
+    raise ValueError(f"cannot read prepared part {path}: {e.message.splitlines()[0]}") from None
   flat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
   doc_splits = np.append(0, np.cumsum(flat["document_sentences"])).astype(np.int64)
   return Part(flat["input_ids"].astype(np.int32), flat["sentence_lengths"].astype(np.int64),
@@ -113,13 +133,17 @@ def read_part(shard: sources.ShardSpec) -> Part:
 
 def read_info(prepared_dir: str) -> dict:
   path = os.path.join(prepared_dir, INFO_FILE)
-  if not tf.io.gfile.exists(path):
+  if not epath.Path(path).exists():
     raise FileNotFoundError(f"config.data.prepared_dir={prepared_dir!r} holds no {INFO_FILE}; "
                             f"write it with python -m bert_jax.prepare_data")
-  with tf.io.gfile.GFile(path, "r") as f:
-    info = json.load(f)
-  if info.get("version") != _VERSION:
-    raise ValueError(f"{path}: version {info.get('version')}, this bert_jax reads {_VERSION}")
+  info = json.loads(epath.Path(path).read_text(encoding="utf-8"))
+  if info.get("version") not in _READS:
+    raise ValueError(f"{path}: version {info.get('version')}, this bert_jax reads "
+                     f"{' and '.join(map(str, _READS))}")
+  if info["version"] == 1 and not optional_tensorflow.available():
+    raise ValueError(f"config.data.prepared_dir={prepared_dir!r} holds version-1 (TFRecord) "
+                     f"parts, which need TensorFlow to read, and it is not installed here; "
+                     f"re-run python -m bert_jax.prepare_data to write version-2 (numpy) parts")
   return info
 
 
@@ -132,7 +156,7 @@ def list_shards(data_config) -> list[sources.ShardSpec]:
   shards = []
   for i, part in enumerate(info["parts"]):
     path = os.path.join(d, part["file"])
-    if not tf.io.gfile.exists(path):
+    if not epath.Path(path).exists():
       raise FileNotFoundError(f"config.data.prepared_dir: {path} is missing ({INFO_FILE} "
                               f"lists {len(info['parts'])} parts)")
     shards.append(sources.ShardSpec(i, path, "prepared", int(part["size"])))

@@ -6,7 +6,7 @@ The stream is a `tf.data.Dataset` (`PretrainData.dataset`):
       -> map(read pool), one at a time                    tf.numpy_function:
            the k-th pool's (epoch, pool) of this host's plan of shards in epoch order;
            read shards (sources.py: files in blocks of block_mb, gs:// through
-           tf.io.gfile, TFDS ranges, builtin, prepared TFRecords), tf-text
+           tf.io.gfile, TFDS ranges, builtin, prepared numpy parts), tf-text
            tokenization in batches of 4096 sentences on a thread pool (tokenizer.py)
       -> map(pool rows), one at a time                    tf.numpy_function:
            examples: NSP / SOP pairs or full sentences (segments.py), shuffled
@@ -39,7 +39,16 @@ pools before position k (segmenting them without building rows or masks)
 and starts the plan at the pool that holds row k * batch. For raw text that
 means tokenizing the skipped shards once (their tokens are kept for the
 count while they fit `_SKIP_MEMO_BYTES`, so a small corpus skipped through
-many epochs tokenizes once); prepared TFRecords skip without tokenizing.
+many epochs tokenizes once); prepared parts skip without tokenizing.
+
+Without TensorFlow: `config.data.loader` picks the driver of the two numpy
+stages. 'tf_data' is the dataset above; 'python' runs the same two stage
+functions (`_stages`) on two Python threads with a queue of one pool between
+and after them, and cuts batches as rebatch does (python_stream.py): the same
+batches bit for bit, from any start position. 'auto' (the default) is tf_data
+where TensorFlow imports and python where it does not; only
+source='prepared' needs no TensorFlow (optional_tensorflow.py: raw text
+sources are refused up front, in one line, on such a host).
 
 Hosts read disjoint data: with at least as many shards as hosts, host h takes
 shards h, h + P, ...; otherwise every host reads every shard and takes every
@@ -47,6 +56,8 @@ P-th document (of the training and of the held-out documents separately).
 Every `eval_every_nth_document`-th document of each shard is held out for
 `eval_iterator`.
 """
+from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
+
 import collections
 import atexit
 import ctypes
@@ -61,15 +72,20 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.cpu_tensorflow import tf
+from bert_jax import optional_tensorflow
 from bert_jax.data import masking
 from bert_jax.data import rows as rows_lib
+from bert_jax.data import python_stream
 from bert_jax.data import segments
 from bert_jax.data import sources
 from bert_jax.data import stateless_random
 from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.optional_tensorflow import tf
 
 MODES = ("nsp", "sop", "full_sentences")
+# Drivers of the stream's numpy stages (config.data.loader): tf.data, Python threads
+# (python_stream.py: no TensorFlow), or 'auto': tf.data where TensorFlow imports, else Python.
+LOADERS = ("auto", "tf_data", "python")
 # Modes whose rows are sentence pairs with a label (next sentence / swapped order).
 PAIR_MODES = ("nsp", "sop")
 # Sentences per tf-text call while tokenizing a shard, rows per masking call, and the
@@ -211,8 +227,27 @@ def _close_open_iterators() -> None:
   while time.monotonic() < deadline:
     with _CALLS_LOCK:
       if _CALLS["running"] == 0 and time.monotonic() - _CALLS["last"] > 0.2:
-        return
+        break
     time.sleep(0.01)
+  # No stage runs now: the thread pool is closed here, while the interpreter is whole (left
+  # running, its finalizer ran after multiprocessing's modules were torn down and printed an
+  # ignored AttributeError at the exit of a program that had imported TensorFlow late).
+  if _threads.cache_info().currsize:
+    _threads().close()
+
+
+def _resolve_loader(data_config) -> str:
+  """config.data.loader as 'tf_data' or 'python' (validated)."""
+  loader = data_config.loader
+  if loader not in LOADERS:
+    raise ValueError(f"config.data.loader={loader!r}; expected one of {list(LOADERS)}")
+  if loader == "auto":
+    return "tf_data" if optional_tensorflow.available() else "python"
+  if loader == "tf_data" and not optional_tensorflow.available():
+    raise ValueError(f"config.data.loader='tf_data' needs TensorFlow, which is not installed "
+                     f"here ({optional_tensorflow.INSTALL}); 'python' (or 'auto') reads "
+                     f"config.data.source='prepared' without it")
+  return loader
 
 
 @functools.cache
@@ -290,6 +325,9 @@ class PretrainData:
     if c.shuffle_mb < 0:
       raise ValueError(f"config.data.shuffle_mb={c.shuffle_mb} must be >= 0")
     sources.block_bytes(c)
+    self.loader = _resolve_loader(c)
+    if c.source in sources.SOURCES and c.source != "prepared":
+      optional_tensorflow.require(f"config.data.source={c.source!r} (tokenizing raw text)")
     if not 0 <= process_index < process_count:
       raise ValueError(f"process_index={process_index} not in [0, process_count={process_count})")
     if global_batch_size <= 0 or global_batch_size % process_count:
@@ -625,6 +663,24 @@ class PretrainData:
     rows.update(masking.mask_batch(rows["input_ids"], rows["input_mask"], keys, self._mask_spec))
     return rows
 
+  def _stages(self, start_position: int):
+    """The two numpy stages of a stream from batch `start_position` (rows before it counted
+    here), for tf.data (`dataset`) or python_stream.
+
+    Returns:
+      (read_pool: k -> (epoch, pool, rows to drop), pool_rows: (epoch, pool, drop) -> the
+      pool's masked rows, one array per feature of _features, first_rows: the event set
+      once the stream's first pool's rows are made).
+    """
+    if start_position < 0:
+      raise ValueError(f"start_position={start_position} must be >= 0")
+    start = self._locate(int(start_position) * self.per_host_batch_size)
+    self._failure = None
+    progress, stash, first_rows = {}, {}, threading.Event()
+    cursor = {"start": start[:2] + (0,), "at": start[:2] + (0,)}
+    return (functools.partial(self._read_pool, stash, first_rows, cursor, start[2]),
+            functools.partial(self._pool_rows, progress, stash, first_rows), first_rows)
+
   def dataset(self, start_position: int = 0) -> tf.data.Dataset:
     """The infinite training stream of this host from batch `start_position`, as tf.data.
 
@@ -639,28 +695,19 @@ class PretrainData:
       masked_lm_weights float32 [b, P]; next_sentence_labels int32 [b]; with
       packing also position_ids int32 [b, L].
     """
-    if start_position < 0:
-      raise ValueError(f"start_position={start_position} must be >= 0")
-    start = self._locate(int(start_position) * self.per_host_batch_size)
+    read_stage, rows_stage, _ = self._stages(start_position)
     features = self._features
-    self._failure = None
-    progress, stash, first_rows = {}, {}, threading.Event()
-    cursor = {"start": start[:2] + (0,), "at": start[:2] + (0,)}
 
     @tf.autograph.experimental.do_not_convert
     def read_pool(k):
-      out = tf.numpy_function(
-          _exit_safe(functools.partial(self._read_pool, stash, first_rows, cursor, start[2])), [k],
-          [tf.int64] * 3, stateful=True)
+      out = tf.numpy_function(_exit_safe(read_stage), [k], [tf.int64] * 3, stateful=True)
       for x in out:
         x.set_shape([])
       return tuple(out)
 
     @tf.autograph.experimental.do_not_convert
     def pool_rows(epoch, index, drop):
-      out = tf.numpy_function(_exit_safe(functools.partial(self._pool_rows, progress, stash,
-                                                           first_rows)),
-                              [epoch, index, drop],
+      out = tf.numpy_function(_exit_safe(rows_stage), [epoch, index, drop],
                               [tf.as_dtype(dtype) for dtype, _ in features.values()],
                               stateful=True)
       rows = {}
@@ -681,13 +728,23 @@ class PretrainData:
   def train_iterator(self, start_position: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """`dataset(start_position)` as numpy batches (see `dataset`).
 
+    With `loader` 'python' the same stages run on Python threads
+    (python_stream.py), without TensorFlow; the batches are the same.
     An error raised inside the pipeline (a vocab that does not fit a shard, an
     epoch without examples) is raised here as itself, not as a TensorFlow error.
     Iterators still open at interpreter exit are closed by an atexit hook.
     """
-    it = self._numpy_batches(start_position)
+    if self.loader == "python":
+      it = self._python_batches(start_position)
+    else:
+      it = self._numpy_batches(start_position)
     _OPEN_ITERATORS.add(it)
     return it
+
+  def _python_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
+    read_stage, rows_stage, first_rows = self._stages(start_position)
+    yield from python_stream.batches(read_stage, rows_stage, first_rows, list(self._features),
+                                     self.per_host_batch_size)
 
   def _numpy_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
     ds = self.dataset(start_position)

@@ -38,9 +38,10 @@ import sys
 import unicodedata
 from typing import Optional, Sequence
 
+from etils import epath
 import numpy as np
 
-from bert_jax.cpu_tensorflow import tf
+from bert_jax.optional_tensorflow import tf
 from bert_jax.data import tokenizer_base
 from bert_jax.data import wordpiece
 
@@ -169,14 +170,13 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
     if name not in CONVENTIONS:
       raise ValueError(f"SentencePiece conventions {name!r}; expected one of {list(CONVENTIONS)}")
     conv = CONVENTIONS[name]
-    if not tf.io.gfile.exists(model_file):
+    if not epath.Path(model_file).exists():
       raise FileNotFoundError(f"SentencePiece model {model_file!r} does not exist")
-    with tf.io.gfile.GFile(model_file, "rb") as f:
-      proto = sentencepiece_model_pb2.ModelProto()
-      try:
-        proto.ParseFromString(f.read())
-      except Exception as e:  # pylint: disable=broad-except
-        raise ValueError(f"{model_file!r} is not a SentencePiece model: {e}") from None
+    proto = sentencepiece_model_pb2.ModelProto()
+    try:
+      proto.ParseFromString(epath.Path(model_file).read_bytes())
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f"{model_file!r} is not a SentencePiece model: {e}") from None
     if not proto.pieces or proto.trainer_spec.model_type != 1:
       raise ValueError(f"{model_file!r} is not a SentencePiece unigram model")
     tokens = [p.piece for p in proto.pieces]

@@ -13,9 +13,10 @@ text, so memory stays bounded however large the corpus:
             and reading on to the next document start (a blank line; a newline
             for document_per_line), so a block is addressable from the file's
             size alone, with no index and no scan. A .gz file is one shard.
-  prepared  pre-tokenized TFRecord shards written by `python -m
+  prepared  pre-tokenized numpy parts written by `python -m
             bert_jax.prepare_data` (prepared_data.py), one per shard of the
-            source they were made from, read without tokenizing
+            source they were made from, read without tokenizing (and without
+            TensorFlow: every other source needs it, optional_tensorflow.py)
   tfds      a prepared TFDS dataset's text feature; one document per example
             (split into sentences like document_per_line, and at newlines);
             shards are fixed ranges of examples
@@ -27,6 +28,8 @@ the source up front: a glob that matches nothing, a missing or unreadable
 file, a binary file, a truncated .gz, a corpus whose files are all empty, an
 unknown TFDS dataset.
 """
+from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
+
 import concurrent.futures
 import dataclasses
 import gzip
@@ -36,8 +39,7 @@ import zlib
 
 import numpy as np
 
-from bert_jax import cpu_tensorflow
-from bert_jax.cpu_tensorflow import tf
+from bert_jax.optional_tensorflow import tf
 
 FORMATS = ("sentence_per_line", "document_per_line")
 SOURCES = ("builtin", "files", "tfds", "prepared")
@@ -214,6 +216,7 @@ def block_bytes(data_config) -> int:
 
 
 def _tfds_shards(data_config) -> list[ShardSpec]:
+  from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   if not data_config.tfds_name:
     raise ValueError("config.data.source='tfds' needs config.data.tfds_name")
@@ -363,6 +366,7 @@ def _read_block(f, spec: ShardSpec, fmt: str) -> bytes:
 
 
 def _read_tfds(spec: ShardSpec, data_config) -> RawDocs:
+  from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   builder = tfds.builder(data_config.tfds_name, data_dir=data_config.tfds_data_dir or None)
   ds = builder.as_dataset(split=spec.split, shuffle_files=False)

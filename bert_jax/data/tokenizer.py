@@ -11,9 +11,11 @@ The kinds live in their own modules (`wordpiece`, `byte_bpe`,
 the callers that import them from here.
 """
 import hashlib
+import os
 from typing import Optional, Sequence, Union
 
-from bert_jax.cpu_tensorflow import tf
+from etils import epath
+
 from bert_jax.data import byte_bpe
 from bert_jax.data import sentencepiece_tokenizer
 from bert_jax.data import tokenizer_base
@@ -35,9 +37,12 @@ uncased_normalize = wordpiece.uncased_normalize
 
 def _stamp(path: str):
   try:
-    st = tf.io.gfile.stat(path)
-    return (st.length, st.mtime_nsec)
-  except tf.errors.NotFoundError:
+    if "://" not in path:
+      st = os.stat(path)
+      return (st.st_size, st.st_mtime_ns)
+    st = epath.Path(path).stat()
+    return (st.length, st.mtime)
+  except (FileNotFoundError, NotADirectoryError):
     return None
 
 
@@ -113,7 +118,7 @@ def for_checkpoint(pretrained) -> Tokenizer:
   if pretrained.tokenizer_file is None:
     return cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
   path = pretrained.tokenizer_file
-  if not tf.io.gfile.exists(path):
+  if not epath.Path(path).exists():
     raise FileNotFoundError(f"{pretrained.source}: its tokenizer {path} does not exist (the "
                             "checkpoint records the file it was trained with)")
   files = tokenizer_files.detect(path)
@@ -162,7 +167,7 @@ def load_tokenizer(data_config) -> Tokenizer:
     if not data_config.spm_model:
       raise ValueError("config.data.tokenizer='sentencepiece' needs config.data.spm_model")
     return cached_tokenizer("sentencepiece", data_config.spm_model, data_config.lowercase)
-  if not name or not tf.io.gfile.exists(name):
+  if not name or not epath.Path(name).exists():
     raise ValueError(f"config.data.tokenizer={name!r}: expected 'wordpiece', 'sentencepiece' or "
                      f"the path of a tokenizer directory or file (no such path)")
   files = tokenizer_files.detect(name)

@@ -10,11 +10,13 @@ Special tokens are named by role: cls (RoBERTa's `<s>`), sep (`</s>`), pad,
 unk, mask. A pair is `cls A sep B sep` with `pair_separators` seps between the
 segments (1 for BERT, ALBERT and DeBERTa; 2 for RoBERTa's `</s></s>`).
 """
+from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
+
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.cpu_tensorflow import tf
+from bert_jax.optional_tensorflow import tf  # pylint: disable=unused-import
 
 
 class Tokenizer:

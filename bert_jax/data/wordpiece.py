@@ -27,16 +27,21 @@ normalisation is done here with regex / NFD / lower ops instead.
 
 The same graph ops serve the tf.data pipeline (`tf_tokenize`), the Python
 helpers used by GLUE / SQuAD feature code, and `python -m bert_jax.tokenize`.
+The vocab, its special ids and its word pieces need no TensorFlow (a run
+from prepared data on a host without it); the ops are built on first use.
 """
+from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
+
 import functools
 import os
 import re
 from typing import Sequence, Union
 
+from etils import epath
 import numpy as np
-import tensorflow_text as tf_text
 
-from bert_jax.cpu_tensorflow import tf
+from bert_jax.optional_tensorflow import tf
+from bert_jax.optional_tensorflow import tf_text
 from bert_jax.data import tokenizer_base
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -68,10 +73,9 @@ def read_vocab(vocab_file: str) -> list[str]:
     FileNotFoundError / ValueError: a missing file, an empty token, a duplicate,
       or a missing special token, naming the file (and line).
   """
-  if not tf.io.gfile.exists(vocab_file):
+  if not epath.Path(vocab_file).exists():
     raise FileNotFoundError(f"vocab file {vocab_file!r} does not exist")
-  with tf.io.gfile.GFile(vocab_file, "rb") as f:
-    data = f.read()
+  data = epath.Path(vocab_file).read_bytes()
   try:
     text = data.decode("utf-8")
   except UnicodeDecodeError as e:
@@ -136,13 +140,32 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
     self._set_vocab(tokens, dict(zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS)),
                     not_regular=[t for t in tokens if t.startswith("[unused") and t.endswith("]")])
     self.is_continuation = np.array([t.startswith("##") and len(t) > 2 for t in tokens], bool)
-    # Words are split on bytes here; the 100-character rule is applied after.
-    self._fast = tf_text.FastBertTokenizer(
-        vocab=tokens, suffix_indicator="##", max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
-        token_out_type=tf.int32, unknown_token="[UNK]", lower_case_nfd_strip_accents=False)
-    self._is_continuation_tf = tf.constant(self.is_continuation)
-    self._special_literals = tf.constant(SPECIAL_TOKENS)
-    self._special_literal_ids = tf.constant([self.vocab[t] for t in SPECIAL_TOKENS], tf.int32)
+
+  # The TensorFlow ops and constants, built on first use, eagerly (init_scope) also when the
+  # first use is inside a traced function.
+
+  @functools.cached_property
+  def _fast(self):
+    with tf.init_scope():
+      # Words are split on bytes here; the 100-character rule is applied after.
+      return tf_text.FastBertTokenizer(
+          vocab=self.inv_vocab, suffix_indicator="##", max_bytes_per_word=4 * MAX_CHARS_PER_WORD,
+          token_out_type=tf.int32, unknown_token="[UNK]", lower_case_nfd_strip_accents=False)
+
+  @functools.cached_property
+  def _is_continuation_tf(self):
+    with tf.init_scope():
+      return tf.constant(self.is_continuation)
+
+  @functools.cached_property
+  def _special_literals(self):
+    with tf.init_scope():
+      return tf.constant(SPECIAL_TOKENS)
+
+  @functools.cached_property
+  def _special_literal_ids(self):
+    with tf.init_scope():
+      return tf.constant([self.vocab[t] for t in SPECIAL_TOKENS], tf.int32)
 
   def normalize(self, texts: tf.Tensor) -> tf.Tensor:
     """Cleaning (and the uncased normalisation) on a [batch] string tensor."""

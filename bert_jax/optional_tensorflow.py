@@ -1,0 +1,76 @@
+"""TensorFlow for the modules that need it on some paths only: imported on first use.
+
+  from bert_jax.optional_tensorflow import tf, tf_text   # nothing imported yet
+  tf.constant(...)                                        # TensorFlow imported now
+  optional_tensorflow.require("tokenizing raw text")      # up front, before long work
+
+Pretraining from prepared data (numpy parts written by `python -m
+bert_jax.prepare_data`) needs no TensorFlow, and GPU images often lack it
+(its CUDA wheels conflict with jax[cuda]); reading and tokenizing raw text,
+the tf.data pipeline and TFDS do need it. The modules on both paths (sources,
+tokenizers, prepared_data, pretrain_data) take `tf` and `tf_text` from here:
+the first attribute read imports TensorFlow through bert_jax.cpu_tensorflow
+(accelerators hidden from it), or raises MissingTensorFlowError naming what to
+install where it is not installed. Those modules use
+`from __future__ import annotations`, so that type annotations naming `tf` are
+not evaluated on import.
+"""
+import types
+
+INSTALL = "pip install tensorflow tensorflow-text"
+
+
+class MissingTensorFlowError(ImportError):
+  """TensorFlow (or tensorflow-text) is needed here and not importable."""
+
+
+def _import(name: str) -> types.ModuleType:
+  try:
+    from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
+    if name == "tensorflow":
+      return cpu_tensorflow.tf
+    import tensorflow_text  # pylint: disable=g-import-not-at-top
+    return tensorflow_text
+  except ImportError as e:
+    raise MissingTensorFlowError(f"{name} is not installed ({e}): {INSTALL}") from None
+
+
+class _OnFirstUse:
+  """A module imported when one of its attributes is first read."""
+
+  def __init__(self, name: str):
+    self._name = name
+
+  def __getattr__(self, attr: str):
+    return getattr(_import(self._name), attr)
+
+
+tf = _OnFirstUse("tensorflow")
+tf_text = _OnFirstUse("tensorflow_text")
+
+
+def available() -> bool:
+  """Whether TensorFlow imports here (imports it when it does)."""
+  try:
+    _import("tensorflow")
+  except MissingTensorFlowError:
+    return False
+  return True
+
+
+def require(what: str) -> None:
+  """Raises ValueError in one line when `what` cannot run for lack of TensorFlow.
+
+  Args:
+    what: the work that needs it, e.g. "config.data.source='files' (tokenizing raw text)".
+
+  Raises:
+    ValueError: naming `what` and what to install.
+  """
+  try:
+    _import("tensorflow")
+    _import("tensorflow_text")
+  except MissingTensorFlowError as e:
+    raise ValueError(f"{what} needs TensorFlow and tensorflow-text, and {e}; or prepare the "
+                     f"data on a host that has them (python -m bert_jax.prepare_data) and train "
+                     f"with config.data.source='prepared'") from None

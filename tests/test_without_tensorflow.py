@@ -1,0 +1,261 @@
+"""Pretraining from prepared data without TensorFlow: the Python loader gives tf.data's batches.
+
+The TF-free runs are subprocesses started through tests/without_tensorflow.py, where
+tensorflow, tensorflow_text and tensorflow_datasets cannot be imported (issue 30).
+"""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from bert_jax import prepare_data
+from bert_jax import pretrain
+from bert_jax.cpu_tensorflow import tf
+from bert_jax.data import prepared_data
+from bert_jax.data import pretrain_data
+from bert_jax.data import sources
+from configs import pretrain as pretrain_config
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+_WORDS = ("the old man walked to the river and saw a boat near the house she said that the war "
+          "was over they went home in the evening a small dog ran across field while children "
+          "played by trees many people lived city but few of them knew king").split()
+
+
+def _text_config(files, **overrides):
+  c = pretrain_config.get_config("tiny")
+  c.data.source, c.data.files = "files", files
+  c.data.max_predictions_per_seq = 5
+  c.data.eval_every_nth_document = 4
+  c.data.block_mb = 3000 / (1 << 20)  # the large file in several blocks (parts)
+  c.data.shuffle_mb = 5000 / (1 << 20)  # a few parts per pool: several pools per epoch
+  c.data.update(overrides)
+  return c
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+  """A corpus of 3 files (one in blocks), prepared: (text glob, prepared dir)."""
+  d = tmp_path_factory.mktemp("corpus")
+  rng = np.random.default_rng(0)
+  for f, num_docs in enumerate((10, 60, 15)):
+    docs = ["\n".join(" ".join(rng.choice(_WORDS, rng.integers(4, 14))) + " ."
+                      for _ in range(rng.integers(1, 7))) for _ in range(num_docs)]
+    (d / f"part-{f}.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
+  out = str(d / "prepared")
+  info = prepare_data.prepare(_text_config(str(d / "*.txt")).data, out)
+  assert len(info["parts"]) >= 5 and info["version"] == 2
+  assert all(p["file"].endswith(".npz") for p in info["parts"])
+  return str(d / "*.txt"), out
+
+
+def _data(prepared_dir, loader, batch=2, **overrides):
+  c = _text_config("", source="prepared", prepared_dir=prepared_dir, loader=loader, **overrides)
+  return pretrain_data.PretrainData(c.data, seq_len=32, global_batch_size=batch, seed=0)
+
+
+def _take(it, n):
+  out = [next(it) for _ in range(n)]
+  it.close()
+  return out
+
+
+def _assert_same(batches_a, batches_b):
+  assert len(batches_a) == len(batches_b)
+  for a, b in zip(batches_a, batches_b):
+    assert list(a) == list(b)
+    for k in a:
+      assert a[k].dtype == b[k].dtype, k
+      np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def _stream_threads():
+  return [t for t in threading.enumerate() if t.name.startswith("bert_jax-")]
+
+
+# -- The stream -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [dict(mode="nsp"), dict(mode="full_sentences", packing=True)],
+                         ids=["nsp", "packed"])
+def test_python_loader_gives_the_tf_data_batches_from_any_position(prepared, mode):
+  _, out = prepared
+  tf_data, python = _data(out, "tf_data", **mode), _data(out, "python", **mode)
+  assert (tf_data.loader, python.loader) == ("tf_data", "python")
+  epoch = python.epoch_rows(0) // 2
+  # Several pools per epoch.
+  assert len(python._epoch_plan(0)) >= 3  # pylint: disable=protected-access
+  # From the start into the third epoch; from inside the first pool, at an epoch's end;
+  # and at batch 10,000 (epochs later: the rows before it are counted, not read again).
+  for start, n in ((0, 2 * epoch + 3), (1, 3), (epoch - 1, 3), (10_000, 4)):
+    _assert_same(_take(tf_data.train_iterator(start), n), _take(python.train_iterator(start), n))
+  assert not _stream_threads()
+  _assert_same(list(tf_data.eval_iterator(2)), list(python.eval_iterator(2)))
+
+
+def test_version_1_tfrecord_parts_still_read_with_tensorflow(prepared, tmp_path):
+  """A directory prepared before the numpy parts (version 1) gives the same stream."""
+  _, out = prepared
+  info = json.loads(pathlib.Path(out, prepared_data.INFO_FILE).read_text())
+  for p in info["parts"]:
+    part = prepared_data.read_part(sources.ShardSpec(0, os.path.join(out, p["file"]),
+                                                     "prepared", 0))
+    p["file"] = p["file"].replace(".npz", ".tfrecord")
+    _write_tfrecord_part(str(tmp_path / p["file"]), part)
+  info["version"] = 1
+  (tmp_path / "prepared.json").write_text(json.dumps(info))
+  a, b = _data(out, "python"), _data(str(tmp_path), "tf_data")
+  _assert_same(_take(a.train_iterator(3), 4), _take(b.train_iterator(3), 4))
+
+
+def _write_tfrecord_part(path, part):
+  """A version-1 part: tf.train.Examples of up to 1000 documents (one record here)."""
+  def ints(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=np.asarray(values).tolist()))
+  with tf.io.TFRecordWriter(path) as w:
+    w.write(tf.train.Example(features=tf.train.Features(feature={
+        "input_ids": ints(part.tokens), "sentence_lengths": ints(part.lengths),
+        "document_sentences": ints(np.diff(part.doc_splits))})).SerializeToString())
+
+
+def test_python_loader_raises_a_stage_error_as_itself_and_stops_its_threads(prepared, tmp_path):
+  _, out = prepared
+  broken = tmp_path / "broken"
+  broken.mkdir()
+  for f in pathlib.Path(out).iterdir():
+    (broken / f.name).write_bytes(f.read_bytes())
+  part = sorted(broken.glob("part-*.npz"))[1]
+  part.write_bytes(part.read_bytes()[:100])  # truncated
+  it = _data(str(broken), "python").train_iterator()
+  with pytest.raises(ValueError, match=f"cannot read prepared part .*{part.name}"):
+    for _ in range(1000):
+      next(it)
+  assert not _stream_threads()
+  it = _data(out, "python").train_iterator()
+  next(it)
+  assert len(_stream_threads()) == 2
+  it.close()  # while the threads read and make the next pools
+  assert not _stream_threads()
+
+
+_EXIT_SCRIPT = """
+import sys
+from bert_jax.data import pretrain_data
+from configs import pretrain
+c = pretrain.get_config("tiny").data
+c.source, c.prepared_dir, c.shuffle_mb = "prepared", sys.argv[1], 0.001
+data = pretrain_data.PretrainData(c, seq_len=32, global_batch_size=2, seed=0)
+it = data.train_iterator()  # never closed by the program
+for _ in range(3):
+  next(it)
+print(data.loader, "exiting", flush=True)
+"""
+
+
+def test_a_program_exits_while_a_python_loader_is_running(prepared, tmp_path):
+  script = tmp_path / "exit_script.py"
+  script.write_text(_EXIT_SCRIPT)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(tmp_path)]))
+  proc = subprocess.run(
+      [sys.executable, str(ROOT / "tests" / "without_tensorflow.py"), "exit_script",
+       prepared[1]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout == "python exiting\n"
+  assert "Exception ignored" not in proc.stderr, proc.stderr[-2000:]  # the thread pool's finalizer
+  assert "TENSORFLOW MODULES: []" in proc.stderr
+
+
+def test_bad_loader_is_refused(prepared):
+  with pytest.raises(ValueError, match=r"config.data.loader='grain'; expected one of"):
+    _data(prepared[1], "grain")
+
+
+# -- Runs without TensorFlow --------------------------------------------------------------
+
+
+def _run_config(prepared_dir, **overrides):
+  c = pretrain_config.get_config("tiny")
+  c.seq_len, c.batch_size, c.total_steps, c.warmup_steps = 32, 8, 6, 2
+  c.log_every, c.checkpoint_every = 1, 3
+  c.data.source, c.data.prepared_dir = "prepared", prepared_dir
+  c.data.max_predictions_per_seq = 5
+  c.update_from_flattened_dict(overrides)
+  return c
+
+
+_RUN_ARGS = ["--config", "configs/pretrain.py:tiny", "--config.seq_len=32",
+             "--config.batch_size=8", "--config.total_steps=6", "--config.warmup_steps=2",
+             "--config.log_every=1", "--config.checkpoint_every=3",
+             "--config.data.max_predictions_per_seq=5"]
+
+
+def _without_tensorflow(*args):
+  """Runs `python -m MODULE ARGS` where TensorFlow is not importable."""
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
+  return subprocess.run([sys.executable, str(ROOT / "tests" / "without_tensorflow.py"), *args],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _losses(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return {r["step"]: r["loss"] for r in map(json.loads, f) if "loss" in r}
+
+
+def test_pretraining_without_tensorflow_equals_the_tf_data_run(prepared, tmp_path):
+  _, out = prepared
+  free = str(tmp_path / "without_tf")
+  proc = _without_tensorflow("bert_jax.pretrain", *_RUN_ARGS, "--workdir", free,
+                             "--config.data.source=prepared", f"--config.data.prepared_dir={out}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "TENSORFLOW MODULES: []" in proc.stderr
+  assert "fill-mask example skipped: its tokenizer needs TensorFlow" in proc.stdout
+  with_tf = str(tmp_path / "tf_data")
+  pretrain.train(_run_config(out, **{"data.loader": "tf_data"}), with_tf)
+  a, b = _losses(with_tf), _losses(free)
+  assert sorted(a) == list(range(1, 7))
+  assert a == b  # bitwise: the same float32 losses
+  # The Python loader (in this process, with TensorFlow) resumed after step 4 equals both.
+  resumed = str(tmp_path / "resumed")
+  first = pretrain.train(_run_config(out, **{"data.loader": "python"}), resumed,
+                         preempt_at_step=4)
+  assert first["step"] == 4
+  pretrain.train(_run_config(out, **{"data.loader": "python"}), resumed)
+  assert {s: _losses(resumed)[s] for s in (5, 6)} == {s: a[s] for s in (5, 6)}
+
+
+@pytest.mark.parametrize("args, prepared_version, message", [
+    (["bert_jax.pretrain", *_RUN_ARGS, "--config.data.source=builtin"], None,
+     "bert_jax.pretrain: error: config.data.source='builtin' (tokenizing raw text) needs "
+     "TensorFlow and tensorflow-text, and tensorflow is not installed"),
+    (["bert_jax.prepare_data", "--config", "configs/pretrain.py:tiny",
+      "--config.data.source=builtin"], None,
+     "bert_jax.prepare_data: bert_jax.prepare_data (tokenizing raw text) needs TensorFlow and "
+     "tensorflow-text"),
+    (["bert_jax.pretrain", *_RUN_ARGS, "--config.data.loader=tf_data"], 2,
+     "bert_jax.pretrain: error: config.data.loader='tf_data' needs TensorFlow, which is not "
+     "installed here"),
+    (["bert_jax.pretrain", *_RUN_ARGS], 1,
+     "holds version-1 (TFRecord) parts, which need TensorFlow to read, and it is not installed "
+     "here; re-run python -m bert_jax.prepare_data"),
+], ids=["builtin", "prepare_data", "tf_data_loader", "version_1_parts"])
+def test_what_needs_tensorflow_is_one_line_without_it(prepared, tmp_path, args,
+                                                      prepared_version, message):
+  if prepared_version is not None:
+    d = pathlib.Path(prepared[1])
+    if prepared_version == 1:  # prepared.json alone: refused before any part is read
+      d = tmp_path / "v1"
+      d.mkdir()
+      info = json.loads(pathlib.Path(prepared[1], prepared_data.INFO_FILE).read_text())
+      (d / prepared_data.INFO_FILE).write_text(json.dumps(dict(info, version=1)))
+    args = [*args, "--config.data.source=prepared", f"--config.data.prepared_dir={d}"]
+  out_flag = "--out" if args[0] == "bert_jax.prepare_data" else "--workdir"
+  proc = _without_tensorflow(*args, out_flag, str(tmp_path / "out"))
+  assert proc.returncode != 0
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  lines = [l for l in proc.stderr.strip().splitlines() if not l.startswith("TENSORFLOW MODULES")]
+  assert message in lines[-1], lines[-3:]
