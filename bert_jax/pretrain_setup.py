@@ -5,6 +5,7 @@ compile check (bert_jax.aot_compile), so both build exactly the same step.
 """
 import dataclasses
 import functools
+import glob
 from typing import Any, Callable, Optional, Sequence
 
 from etils import epath
@@ -99,6 +100,18 @@ def resume_check(config: ml_collections.ConfigDict, config_record: dict,
   return check
 
 
+def _check_local_files(data: ml_collections.ConfigDict) -> None:
+  """A local data.files glob that matches nothing fails here, before the input pipeline and
+  TensorFlow load (seconds); data/sources.py lists the shards (gs:// too) and says it again."""
+  if data.source != "files":
+    return
+  for pattern in (p.strip() for p in data.files.split(",")):
+    if pattern and "://" not in pattern and not glob.glob(pattern):
+      what = "glob" if any(c in pattern for c in "*?[") else "file"
+      raise FileNotFoundError(f"config.data.files: {what} {pattern!r} "
+                              + ("matches no file" if what == "glob" else "does not exist"))
+
+
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Fails fast, with the offending key named, on configs that cannot run."""
   def bad(msg):
@@ -130,6 +143,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     bad(f"emd (DeBERTa's enhanced mask decoder) needs model_type 'deberta-v2' and objective "
         f"mlm, mlm_nsp or mlm_sop; got model_type {config.model_type!r}, objective "
         f"{config.objective!r}")
+  _check_local_files(config.data)
   if config.objective not in OBJECTIVE_MODES:
     bad(f"objective {config.objective!r} not in {list(OBJECTIVE_MODES)}")
   if config.data.mode not in OBJECTIVE_MODES[config.objective]:

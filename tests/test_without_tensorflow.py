@@ -259,3 +259,15 @@ def test_what_needs_tensorflow_is_one_line_without_it(prepared, tmp_path, args,
   assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
   lines = [l for l in proc.stderr.strip().splitlines() if not l.startswith("TENSORFLOW MODULES")]
   assert message in lines[-1], lines[-3:]
+
+
+def test_a_local_corpus_that_does_not_exist_is_named_before_the_input_pipeline_loads(tmp_path):
+  """Issue 33: the glob was checked by the pipeline, after TensorFlow's import (7 s); here
+  TensorFlow is missing, so only a check made before the pipeline can name the glob."""
+  proc = _without_tensorflow("bert_jax.pretrain", "--config", "configs/pretrain.py:tiny",
+                             "--workdir", str(tmp_path / "w"), "--config.data.source=files",
+                             f"--config.data.files={tmp_path}/nothing-*.txt")
+  assert proc.returncode == 1
+  assert proc.stdout.strip() == ""  # not even "loading the input pipeline"
+  assert proc.stderr.splitlines()[0] == (f"bert_jax.pretrain: error: config.data.files: glob "
+                                         f"'{tmp_path}/nothing-*.txt' matches no file")
