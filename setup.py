@@ -2,7 +2,9 @@
 import setuptools
 
 INSTALL_REQUIRES = [
-    "jax>=0.6,<0.11",
+    # Tested here with 0.10.2 (the newest this registry serves); GPU images run 0.11 (the GPU
+    # suites run there from source). 0.12 is allowed where a registry has it.
+    "jax>=0.6,<0.13",
     "flax>=0.10.4,<0.13",
     "optax>=0.2.3,<0.3",
     "orbax-checkpoint>=0.11,<0.13",
@@ -50,8 +52,10 @@ EXTRAS = {
     ],
     # Approximate nearest-neighbour search for retrieval_eval (--index hnsw): faiss's HNSW.
     "ann": ["faiss-cpu>=1.8,<2"],
-    "gpu": ["jax[cuda12]>=0.6,<0.11"],
-    "tpu": ["jax[tpu]>=0.6,<0.11"],
+    # CUDA 13 wheels, as current GPU images run (a driver for CUDA 12 only: the gpu_cuda12 extra).
+    "gpu": ["jax[cuda13]>=0.7,<0.13"],
+    "gpu_cuda12": ["jax[cuda12]>=0.6,<0.13"],
+    "tpu": ["jax[tpu]>=0.6,<0.13"],
 }
 
 setuptools.setup(
