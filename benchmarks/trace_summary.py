@@ -35,15 +35,25 @@ _OPCODE = re.compile(r"\s([a-z][a-z0-9\-]*)\(")
 _CALLS = re.compile(r"\b(?:calls|to_apply)=(\{[^}]*\}|%?[\w.\-]+)")
 _HEADER = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _MODULE = re.compile(r"^HloModule\s+([\w.\-]+)")
+_TABLE_ROW = re.compile(r"^(\d+)\s+(.*)$")
+_FRAME = re.compile(r"stack_frame_id=(\d+)")
 
 
 def parse_hlo(text: str) -> tuple[str, dict]:
   """(module name, {instruction name: category}) of an HLO module's text."""
   module, comps, current = "", {}, None
+  tables, table = collections.defaultdict(dict), None
   for line in text.splitlines():
     if m := _MODULE.match(line):
       module = m.group(1)
       continue
+    if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
+      table = tables[line]
+      continue
+    if table is not None and (m := _TABLE_ROW.match(line)):
+      table[int(m.group(1))] = m.group(2)
+      continue
+    table = None
     if m := _HEADER.match(line):
       current = comps.setdefault(m.group(1), [])
       continue
@@ -70,6 +80,8 @@ def parse_hlo(text: str) -> tuple[str, dict]:
           lines += l
     return ops, lines
 
+  training = any("jvp(" in line for instrs in comps.values() for _, _, line, _ in instrs)
+  frame_files = _frame_files(tables)
   categories = {}
   for instrs in comps.values():
     for name, opcode, line, calls in instrs:
@@ -79,28 +91,58 @@ def parse_hlo(text: str) -> tuple[str, dict]:
           o, l = contents(c, {c})
           ops |= o
           lines += l
-      categories[name] = _category(opcode, ops, "\n".join(lines), line)
+      frame = _FRAME.search(line)
+      files = frame_files(int(frame.group(1))) if frame else ""
+      categories[name] = _category(opcode, ops, "\n".join(lines), line, files, training)
   return module, categories
 
 
-def _category(opcode: str, ops: set, text: str, line: str) -> str:
+def _frame_files(tables: dict):
+  """stack_frame_id -> the source files of that frame and its callers, one string."""
+  names = {k: v.strip('"') for k, v in tables["FileNames"].items()}
+  loc_file = {k: int(m.group(1)) for k, v in tables["FileLocations"].items()
+              if (m := re.search(r"file_name_id=(\d+)", v))}
+  frames = {}
+  for k, v in tables["StackFrames"].items():
+    loc, parent = re.search(r"file_location_id=(\d+)", v), re.search(r"parent_frame_id=(\d+)", v)
+    frames[k] = (int(loc.group(1)) if loc else 0, int(parent.group(1)) if parent else 0)
+  cache = {}
+
+  def files(frame_id: int) -> str:
+    if frame_id in cache:
+      return cache[frame_id]
+    out, seen, f = [], set(), frame_id
+    while f in frames and f not in seen:
+      seen.add(f)
+      loc, parent = frames[f]
+      out.append(names.get(loc_file.get(loc, 0), ""))
+      f = parent
+    cache[frame_id] = "\n".join(out)
+    return cache[frame_id]
+  return files
+
+
+def _category(opcode: str, ops: set, text: str, line: str, files: str = "",
+              training: bool = False) -> str:
+  """The category of one instruction: `ops`/`text` include its fused computations; `files`
+  are the source files of its stack frames; `training`: the module has a backward pass."""
   low = text.lower()
-  meta = line.lower()
   if re.search(r"cudnn\$?[\w$]*(fmha|flash|sdpa)|__cudnn\$fmha|flash_attention|splash", low):
     return ATTENTION
   if ops & {"dot", "convolution"} or re.search(r"__cublas|cublaslt|__triton_gemm|gemm", low):
     return GEMM
   if ops & {"rng", "rng-bit-generator", "rng-get-and-update-state"} or re.search(
-      r"threefry|random_bits|rng_bit|random_bernoulli|random_uniform", low):
+      r"op_name=\"[^\"]*(threefry|random_bits|rng|jit\(_bernoulli|jit\(_uniform|jit\(_normal"
+      r"|jit\(_truncated_normal)", low):
     return RNG
   if ops & {"scatter", "gather", "select-and-scatter"}:
     return SCATTER
   if opcode in _DATA_MOVEMENT or (opcode == "fusion" and ops <= _DATA_MOVEMENT | {"fusion"}):
     return COPY
   name_stack = re.search(r'op_name="([^"]*)"', line)
-  if (name_stack and "jvp(" not in name_stack.group(1) and opcode not in _CONTROL) or re.search(
-      r"adam|lamb|optax|clip_by_global_norm", meta):
-    return OPTIMIZER  # outside the forward and backward pass: gradient norm, update, step tail
+  outside = training and name_stack and "jvp(" not in name_stack.group(1)
+  if "/optax/" in files or (outside and opcode not in _CONTROL):
+    return OPTIMIZER  # optax's code, or outside the forward and backward pass: norm, step tail
   if opcode in _CONTROL:
     return OTHER
   return ELEMENTWISE
