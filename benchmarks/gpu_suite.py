@@ -20,16 +20,20 @@ where set, else ./gpu_suite_out. A part that fails or runs out of time is report
 such and the suite goes on.
 
 --dry_run (or GPU_SUITE_DRY_RUN=1): the same chain on whatever device is there with the
-tiny config, a few steps, float32, torch eager, 64 texts: about a minute on a 2-core CPU
+tiny config, a few steps, float32, torch eager, 64 texts, every part in this one process
+(one import of jax, torch and transformers): about a minute on a 2-core CPU
 (tests/test_benchmarks.py runs it).
 """
 import argparse
+import contextlib
 import json
 import os
+import runpy
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -80,8 +84,36 @@ def parts(args, work: str) -> list[dict]:
   ]
 
 
-def run_part(part: dict, deadline: float, env: dict, log) -> dict:
-  """Runs the part's commands within min(its budget, the time left); returns its record."""
+def run_in_process(cmd: list, log) -> int:
+  """Runs `python SCRIPT ARGS...` or `python -c CODE ARGS...` in this process; its exit status."""
+  old_argv = sys.argv
+  try:
+    with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+      if cmd[1] == "-c":
+        sys.argv = ["-c"] + cmd[3:]
+        exec(compile(cmd[2], "<suite>", "exec"), {"__name__": "__main__"})  # pylint: disable=exec-used
+      else:
+        sys.argv = cmd[1:]
+        runpy.run_path(cmd[1], run_name="__main__")
+    return 0
+  except SystemExit as e:
+    if e.code not in (None, 0):
+      log.write(f"exit: {e.code}\n")
+    return 0 if e.code in (None, 0) else 1
+  except Exception:  # pylint: disable=broad-except
+    log.write(traceback.format_exc())
+    return 1
+  finally:
+    sys.argv = old_argv
+    log.flush()
+
+
+def run_part(part: dict, deadline: float, env: dict, log, in_process: bool = False) -> dict:
+  """Runs the part's commands within min(its budget, the time left); returns its record.
+
+  in_process (the dry run): in this process, one import of jax, torch and transformers for
+  all parts, and no time limit but the budget check before each part.
+  """
   start = time.time()
   limit = min(part["budget_s"], deadline - start)
   record = dict(name=part["name"], budget_s=part["budget_s"])
@@ -92,14 +124,17 @@ def run_part(part: dict, deadline: float, env: dict, log) -> dict:
     left = start + limit - time.time()
     log.write(f"\n===== {part['name']}: {' '.join(cmd)} (limit {left:.0f} s)\n")
     log.flush()
-    try:
-      proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            timeout=max(left, 1))
-    except subprocess.TimeoutExpired:
-      record.update(status=f"timed out after {limit:.0f} s", seconds=time.time() - start)
-      return record
-    if proc.returncode:
-      record.update(status=f"failed (exit {proc.returncode}; see suite.log)",
+    if in_process:
+      rc = run_in_process(cmd, log)
+    else:
+      try:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            timeout=max(left, 1)).returncode
+      except subprocess.TimeoutExpired:
+        record.update(status=f"timed out after {limit:.0f} s", seconds=time.time() - start)
+        return record
+    if rc:
+      record.update(status=f"failed (exit {rc}; see suite.log)",
                     seconds=time.time() - start)
       return record
   record["seconds"] = time.time() - start
@@ -182,9 +217,13 @@ def main(argv=None) -> int:
              PYTHONPATH=os.pathsep.join([ROOT] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
   print(f"gpu_suite{' --dry_run' if args.dry_run else ''}: budget {args.budget_s:.0f} s; log {args.out}/suite.log", flush=True)
   records = []
+  if args.dry_run:
+    os.chdir(ROOT)
+    os.environ.update(env)
+    sys.path.insert(0, ROOT)
   with open(os.path.join(args.out, "suite.log"), "w") as log:
     for part in parts(args, work):
-      records.append(run_part(part, start + args.budget_s, env, log))
+      records.append(run_part(part, start + args.budget_s, env, log, in_process=args.dry_run))
       r = records[-1]
       print(f"  {r['name']}: {r['status']} ({r.get('seconds', 0):.0f} s)", flush=True)
   device, torch_device = _devices(records)

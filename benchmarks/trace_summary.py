@@ -211,8 +211,15 @@ def device_events(xplane_path: str) -> tuple[str, list[dict]]:
 
 def _event(e, line: str) -> dict:
   stats = dict(e.stats)
-  return dict(name=e.name, hlo_op=str(stats.get("hlo_op", "") or ""),
-              hlo_module=str(stats.get("hlo_module", "") or ""), line=line,
+  hlo_op, hlo_module = str(stats.get("hlo_op", "") or ""), str(stats.get("hlo_module", "") or "")
+  if not hlo_op:  # a GPU kernel's XLA annotation "name:#hlo_op=...,hlo_module=...#" kept whole
+    for v in stats.values():
+      if isinstance(v, str) and "hlo_op=" in v:
+        found = dict(kv.split("=", 1) for kv in v.split("#")[1].split(",") if "=" in kv) if (
+            v.count("#") >= 2) else {}
+        hlo_op, hlo_module = found.get("hlo_op", ""), hlo_module or found.get("hlo_module", "")
+        break
+  return dict(name=e.name, hlo_op=hlo_op, hlo_module=hlo_module, line=line,
               start_ns=float(e.start_ns), dur_ns=float(e.duration_ns))
 
 
@@ -257,8 +264,13 @@ def summarize(events: list[dict], module: str, hlo_categories: dict, steps: int,
   if not events:
     raise ValueError("the trace holds no device events")
   for e in events:
-    cat = hlo_categories.get(e["hlo_op"]) if (
-        not module or not e["hlo_module"] or e["hlo_module"] == module) else None
+    cat = None
+    if not module or not e["hlo_module"] or e["hlo_module"] == module:
+      # The HLO op, else the kernel name (XLA:GPU names kernels after their instruction,
+      # "loop_add_fusion_3" for "loop_add_fusion.3").
+      for key in (e["hlo_op"], e["name"], re.sub(r"_(\d+)$", r".\1", e["name"])):
+        if key and (cat := hlo_categories.get(key)):
+          break
     e["category"] = cat or category_by_name(e["name"] + " " + e["hlo_op"])
   window, busy = _busy_ns(events)
   by_cat = collections.Counter()
