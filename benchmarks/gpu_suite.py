@@ -26,6 +26,7 @@ tiny config, a few steps, float32, torch eager, 64 texts, every part in this one
 """
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import runpy
@@ -35,6 +36,8 @@ import tempfile
 import time
 import traceback
 
+REQUIRED = ["jax", "flax", "optax", "orbax", "ml_collections", "etils", "absl", "torch",
+            "transformers"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -73,7 +76,7 @@ def parts(args, work: str) -> list[dict]:
       dict(name="base_seq128", budget_s=150, json=f"{work}/base_seq128.json", cmds=[
           [py, f"{HERE}/train_step.py", *step, *peer, "--steps", "2" if dry else "10",
            "--rounds", "1" if dry else "3", "--json", f"{work}/base_seq128.json"]]),
-      dict(name="embed", budget_s=70, json=f"{work}/embed.json", cmds=make_model + [
+      dict(name="embed", budget_s=90, json=f"{work}/embed.json", cmds=make_model + [
           [py, f"{HERE}/embed_speed.py", "--model_dir", embed_model, "--bundle", embed_bundle,
            *texts, "--num", str(num), "--json", f"{work}/embed.json",
            *(["--max_length", "32"] if dry else []),
@@ -208,6 +211,11 @@ def main(argv=None) -> int:
     sys.exit(f"--sts_train {args.sts_train}: no such file")
   if args.budget_s < 30:
     sys.exit(f"--budget_s must be >= 30 (got {args.budget_s})")
+  missing = [m for m in REQUIRED + ([] if args.dry_run else ["sentence_transformers"])
+             if importlib.util.find_spec(m) is None]
+  if missing:
+    sys.exit(f"missing Python packages: {', '.join(missing)} (on a device machine, carry them as "
+             "wheels: /work/.library/device/README.md; the GPU image lacks ml-collections)")
   os.makedirs(args.out, exist_ok=True)
   work = args.work or tempfile.mkdtemp(prefix="gpu_suite_")
   start = time.time()

@@ -274,6 +274,8 @@ def main(argv=None):
     sys.exit(f"--steps and --rounds must be >= 1 (got {args.steps}, {args.rounds})")
   if args.no_reference:
     args.reference = "none"
+  if args.reference == "torch":  # torch shares the GPU: jax must not take 75% of it up front
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
   setup = Setup(args)
 
   runners = [ours(setup.config, setup.model_cfg, setup.batch)]

@@ -181,3 +181,12 @@ def test_gpu_suite_refuses_a_missing_texts_file_in_one_line(tmp_path):
   assert proc.returncode == 1
   assert proc.stderr.strip() == "--sts_train /nonexistent.tsv: no such file"
   assert not (tmp_path / "suite.json").exists()
+
+
+def test_gpu_suite_names_missing_packages_in_one_line_before_writing(tmp_path, monkeypatch, capsys):
+  import gpu_suite  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(gpu_suite, "REQUIRED", gpu_suite.REQUIRED + ["no_such_package_xyz"])
+  with pytest.raises(SystemExit) as e:
+    gpu_suite.main(["--dry_run", "--out", str(tmp_path / "out")])
+  assert str(e.value.code).startswith("missing Python packages: no_such_package_xyz (")
+  assert not (tmp_path / "out").exists()
