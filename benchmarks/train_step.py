@@ -33,7 +33,9 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(1, HERE)  # torch_reference, also when run through runpy
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
