@@ -30,6 +30,7 @@ import importlib.util
 import json
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
@@ -130,10 +131,15 @@ def run_part(part: dict, deadline: float, env: dict, log, in_process: bool = Fal
     if in_process:
       rc = run_in_process(cmd, log)
     else:
+      # Its own process group, so that a timeout also ends what it started (torch.compile's
+      # workers, the converter).
+      proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                              start_new_session=True)
       try:
-        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            timeout=max(left, 1)).returncode
+        rc = proc.wait(timeout=max(left, 1))
       except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
         record.update(status=f"timed out after {limit:.0f} s", seconds=time.time() - start)
         return record
     if rc:
@@ -203,6 +209,8 @@ def main(argv=None) -> int:
   p.add_argument("--embed_model", default="", help="a Hugging Face BERT directory (with --embed_bundle)")
   p.add_argument("--embed_bundle", default="", help="the same model as a bert_jax bundle")
   p.add_argument("--sts_train", default="", help="STS-B train.tsv for the embedding texts")
+  p.add_argument("--isolate", action="store_true",
+                 help="dry run: parts as subprocesses with time limits, as on a GPU")
   p.add_argument("--work", default="", help="scratch directory (default: a new temp dir)")
   args = p.parse_args(argv)
   if bool(args.embed_model) != bool(args.embed_bundle):
@@ -225,13 +233,14 @@ def main(argv=None) -> int:
              PYTHONPATH=os.pathsep.join([ROOT] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
   print(f"gpu_suite{' --dry_run' if args.dry_run else ''}: budget {args.budget_s:.0f} s; log {args.out}/suite.log", flush=True)
   records = []
-  if args.dry_run:
+  in_process = args.dry_run and not args.isolate
+  if in_process:
     os.chdir(ROOT)
     os.environ.update(env)
     sys.path.insert(0, ROOT)
   with open(os.path.join(args.out, "suite.log"), "w") as log:
     for part in parts(args, work):
-      records.append(run_part(part, start + args.budget_s, env, log, in_process=args.dry_run))
+      records.append(run_part(part, start + args.budget_s, env, log, in_process=in_process))
       r = records[-1]
       print(f"  {r['name']}: {r['status']} ({r.get('seconds', 0):.0f} s)", flush=True)
   device, torch_device = _devices(records)
