@@ -165,16 +165,16 @@ def markdown(suite: dict) -> str:
     out.append(f"| {p['name']} | {p['status']} | {p.get('seconds', 0):.0f} |")
   steps = [p for p in suite["parts"] if p["name"] in ("base_seq128", "large_seq512") and "result" in p]
   if steps:
-    out += ["", "| part | implementation | device | ms/step | blocked ms | tokens/s | MFU |",
-            "|---|---|---|---:|---:|---:|---:|"]
+    out += ["", "| part | implementation | device | ms/step | blocked ms | tokens/s | MFU | first step s |",
+            "|---|---|---|---:|---:|---:|---:|---:|"]
     for p in steps:
       r = p["result"]
       for row in r["rows"]:
         out.append(f"| {p['name']} | {row['implementation']} | {row['device']} "
                    f"| {row['ms_per_step']:.1f} | {row['blocked_ms_per_step']:.1f} "
-                   f"| {row['tokens_per_s']:,.0f} | {row['mfu']:.1%} |")
+                   f"| {row['tokens_per_s']:,.0f} | {row['mfu']:.1%} | {row['first_step_s']:.1f} |")
       if "vs_reference" in r:
-        out.append(f"| {p['name']} | bert_jax / torch tokens/s | | | | {r['vs_reference']:.2f}x | |")
+        out.append(f"| {p['name']} | bert_jax / torch tokens/s | | | | {r['vs_reference']:.2f}x | | |")
     for p in steps:
       out.append(f"\n{p['name']}: {p['result']['config']}; peak {p['result']['peak_flops']:.3g} "
                  f"FLOP/s ({p['result']['peak_source']})")

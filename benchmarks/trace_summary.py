@@ -15,6 +15,7 @@ the categories' time plus idle, so they sum to 100%.
 """
 import collections
 import glob
+import gzip
 import os
 import re
 
@@ -169,7 +170,8 @@ def category_by_name(name: str) -> str:
 
 
 def latest_xplane(log_dir: str) -> str:
-  found = sorted(glob.glob(os.path.join(log_dir, "**", "*.xplane.pb"), recursive=True),
+  found = sorted(glob.glob(os.path.join(log_dir, "**", "*.xplane.pb"), recursive=True)
+                 + glob.glob(os.path.join(log_dir, "**", "*.xplane.pb.gz"), recursive=True),
                  key=os.path.getmtime)
   if not found:
     raise FileNotFoundError(f"no *.xplane.pb under {log_dir}")
@@ -183,7 +185,11 @@ def device_events(xplane_path: str) -> tuple[str, list[dict]]:
   events' time taken out).
   """
   import jax  # pylint: disable=g-import-not-at-top
-  data = jax.profiler.ProfileData.from_file(xplane_path)
+  if xplane_path.endswith(".gz"):
+    with gzip.open(xplane_path, "rb") as f:
+      data = jax.profiler.ProfileData.from_serialized_xspace(f.read())
+  else:
+    data = jax.profiler.ProfileData.from_file(xplane_path)
   dev_planes = [p for p in data.planes if p.name.startswith(("/device:GPU", "/device:TPU"))]
   raw = []
   if dev_planes:

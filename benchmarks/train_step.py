@@ -281,11 +281,12 @@ def main(argv=None):
   setup = Setup(args)
 
   runners = [ours(setup.config, setup.model_cfg, setup.batch)]
-  runners[0].step()  # compile; the RSS below is bert_jax's own (the reference adds to it)
+  first = [runners[0].step()]  # compile; the RSS below is bert_jax's own (the reference adds to it)
   rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
   names, devices = ["bert_jax"], [setup.device]
   if args.reference == "flax":
     runners.append(flax_reference(setup.model_cfg, setup.batch))
+    first.append(runners[-1].step())
     names.append("hf FlaxBertForPreTraining")
     devices.append(setup.device)
   elif args.reference == "torch":
@@ -293,12 +294,13 @@ def main(argv=None):
     r = torch_reference.TorchRunner(hf_config(setup.model_cfg), reference_inputs(setup.batch),
                                     args.dtype, compile_model=not args.no_torch_compile)
     runners.append(r)
+    first.append(r.first_step_s)
     names.append(r.name)
     devices.append(r.device)
   times = interleaved_rounds(runners, args.rounds, args.steps)
   rows = []
-  for name, device, t in zip(names, devices, times):
-    rows.append(dict(implementation=name, device=device,
+  for name, device, t, t0 in zip(names, devices, times, first):
+    rows.append(dict(implementation=name, device=device, first_step_s=t0,
                      **setup.figures(statistics.median(t["back_to_back"])),
                      blocked_ms_per_step=statistics.median(t["blocked"]) * 1e3,
                      rounds_ms_per_step=[x * 1e3 for x in t["back_to_back"]]))
@@ -307,7 +309,8 @@ def main(argv=None):
   print(setup.describe())
   print(f"peak FLOP/s per device: {setup.peak:.3e} ({setup.peak_source})"
         f" | model FLOPs/token {setup.flops_per_token:.3e}")
-  print(f"peak RSS after bert_jax steps: {rss_ours:.2f} GiB")
+  print(f"peak RSS after bert_jax steps: {rss_ours:.2f} GiB | first step (compile): "
+        + ", ".join(f"{r['implementation']} {r['first_step_s']:.1f} s" for r in rows))
   print(f"timing: {args.rounds} rounds x {args.steps} back-to-back steps, interleaved; "
         "median of the rounds' mean step")
   print(f"{'implementation':<50}{'device':<28}{'ms/step':>9}{'blocked ms':>12}{'tokens/s':>13}{'MFU':>8}")

@@ -174,7 +174,7 @@ def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
     assert "torch BertForPreTraining" in rows[1]["implementation"]
   assert parts["embed"]["result"]["max_abs_diff"] < 1e-4
   md = (tmp_path / "suite.md").read_text()
-  assert "| base_seq128 | bert_jax | cpu |" in md and "| category | ms/step | share |" in md
+  assert "| base_seq128 | bert_jax | cpu |" in md and "first step s" in md and "| category | ms/step | share |" in md
   assert "jax device: cpu" in md and md.strip() in proc.stdout
 
 
