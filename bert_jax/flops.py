@@ -8,20 +8,29 @@ import jax.numpy as jnp
 from bert_jax import emd as emd_lib
 from bert_jax.model_config import BertConfig
 
-# Dense peak FLOP/s per chip, (bfloat16, float32). float32 on NVIDIA is the TF32
-# tensor-core peak XLA uses by default. Override with --peak_flops where known better.
-PEAK_FLOPS = {
-    "H100": (989e12, 494e12),
-    "H200": (989e12, 494e12),
-    "A100": (312e12, 156e12),
-    "L4": (121e12, 60e12),
-    "TPU v4": (275e12, 275e12),
-    "TPU v5 lite": (197e12, 197e12),
-    "TPU v5e": (197e12, 197e12),
-    "TPU v5p": (459e12, 459e12),
-    "TPU v6 lite": (918e12, 918e12),
-    "TPU v6e": (918e12, 918e12),
-}
+# Dense peak FLOP/s per chip, (bfloat16, float32), matched in order against
+# `jax.devices()[0].device_kind` (on NVIDIA the CUDA device name: "NVIDIA H100 80GB HBM3"
+# is the SXM part, "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA H200 NVL",
+# "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA GH200 480GB"); the more specific
+# names come first. float32 on NVIDIA is the TF32 tensor-core peak XLA uses by default.
+# Figures: NVIDIA's datasheets, dense (half the "with sparsity" figures). Override with
+# --peak_flops where known better.
+PEAK_FLOPS = (
+    ("H100 PCIe", 756e12, 378e12),
+    ("H100 NVL", 835e12, 418e12),
+    ("H200 NVL", 835e12, 418e12),
+    ("GH200", 989e12, 494e12),
+    ("H100", 989e12, 494e12),  # SXM5 ("NVIDIA H100 80GB HBM3")
+    ("H200", 989e12, 494e12),  # SXM
+    ("A100", 312e12, 156e12),  # SXM4 and PCIe alike
+    ("L4", 121e12, 60e12),
+    ("TPU v4", 275e12, 275e12),
+    ("TPU v5 lite", 197e12, 197e12),
+    ("TPU v5e", 197e12, 197e12),
+    ("TPU v5p", 459e12, 459e12),
+    ("TPU v6 lite", 918e12, 918e12),
+    ("TPU v6e", 918e12, 918e12),
+)
 
 
 def encoder_params(config: BertConfig) -> int:
@@ -80,8 +89,12 @@ def device_peak_flops(dtype: str = "float32") -> float:
   dev = jax.devices()[0]
   if dev.platform == "cpu":
     return measure_matmul_peak(dtype=jnp.float32)
-  kind = dev.device_kind
-  for name, (bf16, f32) in PEAK_FLOPS.items():
+  return peak_flops_for_kind(dev.device_kind, dtype)
+
+
+def peak_flops_for_kind(kind: str, dtype: str = "float32") -> float:
+  """Dense peak FLOP/s of a `device_kind` string from PEAK_FLOPS (first match); NaN if unknown."""
+  for name, bf16, f32 in PEAK_FLOPS:
     if name.lower() in kind.lower():
       return bf16 if dtype == "bfloat16" else f32
   return float("nan")

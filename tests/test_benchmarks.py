@@ -1,0 +1,195 @@
+"""The speed benchmarks (issue 29): peak table, step profile, torch peer, GPU suite's dry run."""
+import json
+import os
+import re
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax import flops
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import trace_summary  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+@pytest.mark.parametrize("kind,bf16,f32", [
+    ("NVIDIA H100 80GB HBM3", 989e12, 494e12),  # SXM5
+    ("NVIDIA H100 PCIe", 756e12, 378e12),
+    ("NVIDIA H100 NVL", 835e12, 418e12),
+    ("NVIDIA H200", 989e12, 494e12),
+    ("NVIDIA H200 NVL", 835e12, 418e12),
+    ("NVIDIA GH200 480GB", 989e12, 494e12),
+    ("NVIDIA A100-SXM4-80GB", 312e12, 156e12),
+    ("NVIDIA A100 80GB PCIe", 312e12, 156e12),
+    ("TPU v5 lite", 197e12, 197e12),
+])
+def test_peak_table_tells_h100_sxm_from_pcie_and_nvl(kind, bf16, f32):
+  assert flops.peak_flops_for_kind(kind, "bfloat16") == bf16
+  assert flops.peak_flops_for_kind(kind, "float32") == f32
+
+
+def test_unknown_device_kind_has_no_peak():
+  assert np.isnan(flops.peak_flops_for_kind("Some Future Accelerator", "bfloat16"))
+
+
+def test_summary_counts_nested_events_once_and_idle_gaps():
+  # Line a: a 10 ns `while` holding a 4 ns dot; line b: a 3 ns copy after a 6 ns gap.
+  events = [dict(name="while.1", hlo_op="while.1", hlo_module="m", line="a", start_ns=0.0, dur_ns=10.0),
+            dict(name="dot.2", hlo_op="dot.2", hlo_module="m", line="a", start_ns=2.0, dur_ns=4.0),
+            dict(name="copy.3", hlo_op="copy.3", hlo_module="m", line="b", start_ns=16.0, dur_ns=3.0)]
+  cats = {"while.1": trace_summary.OTHER, "dot.2": trace_summary.GEMM, "copy.3": trace_summary.COPY}
+  s = trace_summary.summarize(trace_summary._own_time(events), "m", cats, steps=1)
+  got = {c["category"]: c["ms_per_step"] * 1e6 for c in s["categories"]}
+  assert got[trace_summary.OTHER] == pytest.approx(6.0)
+  assert got[trace_summary.GEMM] == pytest.approx(4.0)
+  assert got[trace_summary.COPY] == pytest.approx(3.0)
+  assert got[trace_summary.IDLE] == pytest.approx(6.0)  # window 19, busy 13
+  assert sum(c["share"] for c in s["categories"]) == pytest.approx(1.0)
+  assert s["top_kernels"][0]["name"] == "while.1"
+
+
+def test_gpu_kernel_names_map_to_their_instruction_or_are_named_by_pattern():
+  def ev(name, start, stats_op=""):
+    return dict(name=name, hlo_op=stats_op, hlo_module="", line="Stream #7(Kernel)",
+                start_ns=float(start), dur_ns=1.0)
+  events = [ev("loop_add_fusion_3", 0), ev("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 1),
+            ev("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 2), ev("MemcpyD2D", 3),
+            ev("input_scatter_fusion", 4), ev("some_custom_kernel", 5)]
+  s = trace_summary.summarize(trace_summary._own_time(events), "jit_train_step",
+                              {"loop_add_fusion.3": trace_summary.ELEMENTWISE}, steps=1)
+  got = {k["name"]: k["category"] for k in s["top_kernels"]}
+  assert got == {"loop_add_fusion_3": trace_summary.ELEMENTWISE,
+                 "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n": trace_summary.GEMM,
+                 "cudnn_generated_fort_native_sdpa_sm90_flash_fprop": trace_summary.ATTENTION,
+                 "MemcpyD2D": trace_summary.COPY, "input_scatter_fusion": trace_summary.SCATTER,
+                 "some_custom_kernel": trace_summary.OTHER}
+
+
+def test_hlo_categories_of_a_compiled_program():
+  def f(x, idx, key):
+    y = x @ x.T                                          # dot
+    y = y + jax.random.uniform(key, y.shape)             # threefry
+    z = jnp.zeros((64,)).at[idx].add(y[:, 0])            # scatter
+    return z, jnp.tanh(y).sum(), x.T.copy()
+  x = jnp.ones((64, 32))
+  text = jax.jit(f).lower(x, jnp.arange(64) % 7, jax.random.PRNGKey(0)).compile().as_text()
+  module, cats = trace_summary.parse_hlo(text)
+  assert module.startswith("jit_f")
+  found = set(cats.values())
+  for c in (trace_summary.GEMM, trace_summary.RNG, trace_summary.SCATTER):
+    assert c in found, (c, sorted(found))
+
+
+def test_profile_step_on_cpu_gives_a_table_whose_shares_sum_to_one(tmp_path, capsys):
+  import profile_step  # pylint: disable=g-import-not-at-top
+  s = profile_step.main(["--config", "configs/pretrain.py:tiny", "--batch_size", "2",
+                         "--seq_len", "16", "--steps", "2", "--warmup", "1", "--out", str(tmp_path)])
+  out = capsys.readouterr().out
+  assert "| category | ms/step | share |" in out and "### profile: cpu" in out
+  assert s["events"] > 0 and s["busy_ms_per_step"] > 0
+  assert sum(c["share"] for c in s["categories"]) == pytest.approx(1.0, abs=1e-6)
+  shares = {c["category"]: c["share"] for c in s["categories"]}
+  assert shares[trace_summary.GEMM] > 0.02  # the matmuls are found and named
+  assert shares[trace_summary.OPTIMIZER] > 0  # so is the update outside the backward pass
+  assert len(s["top_kernels"]) == 20
+  assert json.loads((tmp_path / "profile.json").read_text())["device"] == "cpu"
+
+
+_NO_TF = ("import runpy, sys\n"
+          "for n in ('tensorflow', 'tensorflow_text', 'tensorflow_datasets'):\n"
+          "  sys.modules[n] = None  # as if not installed: import fails, find_spec is None\n"
+          "sys.argv = sys.argv[1:]\n"
+          "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def _run_without_tensorflow(*argv):
+  """Runs a benchmark script where `import tensorflow` fails; xfails on the one known cause.
+
+  Known, owned by the data package (issue 30, being made lazy there): bert_jax.data's
+  modules import TensorFlow at import time (sources and tokenizer through
+  bert_jax.cpu_tensorflow, wordpiece imports tensorflow_text); configs/pretrain.py and
+  bert_jax.embed import those modules. A TensorFlow import anywhere else on the path fails
+  the test; once the data package is fixed the test passes as it is.
+  """
+  proc = subprocess.run([sys.executable, "-c", _NO_TF, *argv], cwd=ROOT, capture_output=True,
+                        text=True, timeout=600,
+                        env=dict(os.environ, PYTHONPATH=str(ROOT), USE_TF="0"))
+  frames = [l.strip() for l in proc.stderr.splitlines() if l.strip().startswith("File ")]
+  ours = [f.split('"')[1] for f in frames if str(ROOT) in f]
+  last = ours[-1].replace("/benchmarks/../", "/") if ours else ""
+  tf_import = re.search(r"ModuleNotFoundError: import of (tensorflow\w*) halted", proc.stderr)
+  if proc.returncode and tf_import and ("/bert_jax/data/" in last or last.endswith("/cpu_tensorflow.py")):
+    chain = " -> ".join(f.replace("/benchmarks/../", "/").split(str(ROOT) + "/")[-1] for f in ours)
+    pytest.xfail(f"{tf_import.group(1)} imported by the data package: {chain}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc
+
+
+def test_train_step_and_the_torch_peer_run_without_tensorflow(tmp_path):
+  out = tmp_path / "r.json"
+  proc = _run_without_tensorflow(
+      "benchmarks/train_step.py", "--config", "configs/pretrain.py:tiny", "--batch_size", "2",
+      "--seq_len", "16", "--steps", "2", "--rounds", "1", "--reference", "torch",
+      "--no_torch_compile", "--json", str(out))
+  r = json.loads(out.read_text())
+  names = [row["implementation"] for row in r["rows"]]
+  assert names[0] == "bert_jax" and names[1].startswith("torch BertForPreTraining (sdpa, fp32, eager)")
+  assert all(row["tokens_per_s"] > 0 and row["mfu"] > 0 for row in r["rows"])
+  assert "vs_reference: " in proc.stdout
+
+
+def test_embed_speed_runs_without_tensorflow(tmp_path):
+  import random_bert  # pylint: disable=g-import-not-at-top
+  assert random_bert.main(["--dst", str(tmp_path), "--layers", "1", "--hidden", "32", "--heads", "2",
+                           "--intermediate", "64", "--texts", "16"]) == 0
+  _run_without_tensorflow(
+      "benchmarks/embed_speed.py", "--model_dir", str(tmp_path / "hf"), "--bundle",
+      str(tmp_path / "bundle"), "--texts", str(tmp_path / "texts.txt"), "--num", "16",
+      "--max_length", "32", "--json", str(tmp_path / "e.json"))
+  assert json.loads((tmp_path / "e.json").read_text())["max_abs_diff"] < 1e-4
+
+
+def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
+  proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "--dry_run", "--out", str(tmp_path),
+                         "--work", str(tmp_path / "work")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=900,
+                        env=dict(os.environ, PYTHONPATH=str(ROOT), PYTHON=sys.executable))
+  assert proc.returncode == 0, proc.stdout[-3000:] + (tmp_path / "suite.log").read_text()[-5000:]
+  suite = json.loads((tmp_path / "suite.json").read_text())
+  assert suite["dry_run"] and suite["device"] == "cpu"
+  parts = {p["name"]: p for p in suite["parts"]}
+  assert list(parts) == ["profile", "base_seq128", "embed", "large_seq512"]
+  assert all(p["status"] == "ok" for p in parts.values()), parts
+  profile = parts["profile"]["result"]
+  assert sum(c["share"] for c in profile["categories"]) == pytest.approx(1.0, abs=1e-6)
+  for name in ("base_seq128", "large_seq512"):
+    rows = parts[name]["result"]["rows"]
+    assert [r["device"] for r in rows] == ["cpu", "cpu (torch)"]
+    assert "torch BertForPreTraining" in rows[1]["implementation"]
+  assert parts["embed"]["result"]["max_abs_diff"] < 1e-4
+  md = (tmp_path / "suite.md").read_text()
+  assert "| base_seq128 | bert_jax | cpu |" in md and "first step s" in md and "| category | ms/step | share |" in md
+  assert "jax device: cpu" in md and md.strip() in proc.stdout
+
+
+def test_gpu_suite_refuses_a_missing_texts_file_in_one_line(tmp_path):
+  proc = subprocess.run([sys.executable, "benchmarks/gpu_suite.py", "--sts_train", "/nonexistent.tsv",
+                         "--out", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 1
+  assert proc.stderr.strip() == "--sts_train /nonexistent.tsv: no such file"
+  assert not (tmp_path / "suite.json").exists()
+
+
+def test_gpu_suite_names_missing_packages_in_one_line_before_writing(tmp_path, monkeypatch, capsys):
+  import gpu_suite  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(gpu_suite, "REQUIRED", gpu_suite.REQUIRED + ["no_such_package_xyz"])
+  with pytest.raises(SystemExit) as e:
+    gpu_suite.main(["--dry_run", "--out", str(tmp_path / "out")])
+  assert str(e.value.code).startswith("missing Python packages: no_such_package_xyz (")
+  assert not (tmp_path / "out").exists()
