@@ -185,13 +185,14 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         last["mfu"] = (last["tokens_per_second"]
                        * setup.flops_per_token(config.seq_len, masked_fraction) / peak)
         last["input_wait"] = it.take_wait() / dt  # the share of the window spent waiting
+        last["steps_per_second"] = steps_since / dt  # padding included, as a step benchmark
         skipped = nonfinite_steps()
         ckpts.check_saves()
         spike_check(last["loss"], step, ckpts.all_steps(), str(ckpts.directory))
         if skipped:
           last["nonfinite_steps"] = skipped
           logging.warning("%d step(s) had NaN/inf loss and were skipped", skipped)
-        logger.log(step, last, steps_per_sec=steps_since / dt)
+        logger.log(step, last, steps_per_sec=last["steps_per_second"])
         t_log, steps_since = time.time(), 0
       if step % config.checkpoint_every == 0 or step == config.total_steps:
         save(step)

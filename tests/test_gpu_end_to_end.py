@@ -1,0 +1,28 @@
+"""benchmarks/gpu_end_to_end.sh --dry_run: the accelerator host's whole chain, tiny, on the CPU
+(issue 30): step-only speed, pretraining from prepared data, SIGKILL and resume, export,
+STS-B fine-tuning from the export."""
+import json
+import pathlib
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_the_end_to_end_dry_run_resumes_exactly_and_reports_every_figure(tmp_path):
+  out = tmp_path / "e2e"
+  proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_end_to_end.sh"), "--dry_run",
+                         "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                        timeout=1200)
+  assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:],
+                                (out / "e2e.log").read_text()[-3000:])
+  result = json.loads((out / "e2e.json").read_text())
+  assert result["resumed_losses_equal"] and result["resumed_steps_compared"] >= 3
+  assert result["killed_after_step"] < result["steps"]  # killed before the end: a real resume
+  assert result["step_only_tokens_per_second"] > 0 and result["program_tokens_per_second"] > 0
+  assert 0.0 <= result["input_wait_share"] < 1.0
+  assert -1.0 <= result["stsb_dev_pearson"] <= 1.0
+  assert (out / "straight" / "export" / "bundle.json").exists()  # what the fine-tune read
+  table = (out / "e2e.md").read_text()
+  for row in ("step only (tokens/s)", "whole program (tokens/s)", "input wait share",
+              "SIGKILL + resume", "STS-B dev Pearson"):
+    assert f"| {row} |" in table
