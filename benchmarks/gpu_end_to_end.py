@@ -143,6 +143,10 @@ def main(argv=None) -> int:
   if args.prepare:
     prepare(args.data)
     return 0
+  sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+  import gpu_suite  # pylint: disable=g-import-not-at-top
+  gpu_suite.check_packages(["jax", "flax", "optax", "orbax", "ml_collections", "etils", "absl",
+                            "tensorboardX", "safetensors", "tokenizers"])
   import jax  # pylint: disable=g-import-not-at-top
   plan = dict(PLANS["dry_run" if args.dry_run else "gpu"])
   plan["dtype"] = "float32" if args.dry_run else "bfloat16"

@@ -43,6 +43,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
+def check_packages(names) -> None:
+  """Exits with one line naming the modules of `names` that cannot be imported here."""
+  missing = [m for m in names if importlib.util.find_spec(m) is None]
+  if missing:
+    sys.exit(f"missing Python packages: {', '.join(missing)} (on a device machine, carry them as "
+             "wheels: /work/.library/device/README.md; the GPU image lacks ml-collections "
+             "and tensorboardX)")
+
+
 def parts(args, work: str) -> list[dict]:
   """name, budget_s, commands (run in order), result JSON of each part."""
   py = sys.executable
@@ -219,11 +228,7 @@ def main(argv=None) -> int:
     sys.exit(f"--sts_train {args.sts_train}: no such file")
   if args.budget_s < 30:
     sys.exit(f"--budget_s must be >= 30 (got {args.budget_s})")
-  missing = [m for m in REQUIRED + ([] if args.dry_run else ["sentence_transformers"])
-             if importlib.util.find_spec(m) is None]
-  if missing:
-    sys.exit(f"missing Python packages: {', '.join(missing)} (on a device machine, carry them as "
-             "wheels: /work/.library/device/README.md; the GPU image lacks ml-collections)")
+  check_packages(REQUIRED + ([] if args.dry_run else ["sentence_transformers"]))
   os.makedirs(args.out, exist_ok=True)
   work = args.work or tempfile.mkdtemp(prefix="gpu_suite_")
   start = time.time()
