@@ -7,10 +7,5 @@
 # tensorboardX: see benchmarks/README.md) are installed from .whl/ when it is there.
 set -eu
 cd "$(dirname "$0")/.."
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  "${PYTHON:-python3}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-    --upgrade --target /tmp/bert_jax_site .whl/*.whl
-  export PYTHONPATH="/tmp/bert_jax_site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+. benchmarks/device_env.sh
 exec "${PYTHON:-python3}" benchmarks/gpu_end_to_end.py "$@"

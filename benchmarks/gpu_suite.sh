@@ -5,4 +5,5 @@
 # ./gpu_suite_out). --dry_run: the same chain, tiny, on the CPU. See benchmarks/gpu_suite.py.
 set -eu
 cd "$(dirname "$0")/.."
+. benchmarks/device_env.sh
 exec "${PYTHON:-python3}" benchmarks/gpu_suite.py "$@"
