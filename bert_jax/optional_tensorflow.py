@@ -49,10 +49,12 @@ tf = _OnFirstUse("tensorflow")
 tf_text = _OnFirstUse("tensorflow_text")
 
 
-def available() -> bool:
-  """Whether TensorFlow imports here (imports it when it does)."""
+def available(text: bool = False) -> bool:
+  """Whether TensorFlow (and with `text` tensorflow-text) imports here (imports it when it does)."""
   try:
     _import("tensorflow")
+    if text:
+      _import("tensorflow_text")
   except MissingTensorFlowError:
     return False
   return True
