@@ -49,7 +49,8 @@ class RustWordPiece:
 
   def tokenize_to_ids(self, texts: Sequence[str]) -> list[list[int]]:
     """Token ids of each text, no special tokens (batched in Rust threads)."""
-    return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+    return [e.ids for i in range(0, len(texts), 65536)  # bounded memory for huge lists
+            for e in self._tok.encode_batch(list(texts[i:i + 65536]), add_special_tokens=False)]
 
   def basic_tokenize(self, text: str) -> list[str]:
     """The normalised words WordPiece sees (special literals are not matched here)."""
