@@ -1,12 +1,14 @@
 r"""Token-id parity of bert_jax's tokenizers with transformers' fast tokenizers.
 
   python benchmarks/tokenizer_parity.py [--data_dir ../shared/data] [--unicode]
-      [--only wordpiece|family]
+      [--only wordpiece|family] [--backend tf-text|tokenizers]
 
 WordPiece: every line of the real text in the shared data folder goes through
 `python -m bert_jax.tokenize` (a subprocess, exactly as a user runs it) and
 through BertTokenizerFast (add_special_tokens=False), with the
-bert-base-uncased and bert-base-cased vocabs.
+bert-base-uncased and bert-base-cased vocabs. `--backend tokenizers` runs the
+CLI as on a host without TensorFlow (tests/without_tensorflow.py), where
+WordPiece runs on `tokenizers` (bert_jax/data/wordpiece_rust.py).
 
 The family: the tokenizer directories in tokenizers/ (roberta-base byte-level
 BPE, albert-base-v2 and deberta-v3-base SentencePiece), each loaded by kind
@@ -120,10 +122,11 @@ def _sources(data_dir):
           "retrieval": _retrieval_lines(data_dir)}
 
 
-def _cli_ids(lines, vocab, cased):
-  """Ids from `python -m bert_jax.tokenize` in a subprocess."""
-  cmd = [sys.executable, "-m", "bert_jax.tokenize", "--vocab", vocab] + (["--cased"] if cased
-                                                                         else [])
+def _cli_ids(lines, vocab, cased, backend):
+  """Ids from `python -m bert_jax.tokenize` in a subprocess (for tokenizers: without TensorFlow)."""
+  run = (["tests/without_tensorflow.py", "bert_jax.tokenize"] if backend == "tokenizers"
+         else ["-m", "bert_jax.tokenize"])
+  cmd = [sys.executable, *run, "--vocab", vocab] + (["--cased"] if cased else [])
   env = dict(os.environ, PYTHONPATH=_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
              TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
   data = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
@@ -133,7 +136,7 @@ def _cli_ids(lines, vocab, cased):
   return [[int(x) for x in r.split()] for r in rows]
 
 
-def _unicode_check(cased):
+def _unicode_check(cased, backend):
   """Every code point alone and inside a word, with a vocab of all characters."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
@@ -162,7 +165,7 @@ def _unicode_check(cased):
       ref = transformers.BertTokenizerFast(vocab_file=path, do_lower_case=not cased)
       expected = ref(texts, add_special_tokens=False)["input_ids"]
       inv = {i: t for t, i in ref.get_vocab().items()}
-      ours = tokenizer_lib.WordPieceTokenizer(path, lowercase=not cased)
+      ours = tokenizer_lib.WordPieceTokenizer(path, lowercase=not cased, backend=backend)
       got = ours.tokenize_to_ids(texts)
       for c, e, g in zip(chunk, expected, got):
         if [inv[i] for i in e] != ours.convert_ids_to_tokens(g):
@@ -229,6 +232,8 @@ def main():
   p.add_argument("--data_dir", default=os.path.join(_ROOT, "..", "shared", "data"))
   p.add_argument("--unicode", action="store_true", help="also check every code point")
   p.add_argument("--only", choices=["wordpiece", "family"], help="one part of the check")
+  p.add_argument("--backend", choices=["tf-text", "tokenizers"], default="tf-text",
+                 help="WordPiece's backend (bert_jax.data.wordpiece)")
   args = p.parse_args()
   sources = _sources(args.data_dir)
   total = bad_total = 0
@@ -263,7 +268,7 @@ def _wordpiece(args, sources):
     ref = transformers.BertTokenizerFast(vocab, do_lower_case=not cased)
     for source, (lines, files) in sources.items():
       t = time.time()
-      ours = _cli_ids(lines, vocab, cased)
+      ours = _cli_ids(lines, vocab, cased, args.backend)
       t_cli = time.time() - t
       t = time.time()
       expected = ref(lines, add_special_tokens=False)["input_ids"]
@@ -278,7 +283,7 @@ def _wordpiece(args, sources):
               f"      hf   {ref.convert_ids_to_tokens(expected[i])[:20]}")
   if args.unicode:
     for cased in (False, True):
-      n, bad = _unicode_check(cased)
+      n, bad = _unicode_check(cased, args.backend)
       print(f"unicode {'cased' if cased else 'uncased'}: {len(bad)} of {n} code points differ"
             + (": " + " ".join(f"U+{c:04X}" for c in bad[:40]) + (" ..." if len(bad) > 40
                                                                    else "") if bad else ""))

@@ -53,6 +53,7 @@ from bert_jax import config_sections
 from bert_jax import json_file
 from bert_jax import model as model_lib
 from bert_jax import optimizer as opt_lib
+from bert_jax import optional_tensorflow
 from bert_jax import sharding
 from bert_jax import time_split
 from bert_jax import train_core
@@ -76,6 +77,8 @@ def check_config(config, mesh) -> None:
   if config.task not in ("squad", "sentence_embeddings") and config.data_source == "tsv" \
       and not config.data_dir:
     bad("data_dir is required with data_source='tsv' (the GLUE folder holding MRPC/, RTE/, ...)")
+  if config.data_source == "tfds":
+    optional_tensorflow.require_tfds("bad config: data_source='tfds'")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
   config_sections.check_model(config.model)
   config_sections.check_minimums(config, config_sections.MINIMUMS)

@@ -15,6 +15,7 @@ install where it is not installed. Those modules use
 `from __future__ import annotations`, so that type annotations naming `tf` are
 not evaluated on import.
 """
+import importlib.util
 import types
 
 INSTALL = "pip install tensorflow tensorflow-text"
@@ -49,10 +50,12 @@ tf = _OnFirstUse("tensorflow")
 tf_text = _OnFirstUse("tensorflow_text")
 
 
-def available() -> bool:
-  """Whether TensorFlow imports here (imports it when it does)."""
+def available(text: bool = False) -> bool:
+  """Whether TensorFlow (and with `text` tensorflow-text) imports here (imports it when it does)."""
   try:
     _import("tensorflow")
+    if text:
+      _import("tensorflow_text")
   except MissingTensorFlowError:
     return False
   return True
@@ -74,3 +77,21 @@ def require(what: str) -> None:
     raise ValueError(f"{what} needs TensorFlow and tensorflow-text, and {e}; or prepare the "
                      f"data on a host that has them (python -m bert_jax.prepare_data) and train "
                      f"with config.data.source='prepared'") from None
+
+
+def require_tfds(what: str) -> None:
+  """Raises ValueError in one line when tensorflow-datasets (or TensorFlow) is not installed.
+
+  Args:
+    what: the setting that reads TFDS, e.g. "data_source='tfds'".
+
+  Raises:
+    ValueError: naming `what`, the missing modules and what to install.
+  """
+  missing = [m for m in ("tensorflow", "tensorflow_datasets")
+             if importlib.util.find_spec(m) is None]
+  if missing:
+    raise ValueError(f"{what} reads a prepared TFDS dataset, which needs tensorflow-datasets and "
+                     f"TensorFlow, and {' and '.join(missing)} {'are' if missing[1:] else 'is'} "
+                     f"not installed here: pip install tensorflow tensorflow-datasets; or read "
+                     f"the task's files instead")

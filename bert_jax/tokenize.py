@@ -1,4 +1,5 @@
-r"""Prints the token ids of each input line, with the pipeline's own ops.
+r"""Prints the token ids of each input line, with the pipeline's own ops (WordPiece without
+TensorFlow: `tokenizers`, the same ids).
 
   python -m bert_jax.tokenize --vocab VOCAB [--cased] < texts > ids
   python -m bert_jax.tokenize --spm_model M.model [--cased] < texts

@@ -1,4 +1,5 @@
-"""Pretraining from prepared data without TensorFlow: the Python loader gives tf.data's batches.
+"""Without TensorFlow: pretraining from prepared data (the Python loader gives tf.data's batches),
+and fine-tuning, embed and fill_mask (WordPiece on `tokenizers`) as with it, bitwise.
 
 The TF-free runs are subprocesses started through tests/without_tensorflow.py, where
 tensorflow, tensorflow_text and tensorflow_datasets cannot be imported (issue 30).
@@ -213,7 +214,7 @@ def test_pretraining_without_tensorflow_equals_the_tf_data_run(prepared, tmp_pat
                              "--config.data.source=prepared", f"--config.data.prepared_dir={out}")
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "TENSORFLOW MODULES: []" in proc.stderr
-  assert "fill-mask example skipped: its tokenizer needs TensorFlow" in proc.stdout
+  assert "fill-mask example from the new checkpoint:" in proc.stdout  # WordPiece in Rust
   with_tf = str(tmp_path / "tf_data")
   pretrain.train(_run_config(out, **{"data.loader": "tf_data"}), with_tf)
   a, b = _losses(with_tf), _losses(free)
@@ -242,7 +243,12 @@ def test_pretraining_without_tensorflow_equals_the_tf_data_run(prepared, tmp_pat
     (["bert_jax.pretrain", *_RUN_ARGS], 1,
      "holds version-1 (TFRecord) parts, which need TensorFlow to read, and it is not installed "
      "here; re-run python -m bert_jax.prepare_data"),
-], ids=["builtin", "prepare_data", "tf_data_loader", "version_1_parts"])
+    (["bert_jax.finetune", "--config", "configs/glue.py:task=stsb", "--config.data_source=tfds",
+      "--config.init_checkpoint=/nonexistent"], None,
+     "bert_jax.finetune: error: bad config: data_source='tfds' reads a prepared TFDS dataset, "
+     "which needs tensorflow-datasets and TensorFlow, and tensorflow and tensorflow_datasets are "
+     "not installed here: pip install tensorflow tensorflow-datasets"),
+], ids=["builtin", "prepare_data", "tf_data_loader", "version_1_parts", "finetune_tfds"])
 def test_what_needs_tensorflow_is_one_line_without_it(prepared, tmp_path, args,
                                                       prepared_version, message):
   if prepared_version is not None:
@@ -271,3 +277,100 @@ def test_a_local_corpus_that_does_not_exist_is_named_before_the_input_pipeline_l
   assert proc.stdout.strip() == ""  # not even "loading the input pipeline"
   assert proc.stderr.splitlines()[0] == (f"bert_jax.pretrain: error: config.data.files: glob "
                                          f"'{tmp_path}/nothing-*.txt' matches no file")
+
+
+# -- Fine-tuning, embed and fill_mask without TensorFlow (WordPiece on `tokenizers`) -----------
+
+_STSB_HEADER = "\t".join(("index", "genre", "filename", "year", "old_index", "source1", "source2",
+                          "sentence1", "sentence2", "score"))
+# Capitals, accents and CJK: the uncased normalisation decides the ids.
+_STSB_TEXTS = ["The Old Man walked to the river.", "A man walks to the RIVER.",
+               "Café naïve: she said the war was over.", "The war was Over, she said.",
+               "A small dog ran across the field.", "Children played by the trees [SEP] 中文.",
+               "Many people lived in the city.", "The King built a tower in 1850."]
+
+
+@pytest.fixture(scope="module")
+def stsb(tmp_path_factory):
+  """(GLUE data_dir with a tiny STS-B, a random 1-layer uncased bundle with the MLM head)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from bert_jax import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax import model as model_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import wordpiece  # pylint: disable=g-import-not-at-top
+  from bert_jax.model_config import BertConfig  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp("stsb")
+  (root / "glue" / "STS-B").mkdir(parents=True)
+  rng = np.random.default_rng(0)
+  for split, n in (("train", 24), ("dev", 16)):
+    rows = [_STSB_HEADER] + [
+        f"{i}\tmain-news\tx\t2012\t{i:04d}\tnone\tnone\t{_STSB_TEXTS[a]}\t{_STSB_TEXTS[b]}\t"
+        f"{rng.uniform(0, 5):.3f}" for i, (a, b) in enumerate(rng.integers(0, 8, (n, 2)))]
+    (root / "glue" / "STS-B" / f"{split}.tsv").write_text("\n".join(rows) + "\n",
+                                                          encoding="utf-8")
+  words = sorted({w for t in _STSB_TEXTS
+                  for w in wordpiece.WordPieceTokenizer(
+                      wordpiece.default_vocab_file(), backend="tokenizers").basic_tokenize(t)})
+  vocab = list(wordpiece.SPECIAL_TOKENS) + words + ["##" + c for c in "abcdefghijklmnopqrstuvwxyz"]
+  cfg = BertConfig(vocab_size=len(vocab), hidden_size=16, num_layers=1, num_heads=2,
+                   intermediate_size=32, max_position_embeddings=64)
+  model = model_lib.BertForPreTraining(cfg)
+  shapes = jax.eval_shape(lambda: model_lib.init_params(model, jax.random.PRNGKey(0)))
+  params = jax.tree.map(lambda s: rng.normal(0, 0.5, s.shape).astype(np.float32), shapes)
+  bundle.save_bundle(str(root / "bundle"), params, cfg, vocab, True)
+  return str(root / "glue"), str(root / "bundle")
+
+
+def _stsb_config(data_dir, init):
+  from bert_jax import config_help  # pylint: disable=g-import-not-at-top
+  c = config_help.load_module(ROOT / "configs" / "glue.py").get_config("task=stsb")
+  c.data_dir, c.init_checkpoint = data_dir, init
+  c.max_seq_length, c.batch_size, c.eval_batch_size = 32, 8, 8
+  c.num_epochs, c.log_every, c.learning_rate = 2.0, 1, 1e-3
+  return c
+
+
+_STSB_ARGS = ["--config", "configs/glue.py:task=stsb", "--config.max_seq_length=32",
+              "--config.batch_size=8", "--config.eval_batch_size=8", "--config.num_epochs=2",
+              "--config.log_every=1", "--config.learning_rate=1e-3"]
+
+
+def test_glue_finetuning_without_tensorflow_equals_the_run_with_it(stsb, tmp_path):
+  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  data_dir, init = stsb
+  free = tmp_path / "without_tf"
+  proc = _without_tensorflow("bert_jax.finetune", *_STSB_ARGS, f"--config.data_dir={data_dir}",
+                             f"--config.init_checkpoint={init}", "--workdir", str(free))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "TENSORFLOW MODULES: []" in proc.stderr
+  with_tf = tmp_path / "with_tf"
+  finetune.finetune(_stsb_config(data_dir, init), str(with_tf))
+  assert {t.backend for t in tokenizer_lib._TOKENIZERS.values()  # pylint: disable=protected-access
+          if t.kind == "wordpiece"} == {"tf-text"}
+  results = [json.loads((d / "eval_results.json").read_text()) for d in (free, with_tf)]
+  assert not results[0]["constant_prediction"]
+  assert results[0] == results[1]  # bitwise: the same float64 metrics
+  losses = [[r["seed0_train_loss"] for r in map(json.loads, (d / "metrics.jsonl").open())
+             if "seed0_train_loss" in r] for d in (free, with_tf)]
+  assert len(losses[0]) == 6 and losses[0] == losses[1]
+
+
+def test_embed_and_fill_mask_without_tensorflow_equal_the_runs_with_them(stsb, tmp_path, capsys):
+  from bert_jax import embed  # pylint: disable=g-import-not-at-top
+  from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
+  _, init = stsb
+  texts = tmp_path / "texts.txt"
+  texts.write_text("\n".join(_STSB_TEXTS) + "\n", encoding="utf-8")
+  args = ["--checkpoint", init, "--input", str(texts)]
+  proc = _without_tensorflow("bert_jax.embed", *args, "--output", str(tmp_path / "free.npy"))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "TENSORFLOW MODULES: []" in proc.stderr
+  assert embed.main([*args, "--output", str(tmp_path / "tf.npy")]) == 0
+  np.testing.assert_array_equal(np.load(tmp_path / "free.npy"), np.load(tmp_path / "tf.npy"))
+  masked = ["The OLD [MASK] walked to the river.", "Café [MASK] 中文 [MASK]."]
+  proc = _without_tensorflow("bert_jax.fill_mask", "--json", "--checkpoint", init, *masked)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "TENSORFLOW MODULES: []" in proc.stderr
+  capsys.readouterr()
+  assert fill_mask.main(["--json", "--checkpoint", init, *masked]) == 0
+  assert json.loads(proc.stdout) == json.loads(capsys.readouterr().out)

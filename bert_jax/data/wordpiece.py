@@ -29,24 +29,39 @@ The same graph ops serve the tf.data pipeline (`tf_tokenize`), the Python
 helpers used by GLUE / SQuAD feature code, and `python -m bert_jax.tokenize`.
 The vocab, its special ids and its word pieces need no TensorFlow (a run
 from prepared data on a host without it); the ops are built on first use.
+
+Backends of the host-side calls (`tokenize_to_ids`, `basic_tokenize`: fine-tuning,
+embed, fill_mask, the tokenize CLI), picked by `host_backend`: 'tf-text' (these
+ops) where TensorFlow and tensorflow-text import, else 'tokenizers'
+(wordpiece_rust.py: BertTokenizerFast's pipeline in Hugging Face's Rust
+`tokenizers`). Their ids are the same on all the shared real text and on every
+character whose Unicode category is unchanged since Unicode 3.2
+(tests/test_wordpiece_backends.py); they differ on characters added or
+re-categorised in recent Unicode versions (837 of 1,112,064 code points
+uncased, 418 cased), which tf-text's older tables treat otherwise and
+'tokenizers' as BertTokenizerFast does. The pipeline's `tf_tokenize` and
+`ids_and_lengths` are tf-text's always.
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
 import functools
 import os
 import re
-from typing import Sequence, Union
+from typing import Optional, Sequence, Union
 
 from etils import epath
 import numpy as np
 
+from bert_jax import optional_tensorflow
 from bert_jax.optional_tensorflow import tf
 from bert_jax.optional_tensorflow import tf_text
 from bert_jax.data import tokenizer_base
+from bert_jax.data import wordpiece_rust
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # BERT's WordPiece turns a longer word (in characters) into one [UNK].
-MAX_CHARS_PER_WORD = 100
+MAX_CHARS_PER_WORD = wordpiece_rust.MAX_CHARS_PER_WORD
+BACKENDS = ("tf-text", "tokenizers")
 # Characters BERT's _clean_text removes: categories Cc, Cf, Co, Cs except tab,
 # LF and CR (whitespace), and the replacement character U+FFFD.
 _CLEAN_PATTERN = r"[^\P{C}\t\n\r]|\x{FFFD}"
@@ -58,6 +73,11 @@ def default_vocab_file() -> str:
   """The bundled bert-base-uncased vocab (used when a config leaves it empty)."""
   return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "assets", "bert-base-uncased-vocab.txt")
+
+
+def host_backend() -> str:
+  """The backend of WordPiece's host-side calls: 'tf-text' where it imports, else 'tokenizers'."""
+  return "tf-text" if optional_tensorflow.available(text=True) else "tokenizers"
 
 
 def read_vocab(vocab_file: str) -> list[str]:
@@ -115,22 +135,29 @@ def uncased_normalize(texts: tf.Tensor) -> tf.Tensor:
 
 
 class WordPieceTokenizer(tokenizer_base.Tokenizer):
-  """BERT WordPiece tokenization with tf-text's FastBertTokenizer.
+  """BERT WordPiece tokenization with tf-text's FastBertTokenizer (or `tokenizers`, above).
 
   Attributes: those of `tokenizer_base.Tokenizer`; `is_continuation` marks
-  `##` pieces, and random replacements skip the specials and `[unusedN]`.
+  `##` pieces, and random replacements skip the specials and `[unusedN]`;
+  `backend` is what the host-side calls run on (see the module docstring).
   """
 
   kind = "wordpiece"
 
-  def __init__(self, vocab: Union[str, Sequence[str]], lowercase: bool = True):
+  def __init__(self, vocab: Union[str, Sequence[str]], lowercase: bool = True,
+               backend: Optional[str] = None):
     """Loads and validates the vocab.
 
     Args:
       vocab: a vocab file (one token per line) or the tokens in id order (as a
         checkpoint carries them); must hold [PAD], [UNK], [CLS], [SEP], [MASK].
       lowercase: True for an uncased vocab.
+      backend: 'tf-text' or 'tokenizers' for the host-side calls; None: `host_backend()`,
+        asked on the first such call.
     """
+    if backend not in (None, *BACKENDS):
+      raise ValueError(f"WordPiece backend {backend!r}; expected one of {list(BACKENDS)}")
+    self._backend = backend
     tokens = read_vocab(vocab) if isinstance(vocab, str) else list(vocab)
     self.vocab_file = vocab if isinstance(vocab, str) else None
     self.lowercase = bool(lowercase)
@@ -140,6 +167,15 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
     self._set_vocab(tokens, dict(zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS)),
                     not_regular=[t for t in tokens if t.startswith("[unused") and t.endswith("]")])
     self.is_continuation = np.array([t.startswith("##") and len(t) > 2 for t in tokens], bool)
+
+  @functools.cached_property
+  def backend(self) -> str:
+    """'tf-text' or 'tokenizers': what tokenize_to_ids and basic_tokenize run on."""
+    return self._backend or host_backend()
+
+  @functools.cached_property
+  def _rust(self) -> wordpiece_rust.RustWordPiece:
+    return wordpiece_rust.RustWordPiece(self.inv_vocab, self.lowercase, SPECIAL_TOKENS)
 
   # The TensorFlow ops and constants, built on first use, eagerly (init_scope) also when the
   # first use is inside a traced function.
@@ -185,9 +221,11 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
     return ragged.flat_values.numpy(), ragged.row_lengths().numpy()
 
   def tokenize_to_ids(self, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, no special tokens (batched through the TF ops)."""
+    """Token ids of each text, no special tokens (batched through the TF ops or in Rust)."""
     if not len(texts):
       return []
+    if self.backend == "tokenizers":
+      return self._rust.tokenize_to_ids(texts)
     out = []
     for i in range(0, len(texts), 65536):  # Bounded memory for huge lists.
       ragged = self.tf_tokenize_compiled(tf.constant(list(texts[i:i + 65536]), tf.string))
@@ -308,5 +346,7 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
     Returns:
       Words (punctuation and CJK characters are words of their own).
     """
+    if self.backend == "tokenizers":
+      return self._rust.basic_tokenize(text)
     out = self._eager_words(tf.constant([text], tf.string)).numpy()
     return [w.decode("utf-8") for w in out]
