@@ -149,24 +149,23 @@ def _category(opcode: str, ops: set, text: str, line: str, files: str = "",
   return ELEMENTWISE
 
 
+# A kernel's category from its name, first match wins.
+_NAME_CATEGORIES = (
+    (r"flash|fmha|sdpa|attention|cudnn", ATTENTION),
+    (r"gemm|cutlass|xmma|nvjet|cublas|matmul|\bdot\b|dot_|ynn_fusion|onednn", GEMM),
+    (r"threefry|philox|rng|random", RNG),
+    (r"scatter|gather", SCATTER),
+    (r"adam|lamb|optax", OPTIMIZER),
+    (r"memcpy|memset|copy|transpose", COPY),
+    (r"fusion|loop_|input_|reduce|elementwise|convert|add|multiply", ELEMENTWISE),
+)
+
+
 def category_by_name(name: str) -> str:
   """A kernel's category from its name alone (no HLO instruction known for it)."""
   n = name.lower()
-  if re.search(r"flash|fmha|sdpa|attention|cudnn", n):
-    return ATTENTION
-  if re.search(r"gemm|cutlass|xmma|nvjet|cublas|matmul|\bdot\b|dot_|ynn_fusion|onednn", n):
-    return GEMM
-  if re.search(r"threefry|philox|rng|random", n):
-    return RNG
-  if re.search(r"scatter|gather", n):
-    return SCATTER
-  if re.search(r"adam|lamb|optax", n):
-    return OPTIMIZER
-  if re.search(r"memcpy|memset|copy|transpose", n):
-    return COPY
-  if re.search(r"fusion|loop_|input_|reduce|elementwise|convert|add|multiply", n):
-    return ELEMENTWISE
-  return OTHER
+  return next((category for pattern, category in _NAME_CATEGORIES if re.search(pattern, n)),
+              OTHER)
 
 
 def latest_xplane(log_dir: str) -> str:
