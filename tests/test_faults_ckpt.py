@@ -271,12 +271,19 @@ def test_sigint_saves_a_checkpoint_and_exits_130(corpus, tmp_path, monkeypatch, 
     if step == 2:
       os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during step 3
   monkeypatch.setattr(train_log.RunLogger, "log", log)
+  # Ctrl-C as in a terminal: a suite started in the background (`cmd &`, nohup) inherits SIGINT
+  # ignored, which the run rightly leaves ignored (the run then went on to its end).
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
   workdir = tmp_path / "w"
-  with pytest.raises(SystemExit) as e:
-    pretrain.train_and_export(_config(corpus), str(workdir))
+  try:
+    with pytest.raises(SystemExit) as e:
+      pretrain.train_and_export(_config(corpus), str(workdir))
+    after = signal.getsignal(signal.SIGINT)
+  finally:
+    signal.signal(signal.SIGINT, previous)
   assert e.value.code == 130
   assert os.listdir(workdir / "checkpoints") == ["2"]
   assert f"SIGINT: saved checkpoint at step 2 to {workdir / 'checkpoints'}/2" in (
       capsys.readouterr().out)
   assert not (workdir / "export").exists()
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  assert after is signal.default_int_handler  # the run restored the handler it found

@@ -344,7 +344,8 @@ def test_bad_configs_fail_fast(corpus, tmp_path, override, message):
 def test_init_checkpoint_of_another_size_is_refused_before_the_data_is_read(
     corpus, straight_run, tmp_path):
   config = small_config(corpus, variant="mini", init_checkpoint=straight_run[0])
-  config.data.files = str(tmp_path / "not-read-*.txt")  # the data would fail next
+  (tmp_path / "not-read.txt.gz").write_bytes(b"not gzip")  # the data would fail next, when read
+  config.data.files = str(tmp_path / "not-read*.gz")
   with pytest.raises(ValueError, match=r"checkpoint is L2 H128.*but config asks L4 H256"):
     pretrain.train(config, str(tmp_path / "w"))
 
