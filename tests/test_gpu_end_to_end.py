@@ -2,8 +2,10 @@
 (issue 30): step-only speed, pretraining from prepared data, SIGKILL and resume, export,
 STS-B fine-tuning from the export."""
 import json
+import os
 import pathlib
 import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -12,7 +14,7 @@ def test_the_end_to_end_dry_run_resumes_exactly_and_reports_every_figure(tmp_pat
   out = tmp_path / "e2e"
   proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_end_to_end.sh"), "--dry_run",
                          "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
-                        timeout=1200)
+                        timeout=1200, env=dict(os.environ, PYTHON=sys.executable))
   assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:],
                                 (out / "e2e.log").read_text()[-3000:])
   result = json.loads((out / "e2e.json").read_text())
