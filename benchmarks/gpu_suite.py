@@ -1,6 +1,6 @@
 r"""The GPU benchmark suite in one command (benchmarks/gpu_suite.sh runs this).
 
-  bash benchmarks/gpu_suite.sh [--out DIR] [--budget_s 530] [--dry_run]
+  bash benchmarks/gpu_suite.sh [--out DIR] [--budget_s 530] [--dry_run] [--parts a,b]
       [--embed_model HF_DIR --embed_bundle BUNDLE] [--sts_train PATH]
 
 Parts, in this order, each a subprocess with its own time limit inside a global budget
@@ -221,7 +221,14 @@ def main(argv=None) -> int:
   p.add_argument("--isolate", action="store_true",
                  help="dry run: parts as subprocesses with time limits, as on a GPU")
   p.add_argument("--work", default="", help="scratch directory (default: a new temp dir)")
+  p.add_argument("--parts", default="",
+                 help="comma-separated part names to run, in the suite's order (default: all)")
   args = p.parse_args(argv)
+  names = [x["name"] for x in parts(args, "")]
+  chosen = [x for x in args.parts.split(",") if x]
+  if [x for x in chosen if x not in names]:
+    sys.exit(f"--parts {args.parts}: unknown part(s) {', '.join(x for x in chosen if x not in names)}"
+             f" (parts: {', '.join(names)})")
   if bool(args.embed_model) != bool(args.embed_bundle):
     sys.exit("--embed_model and --embed_bundle go together")
   if args.sts_train and not os.path.isfile(args.sts_train):
@@ -245,6 +252,8 @@ def main(argv=None) -> int:
     sys.path.insert(0, ROOT)
   with open(os.path.join(args.out, "suite.log"), "w") as log:
     for part in parts(args, work):
+      if chosen and part["name"] not in chosen:
+        continue
       records.append(run_part(part, start + args.budget_s, env, log, in_process=in_process))
       r = records[-1]
       print(f"  {r['name']}: {r['status']} ({r.get('seconds', 0):.0f} s)", flush=True)
