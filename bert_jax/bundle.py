@@ -17,6 +17,7 @@ caller shards them (and stacks them with `model.match_scan_layout` for scan_laye
 """
 import dataclasses
 import json
+import logging
 import os
 import re
 import time
@@ -409,6 +410,25 @@ def metadata_tree(meta: Any) -> dict:
   return getattr(meta, "tree", meta)
 
 
+class _NoStepMetadataWarning(logging.Filter):
+  """Drops orbax's warning that an item directory has no step metadata file: an item of a
+  CheckpointManager step (checkpoints/N/state) never has one, so every resume printed it."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Metadata file does not exist")
+
+
+def read_metadata_tree(ckptr: Any, path: Any) -> dict:
+  """metadata_tree(ckptr.metadata(path)), without orbax's missing-step-metadata warning."""
+  absl_logger = logging.getLogger("absl")
+  quiet = _NoStepMetadataWarning()
+  absl_logger.addFilter(quiet)
+  try:
+    return metadata_tree(ckptr.metadata(path))
+  finally:
+    absl_logger.removeFilter(quiet)
+
+
 def is_bundle(path: str) -> bool:
   """Whether `path` looks like a bundle (has model_config.json and params/)."""
   p = epath.Path(path)
@@ -487,7 +507,7 @@ def load_bundle(path: str, *, expect_config: Optional[BertConfig] = None,
   if not params_dir.is_dir():
     raise FileNotFoundError(f"{path}: bundle has no {PARAMS_DIR}/ directory")
   ckptr = ocp.PyTreeCheckpointer()
-  tree = metadata_tree(ckptr.metadata(params_dir))
+  tree = read_metadata_tree(ckptr, params_dir)
   flat_meta = traverse_util.flatten_dict(tree, sep="/")
   check_declared_config(config, {k: tuple(m.shape) for k, m in flat_meta.items()},
                         str(p / CONFIG_FILE))

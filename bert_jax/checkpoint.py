@@ -202,10 +202,11 @@ class TrainCheckpoints:
     taken for corruption: misjudged, it stops the run with nothing moved.
     """
     try:
-      saved = ocp.StandardCheckpointer().metadata(self.directory / str(step) / "state")
+      saved = bundle.read_metadata_tree(ocp.StandardCheckpointer(),
+                                        self.directory / str(step) / "state")
     except Exception:  # pylint: disable=broad-except
       return []
-    saved = ocp.tree.to_flat_dict(bundle.metadata_tree(saved) or {}, sep="/")
+    saved = ocp.tree.to_flat_dict(saved or {}, sep="/")
     if not saved:  # a truncated metadata file reads as no arrays: unreadable, not another config
       return []
     want = ocp.tree.to_flat_dict(abstract_state, sep="/")
@@ -423,7 +424,7 @@ def _restore_on_one_device(path: epath.Path, config: BertConfig, source: str):
   """Restores a train state saved on any mesh/process count onto one local device, once its
   params agree with the declared `config` (bundle.check_declared_config)."""
   ckptr = ocp.StandardCheckpointer()
-  meta = bundle.metadata_tree(ckptr.metadata(path))
+  meta = bundle.read_metadata_tree(ckptr, path)
   params = meta["params"].get("discriminator", meta["params"])  # as load_pretrained reads them
   bundle.check_declared_config(
       config, {p: tuple(m.shape) for p, m in traverse_util.flatten_dict(params, sep="/").items()},
