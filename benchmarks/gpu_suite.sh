@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU benchmark suite in one command: profile, base seq 128 and large seq 512 against
-# transformers' PyTorch BERT, embedding speed against sentence-transformers; under 9 minutes
-# on one H100. Writes suite.json, suite.md and suite.log to --out (default $OUT, else
+# transformers' PyTorch BERT, base with cuDNN attention, embedding speed against
+# sentence-transformers; within --budget_s (570 s: one device call). --parts picks some. Writes suite.json, suite.md and suite.log to --out (default $OUT, else
 # ./gpu_suite_out). --dry_run: the same chain, tiny, on the CPU. See benchmarks/gpu_suite.py.
 set -eu
 cd "$(dirname "$0")/.."

@@ -282,6 +282,8 @@ def main(argv=None):
 
   runners = [ours(setup.config, setup.model_cfg, setup.batch)]
   first = [runners[0].step()]  # compile; the RSS below is bert_jax's own (the reference adds to it)
+  # Printed at once: a run stopped by its time limit still says where the time went.
+  print(f"first step (compile): bert_jax {first[0]:.1f} s", flush=True)
   rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
   names, devices = ["bert_jax"], [setup.device]
   if args.reference == "flax":
@@ -295,6 +297,7 @@ def main(argv=None):
                                     args.dtype, compile_model=not args.no_torch_compile)
     runners.append(r)
     first.append(r.first_step_s)
+    print(f"first step (compile): {r.name} {r.first_step_s:.1f} s", flush=True)
     names.append(r.name)
     devices.append(r.device)
   times = interleaved_rounds(runners, args.rounds, args.steps)
