@@ -264,7 +264,7 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
     prog: the program's module, e.g. 'bert_jax.embed' (for messages).
     doc: the module docstring, printed by --help above the flags.
     positional: names of the positional arguments, in order; a last name
-      ending in '...' takes one or more.
+      ending in '...' takes one or more, '[NAME...]' zero or more.
     paths: the flags that hold paths (a string or a list of them): their values
       are made absolute (`absolute`).
 
@@ -290,8 +290,9 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
   except (AttributeError, KeyError) as e:  # config_flags on --config.a.b=v naming no field
     field = str(e).strip("\"'")
     raise SystemExit(f"{prog}: a --config.* override names no config field: {field}") from None
-  variadic = bool(positional) and positional[-1].endswith("...")
-  if len(args) < len(positional) or (len(args) > len(positional) and not variadic):
+  variadic = bool(positional) and positional[-1].rstrip("]").endswith("...")
+  required = len(positional) - (bool(positional) and positional[-1].startswith("["))
+  if len(args) < required or (len(args) > len(positional) and not variadic):
     got = f"got {len(args)}" + (f": {args}" if args else "")
     raise SystemExit(f"{prog}: expected positional arguments {' '.join(positional) or '(none)'}, "
                      f"{got} ({usage})")

@@ -2,10 +2,14 @@
 
   python -m bert_jax.fill_mask --checkpoint CKPT [--top_k 5] [--json] \
       "The capital of France is [MASK]."
+  python -m bert_jax.fill_mask --checkpoint CKPT --input TEXTS.txt --json > out.json
 
 CKPT is a checkpoint with the MLM head: a bundle (a pretraining run's export/,
 or a converted BertForPreTraining / BertForMaskedLM), a pretraining workdir or
-its checkpoints/ (latest step). The positional arguments are the texts.
+its checkpoints/ (latest step). The texts are the positional arguments and the
+lines of --input (one text per line; empty lines skipped). They run in batches
+of --batch_size, with progress on stderr when there is more than one batch
+(--quiet: none).
 
 The literal `[MASK]` marks masked positions (several per text are allowed);
 the rest of the text is WordPiece-tokenized as usual. Each text becomes
@@ -89,7 +93,8 @@ def encode(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list, list
 
 
 def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int = 5,
-              tokenizer=None) -> list[list[list[tuple[str, float]]]]:
+              tokenizer=None, batch_size: int = 64,
+              progress: str = "") -> list[list[list[tuple[str, float]]]]:
   """Top-k (token, probability) for every [MASK] of every text.
 
   Args:
@@ -97,23 +102,21 @@ def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int 
     texts: texts with `[MASK]`.
     top_k: predictions per mask.
     tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
+    batch_size: texts per forward pass. With more texts than this, every batch has this many
+      rows (the last padded), so the step compiles once per padded length.
+    progress: a label: progress lines on stderr when there is more than one batch.
 
   Returns:
     result[text][mask] = [(token, probability), ...] best first.
   """
   require_mlm(pretrained, "the checkpoint")
+  if batch_size < 1:
+    raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
   config = pretrained.config
   if tokenizer is None:
     from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
   ids, positions = encode(tokenizer, texts, config.max_position_embeddings)
-  length = max(len(x) for x in ids)
-  num_masks = max(len(p) for p in positions)
-  ids_arr = np.full((len(ids), length), tokenizer.pad_id, np.int32)  # [texts, len]
-  mask_arr = np.zeros_like(ids_arr)
-  pos_arr = np.zeros((len(ids), num_masks), np.int32)  # [texts, masks]
-  for i, (x, p) in enumerate(zip(ids, positions)):
-    ids_arr[i, :len(x)], mask_arr[i, :len(x)], pos_arr[i, :len(p)] = x, 1, p
   heads = bundle_lib.heads_of(pretrained.params)
   with_nsp = "nsp" in heads
   params = model_lib.match_scan_layout(pretrained.params, config)
@@ -121,12 +124,26 @@ def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int 
     params = {k: v for k, v in params.items() if k != "nsp"}
     params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
   predict = _predict_fn(config, with_nsp, top_k, "emd" in heads)
-  with jax.default_matmul_precision("float32" if config.dtype == "float32" else "default"):
-    probs, top = jax.device_get(predict(params, ids_arr, mask_arr, pos_arr))
+  rows = batch_size if len(ids) > batch_size else len(ids)
+  shown = train_log.Progress(progress, len(ids), "texts", enabled=bool(progress) and rows < len(ids))
   result = []
-  for i, p in enumerate(positions):
-    result.append([[(tokenizer.inv_vocab[int(t)], float(q)) for t, q in zip(top[i, j], probs[i, j])]
-                   for j in range(len(p))])
+  for start in range(0, len(ids), rows):
+    chunk_ids, chunk_pos = ids[start:start + rows], positions[start:start + rows]
+    length = max(len(x) for x in chunk_ids)
+    num_masks = max(len(p) for p in chunk_pos)
+    ids_arr = np.full((rows, length), tokenizer.pad_id, np.int32)  # [texts, len]
+    mask_arr = np.zeros_like(ids_arr)
+    pos_arr = np.zeros((rows, num_masks), np.int32)  # [texts, masks]
+    for i, (x, p) in enumerate(zip(chunk_ids, chunk_pos)):
+      ids_arr[i, :len(x)], mask_arr[i, :len(x)], pos_arr[i, :len(p)] = x, 1, p
+    with jax.default_matmul_precision("float32" if config.dtype == "float32" else "default"):
+      probs, top = jax.device_get(predict(params, ids_arr, mask_arr, pos_arr))
+    for i, p in enumerate(chunk_pos):
+      result.append([[(tokenizer.inv_vocab[int(t)], float(q))
+                      for t, q in zip(top[i, j], probs[i, j])] for j in range(len(p))])
+    shown.update(len(chunk_ids))
+  if shown.enabled:
+    shown.close()
   return result
 
 
@@ -139,14 +156,30 @@ def print_predictions(texts: Sequence[str], result: list) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  """The command line: [flags] TEXT... (argv without the program name)."""
+  """The command line: [flags] [TEXT...] (argv without the program name)."""
   args = flags.FlagValues()
   flags.DEFINE_string("checkpoint", None, "a bert_jax checkpoint with the MLM head",
                       flag_values=args, required=True)
+  flags.DEFINE_string("input", None, "a text file: one text with [MASK] per line (besides TEXT...)",
+                      flag_values=args)
   flags.DEFINE_integer("top_k", 5, "predictions per [MASK]", flag_values=args)
+  flags.DEFINE_integer("batch_size", 64, "texts per forward pass", flag_values=args)
   flags.DEFINE_boolean("json", False, "print one JSON list instead of text", flag_values=args)
-  texts = cli.parse(args, argv, "bert_jax.fill_mask", __doc__, positional=("TEXT...",),
-                    paths=("checkpoint",))
+  flags.DEFINE_boolean("quiet", False, "no header or progress lines on stderr", flag_values=args)
+  texts = cli.parse(args, argv, "bert_jax.fill_mask", __doc__, positional=("[TEXT...]",),
+                    paths=("checkpoint", "input"))
+  texts = list(texts)
+  if args.input:
+    try:
+      with open(args.input, encoding="utf-8") as f:
+        texts += [line.strip() for line in f if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+      raise ValueError(f"--input {args.input}: {ckpt_lib.one_line_cause(e)}") from None
+  if not texts:
+    raise ValueError("no text: give TEXT... with [MASK], or --input FILE (one text per line)"
+                     + (f"; {args.input} has none" if args.input else ""))
+  if args.batch_size < 1:
+    raise ValueError(f"--batch_size must be >= 1 (got {args.batch_size})")
   for n, text in enumerate(texts, 1):
     if MASK not in text:
       raise ValueError(f"text {n} ({text!r}) has no {MASK}")
@@ -154,12 +187,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   require_mlm(pretrained, args.checkpoint)
   if not 1 <= args.top_k <= pretrained.config.vocab_size:
     raise ValueError(f"--top_k {args.top_k} must be in [1, {pretrained.config.vocab_size}]")
-  train_log.print_header("bert_jax.fill_mask", f"top {args.top_k} tokens for each {MASK}", [
-      ("model", f"{bundle_lib.describe_arch(pretrained.config)}, "
-                f"{train_log.count_params(pretrained.params) / 1e6:.1f}M params, from "
-                f"{pretrained.source}"),
-      ("data", f"{len(texts)} text(s)")], file=sys.stderr)
-  result = fill_mask(pretrained, texts, args.top_k)
+  if not args.quiet:
+    train_log.print_header("bert_jax.fill_mask", f"top {args.top_k} tokens for each {MASK}", [
+        ("model", f"{bundle_lib.describe_arch(pretrained.config)}, "
+                  f"{train_log.count_params(pretrained.params) / 1e6:.1f}M params, from "
+                  f"{pretrained.source}"),
+        ("data", f"{len(texts)} text(s)" + (f" ({args.input})" if args.input else "")
+                 + f", batches of {args.batch_size}")], file=sys.stderr)
+  result = fill_mask(pretrained, texts, args.top_k, batch_size=args.batch_size,
+                     progress="" if args.quiet else "filling masks")
   if args.json:
     print(json.dumps([{"text": t, "masks": [[{"token": tok, "prob": p} for tok, p in m]
                                             for m in r]}

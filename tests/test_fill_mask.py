@@ -129,3 +129,31 @@ def test_a_crafted_config_in_a_workdir_is_refused_in_one_line(ckpt, tmp_path, ca
                           "7 but the params hold 2 encoder layers")):
       fill_mask.main(["--checkpoint", str(workdir), "the [MASK] ."])
   ckpts.close()
+
+
+def test_an_input_file_runs_in_batches_with_progress_and_the_same_predictions(ckpt, tmp_path,
+                                                                             capsys):
+  """Issue 33: many lines from --input, in batches of --batch_size (the last padded), progress
+  on stderr, predictions equal to one batch of all of them; --quiet prints nothing there."""
+  texts = [f"the [MASK] of {w} ." for w in ("paris", "the city", "france", "capital", "big")]
+  path = tmp_path / "texts.txt"
+  path.write_text("\n".join(texts[1:]) + "\n\n")
+  b = ckpt_lib.load_pretrained(ckpt)
+  whole = fill_mask.fill_mask(b, texts, top_k=3)
+  assert fill_mask.main(["--checkpoint", ckpt, "--input", str(path), "--batch_size", "2",
+                         "--top_k", "3", "--json", texts[0]]) == 0
+  captured = capsys.readouterr()
+  got = json.loads(captured.out)
+  assert [r["text"] for r in got] == texts
+  for r, want in zip(got, whole):
+    assert [p["token"] for p in r["masks"][0]] == [t for t, _ in want[0]]
+    np.testing.assert_allclose([p["prob"] for p in r["masks"][0]], [q for _, q in want[0]],
+                               atol=1e-6)
+  assert "filling masks: 0/5 texts" in captured.err and "filling masks: 5 texts in" in captured.err
+  assert "5 text(s)" in captured.err and "batches of 2" in captured.err
+  assert fill_mask.main(["--checkpoint", ckpt, "--quiet", "the [MASK] ."]) == 0
+  assert capsys.readouterr().err == ""
+  empty = tmp_path / "empty.txt"
+  empty.write_text("\n")
+  with pytest.raises(ValueError, match=r"no text: give TEXT\.\.\. with \[MASK\], or --input FILE"):
+    fill_mask.main(["--checkpoint", ckpt, "--input", str(empty)])
