@@ -15,9 +15,12 @@ with the same tokenizer settings and
 which gives the same stream as the text (same shards, documents and held-out
 split; the segments are still cut, shuffled and masked per epoch) without
 tokenizing, also when a resume skips data. `--out` may be a gs:// path.
+It prints a header and progress (KiB of source read, rate, ETA) on stdout;
+--quiet: only the last line.
 """
 import json
 import os
+import sys
 import time
 from typing import Optional, Sequence
 
@@ -26,10 +29,15 @@ from absl import flags
 from bert_jax import cli
 
 
-def prepare(data_config, out_dir: str) -> dict:
-  """Writes the prepared form of `data_config`'s source to `out_dir`; returns prepared.json."""
+def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
+  """Writes the prepared form of `data_config`'s source to `out_dir`; returns prepared.json.
+
+  quiet: False prints a header, then progress every 10 s (KiB of the source read) and a line
+  per part.
+  """
   from etils import epath  # pylint: disable=g-import-not-at-top
   from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
+  from bert_jax import train_log  # pylint: disable=g-import-not-at-top
   from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
   from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
@@ -42,8 +50,18 @@ def prepare(data_config, out_dir: str) -> dict:
   if epath.Path(out_dir, prepared_data.INFO_FILE).exists():
     raise ValueError(f"--out {out_dir} already holds a prepared corpus; give an empty directory")
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
+  if not quiet:
+    train_log.print_header("bert_jax.prepare_data", "tokenize a corpus into numpy parts", [
+        ("data", f"{data_config.source}"
+                 + (f" {data_config.files}" if data_config.source == "files" else "")
+                 + (f" {data_config.tfds_name}" if data_config.source == "tfds" else "")
+                 + f", {len(shards):,} shard(s)"),
+        ("vocab", f"{tokenizer.kind} {tokenizer.vocab_file}, {tokenizer.vocab_size:,} pieces"),
+        ("out", f"{out_dir} (a part per shard, then {prepared_data.INFO_FILE})")])
+  kib = [max(1, (shard.size or 0) // 1024) for shard in shards]
+  progress = train_log.Progress("preparing", sum(kib), "KiB", enabled=not quiet, file=sys.stdout)
   parts, t0, total = [], time.time(), 0
-  for shard in shards:
+  for shard, shard_kib in zip(shards, kib):
     raw = sources.read_documents(shard, data_config)
     tokens, lengths = pretrain_data.tokenize(tokenizer, raw.sentences)
     pretrain_data.check_unknown_rate(tokens, tokenizer, sources.describe(shard))
@@ -54,8 +72,11 @@ def prepare(data_config, out_dir: str) -> dict:
                   "documents": raw.num_docs, "sentences": len(lengths), "tokens": len(tokens),
                   "invalid_utf8": raw.invalid_utf8})
     total += len(tokens)
-    print(f"  {sources.describe(shard)}: {raw.num_docs:,} documents, {len(tokens):,} tokens "
-          f"({time.time() - t0:.0f} s)", flush=True)
+    if not quiet:
+      print(f"  {sources.describe(shard)}: {raw.num_docs:,} documents, {len(tokens):,} tokens "
+            f"({time.time() - t0:.0f} s)", flush=True)
+    progress.update(shard_kib)
+  progress.close()
   info = {"version": prepared_data.VERSION,
           "tokenizer": prepared_data.tokenizer_identity(tokenizer),
           "source": {k: data_config[k] for k in ("source", "files", "format", "tfds_name",
@@ -70,13 +91,14 @@ def prepare(data_config, out_dir: str) -> dict:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:])."""
-  import sys  # pylint: disable=g-import-not-at-top
   argv = list(sys.argv[1:] if argv is None else argv)
   flag_values = flags.FlagValues()
   config = cli.define_config(flag_values, "configs/pretrain.py:VARIANT (its data section)", argv,
                              "bert_jax.prepare_data")
   out = flags.DEFINE_string("out", None, "Directory for the numpy parts and prepared.json.",
                             flag_values=flag_values)
+  quiet = flags.DEFINE_boolean("quiet", False, "no header or progress, only the last line",
+                               flag_values=flag_values)
   cli.parse(flag_values, argv, "bert_jax.prepare_data", __doc__, paths=("out",))
   if config.value is None or not out.value:
     raise SystemExit("bert_jax.prepare_data: --config and --out are required (--help lists the "
@@ -84,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   cli.check_config_reads(config.value, argv, "bert_jax.prepare_data")
   cli.absolute_config_paths(config.value)
   try:
-    prepare(config.value.data, out.value)
+    prepare(config.value.data, out.value, quiet=quiet.value)
   except (ValueError, FileNotFoundError) as e:
     raise SystemExit(f"bert_jax.prepare_data: {e}") from None
 

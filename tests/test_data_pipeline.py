@@ -4,6 +4,7 @@ import gzip
 import itertools
 import logging
 import random
+import re
 
 import numpy as np
 import pytest
@@ -285,13 +286,17 @@ def test_a_file_read_in_blocks_gives_every_document_once(tmp_path, fmt):
       rows // 2 + 1), rows - rows // 2 - 1))
 
 
-def test_prepared_parts_give_the_text_stream(tmp_path):
+def test_prepared_parts_give_the_text_stream(tmp_path, capsys):
   _write_corpus(tmp_path, num_files=3, docs_per_file=6)
   (tmp_path / "part-01.txt").write_text(_corpus_lines(tmp_path, 30, seed=1), encoding="utf-8")
   text = _config(tmp_path, str(tmp_path / "*.txt"), block_mb=900 / (1 << 20), mode="nsp")
   out = str(tmp_path / "prepared")
-  info = prepare_data.prepare(text, out)
+  info = prepare_data.prepare(text, out, quiet=False)
   assert len(info["parts"]) > 3  # part-01.txt in blocks
+  shown = capsys.readouterr().out  # issue 33: a header, progress from the start, the parts
+  assert shown.startswith("bert_jax.prepare_data: tokenize a corpus into numpy parts\n")
+  assert "preparing: 0/" in shown and re.search(r"preparing: [\d,]+ KiB in 0:", shown)
+  assert f"  out      {out} (a part per shard" in shown
   prepared = _config(tmp_path, "", source="prepared", prepared_dir=out, mode="nsp")
   a, b = _data(text), _data(prepared)
   n = a.epoch_rows(0) // 4 + 2  # into the second epoch
