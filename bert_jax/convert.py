@@ -17,6 +17,9 @@ safetensors + config.json +
 vocab.txt that transformers loads as the architecture in config.json
 (BertForPreTraining, DistilBertForMaskedLM, ElectraForPreTraining,
 DebertaV2ForMaskedLM, ...).
+
+A conversion that takes longer than 10 s prints a line every 10 s until it is
+done (--quiet: only the result; a mistake is one line).
 """
 import os
 import sys
@@ -30,6 +33,7 @@ if __name__ == "__main__":
 
 from bert_jax import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax import cli  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax import train_log  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import hf  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import tf1  # noqa: E402  pylint: disable=g-import-not-at-top
 
@@ -53,6 +57,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_boolean("drop_unexpected", False,
                        "drop tensors outside the BERT name map (e.g. a fine-tuned classifier) "
                        "instead of failing", flag_values=fv)
+  flags.DEFINE_boolean("quiet", False, "no progress lines, only the result", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.convert", __doc__, paths=("src", "dst"))
   return fv
 
@@ -60,11 +65,14 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   lowercase = False if args.cased else True if args.uncased else None
+  working = train_log.Heartbeat(f"bert_jax.convert: converting {args.src} to {args.dst}",
+                                every=10.0, enabled=not args.quiet, at_start=False)
   if args.to:
     if lowercase is not None:
       print("note: --cased/--uncased are ignored with --to (the bundle records its casing)",
             file=sys.stderr)
-    out = hf.bundle_to_hf(args.src, args.dst, overwrite=args.overwrite)
+    with working:
+      out = hf.bundle_to_hf(args.src, args.dst, overwrite=args.overwrite)
     print(f"wrote {args.dst}: {out['architecture']} ({bundle.describe_arch(out['config'])}, "
           f"heads {list(out['heads'])}, {out['num_tensors']} tensors)")
     if out["dropped"]:
@@ -72,8 +80,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "transformers has none)")
     return 0
   convert = hf.hf_to_bundle if args["from"].value == "hf" else tf1.tf1_to_bundle
-  out = convert(args.src, args.dst, lowercase=lowercase, overwrite=args.overwrite,
-                drop_unexpected=args.drop_unexpected)
+  with working:
+    out = convert(args.src, args.dst, lowercase=lowercase, overwrite=args.overwrite,
+                  drop_unexpected=args.drop_unexpected)
   c = out["config"]
   n = sum(x.size for x in traverse_util.flatten_dict(out["params"], sep="/").values())
   arch = bundle.describe_arch(c, ("num_layers", "hidden_size", "num_heads", "vocab_size"))

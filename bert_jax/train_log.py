@@ -165,16 +165,22 @@ class Heartbeat:
   """A line on stderr every `every` seconds while a step of unknown length runs:
 
     learning the vocab: 0:00:30 so far
+
+  at_start=False prints nothing before the first beat: a step that ends (or fails in one
+  line) within `every` seconds prints nothing at all.
   """
 
-  def __init__(self, label: str, every: float = 30.0, enabled: bool = True, file=None):
+  def __init__(self, label: str, every: float = 30.0, enabled: bool = True, file=None,
+               at_start: bool = True):
     self.label, self.every, self.enabled, self.file = label, every, enabled, file or sys.stderr
+    self.at_start = at_start
     self._stop = threading.Event()
     self._thread = None
 
   def __enter__(self):
     if self.enabled:
-      print(f"{self.label} ...", file=self.file, flush=True)
+      if self.at_start:
+        print(f"{self.label} ...", file=self.file, flush=True)
       start = time.time()
 
       def beat():

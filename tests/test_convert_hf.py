@@ -128,6 +128,8 @@ def test_export_loads_in_transformers_exactly(hf_model, converted, tmp_path):
   """HF (Flax) -> bert_jax -> HF (PyTorch layout), loaded by transformers: every tensor exact."""
   out = str(tmp_path / "export")
   assert convert.main(["--to", "hf", "--src", converted, "--dst", out]) == 0
+  assert convert.main(["--to", "hf", "--src", converted, "--dst", out, "--overwrite",
+                       "--quiet"]) == 0
   cfg = json.load(open(os.path.join(out, "config.json")))
   assert cfg["architectures"] == ["BertForPreTraining"]
   reloaded = transformers.FlaxBertForPreTraining.from_pretrained(out)  # PyTorch->Flax loader

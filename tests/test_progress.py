@@ -27,3 +27,21 @@ def test_progress_waits_between_lines_and_is_silent_when_disabled():
   q.update(3)
   q.close()
   assert quiet.getvalue() == ""
+
+
+def test_a_heartbeat_beats_until_the_step_ends_and_at_start_false_is_silent_when_quick():
+  import time  # pylint: disable=g-import-not-at-top
+  out = io.StringIO()
+  with train_log.Heartbeat("converting", every=0.05, file=out):
+    time.sleep(0.2)
+  lines = out.getvalue().splitlines()
+  assert lines[0] == "converting ..." and len(lines) >= 2
+  assert all(re.fullmatch(r"converting: 0:00:00 so far", x) for x in lines[1:])
+  quick = io.StringIO()  # ends (or fails in one line) before its first beat: nothing printed
+  with train_log.Heartbeat("converting", every=5.0, file=quick, at_start=False):
+    pass
+  assert quick.getvalue() == ""
+  slow = io.StringIO()
+  with train_log.Heartbeat("converting", every=0.05, file=slow, at_start=False):
+    time.sleep(0.2)
+  assert slow.getvalue().startswith("converting: 0:00:00 so far\n")
