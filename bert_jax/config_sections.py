@@ -9,6 +9,8 @@ hold BERT's defaults; a config file changes what differs after the call.
 """
 import ml_collections
 
+from bert_jax import config_reads
+
 
 def parse_arg(arg: str | None, *, positional: str | None = None, example: str = "",
               **spec) -> ml_collections.FrozenConfigDict:
@@ -197,6 +199,11 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   # Cut each training and eval batch to the shortest of a few fixed lengths (multiples of 8
   # up to max_seq_length) that holds its longest row; False: every row max_seq_length long.
   c.length_bucketing = length_bucketing
+  # With length_bucketing, which lengths: 'auto' (a length is kept only where the padding
+  # it saves outweighs its compilations, judged from the data's lengths and the run's size:
+  # bert_jax.data.length_buckets.choose_buckets), 'all' (every fixed length), or ascending
+  # lengths ending at max_seq_length, e.g. '16,32,64'. Train and eval share them.
+  c.length_buckets = "auto"
   # Training only: pack each batch's examples several to a row of max_seq_length (block-
   # diagonal attention, restarting positions; the same examples per step and the same
   # loss as unpacked); sequence-level tasks, grad_accum_steps 1. Eval is never packed.
@@ -236,5 +243,6 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
 # configs/<task>.py adds its own to READ_ONLY_WHEN.
 FINETUNE_READ_ONLY_WHEN = {
     "tfds_data_dir": ("data_source", ("tfds",)),
+    "length_buckets": ("length_bucketing", (True,), config_reads.CHOOSE),
     "optimizer.poly_power": ("optimizer.schedule", ("polynomial",)),
 }

@@ -50,6 +50,7 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
 from bert_jax import compile_cache
 from bert_jax import config_sections
+from bert_jax import flops
 from bert_jax import json_file
 from bert_jax import model as model_lib
 from bert_jax import optimizer as opt_lib
@@ -101,6 +102,10 @@ def check_config(config, mesh) -> None:
   for key in ("length_bucketing", "packing"):
     if config[key] and why:
       bad(f"{key} applies to sequence-level tasks (GLUE), not {config.task}: {why}")
+  try:
+    length_buckets.parse_buckets(config.length_buckets, config.max_seq_length)
+  except ValueError as e:
+    bad(str(e))
   if config.packing and config.optimizer.grad_accum_steps != 1:
     bad(f"packing needs optimizer.grad_accum_steps 1 (got {config.optimizer.grad_accum_steps}): "
         "packed rows do not split into microbatches; --config.packing=False to accumulate")
@@ -133,18 +138,44 @@ def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrai
                      f"(kernel {want})")
 
 
+def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_lengths,
+                epochs: float) -> Optional[tuple[int, ...]]:
+  """The bucket lengths of a length-bucketed run (None: not bucketed, or packed).
+
+  `length_buckets` 'auto' keeps a length only where the padding it saves outweighs its
+  compilations (length_buckets.choose_buckets, at flops.shape_cost_row_tokens' cost for
+  this platform): training rows count `epochs` times, eval rows a third (a forward pass).
+  Train and eval share the lengths, so the run compiles at most one train and one eval
+  program per length.
+  """
+  if config.packing or not config.length_bucketing:
+    return None
+  setting = length_buckets.parse_buckets(config.length_buckets, config.max_seq_length)
+  if setting != "auto":
+    return setting
+  groups = [(x, 1.0 / 3.0) for x in eval_lengths]
+  if train_lengths is not None:
+    groups.append((train_lengths, epochs))
+  every = np.concatenate([g[0] for g in groups]) if groups else np.zeros(0)
+  typical = int(np.mean(every)) if len(every) else config.max_seq_length
+  cost = flops.shape_cost_row_tokens(model_cfg, jax.devices()[0].platform, max(typical, 1))
+  return length_buckets.choose_buckets(groups, config.max_seq_length, cost)
+
+
 def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,
-                  epoch: int, sort_by_length: bool = True) -> list[length_buckets.Batch]:
+                  epoch: int, sort_by_length: bool = True,
+                  buckets: Optional[tuple[int, ...]] = None) -> list[length_buckets.Batch]:
   """The training batches of one epoch: a permutation seeded by (seed, epoch), remainder
   dropped; with length_bucketing (and no packing), sorted within windows (within each
   batch only, when not `sort_by_length`: the task's loss compares a batch's examples)
-  and cut to bucket lengths."""
+  and cut to bucket lengths (`buckets`; default every fixed length)."""
   order = np.random.default_rng([seed, epoch]).permutation(n_train)
   if config.packing or not config.length_bucketing:  # packed rows are max_seq_length long
     return length_buckets.sequential_batches(order, config.batch_size, config.max_seq_length,
                                              pad_last=False)
   return length_buckets.train_batches(
-      lengths, order, config.batch_size, length_buckets.bucket_lengths(config.max_seq_length),
+      lengths, order, config.batch_size,
+      buckets or length_buckets.bucket_lengths(config.max_seq_length),
       np.random.default_rng([seed, epoch, 1]),
       length_buckets.WINDOW_BATCHES if sort_by_length else 1)
 
@@ -173,7 +204,7 @@ def train_batch(arrays: dict, keys, batch: length_buckets.Batch,
 
 
 def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
-            bucketing: bool = False) -> dict:
+            bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None) -> dict:
   """Model outputs for every row of `arrays` (padded to whole batches, never dropped).
 
   Args:
@@ -185,6 +216,7 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
     rules: logical -> mesh axis rules.
     bucketing: rows sorted by length and each batch cut to its bucket length
       (outputs must then be per example, [batch, ...] of no token axis).
+    buckets: the bucket lengths (default: every fixed length up to the arrays' length).
 
   Returns:
     Outputs gathered on every host as numpy, [n, ...] for the n rows, in row order.
@@ -192,7 +224,8 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
   n, seq_len = arrays["input_ids"].shape[0], arrays["input_ids"].shape[-1]  # [n, (k,) len]
   if bucketing:
     batches = length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
-                                          batch_size, length_buckets.bucket_lengths(seq_len))
+                                          batch_size,
+                                          buckets or length_buckets.bucket_lengths(seq_len))
   else:
     batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
   pi, pc = jax.process_index(), jax.process_count()
@@ -230,7 +263,7 @@ def mean_over_seeds(per_seed: list[dict]) -> dict:
 
 
 def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_per_epoch: int,
-                 workdir: str) -> None:
+                 workdir: str, buckets: Optional[tuple[int, ...]] = None) -> None:
   """What the run will do: model, parameters, data, steps, where it writes."""
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads", "vocab_size"))
   params = train_log.count_params(pretrained.params)
@@ -240,8 +273,10 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
   if config.eval_only:
     steps = "none (eval_only: the checkpoint's own head is evaluated)"
   else:
+    how = "chosen from the data" if config.length_buckets == "auto" else "length_buckets"
     rows = ("packed several to a row" if config.packing
-            else "length-bucketed" if config.length_bucketing else "padded to max_seq_length")
+            else f"length-bucketed to {', '.join(map(str, buckets or ()))} ({how})"
+            if config.length_bucketing else "padded to max_seq_length")
     steps = (f"{total_steps} ({config.num_epochs:g} epochs of {steps_per_epoch} steps of batch "
              f"{config.batch_size}, {rows}), learning rate {config.learning_rate:g}"
              + (f", {config.seeds} seeds" if config.seeds > 1 else ""))
@@ -302,8 +337,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   if not config.eval_only and total_steps <= 0:
     raise ValueError(f"{task.name}: {n_train} training rows give no step of batch_size "
                      f"{config.batch_size} over num_epochs {config.num_epochs}")
+  train_lengths = length_buckets.row_lengths(task.train_arrays["input_mask"]) if n_train else None
+  buckets = run_buckets(config, model_cfg, train_lengths,
+                        [length_buckets.row_lengths(es.arrays["input_mask"])
+                         for es in task.eval_sets],
+                        0.0 if config.eval_only else config.num_epochs)
   if is_writer:
-    print_header(config, pretrained, model_cfg, task, total_steps, steps_per_epoch, workdir)
+    print_header(config, pretrained, model_cfg, task, total_steps, steps_per_epoch, workdir,
+                 buckets)
 
   # -- Optimizer: AdamW, warmup_fraction linear warmup, linear decay, layer-wise decay ---
   if config.eval_only:
@@ -336,7 +377,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   fresh_heads = () if config.eval_only else bundle.TASK_HEADS
   runs = 1 if config.eval_only else config.seeds
   per_seed, state = [], None
-  train_lengths = length_buckets.row_lengths(task.train_arrays["input_mask"]) if n_train else None
   pack = None
   if config.packing:
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -344,7 +384,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
                 pad_id=tokenizer.pad_id, position_offset=model_cfg.position_offset)
     shape_limit = -(-config.batch_size // pack["step"])
   elif config.length_bucketing:
-    shape_limit = len(length_buckets.bucket_lengths(config.max_seq_length))
+    shape_limit = len(buckets)
   else:
     shape_limit = 1
   compiled_lengths = set()  # the shapes the train step was compiled for
@@ -360,7 +400,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
         for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
           epoch_start, epoch_first_step = time.time(), step
           for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch,
-                                            task.sort_by_length):
+                                            task.sort_by_length, buckets):
             if step >= total_steps:
               break
             batch, shape = train_batch(task.train_arrays, keys, global_batch, pack)
@@ -400,7 +440,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
         results, warnings, checked = {}, [], False
         for eval_set in task.eval_sets:  # every process scores, process 0 writes files
           outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
-                            mesh, rules, bucketing=config.length_bucketing)
+                            mesh, rules, bucketing=config.length_bucketing, buckets=buckets)
           scores = eval_set.score(outputs, workdir if is_writer else None)
           checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
           warnings += scores.pop(task_lib.WARNINGS, [])

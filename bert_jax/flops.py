@@ -98,3 +98,20 @@ def peak_flops_for_kind(kind: str, dtype: str = "float32") -> float:
     if name.lower() in kind.lower():
       return bf16 if dtype == "bfloat16" else f32
   return float("nan")
+
+
+# What one more sequence length (a bucket) costs a fine-tuning run, per platform: its train
+# and eval programs' compile seconds, a + b x layers, and the effective rate of the step in
+# FLOP/s. Fixed guesses of the right order, never measurements, so that a run's buckets (and
+# so its batches) are the same on every machine of a platform. CPU: MiniLM's train and eval
+# programs took about 10 s to compile on the project's 2-core machine.
+SHAPE_COMPILE_SECONDS = {"cpu": (2.0, 1.2), "gpu": (5.0, 1.5), "tpu": (10.0, 3.0)}
+STEP_FLOPS_PER_SECOND = {"cpu": 5e10, "gpu": 2e14, "tpu": 1e14}
+
+
+def shape_cost_row_tokens(config: BertConfig, platform: str, seq_len: int) -> float:
+  """One more bucket length's compile time, in row-tokens of training (see the table above)."""
+  a, b = SHAPE_COMPILE_SECONDS.get(platform, SHAPE_COMPILE_SECONDS["gpu"])
+  rate = STEP_FLOPS_PER_SECOND.get(platform, STEP_FLOPS_PER_SECOND["gpu"])
+  per_token = train_flops_per_token(config, seq_len, masked_fraction=0.0) / rate
+  return (a + b * config.num_layers) / per_token

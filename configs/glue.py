@@ -28,7 +28,8 @@ paper and Google's README; small tasks vary by a few points across seeds, hence
 is minutes per epoch on a few CPU cores.
 
 Training and eval batches are cut to length buckets (`length_bucketing`: batches of
-similar lengths, each cut to the shortest of a few fixed lengths that holds it;
+similar lengths, each cut to the shortest of a few lengths that holds it, chosen by
+`length_buckets`, 'auto': from the data and the cost of compiling each length;
 `--config.length_bucketing=False` pads every row to max_seq_length).
 `--config.packing=True` packs each training batch's examples several to a row
 (block-diagonal attention, per-example [CLS] and loss: the same loss and gradients

@@ -150,8 +150,69 @@ def test_squad_and_accumulation_refuse_what_they_cannot_use():
                      (config("squad", "version=1.1", packing=True), "packing applies to"),
                      (config("ner", "", packing=True), "packing applies to .* not ner"),
                      (config("ner", "", length_bucketing=True), "length_bucketing .* not ner"),
-                     (config("glue", "task=mrpc", packing=True), "packing needs optimizer")):
+                     (config("glue", "task=mrpc", packing=True), "packing needs optimizer"),
+                     (config("glue", "task=mrpc", length_buckets="16,32"),
+                      "bad config: length_buckets '16,32': give 'auto', 'all'")):
     if message.startswith("packing needs"):
       c.optimizer.grad_accum_steps = 2
     with pytest.raises(ValueError, match=message):
       finetune.check_config(c, mesh)
+
+
+def _padded_cost(groups, buckets, shape_cost):
+  total = 0.0
+  for lengths, w in groups:
+    total += w * sum(length_buckets.bucket_of(int(x), buckets) for x in lengths)
+  return total + shape_cost * len(buckets)
+
+
+def test_chosen_buckets_are_the_cheapest_subset():
+  """Issue 35: choose_buckets is exact: no subset of the fixed lengths (ending where the
+  longest row fits) costs less in padded row-tokens plus shapes x cost."""
+  import itertools  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  candidates = length_buckets.bucket_lengths(64)  # 8 16 24 32 48 64
+  for trial in range(30):
+    groups = [(rng.integers(1, 65 if trial % 3 else 30, size=rng.integers(1, 60)), 2.0),
+              (rng.integers(1, 40, size=rng.integers(0, 20)), 1 / 3)]
+    longest = max(int(g[0].max()) for g in groups if len(g[0]))
+    cost = float(rng.choice([0.0, 10.0, 100.0, 1000.0, 1e6]))
+    got = length_buckets.choose_buckets(groups, 64, cost)
+    best = min(_padded_cost(groups, s, cost)
+               for k in range(1, len(candidates) + 1)
+               for s in itertools.combinations(candidates, k) if s[-1] >= longest)
+    assert got[-1] >= longest
+    assert _padded_cost(groups, got, cost) == pytest.approx(best), (trial, got, cost)
+
+
+def test_no_shape_cost_keeps_every_needed_length_and_a_large_one_keeps_one():
+  lengths = np.array([3, 9, 9, 17, 30, 41])
+  assert length_buckets.choose_buckets([(lengths, 1.0)], 64, 0.0) == (8, 16, 24, 32, 48)
+  assert length_buckets.choose_buckets([(lengths, 1.0)], 64, 1e9) == (48,)  # not 64
+  assert length_buckets.choose_buckets([(np.zeros(0, int), 1.0)], 64, 5.0) == (8,)
+  with pytest.raises(ValueError, match="a row of 70 tokens exceeds the max length 64"):
+    length_buckets.choose_buckets([(np.array([70]), 1.0)], 64, 0.0)
+
+
+def test_a_cpu_run_keeps_several_lengths_where_a_gpu_run_keeps_one():
+  """The cost of a shape is compile time in row-tokens: seconds on a CPU are few tokens, on a
+  GPU millions, so a short fine-tune there compiles one length."""
+  from bert_jax import flops  # pylint: disable=g-import-not-at-top
+  minilm = BertConfig(num_layers=6, hidden_size=384, num_heads=12, intermediate_size=1536)
+  rng = np.random.default_rng(1)
+  cola_like = np.clip(rng.lognormal(2.3, 0.4, size=4000).astype(int) + 2, 3, 64)
+  groups = [(cola_like, 1.0), (cola_like[:1000], 1 / 3)]
+  cpu = length_buckets.choose_buckets(groups, 64, flops.shape_cost_row_tokens(minilm, "cpu", 12))
+  gpu = length_buckets.choose_buckets(groups, 64, flops.shape_cost_row_tokens(minilm, "gpu", 12))
+  assert len(cpu) >= 3 and cpu[-1] >= cola_like.max()
+  assert gpu == (length_buckets.bucket_of(int(cola_like.max()), length_buckets.bucket_lengths(64)),)
+
+
+def test_the_length_buckets_key():
+  assert length_buckets.parse_buckets("auto", 64) == "auto"
+  assert length_buckets.parse_buckets("all", 64) == (8, 16, 24, 32, 48, 64)
+  assert length_buckets.parse_buckets("16, 32,64", 64) == (16, 32, 64)
+  for bad in ("16,8,64", "16,32", "0,64", "x", "", "16,32,128"):
+    with pytest.raises(ValueError, match="give 'auto', 'all', or ascending lengths ending at "
+                                         "max_seq_length, such as '16,32,64'"):
+      length_buckets.parse_buckets(bad, 64)

@@ -7,6 +7,9 @@ longest row, so a jitted step compiles at most once per length (and the count
 is logged).
 
   bucket_lengths    the fixed set for a max length: multiples of 8, each at most 1.5x the last
+  choose_buckets    the subset of it a run uses: each extra length must save more padded
+                    tokens than its compilation costs (`shape_cost`, in row-tokens)
+  parse_buckets     the `length_buckets` config key: 'auto', 'all', or explicit lengths
   row_lengths       real tokens per row from an input_mask [n, L]
   train_batches     a seeded, reproducible epoch: windows of the permutation sorted by
                     length, cut into batches, batch order shuffled (remainder dropped)
@@ -34,6 +37,73 @@ def bucket_lengths(max_len: int) -> tuple[int, ...]:
   if max_len < 1:
     raise ValueError(f"max length must be positive, got {max_len}")
   return tuple(x for x in _LENGTHS if x < max_len) + (max_len,)
+
+
+def choose_buckets(groups, max_len: int, shape_cost: float) -> tuple[int, ...]:
+  """The subset of bucket_lengths(max_len) that minimises padded row-tokens + shapes x cost.
+
+  Each row is cut to the smallest chosen length that holds it; a length costs `shape_cost`
+  row-tokens (its compilations, measured in the time of that many tokens of a row through
+  the step). Exact (dynamic programming over the fixed lengths). With shape_cost 0 every
+  length some row needs is kept; with a large one, a single length: the smallest that holds
+  the longest row.
+
+  Args:
+    groups: (lengths int [n], weight) pairs: rows' token counts and how many times each row
+      runs (training rows: epochs; eval rows: about 1/3 per evaluation, a forward pass).
+    max_len: the longest length allowed (max_seq_length).
+    shape_cost: row-tokens one more length must save to be worth its compilations.
+
+  Returns:
+    Ascending lengths, at least one; the last holds the longest row.
+  """
+  candidates = bucket_lengths(max_len)
+  weight = np.zeros(len(candidates))
+  for lengths, w in groups:
+    lengths = np.asarray(lengths, np.int64)
+    if len(lengths) and int(lengths.max()) > max_len:
+      raise ValueError(f"a row of {int(lengths.max())} tokens exceeds the max length {max_len}")
+    idx = np.searchsorted(np.asarray(candidates), lengths, side="left")
+    np.add.at(weight, idx, float(w))
+  needed = np.nonzero(weight)[0]
+  if not len(needed):
+    return (candidates[0],)
+  top = int(needed[-1])
+  # best[j]: least cost of rows needing candidates <= j, with j chosen (the longest so far).
+  best, prev = np.full(top + 1, np.inf), np.full(top + 1, -1)
+  for j in range(top + 1):
+    for i in range(-1, j):
+      base = 0.0 if i < 0 else best[i]
+      cost = base + weight[i + 1:j + 1].sum() * candidates[j] + shape_cost
+      if cost < best[j]:
+        best[j], prev[j] = cost, i
+  out, j = [], top
+  while j >= 0:
+    out.append(candidates[j])
+    j = int(prev[j])
+  return tuple(sorted(out))
+
+
+def parse_buckets(setting: str, max_len: int) -> "tuple[int, ...] | str":
+  """The `length_buckets` config value: 'auto' or the lengths it names ('all': bucket_lengths).
+
+  Raises:
+    ValueError: lengths that are not ascending positive integers ending at most at max_len.
+  """
+  setting = str(setting).strip()
+  if setting == "auto":
+    return "auto"
+  if setting == "all":
+    return bucket_lengths(max_len)
+  try:
+    lengths = tuple(int(x) for x in setting.split(","))
+  except ValueError:
+    lengths = ()
+  if (not lengths or any(b <= a for a, b in zip(lengths, lengths[1:])) or lengths[0] < 1
+      or lengths[-1] != max_len):
+    raise ValueError(f"length_buckets {setting!r}: give 'auto', 'all', or ascending lengths "
+                     f"ending at max_seq_length, such as '16,32,{max_len}'")
+  return lengths
 
 
 def bucket_of(length: int, buckets: tuple[int, ...]) -> int:
