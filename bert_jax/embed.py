@@ -56,6 +56,7 @@ from bert_jax import aggregate
 from bert_jax import bundle as bundle_lib
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
+from bert_jax import flops
 from bert_jax import model as model_lib
 from bert_jax import pooling as pooling_lib
 from bert_jax import train_log
@@ -320,8 +321,8 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
     ids_arr[i, :len(x)], seg_arr[i, :len(x)], mask_arr[i, :len(x)] = x, s, 1
   arrays = {"input_ids": ids_arr, "input_mask": mask_arr, "segment_ids": seg_arr}
   if length_bucketing:
-    batches = length_buckets.eval_batches(lengths, batch_size,
-                                          length_buckets.bucket_lengths(seq_len))
+    batches = length_buckets.eval_batches(
+        lengths, batch_size, flops.auto_buckets(config, [(lengths, 1.0 / 3.0)], seq_len))
   else:
     batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
   config = config.replace(dtype=dtype)

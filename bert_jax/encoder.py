@@ -28,6 +28,7 @@ from bert_jax import bundle as bundle_lib
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import embed as embed_lib
 from bert_jax import fill_mask as fill_mask_lib
+from bert_jax import flops
 from bert_jax import model as model_lib
 from bert_jax.data import length_buckets
 from bert_jax.json_file import read_json
@@ -190,12 +191,13 @@ class Encoder:
 
   def _outputs(self, forward, arrays: dict, batch_size: int, bucketed: bool):
     """forward(params, input_ids, input_mask, segment_ids) over every row of `arrays`, in
-    row order; bucketed: rows sorted by length into fixed buckets, as fine-tuning's
-    evaluation batches them (per-example outputs only), else batches at full length."""
+    row order; bucketed: rows sorted by length into buckets chosen as fine-tuning's
+    (flops.auto_buckets; per-example outputs only), else batches at full length."""
     n, seq_len = arrays["input_ids"].shape
     if bucketed:
-      batches = length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
-                                            batch_size, length_buckets.bucket_lengths(seq_len))
+      lengths = length_buckets.row_lengths(arrays["input_mask"])
+      batches = length_buckets.eval_batches(
+          lengths, batch_size, flops.auto_buckets(self.config, [(lengths, 1.0 / 3.0)], seq_len))
     else:
       batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len,
                                                   pad_last=True)

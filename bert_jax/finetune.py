@@ -143,8 +143,8 @@ def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_len
   """The bucket lengths of a length-bucketed run (None: not bucketed, or packed).
 
   `length_buckets` 'auto' keeps a length only where the padding it saves outweighs its
-  compilations (length_buckets.choose_buckets, at flops.shape_cost_row_tokens' cost for
-  this platform): training rows count `epochs` times, eval rows a third (a forward pass).
+  compilations (flops.auto_buckets: length_buckets.choose_buckets at this platform's
+  cost): training rows count `epochs` times, eval rows a third (a forward pass).
   Train and eval share the lengths, so the run compiles at most one train and one eval
   program per length.
   """
@@ -156,10 +156,7 @@ def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_len
   groups = [(x, 1.0 / 3.0) for x in eval_lengths]
   if train_lengths is not None:
     groups.append((train_lengths, epochs))
-  every = np.concatenate([g[0] for g in groups]) if groups else np.zeros(0)
-  typical = int(np.mean(every)) if len(every) else config.max_seq_length
-  cost = flops.shape_cost_row_tokens(model_cfg, jax.devices()[0].platform, max(typical, 1))
-  return length_buckets.choose_buckets(groups, config.max_seq_length, cost)
+  return flops.auto_buckets(model_cfg, groups, config.max_seq_length)
 
 
 def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,

@@ -1,9 +1,11 @@
-"""Training FLOPs per token (DESIGN.md formula) and device peak FLOP/s."""
+"""Training FLOPs per token (DESIGN.md formula), device peak FLOP/s, and what one more compiled
+sequence length costs (bucket choice)."""
 import functools
 import time
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from bert_jax import emd as emd_lib
 from bert_jax.model_config import BertConfig
@@ -115,3 +117,16 @@ def shape_cost_row_tokens(config: BertConfig, platform: str, seq_len: int) -> fl
   rate = STEP_FLOPS_PER_SECOND.get(platform, STEP_FLOPS_PER_SECOND["gpu"])
   per_token = train_flops_per_token(config, seq_len, masked_fraction=0.0) / rate
   return (a + b * config.num_layers) / per_token
+
+
+def auto_buckets(config: BertConfig, groups, max_len: int) -> tuple[int, ...]:
+  """length_buckets.choose_buckets at this platform's cost of one more length for `config`.
+
+  groups: (lengths, weight) pairs: training rows weigh their epochs, inference rows a third
+  (a forward pass is about a third of a training step).
+  """
+  from bert_jax.data import length_buckets  # pylint: disable=g-import-not-at-top
+  every = np.concatenate([np.asarray(g[0]) for g in groups]) if groups else np.zeros(0)
+  typical = max(1, int(np.mean(every))) if len(every) else max_len
+  cost = shape_cost_row_tokens(config, jax.devices()[0].platform, typical)
+  return length_buckets.choose_buckets(groups, max_len, cost)

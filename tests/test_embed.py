@@ -115,9 +115,14 @@ def test_batch_size_does_not_change_results(loaded):
   np.testing.assert_allclose(a, b, atol=1e-6)
 
 
-def test_length_buckets_keep_input_order_and_results(loaded):
+def test_length_buckets_keep_input_order_and_results(loaded, monkeypatch):
   texts = ["hello", "the cat sat on the mat . " * 3, "a dog", "big red dog ran far . " * 2,
            "the cat", "world"] * 2
+  # 12 texts: a second length saves less padding than its compilation costs (issue 35)
+  _, few = embed.embed(loaded, texts, pooling="mean", batch_size=4)
+  assert few.lengths == [24]
+  from bert_jax import flops  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(flops.SHAPE_COMPILE_SECONDS, "cpu", (0.0, 0.0))  # lengths cost nothing
   a, stats = embed.embed(loaded, texts, pooling="mean", batch_size=4)
   b, flat = embed.embed(loaded, texts, pooling="mean", batch_size=4, length_bucketing=False)
   np.testing.assert_allclose(a, b, atol=1e-5)
