@@ -167,16 +167,8 @@ def sop_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
   """ALBERT's sentence-order pairs (create_pretraining_data with random_next_sentence=False).
 
   Chunks are cut as for NSP; B is always the rest of A's chunk, and A and B are
-  swapped with probability 1/2 before truncation, as ALBERT does.
-
-  Args:
-    shard: documents (sentences longer than max_num_tokens // 2 split first).
-    key: a stateless_random key (derive it from seed, epoch and shard).
-    max_num_tokens: seq_len - 3.
-    short_seq_prob: probability of a document's shorter random target length.
-
-  Returns:
-    Examples with A, B and sentence-order labels (1 = swapped).
+  swapped with probability 1/2 before truncation, as ALBERT does. The arguments are
+  nsp_examples'; the labels are sentence order (1 = swapped).
   """
   return _pair_examples(shard, key, max_num_tokens, short_seq_prob, sentence_order=True)
 
