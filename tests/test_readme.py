@@ -107,3 +107,20 @@ def test_readme_command_is_valid_as_written(argv):
     check(config, mesh)
   except (ValueError, FileNotFoundError) as e:  # placeholder paths, or outputs of earlier commands
     assert "does not exist" in str(e) or "matches no file" in str(e), str(e)
+
+
+def test_every_path_the_python_examples_load_is_written_by_a_readme_command():
+  """Issue 33: the API examples load exactly what the README's commands write (a workdir, its
+  export/, or a conversion's --dst), not paths no command produces."""
+  text = (ROOT / "README.md").read_text(encoding="utf-8")
+  python = "\n".join(re.findall(r"```python\n(.*?)```", text, re.S))
+  loaded = set(re.findall(r'Encoder\.load\("([^"]+)"\)', python))
+  assert len(loaded) >= 4, loaded
+  written = set()
+  for argv in COMMANDS:
+    for flag in ("--workdir", "--dst", "--output"):
+      if flag in argv:
+        written.add(argv[argv.index(flag) + 1])
+  for path in sorted(loaded):
+    base = path[:-len("/export")] if path.endswith("/export") else path
+    assert base in written, f"README's Python example loads {path}; no README command writes {base}"
