@@ -41,6 +41,7 @@ from bert_jax import cli  # noqa: E402
 from bert_jax import flops as flops_lib  # noqa: E402
 from bert_jax import pretrain_setup  # noqa: E402
 from bert_jax import sharding  # noqa: E402
+from bert_jax import train_core  # noqa: E402
 
 GiB = 1 << 30
 
@@ -127,6 +128,19 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
     raise ValueError(f"--{flag} {text!r}: expected comma-separated integers, e.g. 1,-1,1") from None
 
 
+def for_target(config: ml_collections.ConfigDict, platform: str) -> ml_collections.ConfigDict:
+  """A copy of `config` whose model 'auto' choices are the target's, not this host's.
+
+  Compiled here for a TPU topology, `model.dtype='auto'` would otherwise be the CPU host's
+  float32 and `model.prng_impl='auto'` its threefry: the program, its memory and its FLOPs
+  would not be the ones the TPU runs (the attention kernel's 'auto' is the same on both).
+  """
+  config = config.copy_and_resolve_references()
+  config.model.dtype = train_core.compute_dtype(config.model.dtype, platform)
+  config.model.prng_impl = train_core.prng_impl(config.model, backend=platform)
+  return config
+
+
 def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
                        dcn_shape: Optional[tuple[int, ...]] = None,
                        vocab_size: Optional[int] = None) -> dict[str, Any]:
@@ -142,6 +156,7 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
     A dict with the compiled executable, the mesh, the model config, the
     number of parameters and the compile time.
   """
+  config = for_target(config, devices[0].platform)
   pad_id = 0
   if vocab_size is None:
     from bert_jax.data import tokenizer  # pylint: disable=g-import-not-at-top

@@ -230,11 +230,12 @@ def step_means(sums: dict[str, Any]) -> dict[str, float]:
   return {k: float(sums[k]) / steps for k in ("loss", "grad_norm", "learning_rate")}
 
 
-def compute_dtype(name: str) -> str:
-  """'auto' -> bfloat16 on accelerators, float32 on CPU; other names unchanged."""
+def compute_dtype(name: str, platform: Optional[str] = None) -> str:
+  """'auto' -> bfloat16 on accelerators, float32 on CPU (of `platform`, default this
+  process's devices'); other names unchanged."""
   if name != "auto":
     return name
-  return "float32" if jax.devices()[0].platform == "cpu" else "bfloat16"
+  return "float32" if (platform or jax.devices()[0].platform) == "cpu" else "bfloat16"
 
 
 def model_config_from(model_section: Any, base: model_config_lib.BertConfig

@@ -57,7 +57,11 @@ def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
   config.update(dict(batch_size=16, seq_len=32))
   config.data.max_predictions_per_seq = 5
   config.mesh.update(dict(shape=(1, -1, 1), preset="fsdp"))
+  assert config.model.dtype == "auto" and config.model.prng_impl == "auto"
   out = aot_compile.compile_train_step(config, devices, vocab_size=30522)
+  # 'auto' resolved for the TPU, not for this CPU host (issue 29): bf16 compute, rbg dropout
+  assert out["model_config"].dtype == "bfloat16"
+  assert out["state"].rng.shape == (4,)  # an rbg key's raw data (threefry's: 2 words)
   assert dict(out["mesh"].shape) == {"data": 1, "fsdp": 4, "tensor": 1}
   emb = out["state"].params["bert"]["embeddings"]["word_embeddings"]["embedding"]
   assert emb.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp")
