@@ -13,6 +13,7 @@ not TensorFlow.
 """
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 
@@ -54,6 +55,8 @@ def main(argv=None) -> int:
                                 intermediate_size=args.intermediate)
   transformers.BertModel(cfg).save_pretrained(hf_dir, safe_serialization=True)
   transformers.BertTokenizerFast(vocab_file=VOCAB, do_lower_case=True).save_pretrained(hf_dir)
+  # transformers 5 saves tokenizer.json alone; bert_jax.convert reads vocab.txt.
+  shutil.copyfile(VOCAB, os.path.join(hf_dir, "vocab.txt"))
   subprocess.run([sys.executable, "-m", "bert_jax.convert", "--from", "hf", "--src", hf_dir,
                   "--dst", bundle_dir, "--uncased"], check=True,
                  env=dict(os.environ, PYTHONPATH=os.pathsep.join(

@@ -145,16 +145,20 @@ def interleaved_rounds(runners: list, rounds: int, steps: int, warmup: int = 2) 
 
 
 def build_ours(config, model_cfg, batch):
-  """(jitted step with donated state, initial state, batch on the device): bert_jax's pretraining step."""
+  """(jitted step with donated state, initial state, batch on the device): bert_jax's pretraining step.
+
+  Dropout draws from the run's PRNG implementation (model.prng_impl; 'auto' is threefry
+  on the CPU and unsafe_rbg on accelerators), as bert_jax.pretrain's step does."""
   model = model_lib.BertForPreTraining(model_cfg, with_nsp=True)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, 1e-4, 0, 1000)
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   init_params = mlm_nsp.init_fn(model, batch["input_ids"].shape[1],
                                 batch["masked_lm_positions"].shape[1])
-  state = jax.jit(lambda r: nn.unbox(train_core.init_state(init_params, tx, r)))(
+  impl = train_core.prng_impl(config.model)
+  state = jax.jit(lambda r: nn.unbox(train_core.init_state(init_params, tx, r, prng_impl=impl)))(
       jax.random.PRNGKey(0))
-  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, schedule),
-                 donate_argnums=(0,))
+  step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, schedule,
+                                            prng_impl=impl), donate_argnums=(0,))
   return step, state, jax.device_put(batch)
 
 
@@ -209,12 +213,42 @@ def add_step_args(p: argparse.ArgumentParser) -> None:
   p.add_argument("--scan_layers", default=None, choices=["true", "false"])
   p.add_argument("--vocab_size", type=int, default=30522)
   p.add_argument("--peak_flops", type=float, default=0.0, help="per-device peak FLOP/s")
+  p.add_argument("--drop_mask", action="store_true",
+                 help="experiment: attention gets no mask (every token of the synthetic batch is "
+                 "real): what a fused kernel gains from dropping the dense [B,1,S,S] mask; needs "
+                 "attention dropout 0")
+  p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                 help="override a config key, e.g. --set model.prng_impl=threefry2x32 (repeatable)")
 
 
 def device_name() -> str:
   """'cpu' or e.g. 'gpu NVIDIA H100 80GB HBM3': the platform and device_kind of jax's first device."""
   dev = jax.devices()[0]
   return dev.platform if dev.device_kind == dev.platform else f"{dev.platform} {dev.device_kind}"
+
+
+def set_key(config, item: str) -> None:
+  """Applies one --set KEY=VALUE: VALUE parsed as the key's current type; exits naming a bad one."""
+  key, eq, value = item.partition("=")
+  *path, last = key.split(".")
+  node = config
+  try:
+    for name in path:
+      node = node[name]
+    old = node[last]
+  except (KeyError, AttributeError, TypeError):
+    sys.exit(f"--set {item}: no config key {key!r}")
+  if not eq:
+    sys.exit(f"--set {item}: expected KEY=VALUE")
+  if isinstance(old, bool):
+    if value.lower() not in ("true", "false"):
+      sys.exit(f"--set {item}: {key} is a bool (true or false)")
+    node[last] = value.lower() == "true"
+  else:
+    try:
+      node[last] = type(old)(value)
+    except ValueError:
+      sys.exit(f"--set {item}: {key} is a {type(old).__name__}")
 
 
 class Setup:
@@ -231,8 +265,17 @@ class Setup:
       config.model.remat = args.remat
     if args.scan_layers:
       config.model.scan_layers = args.scan_layers == "true"
+    for item in args.set:
+      set_key(config, item)
     self.config, self.args = config, args
     self.model_cfg = pretrain_setup.model_config_from(config, args.vocab_size)
+    if args.drop_mask:
+      if self.model_cfg.attention_dropout_rate > 0:
+        sys.exit("--drop_mask needs a fused attention kernel: set model.attention_dropout_rate=0 "
+                 "(e.g. configs/pretrain.py:base,fused_attention)")
+      attend = model_lib.layers.dot_product_attention
+      model_lib.layers.dot_product_attention = (
+          lambda q, k, v, mask, **kw: attend(q, k, v, None, **kw))
     if args.seq_len > self.model_cfg.max_position_embeddings:
       sys.exit(f"--seq_len {args.seq_len} exceeds the model's max_position_embeddings "
                f"{self.model_cfg.max_position_embeddings}")
@@ -254,7 +297,8 @@ class Setup:
             f"I{m.intermediate_size} V{m.vocab_size} | batch {a.batch_size} x seq {a.seq_len} | "
             f"{self.num_predictions} predictions/seq | {a.dtype} | attention {m.attention_impl} "
             f"| dropout {m.dropout_rate}/{m.attention_dropout_rate} | remat {m.remat} "
-            f"| scan {m.scan_layers}")
+            f"| scan {m.scan_layers} | prng {train_core.prng_impl(self.config.model)}"
+            + (" | no attention mask (--drop_mask)" if a.drop_mask else ""))
 
   def figures(self, seconds_per_step: float) -> dict:
     tps = self.tokens / seconds_per_step
