@@ -136,8 +136,9 @@ def test_train_step_and_the_torch_peer_run_without_tensorflow(tmp_path):
   proc = _run_without_tensorflow(
       "benchmarks/train_step.py", "--config", "configs/pretrain.py:tiny", "--batch_size", "2",
       "--seq_len", "16", "--steps", "2", "--rounds", "1", "--reference", "torch",
-      "--no_torch_compile", "--json", str(out))
+      "--no_torch_compile", "--set", "model.prng_impl=unsafe_rbg", "--json", str(out))
   r = json.loads(out.read_text())
+  assert "| prng unsafe_rbg" in r["config"]  # the step draws dropout as the config says
   names = [row["implementation"] for row in r["rows"]]
   assert names[0] == "bert_jax" and names[1].startswith("torch BertForPreTraining (sdpa, fp32, eager)")
   assert all(row["tokens_per_s"] > 0 and row["mfu"] > 0 for row in r["rows"])
@@ -148,6 +149,7 @@ def test_embed_speed_runs_without_tensorflow(tmp_path):
   import random_bert  # pylint: disable=g-import-not-at-top
   assert random_bert.main(["--dst", str(tmp_path), "--layers", "1", "--hidden", "32", "--heads", "2",
                            "--intermediate", "64", "--texts", "16"]) == 0
+  assert (tmp_path / "hf" / "vocab.txt").exists()  # transformers 5 writes tokenizer.json alone
   _run_without_tensorflow(
       "benchmarks/embed_speed.py", "--model_dir", str(tmp_path / "hf"), "--bundle",
       str(tmp_path / "bundle"), "--texts", str(tmp_path / "texts.txt"), "--num", "16",
@@ -195,3 +197,36 @@ def test_gpu_suite_names_missing_packages_in_one_line_before_writing(tmp_path, m
     gpu_suite.main(["--dry_run", "--out", str(tmp_path / "out")])
   assert str(e.value.code).startswith("missing Python packages: no_such_package_xyz (")
   assert not (tmp_path / "out").exists()
+
+
+def test_step_variants_parse_environment_words_and_refuse_bad_names():
+  import step_variants  # pylint: disable=g-import-not-at-top
+  v = step_variants.parse_variant(
+      "combo=XLA_FLAGS='--a=1 --b=2' USE_X=1 --drop_mask --set model.prng_impl=rbg")
+  assert v == dict(name="combo", env={"XLA_FLAGS": "--a=1 --b=2", "USE_X": "1"},
+                   args=["--drop_mask", "--set", "model.prng_impl=rbg"])
+  assert step_variants.parse_variant("base=") == dict(name="base", env={}, args=[])
+  with pytest.raises(SystemExit, match="expected NAME=ARGS"):
+    step_variants.parse_variant("no equals sign")
+  records = [dict(name="a", env={}, args=[], status="ok", ms_per_step=50.0, tokens_per_s=1.0,
+                  mfu=0.3, first_step_s=9.0),
+             dict(name="b", env={"X": "1"}, args=[], status="ok", ms_per_step=40.0,
+                  tokens_per_s=1.0, mfu=0.4, first_step_s=9.0),
+             dict(name="c", env={}, args=["--y"], status="timed out after 9 s")]
+  md = step_variants.markdown(records, "cpu")
+  assert "| b | `X=1` | ok | 40.0 |" in md and "1.250x" in md
+  assert "| c | `--y` | timed out after 9 s |" in md
+
+
+def test_train_step_set_overrides_typed_keys_and_names_bad_ones():
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  import train_step  # pylint: disable=g-import-not-at-top
+  c = ml_collections.ConfigDict(dict(model=dict(prng_impl="auto", scan_layers=False, rate=0.1)))
+  train_step.set_key(c, "model.prng_impl=unsafe_rbg")
+  train_step.set_key(c, "model.scan_layers=True")
+  train_step.set_key(c, "model.rate=0")
+  assert (c.model.prng_impl, c.model.scan_layers, c.model.rate) == ("unsafe_rbg", True, 0.0)
+  for bad, words in [("model.nope=1", "no config key"), ("model.scan_layers=maybe", "a bool"),
+                     ("model.rate=x", "a float"), ("model.rate", "expected KEY=VALUE")]:
+    with pytest.raises(SystemExit, match=words):
+      train_step.set_key(c, bad)
