@@ -53,6 +53,9 @@ from bert_jax import optimizer as opt_lib  # noqa: E402
 from bert_jax import pretrain_setup  # noqa: E402
 from bert_jax import train_core  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
+from bert_jax import xla_flags  # noqa: E402
+
+xla_flags.apply()  # the trainer's GPU defaults (bert_jax.cli applies them to every program)
 
 MASK_ID = 103  # [MASK] in the bundled bert-base-uncased vocab; the references' masked inputs
 
@@ -301,7 +304,8 @@ class Setup:
             f"{self.num_predictions} predictions/seq | {a.dtype} | attention {m.attention_impl} "
             f"| dropout {m.dropout_rate}/{m.attention_dropout_rate} | remat {m.remat} "
             f"| scan {m.scan_layers} | prng {train_core.prng_impl(self.config.model)}"
-            + (" | no attention mask (--drop_mask)" if a.drop_mask else ""))
+            + (" | no attention mask (--drop_mask)" if a.drop_mask else "")
+            + f" | XLA_FLAGS {xla_flags.describe()}")
 
   def figures(self, seconds_per_step: float) -> dict:
     tps = self.tokens / seconds_per_step

@@ -42,6 +42,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from bert_jax import distributed
+from bert_jax import xla_flags
 
 _HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
 
@@ -178,6 +179,7 @@ def _quiet_failed_saves() -> None:
 
 
 _quiet_start_up()
+xla_flags.apply()  # before any backend starts: XLA reads XLA_FLAGS once
 
 
 def absolute(path: str) -> str:

@@ -315,7 +315,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
 
   # -- The checkpoint: model config, vocab, params (read only) ------------------------
   pretrained = ckpt_lib.load_pretrained(config.init_checkpoint)
-  model_cfg = train_core.model_config_from(config.model, pretrained.config)
+  model_cfg = train_core.model_config_from(  # eval is never packed; training is as it says
+      config.model, pretrained.config, one_example_per_row=not config.packing)
   if config.max_seq_length > model_cfg.max_position_embeddings:
     raise ValueError(f"bad config: max_seq_length {config.max_seq_length} does not fit "
                      f"{pretrained.source}: its position table has "

@@ -8,6 +8,7 @@ Logical names used by parameters: 'vocab', 'embed', 'heads', 'kv', 'mlp',
 """
 from typing import Callable, Optional, Sequence, Union
 
+from flax import struct
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -159,6 +160,25 @@ def attention_mask(input_mask: jax.Array, padding_attends: bool = True) -> jax.A
   return mask[:, None, :, :]
 
 
+@struct.dataclass
+class AttentionMask:
+  """What attention masks with: the dense boolean mask [batch, 1, q_len, k_len] and, for rows
+  of one example each with real tokens first (BertConfig.one_example_per_row), the key
+  lengths int32 [batch], which cuDNN's fused kernel takes instead of the dense mask."""
+  dense: jax.Array
+  kv_lengths: Optional[jax.Array] = None
+
+  def rows(self, positions: jax.Array) -> "AttentionMask":
+    """The mask of the queries at `positions` [batch, Q] (the keys are unchanged)."""
+    return self.replace(dense=jnp.take_along_axis(
+        self.dense, positions[:, None, :, None].astype(jnp.int32), axis=2))
+
+
+def padding_lengths(input_mask: jax.Array) -> jax.Array:
+  """int32 [batch]: the real tokens of each row of `input_mask` [batch, len] (0 at padding)."""
+  return jnp.sum(input_mask > 0, axis=1, dtype=jnp.int32)
+
+
 FUSED_KERNELS = ("xla", "cudnn")  # jax.nn.dot_product_attention: no attention dropout
 
 
@@ -199,7 +219,8 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                           mask: jax.Array, *, impl: str, dropout_rate: float,
                           deterministic: bool, dropout_rng: Optional[jax.Array],
                           dtype: Dtype, bias: Optional[jax.Array] = None,
-                          scale: Optional[float] = None) -> jax.Array:
+                          scale: Optional[float] = None,
+                          kv_lengths: Optional[jax.Array] = None) -> jax.Array:
   """Multi-head attention over [batch, len, heads, head_dim] inputs.
 
   Args:
@@ -213,12 +234,21 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     bias: optional float [batch, heads, q_len, k_len] added to the scaled scores
       (DeBERTa's relative terms).
     scale: the scores' factor; None: 1 / sqrt(head_dim).
+    kv_lengths: optional int32 [batch]: each row's keys are its first kv_lengths and `mask`
+      is exactly that (one example per row, real tokens first). cuDNN then masks by the
+      lengths (its padding mode; every query attends to the first kv_lengths keys, as the
+      dense mask has padding queries do) instead of a bias made from `mask`; other
+      kernels read `mask`.
 
   Returns:
     [batch, q_len, heads, head_dim].
   """
   use_dropout = not deterministic and dropout_rate > 0.0
   kernel = attention_kernel(impl, use_dropout, dtype, bias is not None, query.shape[-1])
+  if kernel == "cudnn" and kv_lengths is not None:
+    return jax.nn.dot_product_attention(
+        query, key, value, key_value_seq_lengths=kv_lengths, scale=scale,
+        implementation="cudnn")
   if kernel in ("xla", "cudnn"):
     return jax.nn.dot_product_attention(
         query, key, value, mask=mask, bias=None if bias is None else bias.astype(dtype),

@@ -91,11 +91,11 @@ class SelfAttention(nn.Module):
   deterministic: bool
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, queries: Optional[Array] = None,
+  def __call__(self, x: Array, mask: layers.AttentionMask, queries: Optional[Array] = None,
                relative: Optional[Array] = None,
                query_positions: Optional[Array] = None) -> Array:
     """x [batch, len, hidden] -> [batch, len, hidden]; with `queries` [batch, Q, hidden]
-    (rows of x), only those rows attend: -> [batch, Q, hidden], mask [batch, 1, Q, len].
+    (rows of x), only those rows attend: -> [batch, Q, hidden], mask.dense [batch, 1, Q, len].
 
     DeBERTa-v2: `relative` [2 x span, hidden] is the encoder's LayerNorm'd relative
     embeddings, `query_positions` [batch, Q] the columns of `queries` (bert_jax.disentangled)."""
@@ -121,9 +121,9 @@ class SelfAttention(nn.Module):
     if not self.deterministic and c.attention_dropout_rate > 0:
       dropout_rng = self.make_rng("dropout")
     y = layers.dot_product_attention(
-        q, k, v, mask, impl=c.attention_impl, dropout_rate=c.attention_dropout_rate,
+        q, k, v, mask.dense, impl=c.attention_impl, dropout_rate=c.attention_dropout_rate,
         deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype),
-        bias=bias, scale=scale)
+        bias=bias, scale=scale, kv_lengths=mask.kv_lengths)
     y = layers.constrain(y, names)
     return layers.DenseGeneral(c.hidden_size, ("heads", "kv", "embed"), in_dims=2,
                                name="out", **kw)(y)  # [batch, len, hidden]
@@ -135,7 +135,7 @@ class EncoderLayer(nn.Module):
   deterministic: bool
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, relative: Optional[Array] = None,
+  def __call__(self, x: Array, mask: layers.AttentionMask, relative: Optional[Array] = None,
                positions: Optional[Array] = None,
                query_states: Optional[Array] = None) -> tuple[Array, Array]:
     """x [batch, len, hidden] -> (x', x'); with `positions` [batch, Q] only those rows
@@ -151,7 +151,7 @@ class EncoderLayer(nn.Module):
     if positions is not None and queries is None:
       queries = gather_positions(x, positions)  # [batch, Q, hidden]
     if positions is not None:
-      mask = jnp.take_along_axis(mask, positions[:, None, :, None].astype(jnp.int32), axis=2)
+      mask = mask.rows(positions)
     y = SelfAttention(c, self.deterministic, name="attention")(x, mask, queries, relative,
                                                               positions)
     x = x if queries is None else queries
@@ -181,7 +181,7 @@ class BertEncoder(nn.Module):
   config: BertConfig
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, deterministic: bool,
+  def __call__(self, x: Array, mask: layers.AttentionMask, deterministic: bool,
                output_hidden_states: bool = False,
                output_positions: Optional[Array] = None,
                emd_queries: Optional[tuple[Array, Array]] = None
@@ -290,7 +290,9 @@ class BertModel(nn.Module):
       position_ids = default_position_ids(input_ids, self.config)
     deberta = self.config.model_type == "deberta-v2"
     x = self.embeddings(input_ids, segment_ids, position_ids, deterministic, input_mask)
-    mask = layers.attention_mask(input_mask, padding_attends=not deberta)
+    mask = layers.AttentionMask(
+        layers.attention_mask(input_mask, padding_attends=not deberta),
+        layers.padding_lengths(input_mask) if self.config.one_example_per_row else None)
     x, hidden, decoded = self.encoder(x, mask, deterministic, output_hidden_states,
                                       output_positions, emd_queries)
     out = {"sequence_output": x}  # [batch, len or Q, hidden]

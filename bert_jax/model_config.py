@@ -88,6 +88,11 @@ class BertConfig:
   attention_impl: str = "auto"
   scan_layers: bool = False
   remat: str = "none"
+  # A property of the run's rows, not of the model (never saved): each row holds one example,
+  # real tokens first (unpacked, right-padded). cuDNN's fused attention then takes key lengths
+  # (its padding mode) instead of the dense [batch, 1, len, len] mask, which it would turn
+  # into a bias. Set by the run (train_core.model_config_from); packed rows keep the mask.
+  one_example_per_row: bool = False
 
   def __post_init__(self):
     for f in ARCH_FIELDS:
@@ -151,7 +156,10 @@ class BertConfig:
     return {f: getattr(self, f) for f in ARCH_FIELDS}
 
   def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    """The saved fields: all but one_example_per_row, which describes a run's rows."""
+    d = dataclasses.asdict(self)
+    del d["one_example_per_row"]
+    return d
 
   @classmethod
   def from_dict(cls, d: dict[str, Any], source: str = "config") -> "BertConfig":

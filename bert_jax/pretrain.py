@@ -31,6 +31,7 @@ from bert_jax import train_core
 from bert_jax import train_log
 from bert_jax import workdir_owner
 from bert_jax import write_errors
+from bert_jax import xla_flags
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -316,7 +317,8 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
       ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "
                 f"{config.optimizer.name} at {config.learning_rate:g}{resumed}"),
       ("workdir", f"{workdir} (checkpoints every {config.checkpoint_every} steps, "
-                  "metrics.jsonl, tensorboard/, export/ at the end)")])
+                  "metrics.jsonl, tensorboard/, export/ at the end)")]
+      + ([("XLA flags", xla_flags.describe())] if xla_flags.describe() != "none" else []))
 
 
 def _host_rows(batches, config):

@@ -225,7 +225,8 @@ def model_config_from(config: ml_collections.ConfigDict, vocab_size: int,
   """The BertConfig of a pretraining config and the tokenizer's vocab size and padding id."""
   base = model_config_lib.for_pretraining(model_config_lib.variant(config.variant, vocab_size),
                                           config.model_type, pad_id)
-  return train_core.model_config_from(config.model, base)
+  return train_core.model_config_from(config.model, base,
+                                      one_example_per_row=not config.data.packing)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +325,8 @@ def _distillation(config: ml_collections.ConfigDict, vocab_size: int, vocab: Seq
     raise ValueError(f"teacher_checkpoint {config.teacher_checkpoint}: vocab_size "
                      f"{teacher.config.vocab_size}, the data's tokenizer has {vocab_size}; set "
                      "data.vocab_file / data.tokenizer to the teacher's vocab")
-  teacher_cfg = train_core.model_config_from(config.model, teacher.config)
+  teacher_cfg = train_core.model_config_from(config.model, teacher.config,
+                                             one_example_per_row=not config.data.packing)
   student_cfg = distill.student_config(teacher_cfg, layers)
   teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
   student = model_lib.BertForPreTraining(student_cfg, with_nsp=False)

@@ -238,13 +238,15 @@ def compute_dtype(name: str, platform: Optional[str] = None) -> str:
   return "float32" if (platform or jax.devices()[0].platform) == "cpu" else "bfloat16"
 
 
-def model_config_from(model_section: Any, base: model_config_lib.BertConfig
-                      ) -> model_config_lib.BertConfig:
+def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
+                      one_example_per_row: bool = False) -> model_config_lib.BertConfig:
   """`base` (a checkpoint's or a variant's architecture) with a run's compute options.
 
   Args:
     model_section: a config's `model` section (bert_jax.config_sections.model()).
     base: the architecture.
+    one_example_per_row: the run's rows are unpacked and right-padded (cuDNN's attention
+      then masks by key lengths; BertConfig.one_example_per_row). False for packed rows.
 
   Returns:
     The BertConfig the run computes with.
@@ -252,7 +254,8 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig
   m = model_section
   return base.replace(dtype=compute_dtype(m.dtype), attention_impl=m.attention_impl,
                       scan_layers=m.scan_layers, remat=m.remat, dropout_rate=m.dropout_rate,
-                      attention_dropout_rate=m.attention_dropout_rate)
+                      attention_dropout_rate=m.attention_dropout_rate,
+                      one_example_per_row=one_example_per_row)
 
 
 def check_attention_impl(model_section: Any) -> None:
@@ -285,6 +288,8 @@ def describe_attention(model_cfg: model_config_lib.BertConfig, training: bool = 
                                    c.max_relative_positions > 0, c.head_dim)
   words = {"einsum": "einsum (explicit softmax)", "xla": "XLA fused",
            "cudnn": "cuDNN fused flash"}[kernel]
+  if kernel == "cudnn":
+    words += ", masked by key lengths" if c.one_example_per_row else ", masked by a dense bias"
   rate = f"attention dropout {c.attention_dropout_rate:g}" if dropout else "no attention dropout"
   return f"{words} ({rate}; model.attention_impl={c.attention_impl!r})"
 

@@ -86,3 +86,85 @@ def test_the_fused_attention_recipe_states_no_attention_dropout_and_keeps_hidden
   kernel = layers.attention_kernel(fused.model.attention_impl, False, jnp.bfloat16, False,
                                    cfg.head_dim, backend="gpu")
   assert kernel == "cudnn"
+
+
+def test_key_lengths_mask_as_the_dense_padding_mask_does_every_row_included():
+  """One example per row, real tokens first: masking by key lengths (what cuDNN gets) gives
+  the dense mask's attention at every position, padding queries included (they attend to
+  the real tokens). XLA's kernel takes the same lengths on the CPU."""
+  q, k, v = _qkv(length=8)
+  input_mask = jnp.array([[1] * 5 + [0] * 3, [1] * 8], jnp.int32)
+  dense = layers.dot_product_attention(
+      q, k, v, layers.attention_mask(input_mask), impl="einsum", dropout_rate=0.0,
+      deterministic=True, dropout_rng=None, dtype=jnp.float32)
+  by_lengths = jax.nn.dot_product_attention(
+      q, k, v, key_value_seq_lengths=layers.padding_lengths(input_mask), implementation="xla")
+  np.testing.assert_allclose(dense, by_lengths, atol=1e-6)
+  np.testing.assert_array_equal(layers.padding_lengths(input_mask), [5, 8])
+
+
+def test_cudnn_gets_key_lengths_and_no_dense_mask_when_rows_hold_one_example(monkeypatch):
+  seen = []
+  monkeypatch.setattr(jax.nn, "dot_product_attention",
+                      lambda *a, **kw: seen.append((a, kw)) or a[0])
+  q, k, v = _qkv()
+  input_mask = jnp.array([[1] * 5 + [0] * 3, [1] * 8], jnp.int32)
+  mask = layers.attention_mask(input_mask)
+  kwargs = dict(impl="cudnn", dropout_rate=0.0, deterministic=True, dropout_rng=None,
+                dtype=jnp.bfloat16)
+  layers.dot_product_attention(q, k, v, mask, kv_lengths=layers.padding_lengths(input_mask),
+                               **kwargs)
+  layers.dot_product_attention(q, k, v, mask, **kwargs)  # packed rows: the dense mask
+  (args, kw), (args2, kw2) = seen
+  assert len(args) == 3 and "mask" not in kw and kw["implementation"] == "cudnn"
+  np.testing.assert_array_equal(kw["key_value_seq_lengths"], [5, 8])
+  assert kw2["mask"] is mask and "key_value_seq_lengths" not in kw2
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_one_example_per_row_computes_the_same_model_on_the_cpu(scan):
+  """The lengths reach every layer (scanned too, and the last layer's masked rows); off a
+  GPU the kernels read the dense mask, so the outputs are equal."""
+  from bert_jax import model as model_lib  # pylint: disable=g-import-not-at-top
+  cfg = model_config.BertConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2,
+                                intermediate_size=64, max_position_embeddings=16,
+                                scan_layers=scan, attention_impl="xla")
+  ids = jnp.arange(32, dtype=jnp.int32).reshape(2, 16) % 64
+  input_mask = jnp.array([[1] * 9 + [0] * 7, [1] * 16], jnp.int32)
+  positions = jnp.array([[0, 3], [1, 15]], jnp.int32)
+  outs = []
+  for one in (False, True):
+    m = model_lib.BertModel(cfg.replace(one_example_per_row=one))
+    params = m.init(jax.random.PRNGKey(0), ids, input_mask, jnp.zeros_like(ids))
+    outs.append(m.apply(params, ids, input_mask, jnp.zeros_like(ids),
+                        output_positions=positions)["sequence_output"])
+  np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_one_example_per_row_follows_the_data_and_is_never_saved():
+  from bert_jax import pretrain_setup  # pylint: disable=g-import-not-at-top
+  from tests.test_pretrain import small_config  # pylint: disable=g-import-not-at-top
+  config = small_config("unused")
+  for packing in (False, True):
+    config.data.packing = packing
+    assert pretrain_setup.model_config_from(config, 64).one_example_per_row is not packing
+  cfg = model_config.BertConfig(one_example_per_row=True)
+  assert "one_example_per_row" not in cfg.to_dict()
+  assert model_config.BertConfig.from_dict(cfg.to_dict()).one_example_per_row is False
+
+
+def test_gpu_xla_defaults_keep_what_the_user_set():
+  from bert_jax import xla_flags  # pylint: disable=g-import-not-at-top
+  env = {}
+  assert xla_flags.add_defaults(env, {"xla_gpu_enable_triton_gemm": "false"}) == [
+      "--xla_gpu_enable_triton_gemm=false"]
+  assert env["XLA_FLAGS"] == "--xla_gpu_enable_triton_gemm=false"
+  env = {"XLA_FLAGS": "--xla_dump_to=/tmp/d --xla_gpu_enable_triton_gemm=true"}
+  assert xla_flags.add_defaults(env, xla_flags.GPU_DEFAULTS) == []
+  assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/d --xla_gpu_enable_triton_gemm=true"
+  env = {"XLA_FLAGS": "--xla_dump_to=/tmp/d"}
+  xla_flags.add_defaults(env, xla_flags.GPU_DEFAULTS)
+  assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/d --xla_gpu_enable_triton_gemm=false"
+  # This machine has no NVIDIA GPU: nothing is added.
+  env = {}
+  assert xla_flags.apply(env) == [] and env == {}
