@@ -245,7 +245,7 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
   """
   use_dropout = not deterministic and dropout_rate > 0.0
   kernel = attention_kernel(impl, use_dropout, dtype, bias is not None, query.shape[-1])
-  if kernel == "cudnn" and kv_lengths is not None:
+  if kernel == "cudnn" and kv_lengths is not None and bias is None:
     return jax.nn.dot_product_attention(
         query, key, value, key_value_seq_lengths=kv_lengths, scale=scale,
         implementation="cudnn")

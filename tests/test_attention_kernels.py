@@ -115,10 +115,14 @@ def test_cudnn_gets_key_lengths_and_no_dense_mask_when_rows_hold_one_example(mon
   layers.dot_product_attention(q, k, v, mask, kv_lengths=layers.padding_lengths(input_mask),
                                **kwargs)
   layers.dot_product_attention(q, k, v, mask, **kwargs)  # packed rows: the dense mask
-  (args, kw), (args2, kw2) = seen
+  bias = jnp.zeros((2, 2, 8, 8))  # an additive bias (DeBERTa) goes with the dense mask
+  layers.dot_product_attention(q, k, v, mask, kv_lengths=layers.padding_lengths(input_mask),
+                               bias=bias, **kwargs)
+  (args, kw), (args2, kw2), (_, kw3) = seen
   assert len(args) == 3 and "mask" not in kw and kw["implementation"] == "cudnn"
   np.testing.assert_array_equal(kw["key_value_seq_lengths"], [5, 8])
   assert kw2["mask"] is mask and "key_value_seq_lengths" not in kw2
+  assert kw3["mask"] is mask and kw3["bias"] is not None and "key_value_seq_lengths" not in kw3
 
 
 @pytest.mark.parametrize("scan", [False, True])

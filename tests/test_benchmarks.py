@@ -166,7 +166,8 @@ def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
   suite = json.loads((tmp_path / "suite.json").read_text())
   assert suite["dry_run"] and suite["device"] == "cpu"
   parts = {p["name"]: p for p in suite["parts"]}
-  assert list(parts) == ["profile", "base_seq128", "base_seq128_fused", "embed", "large_seq512"]
+  assert list(parts) == ["profile", "base_seq128", "large_seq512", "embed",
+                         "base_seq128_attention_dropout"]
   assert all(p["status"] == "ok" for p in parts.values()), parts
   profile = parts["profile"]["result"]
   assert sum(c["share"] for c in profile["categories"]) == pytest.approx(1.0, abs=1e-6)
@@ -174,10 +175,12 @@ def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
     rows = parts[name]["result"]["rows"]
     assert [r["device"] for r in rows] == ["cpu", "cpu (torch)"]
     assert "torch BertForPreTraining" in rows[1]["implementation"]
-  assert "/0.0 | remat" in parts["base_seq128_fused"]["result"]["config"]  # no attention dropout
+  for name in ("base_seq128", "large_seq512"):  # the accelerator recipe: no attention dropout
+    assert "/0.0 | remat" in parts[name]["result"]["config"]
+  assert "/0.1 | remat" in parts["base_seq128_attention_dropout"]["result"]["config"]
   assert parts["embed"]["result"]["max_abs_diff"] < 1e-4
   md = (tmp_path / "suite.md").read_text()
-  assert "| base_seq128_fused | bert_jax | cpu |" in md
+  assert "| base_seq128_attention_dropout | bert_jax | cpu |" in md
   assert "| base_seq128 | bert_jax | cpu |" in md and "first step s" in md and "| category | ms/step | share |" in md
   assert "jax device: cpu" in md and md.strip() in proc.stdout
 
