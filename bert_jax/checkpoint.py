@@ -246,6 +246,52 @@ class TrainCheckpoints:
           raise
 
 
+def config_resume_check(config_record: dict, vocab: Sequence[str], may_change: Sequence[str],
+                        never_change: Sequence[str], may_change_words: str, vocab_keys: str
+                        ) -> Callable[[str, dict], None]:
+  """check(path, meta) for TrainCheckpoints.restore_latest: the saved run must be this run.
+
+  Refuses (ResumeMismatchError, one line, nothing moved) a checkpoint saved with another
+  value of a config key outside `may_change` (a key ending in '.' covers its section) or of
+  one in `never_change` (the saved position counts its batches), or with another vocabulary
+  (the same tokens in the same order). `may_change_words` and `vocab_keys` are the
+  message's words for them.
+  """
+  current = traverse_util.flatten_dict(config_record, sep=".")
+
+  def check(path: str, meta: dict) -> None:
+    saved_vocab = meta.get("vocab")
+    if saved_vocab is not None:
+      diff = vocab_difference(saved_vocab, vocab)
+      if diff:
+        raise ResumeMismatchError(
+            f"{path} was trained with another vocabulary than this run's tokenizer (saved {diff})"
+            f"; resume with the vocab it was trained with ({vocab_keys}), or start a new "
+            "--workdir; nothing was moved or written")
+    saved = meta.get("config")
+    if not isinstance(saved, dict):  # saved before configs were recorded
+      return
+    saved = traverse_util.flatten_dict(saved, sep=".")
+    changed = sorted(k for k in saved.keys() | current.keys()
+                     if saved.get(k) != current.get(k))
+    never = [k for k in changed if k in never_change]
+    refused = [k for k in changed if k in never or not any(
+        k == a or (a.endswith(".") and k.startswith(a)) for a in may_change)]
+    if not refused:
+      return
+    listed = ", ".join(f"{k} {saved.get(k)!r} -> {current.get(k)!r}" for k in refused)
+    how = (f"; {never[0]} cannot change on resume (the saved data position counts batches "
+           f"of {saved.get(never[0])}): start a new --workdir with "
+           f"--config.init_checkpoint={path}" if never else
+           f"; to change them on purpose pass --config.resume_allow_changes="
+           f"{','.join(refused)}")
+    raise ResumeMismatchError(
+        f"{path} was saved with other settings ({listed}){how}; or resume with the saved "
+        f"settings (always allowed to change: {may_change_words}); nothing was moved "
+        "or written")
+  return check
+
+
 def vocab_difference(found: Sequence[str], expected: Sequence[str]) -> str:
   """'' when two vocabularies hold the same tokens in the same order, else where they differ.
 

@@ -233,6 +233,16 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   c.eval_only = eval_only
   # Console / TensorBoard / metrics.jsonl every N training steps.
   c.log_every = 20
+  # The training state (params, optimizer moments, dropout key, the position in the epoch
+  # and the finished seeds' results) is saved to workdir/finetune_checkpoints every N steps
+  # (0: never) and always on SIGTERM or SIGINT (preemption, Ctrl-C); the same command
+  # resumes it to the results of an uninterrupted run.
+  c.checkpoint_every = 1000
+  # How many of the newest fine-tuning checkpoints are kept.
+  c.keep_checkpoints = 2
+  # Comma-separated config keys a resumed run may change besides those that change no step
+  # (bert_jax.finetune.RESUME_MAY_CHANGE).
+  c.resume_allow_changes = ""
   compile_cache(c)
   c.model = model()
   c.optimizer = optimizer()
@@ -245,4 +255,7 @@ FINETUNE_READ_ONLY_WHEN = {
     "tfds_data_dir": ("data_source", ("tfds",)),
     "length_buckets": ("length_bucketing", (True,), config_reads.CHOOSE),
     "optimizer.poly_power": ("optimizer.schedule", ("polynomial",)),
+    "checkpoint_every": ("eval_only", (False,)),  # eval_only trains nothing to save
+    "keep_checkpoints": ("eval_only", (False,)),
+    "resume_allow_changes": ("eval_only", (False,)),
 }

@@ -32,10 +32,18 @@ MNLI also AX.tsv; SQuAD: predictions.json, nbest_predictions.json,
 null_odds.json; NER: predictions/valid.txt, test.txt; sentence embeddings:
 predictions/eval_cosine.txt), metrics.jsonl,
 TensorBoard logs, and the fine-tuned bundle in workdir/export (prediction files and export are of the last seed).
+
+Preemption: the training state is saved to workdir/finetune_checkpoints every
+`checkpoint_every` steps and on SIGTERM / SIGINT (the run then stops after the save);
+the same command resumes from the newest checkpoint (seed, epoch, batch within it,
+dropout key, the finished seeds' results) to the uninterrupted run's results, bitwise on
+the CPU. A checkpoint saved with other settings is refused in one line
+(RESUME_MAY_CHANGE lists what may change).
 """
+import dataclasses
 import json
 import time
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 from etils import epath
 import flax.linen as nn
@@ -56,6 +64,7 @@ from bert_jax import model as model_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import optional_tensorflow
 from bert_jax import sharding
+from bert_jax import stop_signals
 from bert_jax import time_split
 from bert_jax import train_core
 from bert_jax import train_log
@@ -236,6 +245,132 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
   return length_buckets.scatter_outputs(jax.device_get(chunks), batches, n)
 
 
+# Config keys a resumed fine-tune may change without saying so: they change neither a step
+# nor the data order (how often to log or save, the eval batch, the mesh, the compilation
+# cache, the attention kernel and rematerialisation: the same math). Others need
+# config.resume_allow_changes; batch_size never changes (the position counts its batches).
+RESUME_MAY_CHANGE = ("log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size",
+                     "resume_allow_changes", "compile_cache", "mesh.", "model.attention_impl",
+                     "model.remat")
+
+
+@dataclasses.dataclass
+class SeedRun:
+  """The training of one seed: epochs of batches from a position, logs, checkpoints, signals.
+
+  `train` returns the trained state; after a stop signal (or `preempt_at`) it has saved
+  a checkpoint at the step it stopped before and sets `stopped_by`.
+  """
+  config: Any
+  train_step: Any
+  schedule: Any
+  ckpts: Optional[ckpt_lib.TrainCheckpoints]
+  logger: train_log.RunLogger
+  split: time_split.TimeSplit
+  task: Any
+  keys: tuple
+  pack: Optional[dict]
+  train_lengths: Optional[np.ndarray]
+  n_train: int
+  buckets: tuple
+  total_steps: int
+  is_writer: bool
+  mesh: Any
+  rules: Any
+  meta: dict  # what every checkpoint's meta holds (model description, config)
+  preempt_at: Optional[tuple[int, int]] = None
+  stopped_by: Optional[str] = None
+  compiled_lengths: set = dataclasses.field(default_factory=set)  # the train step's shapes
+
+  def save(self, seed: int, state, epoch: int, batch: int, per_seed: list) -> None:
+    """Checkpoints `state` with the position of the next batch (numbered across seeds)."""
+    step = int(state.step)
+    train_core.check_finite(state, step, "stop", self.ckpts.describe_latest())
+    self.ckpts.save((seed - self.config.seed) * self.total_steps + step, state,
+                    dict(self.meta, seed=seed, epoch=epoch, batch=batch, per_seed=per_seed))
+
+  def train(self, seed: int, state, position: tuple[int, int], per_seed: list, stop):
+    c = self.config
+    step = int(state.step)
+    first_epoch, skip = position
+    with self.split.phase("train"):
+      t0, acc, steps_since = time.time(), train_core.MetricSums(), 0
+      for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
+        epoch_start, epoch_first_step = time.time(), step
+        batches = list(epoch_batches(c, self.train_lengths, self.n_train, seed, epoch,
+                                     self.task.sort_by_length, self.buckets))
+        for index in range(skip if epoch == first_epoch else 0, len(batches)):
+          if step >= self.total_steps:
+            break
+          if stop.name or (seed, step) == self.preempt_at:
+            self.stopped_by = stop.name or "SIGTERM"
+            self.save(seed, state, epoch, index, per_seed)
+            self.ckpts.wait()
+            if self.is_writer:
+              print(f"{self.stopped_by}: saved checkpoint at seed {seed} step {step} to "
+                    f"{self.ckpts.describe_latest()}; exiting (the same command resumes it)",
+                    flush=True)
+            return state
+          batch, shape = train_batch(self.task.train_arrays, self.keys, batches[index],
+                                     self.pack)
+          self.compiled_lengths.add(shape)
+          with sharding.mesh_context(self.mesh, self.rules):
+            state, metrics = self.train_step(state, sharding.host_to_global(batch, self.mesh))
+          step += 1
+          steps_since += 1
+          acc.add(metrics)
+          if step % c.log_every == 0 or step == self.total_steps:
+            train_core.check_finite(state, step, "stop", self.ckpts.describe_latest())
+            self.ckpts.check_saves()
+            sums = acc.take()
+            dt = time.time() - t0
+            self.logger.log(step, {"loss": float(sums["loss"] / sums["steps"]),
+                                   "learning_rate": float(self.schedule(step - 1)),
+                                   "examples_per_second": float(sums["examples"]) / dt},
+                            prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
+            t0, steps_since = time.time(), 0
+          if c.checkpoint_every and step % c.checkpoint_every == 0 and step < self.total_steps:
+            self.save(seed, state, epoch, index + 1, per_seed)
+        jax.block_until_ready(state.step)
+        seconds = time.time() - epoch_start
+        examples = (step - epoch_first_step) * c.batch_size
+        self.logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
+                               examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
+        if self.is_writer:
+          print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
+                f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
+                flush=True)
+    return state
+
+
+def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, rules, logger,
+                  split: time_split.TimeSplit, workdir: str, is_writer: bool) -> dict:
+  """Scores every eval set with `state`'s params; the seed's results (logged and printed)."""
+  if is_writer:
+    print(f"seed {seed}: evaluating " + ", ".join(
+        f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
+  with split.phase("eval"):
+    results, warnings, checked = {}, [], False
+    for eval_set in task.eval_sets:  # every process scores, process 0 writes files
+      outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
+                        mesh, rules, bucketing=config.length_bucketing, buckets=buckets)
+      scores = eval_set.score(outputs, workdir if is_writer else None)
+      checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
+      warnings += scores.pop(task_lib.WARNINGS, [])
+      results.update(scores)
+  logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
+             prefix=f"seed{seed}_eval_")
+  if checked:
+    results["constant_prediction"] = bool(warnings)
+  if warnings:
+    results["warning"] = "; ".join(warnings)
+    if is_writer:
+      print(f"WARNING seed {seed}: {results['warning']}", flush=True)
+  if is_writer:
+    print(f"seed {seed}: " + json.dumps(results, sort_keys=True), flush=True)
+  return results
+
+
 def mean_over_seeds(per_seed: list[dict]) -> dict:
   """Mean over seeds of every numeric metric, plus `<key>_std` when there are several.
 
@@ -289,17 +424,21 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
        ("workdir", workdir)])
 
 
-def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-  """Fine-tunes and evaluates over `config.seeds` seeds.
+def finetune(config: ml_collections.ConfigDict, workdir: str,
+             preempt_at: Optional[tuple[int, int]] = None) -> dict[str, Any]:
+  """Fine-tunes and evaluates over `config.seeds` seeds; resumes the workdir's checkpoint.
 
   Args:
     config: a configs/glue.py, squad.py, ner.py or sentence_embeddings.py ConfigDict.
     workdir: output directory, local or gs:// (eval_results.json, predictions,
-      metrics.jsonl, tensorboard/, export/ with the fine-tuned bundle of the last seed).
+      metrics.jsonl, tensorboard/, checkpoints/, export/ with the fine-tuned bundle of the
+      last seed).
+    preempt_at: (seed, step): behave as if SIGTERM arrived before that step (tests).
 
   Returns:
     eval_results: dev metric name -> value (mean over seeds; `<name>_std` too
-    when seeds > 1), as written to workdir/eval_results.json.
+    when seeds > 1), as written to workdir/eval_results.json. Stopped by SIGTERM /
+    SIGINT: {"stopped_by": signal name, "seed": s, "step": k}, the checkpoint saved.
   """
   # -- Mesh and config checks -------------------------------------------------------
   split = time_split.TimeSplit()
@@ -369,12 +508,10 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
   predict_step = jax.jit(task_lib.predict_fn(task_model),
                          in_shardings=(state_shardings.params, batch_shard))
 
-  # -- One run per seed: initial state, epochs, eval of every example ------------------
-  logger = train_log.RunLogger(workdir, total_steps, is_writer)
+  # -- One run per seed: initial state (or this workdir's checkpoint), epochs, eval ------
   keys = task_lib.MODEL_INPUTS + task.label_keys
   fresh_heads = () if config.eval_only else bundle.TASK_HEADS
   runs = 1 if config.eval_only else config.seeds
-  per_seed, state = [], None
   pack = None
   if config.packing:
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
@@ -385,77 +522,63 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
     shape_limit = len(buckets)
   else:
     shape_limit = 1
-  compiled_lengths = set()  # the shapes the train step was compiled for
+  ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
+      str(out_dir / workdir_owner.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
+  config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
+  state, _, meta, how = ckpt_lib.initial_state(
+      init_fn, tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
+      pretrained=pretrained, fresh_heads=fresh_heads, run_config=config_record,
+      check=ckpt_lib.config_resume_check(
+          config_record, pretrained.vocab,
+          RESUME_MAY_CHANGE + tuple(k.strip() for k in config.resume_allow_changes.split(",")
+                                    if k.strip()),
+          ("batch_size",), "log_every, checkpoint_every, keep_checkpoints, eval_batch_size, "
+          "mesh.*", "the init_checkpoint's vocab"))
+  # Where training goes on: the checkpoint's seed, epoch and batch, and the results of the
+  # seeds it finished; else the first seed from its start.
+  per_seed = list(meta["per_seed"]) if meta else []
+  first_seed = int(meta["seed"]) if meta else config.seed
+  position = (int(meta["epoch"]), int(meta["batch"])) if meta else (0, 0)
+  description = ckpt_lib.model_description(model_cfg, pretrained.vocab, pretrained.lowercase,
+                                           tokenizer_file=pretrained.tokenizer_file)
+  # Records logged after the checkpoint are logged again: dropped (steps restart per seed,
+  # so only while the first seed is resumed).
+  logger = train_log.RunLogger(workdir, total_steps, is_writer, resume_step=(
+      int(state.step) if meta and first_seed == config.seed else None))
+  if meta and is_writer:
+    print(f"{how}: seed {first_seed}, epoch {position[0] + 1}, batch {position[1]}; "
+          f"{len(per_seed)} seed(s) done before it", flush=True)
+  run = SeedRun(config, train_step, schedule, ckpts, logger, split, task, keys, pack,
+                train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
+                dict(description, config=config_record), preempt_at)
+  stop = stop_signals.StopSignals()
+  failed = True
   try:
-    for seed in range(config.seed, config.seed + runs):
-      state, _, _, how = ckpt_lib.initial_state(
-          init_fn, tx, jax.random.PRNGKey(seed), mesh, rules, pretrained=pretrained,
-          fresh_heads=fresh_heads)
+    for seed in range(first_seed, config.seed + runs):
+      if state is None:
+        state, _, _, how = ckpt_lib.initial_state(
+            init_fn, tx, jax.random.PRNGKey(seed), mesh, rules, pretrained=pretrained,
+            fresh_heads=fresh_heads)
+        position = (0, 0)
       if is_writer:
         print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
-      with split.phase("train"):
-        step, t0, acc, steps_since = 0, time.time(), train_core.MetricSums(), 0
-        for epoch in range(0 if config.eval_only else int(np.ceil(config.num_epochs))):
-          epoch_start, epoch_first_step = time.time(), step
-          for global_batch in epoch_batches(config, train_lengths, n_train, seed, epoch,
-                                            task.sort_by_length, buckets):
-            if step >= total_steps:
-              break
-            batch, shape = train_batch(task.train_arrays, keys, global_batch, pack)
-            compiled_lengths.add(shape)
-            with sharding.mesh_context(mesh, rules):
-              state, metrics = train_step(state, sharding.host_to_global(batch, mesh))
-            step += 1
-            steps_since += 1
-            acc.add(metrics)
-            if step % config.log_every == 0 or step == total_steps:
-              train_core.check_finite(state, step, "stop",
-                                      "none (fine-tuning saves no checkpoints)")
-              sums = acc.take()
-              dt = time.time() - t0
-              logger.log(step, {"loss": float(sums["loss"] / sums["steps"]),
-                                "learning_rate": float(schedule(step - 1)),
-                                "examples_per_second": float(sums["examples"]) / dt},
-                         prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
-              t0, steps_since = time.time(), 0
-          jax.block_until_ready(state.step)
-          seconds = time.time() - epoch_start
-          examples = (step - epoch_first_step) * config.batch_size
-          logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
-                            examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
-          if is_writer:
-            print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
-                  f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
-                  flush=True)
-      if is_writer and compiled_lengths:
+      state = run.train(seed, state, position, per_seed, stop)
+      if run.stopped_by:
+        failed = False
+        return {"stopped_by": run.stopped_by, "seed": seed, "step": int(state.step)}
+      if is_writer and run.compiled_lengths:
         what, on = ("packed row counts", "packing on: ") if pack else ("sequence lengths", "")
-        print(f"seed {seed}: {on}the train step is compiled for {len(compiled_lengths)} {what} "
-              f"(at most {shape_limit}): {sorted(compiled_lengths)}", flush=True)
-      if is_writer:
-        print(f"seed {seed}: evaluating " + ", ".join(
-            f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
-      with split.phase("eval"):
-        results, warnings, checked = {}, [], False
-        for eval_set in task.eval_sets:  # every process scores, process 0 writes files
-          outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
-                            mesh, rules, bucketing=config.length_bucketing, buckets=buckets)
-          scores = eval_set.score(outputs, workdir if is_writer else None)
-          checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
-          warnings += scores.pop(task_lib.WARNINGS, [])
-          results.update(scores)
-      logger.log(step, {k: v for k, v in results.items() if isinstance(v, (int, float))},
-                 prefix=f"seed{seed}_eval_")
-      if checked:
-        results["constant_prediction"] = bool(warnings)
-      if warnings:
-        results["warning"] = "; ".join(warnings)
-        if is_writer:
-          print(f"WARNING seed {seed}: {results['warning']}", flush=True)
-      per_seed.append(results)
-      if is_writer:
-        print(f"seed {seed}: " + json.dumps(results, sort_keys=True), flush=True)
+        print(f"seed {seed}: {on}the train step is compiled for {len(run.compiled_lengths)} "
+              f"{what} (at most {shape_limit}): {sorted(run.compiled_lengths)}", flush=True)
+      per_seed.append(evaluate_seed(config, seed, predict_step, state, task, buckets, mesh,
+                                    rules, logger, split, workdir, is_writer))
+      final_state, state = state, None
+    failed = False
   finally:
-    logger.close()
+    stop.restore()
+    train_log.close_all([logger.close] + ([ckpts.close] if ckpts else []),
+                        raise_first=not failed)
+  state = final_state
 
   # -- Results and the fine-tuned bundle ------------------------------------------------
   summary = mean_over_seeds(per_seed)
@@ -493,10 +616,12 @@ def finetune(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:])."""
-  cli.run_config_program(finetune, argv, "bert_jax.finetune", __doc__,
+  result = cli.run_config_program(finetune, argv, "bert_jax.finetune", __doc__,
                          "configs/glue.py:task=TASK, configs/squad.py:version=V, configs/ner.py or "
                          "configs/sentence_embeddings.py.",
                          "Output directory.")
+  if result.get("stopped_by") == "SIGINT":
+    raise SystemExit(130)  # the shell's status for Ctrl-C; the checkpoint line is printed
 
 
 def run() -> None:

@@ -10,7 +10,6 @@ holds a checkpoint.
 """
 import functools
 import json
-import signal
 import time
 from typing import Any, Optional, Sequence
 
@@ -27,6 +26,7 @@ from bert_jax import model as model_lib
 from bert_jax import optional_tensorflow
 from bert_jax import pretrain_setup
 from bert_jax import sharding
+from bert_jax import stop_signals
 from bert_jax import train_core
 from bert_jax import train_log
 from bert_jax import workdir_owner
@@ -154,7 +154,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   t_log, steps_since = time.time(), 0
   stopped_by = None
   failed = True
-  stop_signal = _StopSignals()
+  stop_signal = stop_signals.StopSignals()
   try:
     while step < config.total_steps:
       if stop_signal.name or step == preempt_at_step:
@@ -208,7 +208,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   finally:
     stop_signal.restore()
     # Every writer is closed; a failed close is the run's error unless one is on its way.
-    _close_all((ckpts.close, logger.close), raise_first=not failed)
+    train_log.close_all((ckpts.close, logger.close), raise_first=not failed)
   return {"step": step, "stopped_by": stopped_by, "metrics": last, "model_config": model_cfg,
           "state": state,
           "export_params": setup.export_params(state.params),
@@ -256,43 +256,6 @@ def _load_init_checkpoint(config, model_cfg, vocab):
                      f"vocabulary than the data's tokenizer ({diff}); set data.tokenizer / "
                      "data.vocab_file to its vocab")
   return pretrained
-
-
-class _StopSignals:
-  """SIGTERM (preemption) and SIGINT (Ctrl-C) ask the loop to save and stop.
-
-  `name` is the signal that arrived ('SIGTERM' / 'SIGINT'), None before. A
-  second Ctrl-C while the checkpoint is being saved interrupts at once.
-  """
-
-  def __init__(self):
-    self.name = None
-    # A signal the process was started to ignore (SIGINT of a `nohup` or `cmd &` job) stays so.
-    self._previous = {sig: signal.signal(sig, self._handle)
-                      for sig in (signal.SIGTERM, signal.SIGINT)
-                      if signal.getsignal(sig) is not signal.SIG_IGN}
-
-  def _handle(self, signum, frame):
-    del frame
-    if signum == signal.SIGINT and self.name == "SIGINT":
-      raise KeyboardInterrupt
-    self.name = signal.Signals(signum).name
-
-  def restore(self) -> None:
-    for sig, handler in self._previous.items():
-      signal.signal(sig, handler)
-
-
-def _close_all(closers, raise_first: bool) -> None:
-  """Calls every closer; re-raises the first failure when `raise_first`, else drops them."""
-  first = None
-  for close in closers:
-    try:
-      close()
-    except Exception as e:  # pylint: disable=broad-except
-      first = first or e
-  if first is not None and raise_first:
-    raise first
 
 
 def _print_header(config, workdir: str, model_cfg, params, tokenizer,

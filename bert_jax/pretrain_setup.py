@@ -63,41 +63,11 @@ def resume_check(config: ml_collections.ConfigDict, config_record: dict,
   config.resume_allow_changes, with another batch size, or with another
   vocabulary (the same tokens in the same order).
   """
-  allowed = tuple(RESUME_MAY_CHANGE) + tuple(_allowed_changes(config))
-  current = traverse_util.flatten_dict(config_record, sep=".")
-
-  def check(path: str, meta: dict) -> None:
-    saved_vocab = meta.get("vocab")
-    if saved_vocab is not None:
-      diff = ckpt_lib.vocab_difference(saved_vocab, vocab)
-      if diff:
-        raise ckpt_lib.ResumeMismatchError(
-            f"{path} was trained with another vocabulary than this run's tokenizer (saved {diff})"
-            "; resume with the vocab it was trained with (data.tokenizer / data.vocab_file), or "
-            "start a new --workdir; nothing was moved or written")
-    saved = meta.get("config")
-    if not isinstance(saved, dict):  # saved before configs were recorded
-      return
-    saved = traverse_util.flatten_dict(saved, sep=".")
-    changed = sorted(k for k in saved.keys() | current.keys()
-                     if saved.get(k) != current.get(k))
-    never = [k for k in changed if k in RESUME_NEVER_CHANGES]
-    refused = [k for k in changed if k in never or not any(
-        k == a or (a.endswith(".") and k.startswith(a)) for a in allowed)]
-    if not refused:
-      return
-    listed = ", ".join(f"{k} {saved.get(k)!r} -> {current.get(k)!r}" for k in refused)
-    how = ("; batch_size cannot change on resume (the saved data position counts batches "
-           f"of {saved.get('batch_size')}): start a new --workdir with "
-           f"--config.init_checkpoint={path}" if never else
-           f"; to change them on purpose pass --config.resume_allow_changes="
-           f"{','.join(refused)}")
-    raise ckpt_lib.ResumeMismatchError(
-        f"{path} was saved with other settings ({listed}){how}; or resume with the saved "
-        "settings (always allowed to change: total_steps, the log / checkpoint / eval / profile "
-        "frequencies, keep_checkpoints, on_nan, divergence_factor, mesh.*); nothing was moved "
-        "or written")
-  return check
+  return ckpt_lib.config_resume_check(
+      config_record, vocab, tuple(RESUME_MAY_CHANGE) + tuple(_allowed_changes(config)),
+      RESUME_NEVER_CHANGES,
+      "total_steps, the log / checkpoint / eval / profile frequencies, keep_checkpoints, "
+      "on_nan, divergence_factor, mesh.*", "data.tokenizer / data.vocab_file")
 
 
 def _check_local_files(data: ml_collections.ConfigDict) -> None:

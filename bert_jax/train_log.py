@@ -78,6 +78,18 @@ def _tensorboard_thread(writer) -> Optional[threading.Thread]:
     return None
 
 
+def close_all(closers, raise_first: bool) -> None:
+  """Calls every closer; re-raises the first failure when `raise_first`, else drops them."""
+  first = None
+  for close in closers:
+    try:
+      close()
+    except Exception as e:  # pylint: disable=broad-except
+      first = first or e
+  if first is not None and raise_first:
+    raise first
+
+
 def count_params(tree) -> int:
   """Number of scalars in a tree of arrays (or shape structs)."""
   return int(sum(np.prod(np.shape(x)) for x in jax.tree.leaves(tree)))

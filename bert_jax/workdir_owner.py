@@ -1,8 +1,8 @@
 """One owner per workdir: pretraining and fine-tuning never write into each other's.
 
 A pretraining workdir holds checkpoints/ and an export/ whose bundle.json says
-"source": "pretrain"; a fine-tuning workdir holds eval_results.json and an
-export/ saying "source": "finetune". Fine-tuning with --workdir equal to the
+"source": "pretrain"; a fine-tuning workdir holds finetune_checkpoints/,
+eval_results.json and an export/ saying "source": "finetune". Fine-tuning with --workdir equal to the
 pretraining workdir it starts from replaced that run's export with the task
 model and mixed both runs in metrics.jsonl (issue 37). A run now refuses, in
 one line and before anything is read or written, a workdir that holds the other
@@ -16,6 +16,8 @@ from bert_jax import bundle
 from bert_jax.json_file import read_json
 
 PROGRAMS = {"pretrain": "a pretraining run", "finetune": "a fine-tuning run"}
+# Fine-tuning's own checkpoints (never taken for a pretraining run's, nor loaded as a model).
+FINETUNE_CHECKPOINTS = "finetune_checkpoints"
 
 
 def owner(workdir: str) -> Optional[str]:
@@ -31,6 +33,8 @@ def owner(workdir: str) -> Optional[str]:
     source = source.get("source") if isinstance(source, dict) else None
     if source in PROGRAMS:
       return source
+  if (p / FINETUNE_CHECKPOINTS).is_dir():
+    return "finetune"
   if (p / "checkpoints").is_dir():
     return "pretrain"
   if (p / "eval_results.json").exists() or (p / "eval_results_per_seed.json").exists():

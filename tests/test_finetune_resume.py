@@ -1,0 +1,105 @@
+"""Fine-tuning survives preemption (issue 31): SIGTERM mid-epoch and a kill after a checkpoint
+both resume to the uninterrupted run's results, bitwise on the CPU, for GLUE and SQuAD."""
+import json
+import pathlib
+import shutil
+
+from flax import traverse_util
+import numpy as np
+import pytest
+
+from bert_jax import bundle
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import finetune
+from tests.test_finetune import _glue_config  # noqa: F401  pylint: disable=unused-import
+from tests.test_finetune import _squad_config
+from tests.test_finetune import glue_dir  # noqa: F401  (fixtures)
+from tests.test_finetune import pretrained  # noqa: F401
+from tests.test_finetune import squad_dir  # noqa: F401
+
+
+def _outputs(workdir: pathlib.Path) -> tuple:
+  """eval_results.json, every predictions file, and the exported params."""
+  files = {p.name: p.read_text() for p in sorted(workdir.iterdir())
+           if p.is_file() and p.suffix in (".json", ".tsv", ".txt") and p.name != "metrics.jsonl"}
+  params = bundle.load_bundle(str(workdir / "export")).params
+  return files, params
+
+
+def _assert_same(a: tuple, b: tuple) -> None:
+  assert a[0] == b[0]  # eval results and predictions, byte for byte
+  flat_a, flat_b = (traverse_util.flatten_dict(p, sep="/") for p in (a[1], b[1]))
+  assert flat_a.keys() == flat_b.keys()
+  for k in flat_a:
+    np.testing.assert_array_equal(flat_a[k], flat_b[k], err_msg=k)
+
+
+def test_glue_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same_results(
+    pretrained, glue_dir, tmp_path, capsys):  # noqa: F811
+  # 32 training rows in batches of 8: 4 steps an epoch, 8 a seed, 2 seeds.
+  config = lambda: _glue_config(glue_dir, pretrained, seeds=2, num_epochs=2.0,  # noqa: E731
+                                checkpoint_every=3)
+  straight = tmp_path / "straight"
+  want = finetune.finetune(config(), str(straight))
+
+  # SIGTERM before seed 1's step 5 (its second epoch's second batch): saved there, no results.
+  stopped = tmp_path / "sigterm"
+  out = finetune.finetune(config(), str(stopped), preempt_at=(1, 5))
+  assert out == {"stopped_by": "SIGTERM", "seed": 1, "step": 5}
+  assert "SIGTERM: saved checkpoint at seed 1 step 5 to " in capsys.readouterr().out
+  assert not (stopped / "eval_results.json").exists() and not (stopped / "export").exists()
+  assert finetune.finetune(config(), str(stopped)) == want
+  assert "seed 1, epoch 2, batch 1; 1 seed(s) done before it" in capsys.readouterr().out
+  _assert_same(_outputs(stopped), _outputs(straight))
+
+  # A kill (no save at the kill) after seed 0's periodic checkpoint at step 3.
+  killed = tmp_path / "killed"
+  finetune.finetune(config(), str(killed), preempt_at=(0, 5))
+  ckpts = killed / "finetune_checkpoints"
+  assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [3, 5]
+  shutil.rmtree(ckpts / "5")  # what the kill left: the checkpoint of step 3
+  assert finetune.finetune(config(), str(killed)) == want
+  _assert_same(_outputs(killed), _outputs(straight))
+
+
+def test_squad_sigterm_mid_epoch_resumes_to_the_same_results(pretrained, squad_dir, tmp_path):  # noqa: F811
+  straight = tmp_path / "straight"
+  want = finetune.finetune(_squad_config(squad_dir, pretrained, num_epochs=2.0), str(straight))
+  stopped = tmp_path / "sigterm"
+  out = finetune.finetune(_squad_config(squad_dir, pretrained, num_epochs=2.0), str(stopped),
+                          preempt_at=(0, 1))
+  assert out["stopped_by"] == "SIGTERM"
+  assert finetune.finetune(_squad_config(squad_dir, pretrained, num_epochs=2.0),
+                           str(stopped)) == want
+  _assert_same(_outputs(stopped), _outputs(straight))
+
+
+def test_a_resume_with_other_settings_is_refused_in_one_line_and_nothing_moves(
+    pretrained, glue_dir, tmp_path):  # noqa: F811
+  workdir = tmp_path / "run"
+  finetune.finetune(_glue_config(glue_dir, pretrained), str(workdir), preempt_at=(0, 2))
+  before = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))
+  with pytest.raises(ckpt_lib.ResumeMismatchError,
+                     match=r"was saved with other settings \(learning_rate 0.0001 -> 0.001\); "
+                           r"to change them on purpose pass "
+                           r"--config.resume_allow_changes=learning_rate"):
+    finetune.finetune(_glue_config(glue_dir, pretrained, learning_rate=1e-3), str(workdir))
+  assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) == before
+  # Changing how often to log is allowed.
+  results = finetune.finetune(_glue_config(glue_dir, pretrained, log_every=2), str(workdir))
+  assert "accuracy" in results
+  assert json.loads((workdir / "eval_results.json").read_text()) == results
+
+
+def test_checkpoint_keys_with_eval_only_are_refused_as_unread():
+  from bert_jax import config_help  # pylint: disable=g-import-not-at-top
+  from bert_jax import config_reads  # pylint: disable=g-import-not-at-top
+  from tests.test_finetune import ROOT  # pylint: disable=g-import-not-at-top
+  module = config_help.load_module(ROOT / "configs" / "glue.py")
+  config = module.get_config("task=mrpc")
+  config.eval_only = True
+  config.checkpoint_every = 10
+  with pytest.raises(ValueError, match=r"^--config.checkpoint_every is not read by this run: it "
+                                       r"is read only when eval_only=False"):
+    config_reads.resolve(config, ["checkpoint_every"], module.READ_ONLY_WHEN,
+                         module.get_config("task=mrpc"))
