@@ -71,6 +71,11 @@ def prepare(data_dir: str = DATA, tiny: bool = False) -> None:
   files = os.path.join(SHARED, CORPUS)
   if tiny:
     files = os.path.join(SHARED, "corpus/books/tinyshakespeare.txt")
+  needed = [files] + [os.path.join(SHARED, "glue", "STS-B", x) for x in ("train.tsv", "dev.tsv")]
+  missing = [x for x in needed if not os.path.isfile(x)]
+  if missing:
+    sys.exit(f"gpu_end_to_end: {missing[0]} does not exist: the chain reads the repository's "
+             f"shared data beside it ({SHARED}); run it from a checkout next to shared/")
   out = os.path.join(data_dir, "prepared")
   shutil.rmtree(out, ignore_errors=True)
   subprocess.run([sys.executable, "-m", "bert_jax.prepare_data", "--config",

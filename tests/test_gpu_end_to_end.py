@@ -15,8 +15,9 @@ def test_the_end_to_end_dry_run_resumes_exactly_and_reports_every_figure(tmp_pat
   proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_end_to_end.sh"), "--dry_run",
                          "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
                         timeout=1200, env=dict(os.environ, PYTHON=sys.executable))
-  assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:],
-                                (out / "e2e.log").read_text()[-3000:])
+  log = out / "e2e.log"
+  assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:],
+                                log.read_text()[-3000:] if log.exists() else "no e2e.log")
   result = json.loads((out / "e2e.json").read_text())
   assert result["resumed_losses_equal"] and result["resumed_steps_compared"] >= 3
   assert result["killed_after_step"] < result["steps"]  # killed before the end: a real resume

@@ -25,6 +25,9 @@ def test_exact_resume_checks_kill_after_against_steps_first():
               "--workdir", "/nonexistent/never_written")
   assert proc.returncode == 2
   assert "--kill_after 25 must be between 0 and --steps 20" in proc.stderr.splitlines()[-1]
+  proc = _run(sys.executable, "benchmarks/exact_resume.py", "--program", "finetune",
+              "--workdir", "/nonexistent/never_written")
+  assert proc.returncode == 2 and "--program finetune needs --config" in proc.stderr
 
 
 def test_memory_benchmark_fits_only_when_asked_and_checks_variant_names():
