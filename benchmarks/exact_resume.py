@@ -35,8 +35,8 @@ CHECKPOINTS = {"pretrain": "checkpoints", "finetune": "finetune_checkpoints"}
 
 def _cmd(workdir, steps, every, extra):
   if PROGRAM == "finetune":
-    return [sys.executable, "-m", "bert_jax.finetune", "--workdir", workdir,
-            "--config.log_every=1", f"--config.checkpoint_every={every}", *extra]
+    return [sys.executable, "-m", "bert_jax.finetune", "--workdir", workdir, *extra,
+            "--config.log_every=1", f"--config.checkpoint_every={every}"]  # after --config
   return [sys.executable, "-m", "bert_jax.pretrain", "--config", "configs/pretrain.py:tiny",
           "--workdir", workdir, f"--config.total_steps={steps}", "--config.log_every=1",
           f"--config.checkpoint_every={every}", "--config.fill_mask_example=", *extra]
