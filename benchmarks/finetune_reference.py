@@ -332,6 +332,7 @@ def run_hf_glue(task_name: str, b: Budget, args, out: str, pad_to_longest: bool 
   bj = glue.encode_examples(bj_tok, train_ex + dev_ex, b.max_seq_length)
   hf_ids = np.concatenate([train["input_ids"], dev["input_ids"]])
   same_rows = float(np.mean(np.all(bj["input_ids"] == hf_ids, axis=1)))
+  after_tokenization = time.time()  # whole-command comparisons count the reference from here
 
   model = transformers.FlaxBertForSequenceClassification.from_pretrained(
       args.model_dir, num_labels=task.num_labels, seed=b.seed, hidden_dropout_prob=b.dropout,
@@ -352,7 +353,8 @@ def run_hf_glue(task_name: str, b: Budget, args, out: str, pad_to_longest: bool 
   if "matthews_corrcoef" in task.metrics:
     results["matthews_corrcoef"] = float(skm.matthews_corrcoef(dev["labels"], preds))
   results.update(train_losses=losses, final_train_loss=final_loss(losses),
-                 examples_per_second=rate, tokenization_rows_identical=same_rows)
+                 examples_per_second=rate, tokenization_rows_identical=same_rows,
+                 seconds_after_tokenization=time.time() - after_tokenization)
   return results
 
 

@@ -17,6 +17,13 @@ order (`np.random.default_rng([seed, epoch])`), three ways:
                longest row, as PyTorch's DataCollatorWithPadding pads
   hf_pad_max   the same loop padded to max_seq_length, as run_flax_glue.py does
 
+With --whole_command (issue 35's acceptance): `bert_jax` is the whole `python -m
+bert_jax.finetune` command, start to exit, twice per round: `bert_jax_cold` with an empty
+compilation cache and `bert_jax_warm` with the cache the cold run filled; `hf_pad_max` is
+its loop from after tokenization (model load, every compilation, training and dev
+prediction), every step run. Rounds alternate the order; --max_train_examples limits the
+training rows (the issue: CoLA's first 4,000, seq 64, batch 32, lr 5e-5).
+
 Epoch wall time counts every compilation each method needs (one per shape: the
 dynamic reference compiles for every distinct batch length). Padding to max
 length runs one shape for every step, so with --pad_max_steps N it runs only the
@@ -79,6 +86,10 @@ def main() -> int:
                  help="hf_pad_max: run this many steps and extrapolate the epoch time (0: all)")
   p.add_argument("--pad_max_seeds", default="",
                  help="hf_pad_max only for these comma-separated seeds (default: every seed)")
+  p.add_argument("--whole_command", action="store_true",
+                 help="time the whole bert_jax command, cold and warm compilation cache, against "
+                      "hf_pad_max from after tokenization (see the docstring)")
+  p.add_argument("--max_train_examples", type=int, default=0, help="first N training rows (0: all)")
   p.add_argument("--packing", action="store_true",
                  help="bert_jax: --config.packing=true; without it --config.packing=false, one "
                       "example per row in length buckets (the GLUE default)")
@@ -97,8 +108,12 @@ def main() -> int:
 
   from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
   n_train = len(glue.read_tsv(glue.get_task(args.task), args.glue_dir, "train"))
+  if args.max_train_examples:
+    n_train = min(n_train, args.max_train_examples)
   steps = n_train // args.batch_size
   metric = _PRIMARY[args.task]
+  if args.whole_command:
+    return whole_command(args, seeds, steps, metric)
   rows = []
   for i, seed in enumerate(seeds):
     for method in (methods if i % 2 == 0 else methods[::-1]):
@@ -141,6 +156,47 @@ def main() -> int:
           f"{secs / ours:>10.2f}" + ("  (extrapolated)" if mine[0]["extrapolated"] else ""))
     summary[method] = {"epoch_seconds": secs, metric: values}
   print(json.dumps({"task": args.task, "runs": rows, "summary": summary}))
+  return 0
+
+
+def whole_command(args, seeds: list, steps: int, metric: str) -> int:
+  """Issue 35's comparison: the whole bert_jax command (cold, then warm cache) vs hf_pad_max."""
+  import time  # pylint: disable=g-import-not-at-top
+  rows = []
+  sides = ["bert_jax", "hf_pad_max"]
+  for i, seed in enumerate(seeds):
+    b = ref.Budget(args.max_seq_length, args.batch_size, args.learning_rate, 1.0, seed,
+                   args.max_train_examples)
+    for side in (sides if i % 2 == 0 else sides[::-1]):
+      if side == "bert_jax":
+        cache = os.path.join(args.workdir, args.task, f"jax_cache_round{i}")
+        for method in ("bert_jax_cold", "bert_jax_warm"):
+          out = os.path.join(args.workdir, args.task, method, f"seed{seed}")
+          os.makedirs(out, exist_ok=True)
+          t = time.time()
+          r = ref.run_bert_jax(args.task, b, args, out, flags=[
+              f"--config.packing={str(args.packing).lower()}", f"--config.compile_cache={cache}"])
+          rows.append({"round": i, "seed": seed, "method": method,
+                       "seconds": time.time() - t, metric: r.get(metric)})
+          print("  " + json.dumps(rows[-1]), flush=True)
+      else:
+        out = os.path.join(args.workdir, args.task, "hf_pad_max", f"seed{seed}")
+        os.makedirs(out, exist_ok=True)
+        r = ref.run_hf_glue(args.task, b, args, out, pad_to_longest=False)
+        rows.append({"round": i, "seed": seed, "method": "hf_pad_max",
+                     "seconds": r["seconds_after_tokenization"], metric: r.get(metric)})
+        print("  " + json.dumps(rows[-1]), flush=True)
+  print(f"\n{args.task}: whole command, {steps} steps x batch {args.batch_size}, max_seq_length "
+        f"{args.max_seq_length}, seeds {seeds} (one round each, alternating)")
+  ref_s = float(np.mean([r["seconds"] for r in rows if r["method"] == "hf_pad_max"]))
+  print(f"{'method':<14} {'seconds (each round)':<28} {'mean s':>8} {metric:>24} {'ref / it':>9}")
+  for method in ("bert_jax_cold", "bert_jax_warm", "hf_pad_max"):
+    mine = [r for r in rows if r["method"] == method]
+    secs = [r["seconds"] for r in mine]
+    values = [r[metric] for r in mine]
+    print(f"{method:<14} {', '.join(f'{x:.0f}' for x in secs):<28} {np.mean(secs):>8.1f} "
+          f"{', '.join(f'{v:.4f}' for v in values):>24} {ref_s / np.mean(secs):>8.2f}x")
+  print(json.dumps({"task": args.task, "whole_command": True, "runs": rows}))
   return 0
 
 
