@@ -325,7 +325,7 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
         lengths, batch_size, flops.auto_buckets(config, [(lengths, 1.0 / 3.0)], seq_len))
   else:
     batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
-  config = config.replace(dtype=dtype)
+  config = config.replace(dtype=dtype, one_example_per_row=True)  # right-padded, one text a row
   params = model_lib.match_scan_layout(pretrained.params, config)["bert"]
   if pooling != "pooler":
     params = {k: v for k, v in params.items() if k != "pooler"}
