@@ -16,7 +16,8 @@ SystemExit whose message names the problem; `--help` prints the module
 docstring and the flags.
 
 Quiet start-up, set up here once because every program imports this module
-before TensorFlow loads: unless the command line gives absl's `--verbosity`
+before TensorFlow loads: TensorFlow's oneDNN ops are off (TF_ENABLE_ONEDNN_OPTS=0 unless
+set: they only printed a warning for the input pipeline's integer ops); unless the command line gives absl's `--verbosity`
 (`--verbosity=0` shows INFO logs), third-party logging is silenced:
 TensorFlow's C++ logs (TF_CPP_MIN_LOG_LEVEL=3, which hides "failed call to
 cuInit" on CPU machines), the native stderr lines of TensorFlow's import
@@ -130,6 +131,11 @@ def _cpu_only_machine() -> bool:
 
 def _quiet_start_up() -> None:
   """Silences third-party start-up logging unless VERBOSE (see the module docstring)."""
+  # TensorFlow only runs the input pipeline and tokenizer ops here, integer and string ops
+  # oneDNN does not speed up: on CPUs without AVX-512 it printed "oneDNN supports DT_INT64
+  # only on platforms with AVX-512" into every run (TF_CPP_MIN_LOG_LEVEL does not hide it).
+  # Off, the pipeline is as fast (benchmarks/README.md) and gives the same batches.
+  os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
   if VERBOSE:
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
