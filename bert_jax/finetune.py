@@ -424,6 +424,42 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
        ("workdir", workdir)])
 
 
+def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg, pretrained,
+                  task, task_model, is_writer: bool) -> dict:
+  """Writes eval_results.json (and per seed), the fine-tuned bundle; prints the summary."""
+  runs = len(per_seed)
+  summary = mean_over_seeds(per_seed)
+  if is_writer:
+    text, undefined = json_file.dumps_defined(summary, indent=2, sort_keys=True)
+    if undefined:
+      print(f"WARNING: {', '.join(undefined)} undefined (NaN: constant predictions or labels?); "
+            "written as null", flush=True)
+    (out_dir / "eval_results.json").write_text(text)
+    if runs > 1:
+      (out_dir / "eval_results_per_seed.json").write_text(
+          json_file.dumps_defined(per_seed, indent=2)[0])
+  if not config.eval_only:
+    bundle.save_bundle(str(out_dir / "export"), model_lib.unstack_layers(params),
+                       model_cfg.replace(scan_layers=False), pretrained.vocab,
+                       pretrained.lowercase, overwrite=True,
+                       info={"source": "finetune", "task": task.name,
+                             "init_checkpoint": pretrained.source, **task_model.export_info},
+                       tokenizer_file=pretrained.tokenizer_file)
+  if runs > 1:
+    for key in per_seed[0]:
+      if key + "_std" in summary:
+        print(f"{key}: {summary[key]:.4f} ± {summary[key + '_std']:.4f} over {runs} seeds",
+              flush=True)
+  if is_writer:
+    print("eval_results: " + json.dumps(summary, sort_keys=True), flush=True)
+    if summary.get("warning"):
+      print(f"WARNING: {summary['warning']}", flush=True)
+    print(f"wrote {out_dir / 'eval_results.json'}"
+          + ("" if config.eval_only else f" and the fine-tuned bundle {out_dir / 'export'}"),
+          flush=True)
+  return summary
+
+
 def finetune(config: ml_collections.ConfigDict, workdir: str,
              preempt_at: Optional[tuple[int, int]] = None) -> dict[str, Any]:
   """Fine-tunes and evaluates over `config.seeds` seeds; resumes the workdir's checkpoint.
@@ -581,35 +617,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   state = final_state
 
   # -- Results and the fine-tuned bundle ------------------------------------------------
-  summary = mean_over_seeds(per_seed)
+  summary = write_results(config, out_dir, per_seed, state.params, model_cfg, pretrained, task,
+                          task_model, is_writer)
   if is_writer:
-    text, undefined = json_file.dumps_defined(summary, indent=2, sort_keys=True)
-    if undefined:
-      print(f"WARNING: {', '.join(undefined)} undefined (NaN: constant predictions or labels?); "
-            "written as null", flush=True)
-    (out_dir / "eval_results.json").write_text(text)
-    if runs > 1:
-      (out_dir / "eval_results_per_seed.json").write_text(
-          json_file.dumps_defined(per_seed, indent=2)[0])
-  if not config.eval_only:
-    bundle.save_bundle(str(out_dir / "export"), model_lib.unstack_layers(state.params),
-                       model_cfg.replace(scan_layers=False), pretrained.vocab,
-                       pretrained.lowercase, overwrite=True,
-                       info={"source": "finetune", "task": task.name,
-                             "init_checkpoint": pretrained.source, **task_model.export_info},
-                       tokenizer_file=pretrained.tokenizer_file)
-  if runs > 1:
-    for key in per_seed[0]:
-      if key + "_std" in summary:
-        print(f"{key}: {summary[key]:.4f} ± {summary[key + '_std']:.4f} over {runs} seeds",
-              flush=True)
-  if is_writer:
-    print("eval_results: " + json.dumps(summary, sort_keys=True), flush=True)
-    if summary.get("warning"):
-      print(f"WARNING: {summary['warning']}", flush=True)
-    print(f"wrote {out_dir / 'eval_results.json'}"
-          + ("" if config.eval_only else f" and the fine-tuned bundle {out_dir / 'export'}"),
-          flush=True)
     print(split.line(), flush=True)
   return summary
 
