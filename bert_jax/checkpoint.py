@@ -247,17 +247,18 @@ class TrainCheckpoints:
 
 
 def config_resume_check(config_record: dict, vocab: Sequence[str], may_change: Sequence[str],
-                        never_change: Sequence[str], may_change_words: str, vocab_keys: str
+                        never_change: Sequence[str], vocab_keys: str
                         ) -> Callable[[str, dict], None]:
   """check(path, meta) for TrainCheckpoints.restore_latest: the saved run must be this run.
 
   Refuses (ResumeMismatchError, one line, nothing moved) a checkpoint saved with another
   value of a config key outside `may_change` (a key ending in '.' covers its section) or of
   one in `never_change` (the saved position counts its batches), or with another vocabulary
-  (the same tokens in the same order). `may_change_words` and `vocab_keys` are the
-  message's words for them.
+  (the same tokens in the same order). `vocab_keys`: the message's words for the keys that
+  choose the vocabulary.
   """
   current = traverse_util.flatten_dict(config_record, sep=".")
+  may_change_words = ", ".join(k + "*" if k.endswith(".") else k for k in may_change)
 
   def check(path: str, meta: dict) -> None:
     saved_vocab = meta.get("vocab")

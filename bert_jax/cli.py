@@ -16,8 +16,9 @@ SystemExit whose message names the problem; `--help` prints the module
 docstring and the flags.
 
 Quiet start-up, set up here once because every program imports this module
-before TensorFlow loads: TensorFlow's oneDNN ops are off (TF_ENABLE_ONEDNN_OPTS=0 unless
-set: they only printed a warning for the input pipeline's integer ops); unless the command line gives absl's `--verbosity`
+before TensorFlow loads: TensorFlow's oneDNN ops are off (TF_ENABLE_ONEDNN_OPTS=0
+unless set: they only printed a warning for the input pipeline's integer ops);
+unless the command line gives absl's `--verbosity`
 (`--verbosity=0` shows INFO logs), third-party logging is silenced:
 TensorFlow's C++ logs (TF_CPP_MIN_LOG_LEVEL=3, which hides "failed call to
 cuInit" on CPU machines), the native stderr lines of TensorFlow's import

@@ -467,8 +467,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   Args:
     config: a configs/glue.py, squad.py, ner.py or sentence_embeddings.py ConfigDict.
     workdir: output directory, local or gs:// (eval_results.json, predictions,
-      metrics.jsonl, tensorboard/, checkpoints/, export/ with the fine-tuned bundle of the
-      last seed).
+      metrics.jsonl, tensorboard/, finetune_checkpoints/, export/ with the fine-tuned bundle
+      of the last seed).
     preempt_at: (seed, step): behave as if SIGTERM arrived before that step (tests).
 
   Returns:
@@ -568,8 +568,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
           config_record, pretrained.vocab,
           RESUME_MAY_CHANGE + tuple(k.strip() for k in config.resume_allow_changes.split(",")
                                     if k.strip()),
-          ("batch_size",), "log_every, checkpoint_every, keep_checkpoints, eval_batch_size, "
-          "mesh.*", "the init_checkpoint's vocab"))
+          ("batch_size",), "the init_checkpoint's vocab"))
   # Where training goes on: the checkpoint's seed, epoch and batch, and the results of the
   # seeds it finished; else the first seed from its start.
   per_seed = list(meta["per_seed"]) if meta else []
@@ -591,7 +590,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   failed = True
   try:
     for seed in range(first_seed, config.seed + runs):
-      if state is None:
+      if seed != first_seed:  # the first seed's state is the one made or resumed above
         state, _, _, how = ckpt_lib.initial_state(
             init_fn, tx, jax.random.PRNGKey(seed), mesh, rules, pretrained=pretrained,
             fresh_heads=fresh_heads)
@@ -608,13 +607,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
               f"{what} (at most {shape_limit}): {sorted(run.compiled_lengths)}", flush=True)
       per_seed.append(evaluate_seed(config, seed, predict_step, state, task, buckets, mesh,
                                     rules, logger, split, workdir, is_writer))
-      final_state, state = state, None
     failed = False
   finally:
     stop.restore()
     train_log.close_all([logger.close] + ([ckpts.close] if ckpts else []),
                         raise_first=not failed)
-  state = final_state
 
   # -- Results and the fine-tuned bundle ------------------------------------------------
   summary = write_results(config, out_dir, per_seed, state.params, model_cfg, pretrained, task,

@@ -65,9 +65,7 @@ def resume_check(config: ml_collections.ConfigDict, config_record: dict,
   """
   return ckpt_lib.config_resume_check(
       config_record, vocab, tuple(RESUME_MAY_CHANGE) + tuple(_allowed_changes(config)),
-      RESUME_NEVER_CHANGES,
-      "total_steps, the log / checkpoint / eval / profile frequencies, keep_checkpoints, "
-      "on_nan, divergence_factor, mesh.*", "data.tokenizer / data.vocab_file")
+      RESUME_NEVER_CHANGES, "data.tokenizer / data.vocab_file")
 
 
 def _check_local_files(data: ml_collections.ConfigDict) -> None:
