@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     if not os.path.isfile(path):
       sys.exit(f"missing {path} (see the module docstring)")
   from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import embed as embed_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax import embedding  # pylint: disable=g-import-not-at-top
 
   if args.texts:
     with open(args.texts, encoding="utf-8") as f:
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
   else:
     texts = sts_sentences(args.sts_train, args.num)
   pretrained = ckpt_lib.load_pretrained(args.bundle)
-  ours = lambda: embed_lib.embed(pretrained, texts, pooling="mean", max_length=args.max_length,  # noqa: E731
+  ours = lambda: embedding.embed(pretrained, texts, pooling="mean", max_length=args.max_length,  # noqa: E731
                                  batch_size=args.batch_size)
   reference_kind = resolve_reference(args.reference)
   make_reference = st_embedder if reference_kind == "sentence_transformers" else reference_embedder

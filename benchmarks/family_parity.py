@@ -187,7 +187,7 @@ def main() -> int:
     sys.exit("--head discriminator is ELECTRA's")
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import embed  # pylint: disable=g-import-not-at-top
+  from bert_jax import embedding  # pylint: disable=g-import-not-at-top
   from bert_jax import model as model_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
 
@@ -221,7 +221,7 @@ def main() -> int:
 
   for name, texts in read_texts(args.data_dir, args.num_lines).items():
     pairs = isinstance(texts[0], tuple)
-    ids, segs, truncated = embed.encode(tok, texts, args.max_length)
+    ids, segs, truncated = embedding.encode(tok, texts, args.max_length)
     if pairs:
       ref = fast([a for a, _ in texts], [b for _, b in texts], truncation="longest_first",
                  max_length=args.max_length, return_token_type_ids=True)

@@ -362,7 +362,7 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
   """Reference SQuAD fine-tuning on the same run_squad windows; official v1.1 scoring."""
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax import squad_eval  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import squad  # pylint: disable=g-import-not-at-top
 
@@ -402,7 +402,7 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
     json.dump(preds, f)
   with open(squad_files[1], encoding="utf-8") as f:
     gold = json.load(f)
-  results = dict(squad_eval.evaluate(gold, preds))
+  results = dict(squad_metrics.evaluate(gold, preds))
   results.update(train_losses=losses, final_train_loss=final_loss(losses),
                  examples_per_second=rate,
                  train_skipped_answer_mismatch=len(skipped), train_windows=len(

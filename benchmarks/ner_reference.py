@@ -198,6 +198,7 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   from bert_jax import sharding  # pylint: disable=g-import-not-at-top
   from bert_jax import train_core  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import task as task_lib  # pylint: disable=g-import-not-at-top
   from configs import ner as ner_config  # pylint: disable=g-import-not-at-top
 
@@ -210,7 +211,7 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   mesh, rules = sharding.mesh_from_config(c.mesh), sharding.logical_rules(c.mesh.preset)
   pretrained = ckpt_lib.load_pretrained(c.init_checkpoint)
   model_cfg = train_core.model_config_from(c.model, pretrained.config)
-  task = task_lib.build(c, tokenizer_lib.for_checkpoint(pretrained), model_cfg)
+  task = task_registry.build(c, tokenizer_lib.for_checkpoint(pretrained), model_cfg)
   n = len(task.train_arrays["input_ids"])
   total = int(n // c.batch_size * c.num_epochs)
   tx, schedule = opt_lib.make_optimizer(c.optimizer, c.learning_rate,

@@ -9,10 +9,10 @@ it runs an op, so every bert_jax module takes TensorFlow from this module, which
 hides GPUs and TPUs from it once, on the first import, before any op runs.
 Importing TensorFlow and looking for its accelerators print start-up noise
 (CUDA stub probes, libtpu's lines when libtpu is installed on a machine
-without TPUs): bert_jax.cli, imported first, keeps it off the console unless
+without TPUs): bert_jax.startup, imported first, keeps it off the console unless
 --verbosity is given.
 """
-from bert_jax import cli  # before TensorFlow: quiet start-up  # pylint: disable=g-bad-import-order
+from bert_jax import startup  # before TensorFlow: quiet start-up  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
 _HIDDEN = False
@@ -30,7 +30,7 @@ def hide_accelerators() -> None:
     return
   for kind in ("GPU", "TPU"):
     try:
-      with cli.quiet_native_stderr():
+      with startup.quiet_native_stderr():
         tf.config.set_visible_devices([], kind)
     except RuntimeError:  # Devices already initialised: TensorFlow keeps what it has.
       pass

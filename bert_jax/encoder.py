@@ -11,7 +11,7 @@
                                            ["John lives in Paris."])  # e.g. ["Paris."]
 
 Each method is the library function its command-line program runs
-(`bert_jax.embed.embed`, `bert_jax.fill_mask.fill_mask`), or the encoding and
+(`bert_jax.embedding.embed`, `bert_jax.mask_filling.fill_mask`), or the encoding and
 decoding its fine-tuning task scores with (bert_jax.tasks: glue, ner, squad), on
 the checkpoint loaded once, with the checkpoint's own tokenizer; a fine-tuning
 export's bundle.json gives the task and what decoding needs (head, labels,
@@ -26,8 +26,8 @@ import numpy as np
 
 from bert_jax import bundle as bundle_lib
 from bert_jax import checkpoint as ckpt_lib
-from bert_jax import embed as embed_lib
-from bert_jax import fill_mask as fill_mask_lib
+from bert_jax import embedding
+from bert_jax import mask_filling
 from bert_jax import flops
 from bert_jax import model as model_lib
 from bert_jax.data import length_buckets
@@ -71,8 +71,8 @@ class Encoder:
     """float32 [len(texts), dim] embeddings of texts or (a, b) pairs (see bert_jax.embed).
 
     pooling and normalize default to what the checkpoint records (a sentence-embedding
-    fine-tuning export), else mean pooling, not normalised (embed.bundle_defaults)."""
-    emb, _ = embed_lib.embed(self.pretrained, list(texts), pooling=pooling, layers=layers,
+    fine-tuning export), else mean pooling, not normalised (embedding.bundle_defaults)."""
+    emb, _ = embedding.embed(self.pretrained, list(texts), pooling=pooling, layers=layers,
                              combine=combine, normalize=normalize, max_length=max_length,
                              batch_size=batch_size, tokenizer=self.tokenizer)
     return emb
@@ -82,7 +82,7 @@ class Encoder:
     """Top-k (token, probability) per `[MASK]`: for one text a list per mask, for a list of
     texts a list of those."""
     one = isinstance(texts, str)
-    result = fill_mask_lib.fill_mask(self.pretrained, [texts] if one else list(texts), top_k=top_k,
+    result = mask_filling.fill_mask(self.pretrained, [texts] if one else list(texts), top_k=top_k,
                                      tokenizer=self.tokenizer)
     return result[0] if one else result
 

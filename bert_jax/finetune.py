@@ -72,6 +72,7 @@ from bert_jax import workdir_owner
 from bert_jax.data import length_buckets
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.tasks import packing
+from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 
 time_split.compile_clock()  # compilations from here on count in the run's time split
@@ -496,14 +497,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
     raise ValueError(f"bad config: max_seq_length {config.max_seq_length} does not fit "
                      f"{pretrained.source}: its position table has "
                      f"{model_cfg.max_position_embeddings} entries")
-  task_model = task_lib.task_model(config, model_cfg)
+  task_model = task_registry.task_model(config, model_cfg)
   if config.eval_only:
     check_eval_head(task_model, pretrained, config.max_seq_length)
 
   # -- Task data (every split read and encoded before any training) --------------------
   with split.phase("data"):
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
-    task = task_lib.build(config, tokenizer, model_cfg)
+    task = task_registry.build(config, tokenizer, model_cfg)
   n_train = len(task.train_arrays["input_ids"]) if task.train_arrays else 0
   steps_per_epoch = n_train // config.batch_size
   total_steps = int(steps_per_epoch * config.num_epochs)

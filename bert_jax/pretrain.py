@@ -322,7 +322,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   if summary["step"] < config.total_steps:
     return None
   from bert_jax import bundle  # pylint: disable=g-import-not-at-top
-  from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
+  from bert_jax import mask_filling  # pylint: disable=g-import-not-at-top
   path = str(epath.Path(workdir) / "export")
   params = model_lib.unstack_layers(summary["export_params"])
   with write_errors.writing(f"the export to {path}"):
@@ -337,7 +337,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
     # Every process loads the bundle and runs the example: Orbax's restore is collective,
     # so a process that skipped it would leave the others waiting for ever.
     try:
-      result = fill_mask.fill_mask(ckpt_lib.load_pretrained(path), [config.fill_mask_example],
+      result = mask_filling.fill_mask(ckpt_lib.load_pretrained(path), [config.fill_mask_example],
                                    top_k=5)
     except optional_tensorflow.MissingTensorFlowError as e:  # a host that trained on prepared data
       result = None
@@ -346,7 +346,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
               flush=True)
     if primary and result is not None:
       print("fill-mask example from the new checkpoint:", flush=True)
-      fill_mask.print_predictions([config.fill_mask_example], result)
+      mask_filling.print_predictions([config.fill_mask_example], result)
       if summary["step"] < 10_000:  # what to expect from a smoke run such as the main job
         print(f"  (a {config.variant} model after {summary['step']:,} steps: short runs mostly "
               "predict frequent words such as 'the', ',' or '.'"

@@ -18,7 +18,7 @@ import optax
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import config_sections
-from bert_jax import fill_mask
+from bert_jax import mask_filling
 from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import model_config as model_config_lib
@@ -150,8 +150,8 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   config_sections.check_minimums(config, config_sections.MINIMUMS)
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
-  if config.fill_mask_example and fill_mask.MASK not in config.fill_mask_example:
-    bad(f"fill_mask_example {config.fill_mask_example!r} has no {fill_mask.MASK} (the example "
+  if config.fill_mask_example and mask_filling.MASK not in config.fill_mask_example:
+    bad(f"fill_mask_example {config.fill_mask_example!r} has no {mask_filling.MASK} (the example "
         "run after the export predicts it; '' for none)")
   if config.eval_every and not config.data.eval_every_nth_document:
     bad(f"eval_every {config.eval_every} needs held-out data: data.eval_every_nth_document is 0")

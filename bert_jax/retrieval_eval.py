@@ -30,7 +30,7 @@ import numpy as np
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
-from bert_jax import embed as embed_lib
+from bert_jax import embedding
 from bert_jax import retrieval_metrics
 from bert_jax import train_log
 
@@ -207,9 +207,9 @@ def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 
   query_ids = list(qrels)
   options = dict(pooling=pooling, normalize=normalize, batch_size=batch_size,
                  max_length=min(max_length, pretrained.config.max_position_embeddings))
-  doc_emb, doc_stats = embed_lib.embed(pretrained, [document_text(corpus[d]) for d in doc_ids],
+  doc_emb, doc_stats = embedding.embed(pretrained, [document_text(corpus[d]) for d in doc_ids],
                                        progress="" if quiet else "encoding the corpus", **options)
-  query_emb, query_stats = embed_lib.embed(pretrained, [queries[q]["text"] for q in query_ids],
+  query_emb, query_stats = embedding.embed(pretrained, [queries[q]["text"] for q in query_ids],
                                            progress="" if quiet else "encoding the queries",
                                            **options)
   if not quiet:
@@ -243,7 +243,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_string("split", "test", "qrels/SPLIT.tsv to evaluate", flag_values=fv)
   flags.DEFINE_integer("max_length", 256, "longest input, special tokens included",
                        flag_values=fv)
-  flags.DEFINE_enum("pooling", "mean", embed_lib.POOLINGS, "how token vectors become one",
+  flags.DEFINE_enum("pooling", "mean", embedding.POOLINGS, "how token vectors become one",
                     flag_values=fv)
   flags.DEFINE_boolean("normalize", True, "cosine scores (L2-normalised embeddings); "
                        "--nonormalize for dot product", flag_values=fv)
@@ -267,7 +267,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.index == "hnsw":
     _faiss()  # a missing library fails before the long embedding
   pretrained = ckpt_lib.load_pretrained(args.checkpoint)
-  embed_lib.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
+  embedding.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
                           args.batch_size, pairs=False)
   data = read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
   if not args.quiet:

@@ -6,29 +6,29 @@ import sys
 
 import pytest
 
-from bert_jax import cli
+from bert_jax import startup
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_verbosity_flag_is_recognised():
-  assert cli.verbose_requested(["--config", "x", "--verbosity=0"])
-  assert cli.verbose_requested(["--verbosity", "1"]) and cli.verbose_requested(["-v=1"])
-  assert not cli.verbose_requested(["--config", "x", "--config.verbosity_x=1"])
+  assert startup.verbose_requested(["--config", "x", "--verbosity=0"])
+  assert startup.verbose_requested(["--verbosity", "1"]) and startup.verbose_requested(["-v=1"])
+  assert not startup.verbose_requested(["--config", "x", "--config.verbosity_x=1"])
 
 
 def test_quiet_native_stderr_drops_output_but_replays_it_on_error(capfd, monkeypatch):
-  monkeypatch.setattr(cli, "VERBOSE", False)
-  with cli.quiet_native_stderr():
+  monkeypatch.setattr(startup, "VERBOSE", False)
+  with startup.quiet_native_stderr():
     os.write(2, b"probe noise\n")
   assert capfd.readouterr().err == ""
   with pytest.raises(RuntimeError, match="import failed"):
-    with cli.quiet_native_stderr():
+    with startup.quiet_native_stderr():
       os.write(2, b"the reason it failed\n")
       raise RuntimeError("import failed")
   assert capfd.readouterr().err == "the reason it failed\n"
-  monkeypatch.setattr(cli, "VERBOSE", True)
-  with cli.quiet_native_stderr():
+  monkeypatch.setattr(startup, "VERBOSE", True)
+  with startup.quiet_native_stderr():
     os.write(2, b"shown when verbose\n")
   assert capfd.readouterr().err == "shown when verbose\n"
 
@@ -51,7 +51,7 @@ def test_jax_is_kept_off_libtpu_on_a_machine_without_accelerators():
   """JAX imported first (as programs do), then bert_jax.cli: JAX's platforms are set in time."""
   code = ("import jax\n"
           "from bert_jax import cli\n"
-          "print(cli._cpu_only_machine(), jax.config.jax_platforms)\n")
+          "print(cli.startup._cpu_only_machine(), jax.config.jax_platforms)\n")
   env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
   proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                         timeout=120, check=False, env=env)

@@ -26,9 +26,9 @@ from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import convert
 from bert_jax import disentangled
-from bert_jax import embed
+from bert_jax import embedding
 from bert_jax import pooling
-from bert_jax import fill_mask
+from bert_jax import mask_filling
 from bert_jax import model as model_lib
 from bert_jax.conversion import hf
 from bert_jax.data import tokenizer as tokenizer_lib
@@ -143,17 +143,17 @@ def test_embed_and_fill_mask_through_the_bundle_as_transformers(case):
     out = model(**enc, output_hidden_states=True)
   m = enc["attention_mask"].numpy()[..., None]
   pooling = "mean" if pretrained.config.type_vocab_size else "cls"  # one compilation per case
-  ours, _ = embed.embed(pretrained, TEXTS, pooling=pooling, layers=(0, 1, 2), combine="concat",
+  ours, _ = embedding.embed(pretrained, TEXTS, pooling=pooling, layers=(0, 1, 2), combine="concat",
                         length_bucketing=False)
   want = np.concatenate([(h.numpy() * m).sum(1) / m.sum(1) if pooling == "mean" else
                          h.numpy()[:, 0] for h in out.hidden_states], axis=-1)
   assert ours.shape == want.shape == (2, 3 * 32) and _max_diff(ours, want) <= 1e-4, pooling
   tok = tokenizer_lib.for_checkpoint(pretrained)
   text = "the quick brown [MASK] jumps over lazy dogs."
-  ids, _ = fill_mask.encode(tok, [text], 64)
+  ids, _ = mask_filling.encode(tok, [text], 64)
   want_ids = fast(text)["input_ids"]
   assert ids[0] == want_ids and fast.mask_token_id in want_ids
-  top = fill_mask.fill_mask(pretrained, [text], top_k=3)[0][0]
+  top = mask_filling.fill_mask(pretrained, [text], top_k=3)[0][0]
   with torch.no_grad():
     logits = model(torch.tensor([want_ids])).logits[0, want_ids.index(fast.mask_token_id)]
   probs = torch.softmax(logits.double(), -1).numpy()

@@ -271,7 +271,7 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
   tokenizer files -> `bert_jax.convert` -> bundle (tokenizer/ copied) -> fill_mask gives
   transformers' ids, top tokens and probabilities; `--to hf` gives the files back."""
   from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
+  from bert_jax import mask_filling  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   tok_dir = bpe_dir if model_type == "roberta" else albert_dir
   names = ["merges.txt", "vocab.json"] if model_type == "roberta" else ["spiece.model"]
@@ -291,10 +291,10 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
   tok = tokenizer_lib.for_checkpoint(pretrained)
   assert tok.kind == ("bpe" if model_type == "roberta" else "sentencepiece")
   text = "the quick brown [MASK] jumps over lazy dogs."
-  ids, positions = fill_mask.encode(tok, [text], 40)
+  ids, positions = mask_filling.encode(tok, [text], 40)
   want = fast(text.replace("[MASK]", fast.mask_token))["input_ids"]
   assert ids[0] == want and positions[0] == [want.index(fast.mask_token_id)]
-  ours = fill_mask.fill_mask(pretrained, [text], top_k=3)[0][0]
+  ours = mask_filling.fill_mask(pretrained, [text], top_k=3)[0][0]
   logits = np.asarray(ref(np.array([want]), np.ones((1, len(want)), np.int32)).logits)
   probs = jax.nn.softmax(logits[0, positions[0][0]].astype(np.float64))
   top = np.argsort(-probs)[:3]

@@ -15,6 +15,7 @@ import pytest
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import embed
+from bert_jax import embedding
 from bert_jax import model as model_lib
 from bert_jax.data import tokenizer_base
 from bert_jax.model_config import BertConfig
@@ -78,7 +79,7 @@ def test_mean_cls_max_pooler_over_real_tokens(loaded, alone):
                        ("cls", lambda r: r["sequence_output"][0]),
                        ("max", lambda r: r["sequence_output"].max(0)),
                        ("pooler", lambda r: r["pooled_output"])]:
-    got, stats = embed.embed(loaded, TEXTS, pooling=pooling, batch_size=2)
+    got, stats = embedding.embed(loaded, TEXTS, pooling=pooling, batch_size=2)
     assert got.shape == (3, 16) and got.dtype == np.float32
     np.testing.assert_allclose(got, np.stack([ref(r) for r in alone]), atol=2e-5,
                                err_msg=pooling)
@@ -88,11 +89,11 @@ def test_mean_cls_max_pooler_over_real_tokens(loaded, alone):
 def test_layers_combine_and_normalize(loaded, alone):
   layers = (-1, -2, 0)
   per_layer = [np.stack([r["hidden_states"][i][0] for r in alone]) for i in layers]  # cls
-  got, _ = embed.embed(loaded, TEXTS, pooling="cls", layers=layers, combine="concat")
+  got, _ = embedding.embed(loaded, TEXTS, pooling="cls", layers=layers, combine="concat")
   np.testing.assert_allclose(got, np.concatenate(per_layer, -1), atol=2e-5)
-  got, _ = embed.embed(loaded, TEXTS, pooling="cls", layers=layers, combine="max")
+  got, _ = embedding.embed(loaded, TEXTS, pooling="cls", layers=layers, combine="max")
   np.testing.assert_allclose(got, np.max(per_layer, 0), atol=2e-5)
-  got, _ = embed.embed(loaded, TEXTS, pooling="cls", layers=layers, combine="mean",
+  got, _ = embedding.embed(loaded, TEXTS, pooling="cls", layers=layers, combine="mean",
                        normalize=True)
   want = np.mean(per_layer, 0)
   np.testing.assert_allclose(got, want / np.linalg.norm(want, axis=1, keepdims=True), atol=2e-5)
@@ -100,7 +101,7 @@ def test_layers_combine_and_normalize(loaded, alone):
 
 def test_pairs_use_segment_ids(loaded):
   pairs = [("the cat", "sat on the mat"), ("hello", "world")]
-  got, _ = embed.embed(loaded, pairs, pooling="mean")
+  got, _ = embedding.embed(loaded, pairs, pooling="mean")
   for (a, b), row in zip(pairs, got):
     ids = np.array([_ids(a) + _ids(b)[1:]], np.int32)
     seg = np.array([[0] * (len(a.split()) + 2) + [1] * (len(b.split()) + 1)], np.int32)
@@ -110,8 +111,8 @@ def test_pairs_use_segment_ids(loaded):
 
 def test_batch_size_does_not_change_results(loaded):
   texts = TEXTS * 3
-  a, _ = embed.embed(loaded, texts, pooling="mean", batch_size=4)  # last batch padded
-  b, _ = embed.embed(loaded, texts, pooling="mean", batch_size=32)
+  a, _ = embedding.embed(loaded, texts, pooling="mean", batch_size=4)  # last batch padded
+  b, _ = embedding.embed(loaded, texts, pooling="mean", batch_size=32)
   np.testing.assert_allclose(a, b, atol=1e-6)
 
 
@@ -119,12 +120,12 @@ def test_length_buckets_keep_input_order_and_results(loaded, monkeypatch):
   texts = ["hello", "the cat sat on the mat . " * 3, "a dog", "big red dog ran far . " * 2,
            "the cat", "world"] * 2
   # 12 texts: a second length saves less padding than its compilation costs (issue 35)
-  _, few = embed.embed(loaded, texts, pooling="mean", batch_size=4)
+  _, few = embedding.embed(loaded, texts, pooling="mean", batch_size=4)
   assert few.lengths == [24]
   from bert_jax import flops  # pylint: disable=g-import-not-at-top
   monkeypatch.setitem(flops.SHAPE_COMPILE_SECONDS, "cpu", (0.0, 0.0))  # lengths cost nothing
-  a, stats = embed.embed(loaded, texts, pooling="mean", batch_size=4)
-  b, flat = embed.embed(loaded, texts, pooling="mean", batch_size=4, length_bucketing=False)
+  a, stats = embedding.embed(loaded, texts, pooling="mean", batch_size=4)
+  b, flat = embedding.embed(loaded, texts, pooling="mean", batch_size=4, length_bucketing=False)
   np.testing.assert_allclose(a, b, atol=1e-5)
   assert stats.lengths == [8, 24] and flat.lengths == [24]  # 3 tokens .. 23 tokens
   assert not np.allclose(a[0], a[1])  # rows were not mixed up (texts differ)
@@ -136,10 +137,10 @@ def test_truncation_counted(loaded):
 
     def tokenize_to_ids(self, texts):
       return [[VOCAB.index(w) for w in t.split()] for t in texts]
-  ids, segs, truncated = embed.encode(Tok(), ["the cat sat on the mat", "a dog"], max_length=5)
+  ids, segs, truncated = embedding.encode(Tok(), ["the cat sat on the mat", "a dog"], max_length=5)
   assert truncated == 1
   assert ids == [[2, 5, 6, 7, 3], [2, 10, 11, 3]] and segs[0] == [0] * 5
-  ids, segs, truncated = embed.encode(Tok(), [("the cat sat on the mat", "a dog")], max_length=7)
+  ids, segs, truncated = embedding.encode(Tok(), [("the cat sat on the mat", "a dog")], max_length=7)
   assert truncated == 1
   assert ids == [[2, 5, 6, 3, 10, 11, 3]]  # longest first: a keeps 2, b keeps 2
   assert segs == [[0, 0, 0, 0, 1, 1, 1]]
@@ -182,14 +183,14 @@ def test_read_input_errors(tmp_path):
   empty = tmp_path / "empty.txt"
   empty.write_bytes(b"")
   with pytest.raises(ValueError, match="empty.txt: the input file is empty"):
-    embed.read_input(str(empty), pairs=False)
+    embedding.read_input(str(empty), pairs=False)
   bad = tmp_path / "pairs.txt"
   bad.write_text("a\tb\nno tab here\n")
   with pytest.raises(ValueError, match=r"pairs.txt:2: --pairs expects"):
-    embed.read_input(str(bad), pairs=True)
+    embedding.read_input(str(bad), pairs=True)
   with pytest.raises(FileNotFoundError, match="input file not found"):
-    embed.read_input(str(tmp_path / "absent.txt"), pairs=False)
-  got = embed.read_input(str(bad), pairs=False)
+    embedding.read_input(str(tmp_path / "absent.txt"), pairs=False)
+  got = embedding.read_input(str(bad), pairs=False)
   assert got.texts == ["a\tb", "no tab here"] and got.bad_utf8_lines == []
 
 
@@ -221,7 +222,7 @@ def test_pretraining_workdir_is_accepted(loaded, tmp_path):
   out = tmp_path / "out.npy"
   assert embed.main(["--checkpoint", str(workdir), "--input", str(inp), "--output", str(out),
                      "--pooling", "cls"]) == 0
-  want, _ = embed.embed(loaded, TEXTS, pooling="cls")
+  want, _ = embedding.embed(loaded, TEXTS, pooling="cls")
   np.testing.assert_allclose(np.load(out), want, atol=1e-6)
 
 

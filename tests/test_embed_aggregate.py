@@ -11,6 +11,7 @@ from bert_jax import aggregate
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import embed
+from bert_jax import embedding
 from tests.test_embed import CONFIG
 from tests.test_embed import VOCAB
 from tests.test_embed import WORDS
@@ -38,7 +39,7 @@ def loaded(ckpts):
 
 
 def _embed(pretrained, texts, **kw):
-  return embed.embed(pretrained, texts, pooling="mean", normalize=False, max_length=8, **kw)[0]
+  return embedding.embed(pretrained, texts, pooling="mean", normalize=False, max_length=8, **kw)[0]
 
 
 def test_chunk_windows_cover_every_token_with_the_stride():
@@ -54,10 +55,10 @@ def test_chunk_windows_cover_every_token_with_the_stride():
 def test_ensemble_of_a_checkpoint_with_itself(loaded):
   one = _embed(loaded[0], TEXTS)
   for how, weights in (("mean", None), ("max", None), ("weighted_mean", (1.0, 3.0))):
-    got, _ = embed.embed_ensemble([loaded[0], loaded[0]], TEXTS, combine=how, weights=weights,
+    got, _ = embedding.embed_ensemble([loaded[0], loaded[0]], TEXTS, combine=how, weights=weights,
                                   pooling="mean", normalize=False, max_length=8)
     np.testing.assert_allclose(got, one, atol=1e-6)
-  got, _ = embed.embed_ensemble([loaded[0], loaded[0]], TEXTS, combine="concat",
+  got, _ = embedding.embed_ensemble([loaded[0], loaded[0]], TEXTS, combine="concat",
                                 pooling="mean", normalize=False, max_length=8)
   assert got.shape == (3, 2 * CONFIG.hidden_size)
   np.testing.assert_allclose(got, np.concatenate([one, one], -1), atol=1e-6)
@@ -66,15 +67,15 @@ def test_ensemble_of_a_checkpoint_with_itself(loaded):
 def test_ensemble_of_two_checkpoints_weighted_and_normalised(loaded):
   a, b = (_embed(p, TEXTS) for p in loaded)
   assert np.abs(a - b).max() > 0.1  # different models
-  got, _ = embed.embed_ensemble(loaded, TEXTS, combine="weighted_mean", weights=(1.0, 3.0),
+  got, _ = embedding.embed_ensemble(loaded, TEXTS, combine="weighted_mean", weights=(1.0, 3.0),
                                 pooling="mean", normalize=False, max_length=8)
   np.testing.assert_allclose(got, 0.25 * a + 0.75 * b, atol=1e-5)
-  got, _ = embed.embed_ensemble(loaded, TEXTS, combine="mean", pooling="mean", normalize=True,
+  got, _ = embedding.embed_ensemble(loaded, TEXTS, combine="mean", pooling="mean", normalize=True,
                                 max_length=8)
   unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
   np.testing.assert_allclose(got, unit(unit(a) + unit(b)), atol=1e-5)
   with pytest.raises(ValueError, match="--weights has 1 value"):
-    embed.embed_ensemble(loaded, TEXTS, combine="weighted_mean", weights=(1.0,))
+    embedding.embed_ensemble(loaded, TEXTS, combine="weighted_mean", weights=(1.0,))
 
 
 def test_chunks_are_windows_of_max_length_combined(loaded):
@@ -87,7 +88,7 @@ def test_chunks_are_windows_of_max_length_combined(loaded):
   tokens = np.array([e - s for s, e in windows], np.float64)
   for how, want in (("mean", per_window.mean(0)), ("max", per_window.max(0)),
                     ("weighted_mean", (per_window * tokens[:, None]).sum(0) / tokens.sum())):
-    got, stats = embed.embed(p, TEXTS, pooling="mean", normalize=False, max_length=8,
+    got, stats = embedding.embed(p, TEXTS, pooling="mean", normalize=False, max_length=8,
                              chunk_stride=4, combine=how)
     assert stats.chunks == 7 and stats.num_texts == 3
     np.testing.assert_allclose(got[1], want, atol=1e-5)

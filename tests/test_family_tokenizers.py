@@ -268,7 +268,7 @@ def test_real_tokenizers_match_transformers_fast(shared_data, name, kind):
 def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
   """GLUE rows and embed inputs of pairs and single texts equal transformers' fast tokenizer
   with longest-first truncation (RoBERTa: `<s> a </s></s> b </s>`, one segment)."""
-  from bert_jax import embed  # pylint: disable=g-import-not-at-top
+  from bert_jax import embedding  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
   directory = bpe_dir if kind == "roberta" else albert_dir
   ours = tokenizer_lib.tokenizer_from_path(str(directory))
@@ -277,7 +277,7 @@ def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
            ("a", "jumping " * 30), ("Café naïve towns 1,000 and 9, 12", None)]
   examples = [glue.GlueExample(f"t:{i}", a, b, 0, i) for i, (a, b) in enumerate(pairs)]
   rows = glue.encode_examples(ours, examples, 24)
-  emb_ids, emb_seg, _ = embed.encode(ours, [p for p in pairs if p[1] is not None], 24)
+  emb_ids, emb_seg, _ = embedding.encode(ours, [p for p in pairs if p[1] is not None], 24)
   for i, (a, b) in enumerate(pairs):
     want = fast(a, b, truncation="longest_first", max_length=24)
     n = len(want["input_ids"])

@@ -11,6 +11,7 @@ from scipy.special import erf
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import fill_mask
+from bert_jax import mask_filling
 from bert_jax import model as model_lib
 from bert_jax.model_config import BertConfig
 
@@ -63,7 +64,7 @@ def _reference_probs(b, ids, position):
 def test_top_k_matches_reference(ckpt):
   b = ckpt_lib.load_pretrained(ckpt)
   texts = ["The capital of France is [MASK].", "[MASK] big [MASK] of the city"]
-  got = fill_mask.fill_mask(b, texts, top_k=3)
+  got = mask_filling.fill_mask(b, texts, top_k=3)
   v = VOCAB.index
   cases = [([2, v("the"), v("capital"), v("of"), v("france"), v("is"), 4, v("."), 3], [6]),
            ([2, 4, v("big"), 4, v("of"), v("the"), v("city"), 3], [1, 3])]
@@ -96,7 +97,7 @@ def test_errors(ckpt, tmp_path):
   with pytest.raises(ValueError, match=r"text 2 \('no mask here'\) has no \[MASK\]"):
     fill_mask.main(["--checkpoint", ckpt, "the [MASK] .", "no mask here"])
   with pytest.raises(ValueError, match="26 tokens long; the model takes at most 24"):
-    fill_mask.fill_mask(ckpt_lib.load_pretrained(ckpt), ["the [MASK] " + "city " * 22])
+    mask_filling.fill_mask(ckpt_lib.load_pretrained(ckpt), ["the [MASK] " + "city " * 22])
 
 
 def test_pretraining_workdir_is_accepted(ckpt, tmp_path, capsys):
@@ -109,7 +110,7 @@ def test_pretraining_workdir_is_accepted(ckpt, tmp_path, capsys):
   ckpts.close()
   assert fill_mask.main(["--checkpoint", str(workdir), "--json", "the capital is [MASK] ."]) == 0
   got = json.loads(capsys.readouterr().out)[0]["masks"][0]
-  want = fill_mask.fill_mask(b, ["the capital is [MASK] ."])[0][0]
+  want = mask_filling.fill_mask(b, ["the capital is [MASK] ."])[0][0]
   assert [p["token"] for p in got] == [t for t, _ in want]
   np.testing.assert_allclose([p["prob"] for p in got], [q for _, q in want], atol=1e-6)
 
@@ -139,7 +140,7 @@ def test_an_input_file_runs_in_batches_with_progress_and_the_same_predictions(ck
   path = tmp_path / "texts.txt"
   path.write_text("\n".join(texts[1:]) + "\n\n")
   b = ckpt_lib.load_pretrained(ckpt)
-  whole = fill_mask.fill_mask(b, texts, top_k=3)
+  whole = mask_filling.fill_mask(b, texts, top_k=3)
   assert fill_mask.main(["--checkpoint", ckpt, "--input", str(path), "--batch_size", "2",
                          "--top_k", "3", "--json", texts[0]]) == 0
   captured = capsys.readouterr()

@@ -24,11 +24,12 @@ from bert_jax import model as model_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import pretrain
 from bert_jax import sharding
-from bert_jax import squad_eval
+from bert_jax.tasks import squad_metrics
 from bert_jax import train_core
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.model_config import BertConfig
 from bert_jax.tasks import glue
+from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -237,7 +238,7 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
   assert sorted(preds) == ["q1", "q2", "q3", "q4", "q5"]
   # eval_results.json holds what the official-definition scorer says of predictions.json.
   with open(tmp_path / "eval_results.json") as f:
-    assert json.load(f) == pytest.approx(squad_eval.evaluate(gold, preds))
+    assert json.load(f) == pytest.approx(squad_metrics.evaluate(gold, preds))
   with open(tmp_path / "nbest_predictions.json") as f:
     nbest = json.load(f)
   assert all(0 < len(v) <= 5 for v in nbest.values())
@@ -264,7 +265,7 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
 def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_dir, tmp_path):
   init = ckpt_lib.load_pretrained(pretrained)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
-  task = task_lib.build(_squad_config(squad_dir, pretrained), tok, init.config)
+  task = task_registry.build(_squad_config(squad_dir, pretrained), tok, init.config)
   assert task.data_stats["train_skipped_answer_mismatch"] == 1
   assert task.data_stats["train_examples"] == 10  # 11 questions, q6 skipped
   assert task.data_stats["eval_examples"] == 5
@@ -343,7 +344,7 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
   with c.unlocked():
     c.task = "mrcp"
   with pytest.raises(ValueError, match=r"unknown GLUE task 'mrcp'; known tasks: \['ax', 'cola'"):
-    task_lib.build(c, tok, init.config)
+    task_registry.build(c, tok, init.config)
   with pytest.raises(ValueError, match=r"known tasks: \['ax', 'cola'"):
     _config("glue", "task=mrcp")
   # A malformed row: the error names the file and line.
@@ -357,7 +358,7 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
     finetune.finetune(_glue_config(str(bad_dir), good), str(tmp_path / "w"))
   # predict_ax belongs to MNLI.
   with pytest.raises(ValueError, match="predict_ax applies to task mnli only"):
-    task_lib.build(_glue_config(glue_dir, good, predict_ax=True), tok, init.config)
+    task_registry.build(_glue_config(glue_dir, good, predict_ax=True), tok, init.config)
   # A negative or zero learning rate (was: accepted, the loss climbed, the model was exported).
   for lr in (-2e-5, 0.0):
     with pytest.raises(ValueError, match="learning_rate must be positive"):
@@ -389,7 +390,7 @@ def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   ax.write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\tw4\tw{i}\n" for i in range(7)))
   c = _config("glue", "task=mnli")
   c.data_dir, c.init_checkpoint, c.max_seq_length = str(tmp_path / "glue"), good, 16
-  task = task_lib.build(c, tok, init.config)
+  task = task_registry.build(c, tok, init.config)
   # test_mismatched.tsv is absent: skipped (reported), not an error.
   assert [s.name for s in task.eval_sets] == ["dev_matched", "dev_mismatched", "test_matched",
                                               "ax_test"]

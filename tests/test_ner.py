@@ -15,6 +15,7 @@ from bert_jax import finetune
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.tasks import conlleval
 from bert_jax.tasks import ner
+from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 from tests.test_finetune import _config
 from tests.test_finetune import _random_bundle
@@ -151,7 +152,7 @@ def test_iob1_files_train_on_the_closure_and_score_in_iob1(tmp_path, label_schem
   learns label_scheme's targets, and the predictions are written and scored in IOB1."""
   init, loaded, tok = _random_init(tmp_path)
   _twin_files(tmp_path, np.random.default_rng(3))
-  task = task_lib.build(_ner_config(tmp_path, init, test_file="", label_scheme=label_scheme),
+  task = task_registry.build(_ner_config(tmp_path, init, test_file="", label_scheme=label_scheme),
                         tok, loaded.config)
   labels = task.model.export_info["labels"]
   assert labels == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
@@ -169,7 +170,7 @@ def test_iob1_files_train_on_the_closure_and_score_in_iob1(tmp_path, label_schem
   blocks = (tmp_path / "out" / "predictions" / "valid.txt").read_text().strip().split("\n\n")
   assert [[line.split()[2] for line in b.splitlines()] for b in blocks] == [s.tags for s in valid]
   with pytest.raises(ValueError, match=r"bad config: label_scheme 'BIO' not in \['IOB1', 'IOB2'\]"):
-    task_lib.task_model(_ner_config(tmp_path, init, label_scheme="BIO"), loaded.config)
+    task_registry.task_model(_ner_config(tmp_path, init, label_scheme="BIO"), loaded.config)
 
 
 def test_training_targets_do_not_depend_on_the_files_scheme(tmp_path):
@@ -178,7 +179,7 @@ def test_training_targets_do_not_depend_on_the_files_scheme(tmp_path):
   IOB1 file's tags), and an IOB2 file's predictions are written in IOB2."""
   init, loaded, tok = _random_init(tmp_path)
   _twin_files(tmp_path, np.random.default_rng(4))
-  tasks = [task_lib.build(_ner_config(d, init, test_file=""), tok, loaded.config)
+  tasks = [task_registry.build(_ner_config(d, init, test_file=""), tok, loaded.config)
            for d in (tmp_path, tmp_path / "iob2")]
   for key in ("input_ids", "label_ids", "label_weights"):
     np.testing.assert_array_equal(tasks[0].train_arrays[key], tasks[1].train_arrays[key])
@@ -262,17 +263,17 @@ def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
   with pytest.raises(ValueError, match=r"valid.txt:\d+: tag 'B-ORG' is not in the training "
                                        r"file's labels \['O', 'B-LOC', 'B-PER', 'I-LOC', "
                                        r"'I-PER'\] \(entity type 'ORG' never occurs in it\)"):
-    task_lib.build(_ner_config(tmp_path, init), tok, loaded.config)
+    task_registry.build(_ner_config(tmp_path, init), tok, loaded.config)
   _write(tmp_path / "valid.txt", "")
   with pytest.raises(ValueError, match="valid.txt: no sentences"):
     finetune.finetune(_ner_config(tmp_path, init), str(tmp_path / "w"))
   assert not (tmp_path / "w" / "eval_results.json").exists()
   with pytest.raises(ValueError, match="data_dir is required for NER"):
-    task_lib.task_model(_ner_config("", init), loaded.config)
+    task_registry.task_model(_ner_config("", init), loaded.config)
   # An unlabeled test file is predicted, not scored.
   _write(tmp_path / "valid.txt", _conll(rng, 4))
   _write(tmp_path / "test.txt", _conll(rng, 3, labeled=False))
-  task = task_lib.build(_ner_config(tmp_path, init), tok, loaded.config)
+  task = task_registry.build(_ner_config(tmp_path, init), tok, loaded.config)
   test = task.eval_sets[1]
   logits = np.zeros(test.arrays["input_ids"].shape + (5,), np.float32)
   assert test.score({"logits": logits}, str(tmp_path / "out")) == {}
@@ -331,7 +332,7 @@ def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):
   rng = np.random.default_rng(2)
   _write(tmp_path / "train.txt", _conll(rng, 8))
   _write(tmp_path / "valid.txt", _conll(rng, 2))
-  task = task_lib.build(_ner_config(tmp_path, init, test_file=""), tok, loaded.config)
+  task = task_registry.build(_ner_config(tmp_path, init, test_file=""), tok, loaded.config)
   batch = {k: task.train_arrays[k][:4] for k in task_lib.MODEL_INPUTS + task.label_keys}
   params = nn.unbox(jax.jit(task_lib.init_fn(task.model, 8))(jax.random.PRNGKey(0)))
   logits = np.asarray(jax.jit(task_lib.predict_fn(task.model))(params, batch)["logits"])  # [4, 8, 5]

@@ -16,7 +16,7 @@ import pytest
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import config_help
-from bert_jax import fill_mask
+from bert_jax import mask_filling
 from bert_jax import checksum
 from bert_jax import pretrain
 from bert_jax import train_core
@@ -148,7 +148,7 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   if objective == "deberta":  # the EMD's table is trained, checkpointed, and read by fill-mask
     pretrained = ckpt_lib.load_pretrained(workdir)
     assert bundle.heads_of(pretrained.params) == ("mlm", "emd")
-    top = fill_mask.fill_mask(pretrained, ["the old [MASK] walked to the river ."], top_k=2)
+    top = mask_filling.fill_mask(pretrained, ["the old [MASK] walked to the river ."], top_k=2)
     assert len(top[0][0]) == 2
   if objective == "distill":  # the state (what is checkpointed) holds the 1-layer student only
     state = summary["state"]

@@ -13,11 +13,11 @@ from scipy import stats
 
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
-from bert_jax import embed
+from bert_jax import embedding
 from bert_jax import finetune
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.tasks import sentence_pairs
-from bert_jax.tasks import task as task_lib
+from bert_jax.tasks import registry as task_registry
 from bert_jax.model_config import BertConfig
 from tests.test_embed import _random_params
 from tests.test_finetune import _config
@@ -113,16 +113,16 @@ def test_bad_config_and_scores_fail_before_training(tmp_path):
   (tmp_path / "eval.tsv").write_text(_scored(rng, 4))
   cfg = _se_config(init, tmp_path / "train.tsv", tmp_path / "eval.tsv")
   with pytest.raises(ValueError, match=r"train.tsv: 1 score\(s\) outside \[0, score_max 5\]"):
-    task_lib.build(cfg, tok, loaded.config)
+    task_registry.build(cfg, tok, loaded.config)
   with pytest.raises(ValueError, match="bad config: loss 'l2' not in"):
-    task_lib.build(_se_config(init, "t", "e", loss="l2"), tok, loaded.config)
+    task_registry.build(_se_config(init, "t", "e", loss="l2"), tok, loaded.config)
   cfg = _se_config(init, tmp_path / "train.tsv", tmp_path / "eval.tsv")
   cfg.optimizer.grad_accum_steps, cfg.batch_size = 2, 16
   with pytest.raises(ValueError, match="loss cosent compares the examples of a whole batch"):
     finetune.finetune(cfg, str(tmp_path / "w"))
   # Tuples: anchor / positive / negative rows of [n, 3, len], counted by input_ids.
   (tmp_path / "triplets.tsv").write_text("w1 w2\tw1 w3\tw9\nw4\tw4 w5\tw6 w7 w8\n")
-  task = task_lib.build(_se_config(init, tmp_path / "triplets.tsv", tmp_path / "eval.tsv",
+  task = task_registry.build(_se_config(init, tmp_path / "triplets.tsv", tmp_path / "eval.tsv",
                                    loss="triplet"), tok, loaded.config)
   assert task.train_arrays["input_ids"].shape == (2, 3, 8) and task.label_keys == ()
   assert task.train_arrays["input_mask"].sum(-1).tolist() == [[4, 4, 3], [3, 4, 5]]
@@ -144,7 +144,7 @@ def test_cosent_end_to_end_and_embed_uses_the_bundle(tmp_path):
   exported = ckpt_lib.load_pretrained(str(workdir / "export"))
   rows = sentence_pairs.read_scored_pairs(str(tmp_path / "eval.tsv"))
   flat = [t for pair in rows.texts for t in pair]
-  emb, _ = embed.embed(exported, flat, max_length=8)
+  emb, _ = embedding.embed(exported, flat, max_length=8)
   np.testing.assert_allclose(np.linalg.norm(emb, axis=-1), 1.0, rtol=1e-5)  # normalised
   cos = (emb[0::2] * emb[1::2]).sum(-1)  # the cosines of training's eval: [CLS] pooling used
   assert results["spearman"] == pytest.approx(stats.spearmanr(cos, rows.scores)[0], abs=1e-5)

@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from bert_jax import squad_eval
+from bert_jax.tasks import squad_metrics
 from bert_jax.tasks import squad
 
 _BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "assets",
@@ -176,8 +176,8 @@ def test_record_from_tfds_and_eval_json():
   examples, _ = squad._make_examples([record, dict(record, id="y", answers=[],
                                                    is_impossible=True)], False, "test")
   data = squad.to_eval_json(examples, "2.0")
-  assert squad_eval.dataset_version(data) == "2.0"
-  result = squad_eval.evaluate(data, {"x": "Lait.", "y": ""})
+  assert squad_metrics.dataset_version(data) == "2.0"
+  result = squad_metrics.evaluate(data, {"x": "Lait.", "y": ""})
   assert result["exact"] == 100.0 and result["NoAns_total"] == 1
 
 
@@ -285,7 +285,7 @@ def test_get_final_text_cases(tokenizer):
 
 
 def test_get_final_text_matches_transformers(tokenizer):
-  from transformers.data.metrics import squad_metrics  # pylint: disable=g-import-not-at-top
+  from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   originals = ["Steve Smith's", "(1895-1943).", "Caf\u00e9 au LAIT, s'il vous pla\u00eet",
                "U.S. President-elect", "\u00c5ngstr\u00f6m's units.", "\u4e2d\u6587 text"]
@@ -298,12 +298,12 @@ def test_get_final_text_matches_transformers(tokenizer):
       if rng.random() < 0.2:
         pred = pred[: max(1, len(pred) - 2)]
       assert squad.get_final_text(pred, orig, tokenizer.basic_tokenize) == (
-          squad_metrics.get_final_text(pred, orig, do_lower_case=True)), (pred, orig)
+          hf_squad_metrics.get_final_text(pred, orig, do_lower_case=True)), (pred, orig)
   # Edge cases: empty, leading / trailing spaces, across words, absent.
   for pred in ("", " smith", "smith ", "steve smith '", "h '", "x"):
     orig = "Steve Smith's"
     assert squad.get_final_text(pred, orig, tokenizer.basic_tokenize) == (
-        squad_metrics.get_final_text(pred, orig, do_lower_case=True)), pred
+        hf_squad_metrics.get_final_text(pred, orig, do_lower_case=True)), pred
 
 
 def test_per_context_basic_tokens_equal_direct_calls(tokenizer):
@@ -348,7 +348,7 @@ def test_per_context_basic_tokens_equal_direct_calls(tokenizer):
 
 def _reference_predictions(examples, features, start_logits, end_logits, version_2):
   """transformers' port of Google's write_predictions, on our features."""
-  from transformers.data.metrics import squad_metrics  # pylint: disable=g-import-not-at-top
+  from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
 
   class GoogleDetokenizer:
     # Google joins the pieces and drops every '##'.
@@ -359,7 +359,7 @@ def _reference_predictions(examples, features, start_logits, end_logits, version
   results = [types.SimpleNamespace(unique_id=i, start_logits=start_logits[i].tolist(),
                                    end_logits=end_logits[i].tolist())
              for i in range(len(features))]
-  return squad_metrics.compute_predictions_logits(
+  return hf_squad_metrics.compute_predictions_logits(
       examples, hf_features, results, n_best_size=20, max_answer_length=30,
       do_lower_case=True, output_prediction_file=None, output_nbest_file=None,
       output_null_log_odds_file=None, verbose_logging=False,
@@ -456,4 +456,4 @@ def test_oracle_logits_recover_the_answers(tokenizer, tmp_path):
                                                     tokenizer=tokenizer)
   assert predictions["q4"] == "Thomas Edison"  # Not "Edison's": get_final_text trims.
   data = json.load(open(path))
-  assert squad_eval.evaluate(data, predictions) == {"exact_match": 100.0, "f1": 100.0}
+  assert squad_metrics.evaluate(data, predictions) == {"exact_match": 100.0, "f1": 100.0}

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax import squad_eval
+from bert_jax.tasks import squad_metrics
 
 
 def _dataset(qas, version):
@@ -21,29 +22,29 @@ def _q(qid, *answers, impossible=None):
 
 
 def test_normalize_answer():
-  assert squad_eval.normalize_answer("The  Denver Broncos!") == "denver broncos"
-  assert squad_eval.normalize_answer("an apple, a pear & the fig.") == "apple pear fig"
+  assert squad_metrics.normalize_answer("The  Denver Broncos!") == "denver broncos"
+  assert squad_metrics.normalize_answer("an apple, a pear & the fig.") == "apple pear fig"
   # Punctuation goes before articles, so "a-the" becomes the word "athe".
-  assert squad_eval.normalize_answer("Theory of a-the") == "theory of athe"
-  assert squad_eval.normalize_answer("Athens") == "athens"
-  assert squad_eval.normalize_answer("  \t ") == ""
+  assert squad_metrics.normalize_answer("Theory of a-the") == "theory of athe"
+  assert squad_metrics.normalize_answer("Athens") == "athens"
+  assert squad_metrics.normalize_answer("  \t ") == ""
 
 
 def test_exact_and_f1_by_hand():
-  assert squad_eval.exact_match_score("the Denver Broncos", "Denver Broncos!") == 1
-  assert squad_eval.exact_match_score("Denver", "Denver Broncos") == 0
+  assert squad_metrics.exact_match_score("the Denver Broncos", "Denver Broncos!") == 1
+  assert squad_metrics.exact_match_score("Denver", "Denver Broncos") == 0
   # P = 1/1, R = 1/2 -> F1 = 2/3.
-  assert squad_eval.f1_score("Denver", "Denver Broncos") == pytest.approx(2 / 3)
+  assert squad_metrics.f1_score("Denver", "Denver Broncos") == pytest.approx(2 / 3)
   # Tokens as bags: "broncos broncos" vs "denver broncos": 1 common, P = R = 1/2.
-  assert squad_eval.f1_score("Broncos broncos", "Denver Broncos") == pytest.approx(0.5)
-  assert squad_eval.f1_score("Carolina", "Denver Broncos") == 0.0
+  assert squad_metrics.f1_score("Broncos broncos", "Denver Broncos") == pytest.approx(0.5)
+  assert squad_metrics.f1_score("Carolina", "Denver Broncos") == 0.0
   # v2 empty answers: 1 only when both are empty.
-  assert squad_eval.f1_score("", "") == 1.0
-  assert squad_eval.f1_score("", "Denver") == 0.0
-  assert squad_eval.f1_score("the", "") == 1.0  # "the" normalises to nothing.
+  assert squad_metrics.f1_score("", "") == 1.0
+  assert squad_metrics.f1_score("", "Denver") == 0.0
+  assert squad_metrics.f1_score("the", "") == 1.0  # "the" normalises to nothing.
   # v1.1's F1 has no such rule: no common tokens -> 0.
-  assert squad_eval.f1_score_v1("the", "a") == 0.0
-  assert squad_eval.f1_score_v1("Denver", "Denver Broncos") == pytest.approx(2 / 3)
+  assert squad_metrics.f1_score_v1("the", "a") == 0.0
+  assert squad_metrics.f1_score_v1("Denver", "Denver Broncos") == pytest.approx(2 / 3)
 
 
 def test_v1_evaluation_by_hand(capsys):
@@ -51,7 +52,7 @@ def test_v1_evaluation_by_hand(capsys):
                    _q("3", "Santa Clara, California", "Santa Clara")], "1.1")
   predictions = {"1": "the broncos", "2": "in 1895 or 1896"}
   # q1: EM 1 (matches "Broncos"), F1 1. q2: EM 0, F1: P 1/4, R 1 -> 0.4. q3 missing: 0.
-  result = squad_eval.evaluate(data, predictions)
+  result = squad_metrics.evaluate(data, predictions)
   assert result == {"exact_match": pytest.approx(100 / 3), "f1": pytest.approx(140 / 3)}
   assert "Unanswered question 3" in capsys.readouterr().err
 
@@ -64,7 +65,7 @@ def test_v2_evaluation_by_hand():
       _q("d", impossible=True),
   ], "v2.0")
   predictions = {"a": "Denver", "b": "1895", "c": "", "d": "Denver"}
-  result = squad_eval.evaluate(data, predictions)
+  result = squad_metrics.evaluate(data, predictions)
   # a: EM 0, F1 2/3; b: 1, 1; c: 1, 1; d: 0, 0.
   assert list(result) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
                           "NoAns_exact", "NoAns_f1", "NoAns_total"]
@@ -77,7 +78,7 @@ def test_v2_evaluation_by_hand():
 
   # With na probabilities: above na_prob_thresh the answer counts as "no answer".
   na_probs = {"a": 0.1, "b": 0.2, "c": 0.9, "d": 0.8}
-  result = squad_eval.evaluate(data, predictions, na_probs, na_prob_thresh=0.5)
+  result = squad_metrics.evaluate(data, predictions, na_probs, na_prob_thresh=0.5)
   # d is now right (no answer); a and b keep their answers.
   assert result["exact"] == pytest.approx(75.0)
   # Best threshold sweep (ascending na_prob): start at 2 (all no-answer right);
@@ -97,7 +98,7 @@ def test_v2_best_thresholds_count_missing_predictions_as_zero(capsys):
       _q("d", impossible=True),
   ], "v2.0")
   predictions = {"a": "Denver", "d": "Denver"}  # b and c have none
-  result = squad_eval.evaluate(data, predictions, {"a": 0.1, "d": 0.8})
+  result = squad_metrics.evaluate(data, predictions, {"a": 0.1, "d": 0.8})
   assert result["exact"] == 0.0 and result["missing_predictions"] == 2
   assert "2 of 4 questions have no prediction" in capsys.readouterr().err
   # Over all 4 questions, b and c scoring 0 at every threshold: start at 1 (d is the
@@ -112,18 +113,18 @@ def test_v2_best_thresholds_count_missing_predictions_as_zero(capsys):
 
 def test_v2_gold_answers_that_normalise_to_nothing_mean_no_answer():
   data = _dataset([_q("a", "The", impossible=False)], "v2.0")
-  assert squad_eval.evaluate(data, {"a": ""})["exact"] == 100.0
-  assert squad_eval.evaluate(data, {"a": "the"})["exact"] == 100.0  # Also normalises to "".
-  assert squad_eval.evaluate(data, {"a": "x"})["exact"] == 0.0
+  assert squad_metrics.evaluate(data, {"a": ""})["exact"] == 100.0
+  assert squad_metrics.evaluate(data, {"a": "the"})["exact"] == 100.0  # Also normalises to "".
+  assert squad_metrics.evaluate(data, {"a": "x"})["exact"] == 0.0
 
 
 def test_version_detection():
-  assert squad_eval.dataset_version({"version": "1.1", "data": []}) == "1.1"
-  assert squad_eval.dataset_version({"version": "v2.0", "data": []}) == "2.0"
-  assert squad_eval.dataset_version(_dataset([_q("a", "x")], "")) == "1.1"
-  assert squad_eval.dataset_version(_dataset([_q("a", impossible=True)], "")) == "2.0"
+  assert squad_metrics.dataset_version({"version": "1.1", "data": []}) == "1.1"
+  assert squad_metrics.dataset_version({"version": "v2.0", "data": []}) == "2.0"
+  assert squad_metrics.dataset_version(_dataset([_q("a", "x")], "")) == "1.1"
+  assert squad_metrics.dataset_version(_dataset([_q("a", impossible=True)], "")) == "2.0"
   with pytest.raises(ValueError, match="unknown SQuAD version 'v3'"):
-    squad_eval.dataset_version({"version": "v3", "data": []})
+    squad_metrics.dataset_version({"version": "v3", "data": []})
 
 
 def _hf_examples(data):
@@ -133,7 +134,7 @@ def _hf_examples(data):
 
 def test_v2_matches_transformers_port_of_the_official_script():
   """transformers' squad_metrics ports evaluate-v2.0.py; compare on random data."""
-  from transformers.data.metrics import squad_metrics  # pylint: disable=g-import-not-at-top
+  from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   words = ["the", "a", "denver", "broncos", "won", "Super", "Bowl", "50", "in", "2016", ",", "."]
   qas, predictions, na_probs = [], {}, {}
@@ -151,8 +152,8 @@ def test_v2_matches_transformers_port_of_the_official_script():
     na_probs[str(i)] = float(np.round(rng.random(), 2))  # Ties in the threshold sweep.
   data = _dataset(qas, "v2.0")
   for thresh in (1.0, 0.5):
-    ours = squad_eval.evaluate(data, predictions, na_probs, thresh)
-    reference = squad_metrics.squad_evaluate(_hf_examples(data), predictions, na_probs, thresh)
+    ours = squad_metrics.evaluate(data, predictions, na_probs, thresh)
+    reference = hf_squad_metrics.squad_evaluate(_hf_examples(data), predictions, na_probs, thresh)
     assert list(ours) == list(reference)
     for key in reference:
       assert ours[key] == pytest.approx(reference[key], abs=1e-9), key

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bert_jax import squad_eval
+from bert_jax.tasks import squad_metrics
 from bert_jax.tasks import squad
 
 _BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "assets",
@@ -21,7 +22,7 @@ def _questions(data):
 
 def test_v1_gold_answers_score_100_and_perturbations_match_reference(shared_data, tmp_path,
                                                                       capsys):
-  from transformers.data.metrics import squad_metrics  # pylint: disable=g-import-not-at-top
+  from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   path = shared_data / "squad" / "dev-v1.1.part-a.json"
   data = json.loads(path.read_text(encoding="utf-8"))
   questions = _questions(data)
@@ -47,10 +48,10 @@ def test_v1_gold_answers_score_100_and_perturbations_match_reference(shared_data
       perturbed[qid] = answers[int(rng.integers(len(answers)))]
     else:
       perturbed[qid] = answer
-  result = squad_eval.evaluate(data, perturbed)
-  exact = [max(squad_metrics.compute_exact(a["text"], perturbed[qa["id"]])
+  result = squad_metrics.evaluate(data, perturbed)
+  exact = [max(hf_squad_metrics.compute_exact(a["text"], perturbed[qa["id"]])
                for a in qa["answers"]) for qa in questions]
-  f1 = [max(squad_metrics.compute_f1(a["text"], perturbed[qa["id"]]) for a in qa["answers"])
+  f1 = [max(hf_squad_metrics.compute_f1(a["text"], perturbed[qa["id"]]) for a in qa["answers"])
         for qa in questions]
   assert result["exact_match"] == pytest.approx(100 * np.mean(exact), abs=1e-9)
   assert result["f1"] == pytest.approx(100 * np.mean(f1), abs=1e-9)
@@ -58,13 +59,13 @@ def test_v1_gold_answers_score_100_and_perturbations_match_reference(shared_data
 
 
 def test_v2_reconstructed_matches_reference(shared_data):
-  from transformers.data.metrics import squad_metrics  # pylint: disable=g-import-not-at-top
+  from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   import types  # pylint: disable=g-import-not-at-top
   path = shared_data / "squad" / "dev-v2.0.reconstructed.part-a.json"
   data = json.loads(path.read_text(encoding="utf-8"))
   questions = _questions(data)
   gold = {qa["id"]: qa["answers"][0]["text"] if qa["answers"] else "" for qa in questions}
-  result = squad_eval.evaluate(data, gold)
+  result = squad_metrics.evaluate(data, gold)
   assert result["exact"] == result["f1"] == 100.0
   assert (result["total"], result["HasAns_total"], result["NoAns_total"]) == (5775, 2857, 2918)
   rng = np.random.default_rng(1)
@@ -72,8 +73,8 @@ def test_v2_reconstructed_matches_reference(shared_data):
                                                    ["id"]]) for qid, a in gold.items()}
   na_probs = {qid: float(rng.random()) for qid in gold}
   examples = [types.SimpleNamespace(qas_id=qa["id"], answers=qa["answers"]) for qa in questions]
-  ours = squad_eval.evaluate(data, preds, na_probs, 0.7)
-  reference = squad_metrics.squad_evaluate(examples, preds, na_probs, 0.7)
+  ours = squad_metrics.evaluate(data, preds, na_probs, 0.7)
+  reference = hf_squad_metrics.squad_evaluate(examples, preds, na_probs, 0.7)
   assert list(ours) == list(reference)
   for key in reference:
     assert ours[key] == pytest.approx(reference[key], abs=1e-9), key
@@ -116,5 +117,5 @@ def test_oracle_logits_through_features_and_postprocessing(shared_data, tmp_path
   end[rows, arrays["end_positions"]] = 5.0
   predictions, _, _ = squad.postprocess_predictions(examples, features, start, end,
                                                     tokenizer=tokenizer)
-  result = squad_eval.evaluate(data, predictions)
+  result = squad_metrics.evaluate(data, predictions)
   assert result["exact_match"] >= 98.0, result

@@ -19,7 +19,7 @@ from bert_jax import pretrain
 from bert_jax.cpu_tensorflow import tf
 from bert_jax.data import prepared_data
 from bert_jax.data import pretrain_data
-from bert_jax.data import sources
+from bert_jax.data import shard_spec
 from configs import pretrain as pretrain_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def test_version_1_tfrecord_parts_still_read_with_tensorflow(prepared, tmp_path)
   _, out = prepared
   info = json.loads(pathlib.Path(out, prepared_data.INFO_FILE).read_text())
   for p in info["parts"]:
-    part = prepared_data.read_part(sources.ShardSpec(0, os.path.join(out, p["file"]),
+    part = prepared_data.read_part(shard_spec.ShardSpec(0, os.path.join(out, p["file"]),
                                                      "prepared", 0))
     p["file"] = p["file"].replace(".npz", ".tfrecord")
     _write_tfrecord_part(str(tmp_path / p["file"]), part)

@@ -31,7 +31,7 @@ from etils import epath
 import numpy as np
 
 from bert_jax import optional_tensorflow
-from bert_jax.data import sources
+from bert_jax.data import shard_spec
 
 INFO_FILE = "prepared.json"
 VERSION = 2
@@ -87,7 +87,7 @@ def write_part(path: str, part: Part) -> None:
     np.savez(f, **{k: np.asarray(getattr(part, k), dtype) for k, dtype in _ARRAYS.items()})
 
 
-def read_part(shard: sources.ShardSpec) -> Part:
+def read_part(shard: shard_spec.ShardSpec) -> Part:
   """Reads one prepared part (a shard of source='prepared').
 
   Raises:
@@ -147,7 +147,7 @@ def read_info(prepared_dir: str) -> dict:
   return info
 
 
-def list_shards(data_config) -> list[sources.ShardSpec]:
+def list_shards(data_config) -> list[shard_spec.ShardSpec]:
   """The parts of config.data.prepared_dir as shards (validated: every part present)."""
   d = data_config.prepared_dir
   if not d:
@@ -159,7 +159,7 @@ def list_shards(data_config) -> list[sources.ShardSpec]:
     if not epath.Path(path).exists():
       raise FileNotFoundError(f"config.data.prepared_dir: {path} is missing ({INFO_FILE} "
                               f"lists {len(info['parts'])} parts)")
-    shards.append(sources.ShardSpec(i, path, "prepared", int(part["size"])))
+    shards.append(shard_spec.ShardSpec(i, path, "prepared", int(part["size"])))
   if not shards:
     raise ValueError(f"config.data.prepared_dir={d!r}: {INFO_FILE} lists no parts")
   return shards

@@ -77,6 +77,7 @@ from bert_jax.data import masking
 from bert_jax.data import rows as rows_lib
 from bert_jax.data import python_stream
 from bert_jax.data import segments
+from bert_jax.data import shard_spec
 from bert_jax.data import sources
 from bert_jax.data import stateless_random
 from bert_jax.data import tokenizer as tokenizer_lib
@@ -387,7 +388,7 @@ class PretrainData:
       docs = docs[self.process_index::self.process_count]
     return docs
 
-  def _tokenized(self, shard: sources.ShardSpec, split: str) -> segments.TokenizedShard:
+  def _tokenized(self, shard: shard_spec.ShardSpec, split: str) -> segments.TokenizedShard:
     """The documents of `split` of a shard, tokenized (read and tokenized on each call).
 
     stats counts what the first reading of each shard and split found.
@@ -432,7 +433,7 @@ class PretrainData:
 
   # -- Examples, pools, rows ---------------------------------------------------------
 
-  def _examples(self, shard: sources.ShardSpec, split: str, epoch: int,
+  def _examples(self, shard: shard_spec.ShardSpec, split: str, epoch: int,
                 ts: Optional[segments.TokenizedShard] = None
                 ) -> tuple[np.ndarray, segments.Examples]:
     ts = self._tokenized(shard, split) if ts is None else ts

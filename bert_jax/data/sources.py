@@ -39,32 +39,14 @@ import zlib
 
 import numpy as np
 
+from bert_jax.data import prepared_data
+from bert_jax.data import shard_spec
 from bert_jax.optional_tensorflow import tf
 
 FORMATS = ("sentence_per_line", "document_per_line")
 SOURCES = ("builtin", "files", "tfds", "prepared")
 # A sentence ends at . ! or ? (and closing quotes / brackets) before a capital or digit.
 _SENTENCE_END = r"([.!?][\"')\]]*)\s+([\"'(\[]?[\p{Lu}\p{N}])"
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardSpec:
-  """One unit of input read at once.
-
-  Attributes:
-    index: position in the source's full shard list (stable across hosts).
-    name: file path, 'builtin', or 'tfds:NAME/SPLIT[a:b]'.
-    kind: 'file', 'builtin', 'tfds' or 'prepared'.
-    size: bytes of text (files, prepared) or examples (tfds).
-    split: the TFDS split string for kind='tfds'.
-    block: for a file read in blocks: (block index, block bytes, blocks).
-  """
-  index: int
-  name: str
-  kind: str
-  size: int
-  split: str = ""
-  block: tuple = ()
 
 
 @dataclasses.dataclass
@@ -149,7 +131,7 @@ def check_text_file(path: str, whole_gz: bool = True) -> bool:
   return len(head) < _SNIFF_BYTES and not head.strip()
 
 
-def list_shards(data_config) -> list[ShardSpec]:
+def list_shards(data_config) -> list[shard_spec.ShardSpec]:
   """Lists and validates the shards of the configured source.
 
   Args:
@@ -167,7 +149,7 @@ def list_shards(data_config) -> list[ShardSpec]:
   if data_config.format not in FORMATS:
     raise ValueError(f"config.data.format={data_config.format!r}; expected one of {list(FORMATS)}")
   if source == "builtin":
-    return [ShardSpec(0, "builtin", "builtin", 0)]
+    return [shard_spec.ShardSpec(0, "builtin", "builtin", 0)]
   if source == "files":
     if not data_config.files:
       raise ValueError("config.data.source='files' needs config.data.files (a glob)")
@@ -181,7 +163,7 @@ def list_shards(data_config) -> list[ShardSpec]:
       files.append((path, size))
       n = 1 if path.endswith(".gz") else -(-size // block)
       for i in range(n):
-        shards.append(ShardSpec(len(shards), path, "file", size if n == 1 else
+        shards.append(shard_spec.ShardSpec(len(shards), path, "file", size if n == 1 else
                                 min(block, size - i * block), block=(i, block, n) if n > 1 else ()))
     if not shards:
       raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty")
@@ -197,7 +179,6 @@ def list_shards(data_config) -> list[ShardSpec]:
     kept = [sh for sh in shards if sh.name not in blank]
     return [dataclasses.replace(sh, index=i) for i, sh in enumerate(kept)] if blank else shards
   if source == "prepared":
-    from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
     return prepared_data.list_shards(data_config)
   return _tfds_shards(data_config)
 
@@ -215,7 +196,7 @@ def block_bytes(data_config) -> int:
   return block
 
 
-def _tfds_shards(data_config) -> list[ShardSpec]:
+def _tfds_shards(data_config) -> list[shard_spec.ShardSpec]:
   from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   if not data_config.tfds_name:
@@ -241,7 +222,7 @@ def _tfds_shards(data_config) -> list[ShardSpec]:
   if n == 0:
     raise ValueError(f"TFDS {data_config.tfds_name} split {split!r} is empty")
   per = max(1, int(data_config.tfds_docs_per_shard))
-  return [ShardSpec(i, f"tfds:{data_config.tfds_name}/{split}[{a}:{min(a + per, n)}]", "tfds",
+  return [shard_spec.ShardSpec(i, f"tfds:{data_config.tfds_name}/{split}[{a}:{min(a + per, n)}]", "tfds",
                     min(a + per, n) - a, f"{split}[{a}:{min(a + per, n)}]")
           for i, a in enumerate(range(0, n, per))]
 
@@ -300,7 +281,7 @@ def split_sentences(docs: tf.Tensor) -> tuple[tf.Tensor, np.ndarray]:
   return tf.boolean_mask(flat, keep), np.append(0, np.cumsum(counts)).astype(np.int64)
 
 
-def read_documents(spec: ShardSpec, data_config) -> RawDocs:
+def read_documents(spec: shard_spec.ShardSpec, data_config) -> RawDocs:
   """Reads one shard into documents of sentences.
 
   Args:
@@ -353,7 +334,7 @@ def _document_start(f, pos: int, file_size: int, fmt: str, limit: int) -> int:
   return pos
 
 
-def _read_block(f, spec: ShardSpec, fmt: str) -> bytes:
+def _read_block(f, spec: shard_spec.ShardSpec, fmt: str) -> bytes:
   """The documents that start in block i of a file: bytes [start(i), start(i + 1))."""
   i, block, n = spec.block
   size = f.size()
@@ -365,7 +346,7 @@ def _read_block(f, spec: ShardSpec, fmt: str) -> bytes:
   return f.read(max(0, end - start))
 
 
-def _read_tfds(spec: ShardSpec, data_config) -> RawDocs:
+def _read_tfds(spec: shard_spec.ShardSpec, data_config) -> RawDocs:
   from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   builder = tfds.builder(data_config.tfds_name, data_dir=data_config.tfds_data_dir or None)
@@ -385,7 +366,7 @@ def _read_tfds(spec: ShardSpec, data_config) -> RawDocs:
   return RawDocs(sentences, doc_splits, bad)
 
 
-def describe(spec: ShardSpec) -> str:
+def describe(spec: shard_spec.ShardSpec) -> str:
   if spec.kind not in ("file", "prepared"):
     return spec.name
   name = os.path.basename(spec.name)

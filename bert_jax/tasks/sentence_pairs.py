@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax import embed as embed_lib
+from bert_jax import embedding
 from bert_jax import pooling
 from bert_jax.tasks import glue
 
@@ -139,7 +139,7 @@ def encode(tokenizer, rows: SentenceRows, max_seq_length: int) -> tuple[dict, in
   """
   n, k = len(rows.texts), len(rows.texts[0])
   flat = [t for example in rows.texts for t in example]
-  ids, segs, truncated = embed_lib.encode(tokenizer, flat, max_seq_length)
+  ids, segs, truncated = embedding.encode(tokenizer, flat, max_seq_length)
   arrays = {"input_ids": np.full((n * k, max_seq_length), tokenizer.pad_id, np.int32),
             "input_mask": np.zeros((n * k, max_seq_length), np.int32),
             "segment_ids": np.zeros((n * k, max_seq_length), np.int32)}

@@ -11,7 +11,7 @@ from etils import epath
 import optax
 
 from bert_jax import model as model_lib
-from bert_jax import squad_eval
+from bert_jax.tasks import squad_metrics
 from bert_jax.model_config import BertConfig
 from bert_jax.tasks import squad
 from bert_jax.tasks import squad_offsets
@@ -86,7 +86,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
         version_2_with_negative=v2, null_score_diff_threshold=config.null_score_diff_threshold)
     if workdir is not None:
       squad.write_prediction_files(workdir, preds, nbest, null_odds if v2 else None)
-    return squad_eval.evaluate(gold, preds, null_odds if v2 else None)
+    return squad_metrics.evaluate(gold, preds, null_odds if v2 else None)
 
   primary = "f1"
   return task_lib.Task(model(config, model_cfg), train_arrays,

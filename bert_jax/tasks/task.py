@@ -1,6 +1,7 @@
 """The interface between fine-tuning and its tasks.
 
-A task module (glue_task, squad_task, ...) gives two functions:
+A task module (glue_task, squad_task, ...) gives two functions, which
+bert_jax.tasks.registry finds by `config.task`:
   model(config, model_cfg) -> TaskModel     cheap, reads no data: the model with its head,
                                             so checks against a checkpoint run first
   build(config, tokenizer, model_cfg) -> Task
@@ -10,7 +11,8 @@ and fine-tuning (bert_jax.finetune) does the rest with the shared training core:
 the task's per-example loss becomes a train_core.Objective (`objective`), eval
 sets turn gathered model outputs into metrics and prediction files.
 
-Adding a task is one module here, one entry in FAMILIES, one config and its tests.
+Adding a task is one module, its config and its tests; the module is named in
+registry.FAMILIES (built in) or registers itself (`registry.register`).
 """
 import dataclasses
 from typing import Any, Callable, Optional
@@ -149,33 +151,3 @@ def predict_fn(task_model: TaskModel) -> Callable[[Any, dict], dict]:
         deterministic=True)}
   return predict
 
-
-def _family(config):
-  from bert_jax.tasks import glue_task, ner_task, sentence_embedding_task, squad_task  # pylint: disable=g-import-not-at-top
-  families = {"squad": squad_task, "ner": ner_task,
-              sentence_embedding_task.NAME: sentence_embedding_task}
-  return families.get(config.task, glue_task)
-
-
-def task_model(config, model_cfg) -> TaskModel:
-  """The TaskModel of a fine-tuning config (reads no data)."""
-  return _family(config).model(config, model_cfg)
-
-
-def build(config, tokenizer, model_cfg) -> Task:
-  """The Task of a fine-tuning config; every split read and encoded up front.
-
-  Args:
-    config: a configs/glue.py, squad.py, ner.py or sentence_embeddings.py ConfigDict.
-    tokenizer: the checkpoint's WordPiece tokenizer.
-    model_cfg: the model config (from the checkpoint, with the run's compute options).
-
-  Returns:
-    The Task.
-
-  Raises:
-    ValueError: an unknown GLUE task (the known ones listed), malformed data
-      (file and line), or a config that does not apply to the task.
-    FileNotFoundError: a missing training or dev file (test files are optional).
-  """
-  return _family(config).build(config, tokenizer, model_cfg)

@@ -1,0 +1,401 @@
+"""Sentence embeddings from a loaded checkpoint: encoding, pooling, aggregation, batching.
+
+The library behind `python -m bert_jax.embed` (its docstring describes the
+poolings, --layers, the aggregation of layers, chunks and checkpoints, and
+the length-bucketed batching), bert_jax.Encoder.embed, sentence-embedding
+training (bert_jax.tasks.sentence_pairs) and bert_jax.retrieval_eval.
+"""
+import dataclasses
+import functools
+import json
+import time
+from typing import Optional, Sequence
+
+from etils import epath
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bert_jax import aggregate
+from bert_jax import bundle as bundle_lib
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import flops
+from bert_jax import model as model_lib
+from bert_jax import pooling as pooling_lib
+from bert_jax import train_log
+from bert_jax.json_file import read_json
+from bert_jax.data import length_buckets
+
+POOLINGS = ("cls", "pooler", "mean", "max")
+DEFAULT_MAX_LENGTH = 128
+COMBINES = aggregate.COMBINES
+
+
+@dataclasses.dataclass
+class InputText:
+  """Texts read from a file, with what had to be repaired.
+
+  Attributes:
+    texts: one str per line, or (a, b) tuples with pairs.
+    bad_utf8_lines: 1-based numbers of lines with invalid UTF-8 (replaced).
+  """
+  texts: list
+  bad_utf8_lines: list[int]
+
+
+def read_input(path: str, pairs: bool) -> InputText:
+  """Reads one text (or tab-separated pair) per line.
+
+  Args:
+    path: the input file.
+    pairs: expect `a<TAB>b` lines.
+
+  Returns:
+    The texts and the lines whose invalid UTF-8 was replaced with U+FFFD.
+
+  Raises:
+    FileNotFoundError: no such file.
+    ValueError: an empty file, or a pair line without exactly one tab
+      (naming the line).
+  """
+  if not epath.Path(path).is_file():
+    raise FileNotFoundError(f"input file not found: {path}")
+  data = epath.Path(path).read_bytes()
+  lines = data.split(b"\n")
+  if lines and lines[-1] == b"":
+    lines.pop()
+  if not lines:
+    raise ValueError(f"{path}: the input file is empty (one text per line expected)")
+  texts, bad = [], []
+  for number, raw in enumerate(lines, 1):
+    if raw.endswith(b"\r"):
+      raw = raw[:-1]
+    try:
+      line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+      line = raw.decode("utf-8", errors="replace")
+      bad.append(number)
+    if number == 1 and line.startswith("\ufeff"):
+      line = line[1:]  # a UTF-8 byte order mark
+    if pairs:
+      parts = line.split("\t")
+      if len(parts) != 2:
+        raise ValueError(f"{path}:{number}: --pairs expects 'text_a<TAB>text_b', found "
+                         f"{len(parts) - 1} tabs")
+      texts.append((parts[0], parts[1]))
+    else:
+      texts.append(line)
+  return InputText(texts, bad)
+
+
+def encode(tokenizer, texts: Sequence, max_length: int) -> tuple[list, list, int]:
+  """[CLS] a [SEP] (b [SEP]) ids and segment ids (the tokenizer's layout), truncated to max_length.
+
+  Args:
+    tokenizer: a bert_jax.data.tokenizer tokenizer.
+    texts: strs, or (a, b) tuples.
+    max_length: the longest encoded sequence, special tokens included.
+
+  Returns:
+    (ids, segment_ids, number of truncated texts).
+  """
+  pairs = bool(texts) and isinstance(texts[0], tuple)
+  firsts = tokenizer.tokenize_to_ids([t[0] if pairs else t for t in texts])
+  seconds = tokenizer.tokenize_to_ids([t[1] for t in texts]) if pairs else [None] * len(texts)
+  all_ids, all_seg, truncated = [], [], 0
+  for a, b in zip(firsts, seconds):
+    budget = max_length - tokenizer.num_special_tokens(pair=b is not None)
+    if b is None:
+      truncated += len(a) > budget
+      ids, seg = tokenizer.build_inputs(a[:budget])
+    else:
+      truncated += len(a) + len(b) > budget
+      a, b = list(a), list(b)
+      while len(a) + len(b) > budget:  # longest first, as BERT's _truncate_seq_pair
+        (a if len(a) > len(b) else b).pop()
+      ids, seg = tokenizer.build_inputs(a, b)
+    all_ids.append(ids)
+    all_seg.append(seg)
+  return all_ids, all_seg, truncated
+
+
+def parse_layers(spec: str, num_layers: int) -> tuple[int, ...]:
+  """'-1,-2' -> (-1, -2), each within the num_layers + 1 hidden states."""
+  try:
+    layers = tuple(int(x) for x in spec.split(",") if x.strip())
+  except ValueError:
+    raise ValueError(f"--layers {spec!r}: expected comma-separated integers such as "
+                     "-1,-2") from None
+  if not layers:
+    raise ValueError("--layers is empty")
+  bad = [i for i in layers if not -(num_layers + 1) <= i <= num_layers]
+  if bad:
+    raise ValueError(f"--layers {bad} out of range: the model has {num_layers} layers, so hidden "
+                     f"states 0 (embeddings) .. {num_layers} (or -1 .. -{num_layers + 1})")
+  return layers
+
+
+@functools.lru_cache(maxsize=16)
+def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, normalize: bool,
+                  layer_weights: Optional[tuple[float, ...]] = None):
+  """A jitted fn(params, ids, mask, segment_ids) -> float32 [batch, dim] (cached)."""
+  layers = tuple(layers)
+  want_hidden = layers != (-1,)
+  bert = model_lib.BertModel(config, add_pooler=pooling == "pooler")
+
+  @jax.jit
+  def fn(params, ids, mask, seg):
+    out = bert.apply({"params": params}, ids, mask, seg, output_hidden_states=want_hidden)
+    if pooling == "pooler":
+      x = out["pooled_output"].astype(jnp.float32)
+    else:
+      hidden = out["hidden_states"] if want_hidden else [out["sequence_output"]]
+      pooled = [pooling_lib.pool(hidden[i].astype(jnp.float32), mask, pooling)
+                for i in (layers if want_hidden else (0,))]
+      x = pooled[0] if len(pooled) == 1 else aggregate.combine(
+          jnp.stack(pooled), combine, layer_weights)  # from [layers, batch, hidden]
+    if normalize:
+      x = pooling_lib.l2_normalize(x)
+    return x
+  return fn
+
+
+def bundle_defaults(pretrained: ckpt_lib.Pretrained) -> dict:
+  """The pooling and normalisation a checkpoint was trained to embed with.
+
+  A sentence-embedding fine-tuning export records them in its bundle.json
+  (`embedding: {pooling, normalize}`); any other checkpoint gets mean pooling,
+  not normalised.
+
+  Returns:
+    {'pooling': str, 'normalize': bool}.
+  """
+  defaults = {"pooling": "mean", "normalize": False}
+  info = epath.Path(pretrained.source) / bundle_lib.INFO_FILE
+  if info.is_file():
+    recorded = read_json(info, missing=f"{info} is missing").get("embedding", {})
+    # A hand-edited "normalize": "false" (a string) was read as true.
+    if (not isinstance(recorded, dict) or not set(recorded) <= set(defaults)
+        or recorded.get("pooling", "mean") not in POOLINGS
+        or not isinstance(recorded.get("normalize", False), bool)):
+      raise ValueError(f"{info}: 'embedding' must be {{\"pooling\": one of {list(POOLINGS)}, "
+                       f"\"normalize\": true or false}}, got {json.dumps(recorded)}")
+    defaults.update(recorded)
+  return defaults
+
+
+@dataclasses.dataclass
+class EmbedStats:
+  """What embed() did: counts for the report."""
+  num_texts: int
+  seq_len: int
+  truncated: int
+  bad_utf8_lines: list[int]
+  seconds: float
+  # The padded lengths of the batches, one compilation each.
+  lengths: list[int] = dataclasses.field(default_factory=list)
+  # Windows embedded (with chunk_stride; else 0).
+  chunks: int = 0
+
+
+def encode_chunks(tokenizer, texts: Sequence[str], max_length: int,
+                  stride: int) -> tuple[list, list, np.ndarray, np.ndarray]:
+  """[CLS] window [SEP] for each window of each text (aggregate.chunk_windows).
+
+  Returns:
+    (ids, segment_ids, owner int64 [windows]: the text of each, tokens int64
+    [windows]: its text tokens).
+  """
+  budget = max_length - tokenizer.num_special_tokens(pair=False)
+  all_ids, all_seg, owner, tokens = [], [], [], []
+  for i, pieces in enumerate(tokenizer.tokenize_to_ids(list(texts))):
+    for start, end in aggregate.chunk_windows(len(pieces), budget, stride):
+      ids, seg = tokenizer.build_inputs(list(pieces[start:end]))
+      all_ids.append(ids)
+      all_seg.append(seg)
+      owner.append(i)
+      tokens.append(max(end - start, 1))
+  return all_ids, all_seg, np.asarray(owner, np.int64), np.asarray(tokens, np.int64)
+
+
+def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional[str] = None,
+          layers: Sequence[int] = (-1,), combine: str = "mean",
+          normalize: Optional[bool] = None,
+          max_length: Optional[int] = None, batch_size: int = 32, dtype: str = "float32",
+          tokenizer=None, length_bucketing: bool = True, chunk_stride: int = 0,
+          weights: Optional[Sequence[float]] = None,
+          progress: str = "") -> tuple[np.ndarray, EmbedStats]:
+  """Embeds texts (or (a, b) pairs) with a loaded checkpoint.
+
+  Args:
+    pretrained: the checkpoint (`checkpoint.load_pretrained`; params on host).
+    texts: strs, or (a, b) tuples for pairs.
+    pooling: one of POOLINGS (None: the checkpoint's, `bundle_defaults`).
+    layers: hidden states to pool (0 = embeddings, -1 = last layer).
+    combine: how several layers, and the chunks of a text, merge: one of COMBINES.
+    normalize: L2-normalise each embedding (None: the checkpoint's, `bundle_defaults`);
+      with chunks, each chunk's and the text's.
+    max_length: longest sequence, special tokens included (default: 128, or
+      the model's max positions when smaller).
+    batch_size: texts per forward pass.
+    dtype: compute dtype ('float32' or 'bfloat16').
+    tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
+    length_bucketing: texts sorted by length, each batch cut to the shortest
+      bucket length (bert_jax.data.length_buckets) that holds its longest text;
+      False: every batch at the longest text's length. Same embeddings up to
+      float rounding.
+    chunk_stride: > 0: a text longer than max_length is embedded in windows of
+      max_length tokens starting every chunk_stride tokens, merged by `combine`
+      (weighted_mean: by their tokens); 0: truncated.
+    weights: weighted_mean's weights, one per layer.
+    progress: a label ('encoding corpus'): progress lines on stderr (train_log.Progress);
+      '': none.
+
+  Returns:
+    (float32 [len(texts), dim] embeddings, EmbedStats).
+  """
+  config = pretrained.config
+  defaults = bundle_defaults(pretrained)
+  pooling = defaults["pooling"] if pooling is None else pooling
+  normalize = defaults["normalize"] if normalize is None else normalize
+  max_length = max_length or min(DEFAULT_MAX_LENGTH, config.max_position_embeddings)
+  pairs = bool(texts) and isinstance(texts[0], tuple)
+  check_options(pretrained, pooling, layers, combine, max_length, batch_size, pairs, chunk_stride)
+  layer_weights = (tuple(aggregate.check_weights(weights, len(layers), "--layers"))
+                   if combine == "weighted_mean" and len(layers) > 1 else None)
+  if not texts:
+    raise ValueError("no texts to embed")
+  if tokenizer is None:
+    from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    tokenizer = tokenizer_lib.for_checkpoint(pretrained)
+  start = time.time()
+  if chunk_stride:
+    ids, segs, owner, chunk_tokens = encode_chunks(tokenizer, texts, max_length, chunk_stride)
+    truncated = 0
+  else:
+    ids, segs, truncated = encode(tokenizer, texts, max_length)
+  lengths = np.array([len(x) for x in ids], np.int64)
+  seq_len = min(max_length, -(-int(lengths.max()) // 8) * 8)
+  n = len(ids)
+  ids_arr = np.full((n, seq_len), tokenizer.pad_id, np.int32)  # [texts, len]
+  seg_arr = np.zeros((n, seq_len), np.int32)
+  mask_arr = np.zeros((n, seq_len), np.int32)
+  for i, (x, s) in enumerate(zip(ids, segs)):
+    ids_arr[i, :len(x)], seg_arr[i, :len(x)], mask_arr[i, :len(x)] = x, s, 1
+  arrays = {"input_ids": ids_arr, "input_mask": mask_arr, "segment_ids": seg_arr}
+  if length_bucketing:
+    batches = length_buckets.eval_batches(
+        lengths, batch_size, flops.auto_buckets(config, [(lengths, 1.0 / 3.0)], seq_len))
+  else:
+    batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
+  config = config.replace(dtype=dtype, one_example_per_row=True)  # right-padded, one text a row
+  params = model_lib.match_scan_layout(pretrained.params, config)["bert"]
+  if pooling != "pooler":
+    params = {k: v for k, v in params.items() if k != "pooler"}
+  params = jax.device_put(params)
+  fn = make_embed_fn(config, pooling, tuple(layers), combine, bool(normalize), layer_weights)
+  out = []
+  # float32 means float32 matmuls (GPUs would otherwise use TF32 for them).
+  precision = "float32" if dtype == "float32" else "default"
+  shown = train_log.Progress(progress, n, "sequences" if chunk_stride else "texts",
+                             enabled=bool(progress))
+  with jax.default_matmul_precision(precision):
+    for batch in batches:
+      cut = length_buckets.cut(arrays, batch, ("input_ids", "input_mask", "segment_ids"))
+      cut["input_mask"][batch.rows < 0, 0] = 1  # padding rows: one "real" token, no 0 / 0
+      out.append(fn(params, cut["input_ids"], cut["input_mask"], cut["segment_ids"]))
+      if progress and len(out) > 1:  # counted when done, one batch behind the dispatch
+        out[-2] = np.asarray(out[-2])
+        shown.update(int((batches[len(out) - 2].rows >= 0).sum()))
+    emb = length_buckets.scatter_outputs([np.asarray(x) for x in out], batches, n)
+  shown.update(int((batches[-1].rows >= 0).sum()))
+  shown.close()
+  if chunk_stride:
+    emb = aggregate.combine_chunks(emb, owner, chunk_tokens, len(texts), combine)
+    if normalize:
+      emb = np.asarray(pooling_lib.l2_normalize(emb))
+  lengths_used = sorted({b.length for b in batches})
+  return emb, EmbedStats(len(texts), seq_len, truncated, [], time.time() - start, lengths_used,
+                         n if chunk_stride else 0)
+
+
+def embed_ensemble(checkpoints: Sequence[ckpt_lib.Pretrained], texts: Sequence, *,
+                   combine: str = "mean", weights: Optional[Sequence[float]] = None,
+                   normalize: Optional[bool] = None, **options) -> tuple[np.ndarray, list]:
+  """The texts through each checkpoint (`embed`), the vectors merged by `combine`.
+
+  Args:
+    checkpoints: loaded checkpoints; each embeds with its own tokenizer and
+      defaults (`bundle_defaults`) unless `options` name a pooling.
+    texts: strs, or (a, b) pairs.
+    combine: one of COMBINES, for the checkpoints' vectors (and, within each, its
+      layers and chunks; weighted_mean's `weights` are then one per checkpoint).
+    weights: weighted_mean's weights (one per checkpoint; with one checkpoint, per layer).
+    normalize: L2-normalise each vector and the merged one (None: each checkpoint's
+      default, and the merged vector when every checkpoint's is).
+    **options: embed's other keyword arguments (pooling, layers, max_length, ...).
+
+  Returns:
+    (float32 [len(texts), dim] (concat: the checkpoints' dims summed), one
+    EmbedStats per checkpoint).
+
+  Raises:
+    ValueError: weights that do not fit, several layers and several checkpoints
+      under weighted_mean, or dims that differ under mean / max / weighted_mean.
+  """
+  if len(checkpoints) == 1:
+    emb, stats = embed(checkpoints[0], texts, combine=combine, weights=weights,
+                       normalize=normalize, **options)
+    return emb, [stats]
+  w = aggregate.check_weights(weights, len(checkpoints), "--checkpoint") if (
+      combine == "weighted_mean") else None
+  if w is not None and len(options.get("layers", (-1,))) > 1:
+    raise ValueError("--combine weighted_mean with several --layers and several --checkpoint: "
+                     "--weights are per checkpoint; pool one layer each, or combine by mean, "
+                     "max or concat")
+  vectors, stats, normalized = [], [], []
+  for pretrained in checkpoints:
+    emb, st = embed(pretrained, texts, combine=combine, normalize=normalize, **options)
+    vectors.append(emb)
+    stats.append(st)
+    normalized.append(bundle_defaults(pretrained)["normalize"] if normalize is None else normalize)
+  dims = [v.shape[-1] for v in vectors]
+  if combine != "concat" and len(set(dims)) > 1:
+    raise ValueError(f"--combine {combine} needs vectors of one width, but the checkpoints give "
+                     f"{dims} ({', '.join(p.source for p in checkpoints)}); use --combine concat")
+  emb = aggregate.combine(np.stack(vectors) if combine != "concat" else vectors, combine, w)
+  if all(normalized):
+    emb = np.asarray(pooling_lib.l2_normalize(emb))
+  return np.asarray(emb, np.float32), stats
+
+
+def check_options(pretrained: ckpt_lib.Pretrained, pooling: str, layers: Sequence[int],
+                  combine: str, max_length: int, batch_size: int, pairs: bool,
+                  chunk_stride: int = 0) -> None:
+  """Raises ValueError, naming the option, on options the checkpoint cannot serve."""
+  config = pretrained.config
+  if pooling not in POOLINGS:
+    raise ValueError(f"--pooling {pooling!r} not in {POOLINGS}")
+  if combine not in COMBINES:
+    raise ValueError(f"--combine {combine!r} not in {COMBINES}")
+  if pooling == "pooler":
+    heads = bundle_lib.heads_of(pretrained.params)
+    if "pooler" not in heads:
+      raise ValueError(f"--pooling pooler: the checkpoint has no pooler (heads: {list(heads)}); "
+                       "use --pooling cls, mean or max")
+    if tuple(layers) != (-1,):
+      raise ValueError("--pooling pooler works on the last layer only; drop --layers")
+  parse_layers(",".join(str(i) for i in layers), config.num_layers)
+  low = 3 if pairs else 2
+  if not low <= max_length <= config.max_position_embeddings:
+    raise ValueError(f"--max_length {max_length} must be in [{low}, "
+                     f"{config.max_position_embeddings}] (the model's max positions)")
+  if batch_size < 1:
+    raise ValueError(f"--batch_size {batch_size} must be >= 1")
+  if chunk_stride < 0:
+    raise ValueError(f"--chunk_stride {chunk_stride} must be >= 0 (0: no chunking)")
+  if chunk_stride and pairs:
+    raise ValueError("--chunk_stride chunks single texts, not --pairs")
+  if chunk_stride and combine == "concat":
+    raise ValueError("--combine concat cannot merge chunks (texts have different numbers of "
+                     "chunks); use mean, max or weighted_mean with --chunk_stride")

@@ -1,0 +1,58 @@
+"""Which task module serves a fine-tuning config: `config.task` -> module.
+
+The built-in families are named in FAMILIES; every other task name is a GLUE
+task (glue_task checks it). A task module from outside the package registers
+itself with `register(name, module)`; nothing here changes for it. The task
+modules import bert_jax.tasks.task (the interface), never this module.
+"""
+import types
+
+from bert_jax.tasks import glue_task
+from bert_jax.tasks import ner_task
+from bert_jax.tasks import sentence_embedding_task
+from bert_jax.tasks import squad_task
+from bert_jax.tasks import task as task_lib
+
+# config.task -> the module giving model(config, model_cfg) and build(config, tokenizer,
+# model_cfg) (bert_jax.tasks.task); a name not here is a GLUE task.
+FAMILIES = {"squad": squad_task, "ner": ner_task,
+            sentence_embedding_task.NAME: sentence_embedding_task}
+
+
+def register(name: str, module: types.ModuleType) -> None:
+  """Serves configs whose `task` is `name` with `module` (its `model` and `build`)."""
+  for fn in ("model", "build"):
+    if not callable(getattr(module, fn, None)):
+      raise TypeError(f"task module {module.__name__} has no function {fn}(...)")
+  if FAMILIES.get(name, module) is not module:
+    raise ValueError(f"task {name!r} is already served by {FAMILIES[name].__name__}")
+  FAMILIES[name] = module
+
+
+def family(config) -> types.ModuleType:
+  """The module serving `config.task`."""
+  return FAMILIES.get(config.task, glue_task)
+
+
+def task_model(config, model_cfg) -> task_lib.TaskModel:
+  """The TaskModel of a fine-tuning config (reads no data)."""
+  return family(config).model(config, model_cfg)
+
+
+def build(config, tokenizer, model_cfg) -> task_lib.Task:
+  """The Task of a fine-tuning config; every split read and encoded up front.
+
+  Args:
+    config: a configs/glue.py, squad.py, ner.py or sentence_embeddings.py ConfigDict.
+    tokenizer: the checkpoint's WordPiece tokenizer.
+    model_cfg: the model config (from the checkpoint, with the run's compute options).
+
+  Returns:
+    The Task.
+
+  Raises:
+    ValueError: an unknown GLUE task (the known ones listed), malformed data
+      (file and line), or a config that does not apply to the task.
+    FileNotFoundError: a missing training or dev file (test files are optional).
+  """
+  return family(config).build(config, tokenizer, model_cfg)

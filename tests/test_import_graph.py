@@ -1,0 +1,112 @@
+"""The package's import graph: no circles, and the library never imports a program.
+
+Every import statement counts, at module level or inside a function. Programs are
+the modules run as `python -m bert_jax.X` (those with a `__main__` block) and
+bert_jax.cli, their command-line support; everything else is the library, which
+programs, tests and users import. A library module that needs something a
+program holds means that thing belongs in the library (bert_jax.embedding under
+bert_jax.embed, bert_jax.mask_filling under bert_jax.fill_mask,
+bert_jax.tasks.squad_metrics under bert_jax.squad_eval).
+"""
+import ast
+import pathlib
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "bert_jax"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+  out = {}
+  for path in PACKAGE.rglob("*.py"):
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+  return out
+
+
+MODULES = _modules()
+
+
+def _imported(name: str, node) -> list[str]:
+  """The package modules an import statement of module `name` loads."""
+  if isinstance(node, ast.Import):
+    targets = [a.name for a in node.names]
+  else:
+    base = node.module or ""
+    if node.level:
+      package = name.split(".") if MODULES[name].name == "__init__.py" else name.split(".")[:-1]
+      base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+    targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+  found = []
+  for target in targets:
+    while target not in MODULES and "." in target:
+      target = target.rsplit(".", 1)[0]
+    if target in MODULES and target != name:
+      found.append(target)
+  return found
+
+
+def _graph() -> dict[str, set[str]]:
+  graph = {}
+  for name, path in MODULES.items():
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    graph[name] = {t for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
+                   for t in _imported(name, node)}
+  return graph
+
+
+def _programs() -> set[str]:
+  return {name for name, path in MODULES.items()
+          if '__name__ == "__main__"' in path.read_text(encoding="utf-8")} | {"bert_jax.cli"}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """Strongly connected components of more than one module (Tarjan)."""
+  index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+  def visit(v):
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
+    for w in sorted(graph[v]):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      component = []
+      while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        component.append(w)
+        if w == v:
+          break
+      if len(component) > 1:
+        found.append(sorted(component))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return found
+
+
+def test_the_graph_sees_the_package():
+  graph = _graph()
+  assert len(graph) > 60
+  assert "bert_jax.tasks.task" in graph["bert_jax.tasks.registry"]  # a module-level import
+  assert "bert_jax.data.prepared_data" in graph["bert_jax.data.sources"]
+  assert {"bert_jax.pretrain", "bert_jax.finetune", "bert_jax.embed"} <= _programs()
+
+
+def test_no_import_circles():
+  assert _circles(_graph()) == []
+
+
+def test_circles_are_found():
+  assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_library_imports_no_program():
+  graph, programs = _graph(), _programs()
+  wrong = {name: sorted(graph[name] & programs) for name in sorted(graph)
+           if name not in programs and graph[name] & programs}
+  assert wrong == {}, "library modules that import programs: " + repr(wrong)
