@@ -344,6 +344,34 @@ class SeedRun:
     return state
 
 
+def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
+                    workdir: Optional[str]) -> tuple[dict, list, bool]:
+  """(results of every eval set, their warnings, whether the task checks for constant
+  predictions); every process scores, files are written to `workdir` unless None."""
+  results, warnings, checked = {}, [], False
+  for eval_set in task.eval_sets:
+    outputs = predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
+                      mesh, rules, bucketing=config.length_bucketing, buckets=buckets)
+    scores = eval_set.score(outputs, workdir)
+    checked |= task_lib.WARNINGS in scores
+    warnings += scores.pop(task_lib.WARNINGS, [])
+    results.update(scores)
+  return results, warnings, checked
+
+
+def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
+              split: time_split.TimeSplit, is_writer: bool) -> dict:
+  """The eval sets' scores of the state before training, as `zero_shot_<metric>` (printed)."""
+  with split.phase("eval"):
+    results = score_eval_sets(config, predict_step, state.params, task, buckets, mesh, rules,
+                              None)[0]
+  results = {f"zero_shot_{k}": v for k, v in results.items()}
+  if is_writer:
+    print("zero-shot (the init checkpoint before training): " + ", ".join(
+        f"{k} {v:.4f}" for k, v in sorted(results.items())), flush=True)
+  return results
+
+
 def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, rules, logger,
                   split: time_split.TimeSplit, workdir: str, is_writer: bool) -> dict:
   """Scores every eval set with `state`'s params; the seed's results (logged and printed)."""
@@ -351,14 +379,9 @@ def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, r
     print(f"seed {seed}: evaluating " + ", ".join(
         f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
   with split.phase("eval"):
-    results, warnings, checked = {}, [], False
-    for eval_set in task.eval_sets:  # every process scores, process 0 writes files
-      outputs = predict(predict_step, state.params, eval_set.arrays, config.eval_batch_size,
-                        mesh, rules, bucketing=config.length_bucketing, buckets=buckets)
-      scores = eval_set.score(outputs, workdir if is_writer else None)
-      checked |= task_lib.WARNINGS in scores  # tasks that check for constant predictions
-      warnings += scores.pop(task_lib.WARNINGS, [])
-      results.update(scores)
+    results, warnings, checked = score_eval_sets(config, predict_step, state.params, task,
+                                                 buckets, mesh, rules,
+                                                 workdir if is_writer else None)
   logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
              prefix=f"seed{seed}_eval_")
   if checked:
@@ -388,7 +411,7 @@ def mean_over_seeds(per_seed: list[dict]) -> dict:
       summary[key] = "; ".join(v for v in values if v)
     elif all(isinstance(v, (int, float)) for v in values):
       summary[key] = float(np.mean(values))
-      if len(per_seed) > 1 and not key.startswith("majority_baseline"):  # same for every seed
+      if len(per_seed) > 1 and not task_lib.is_baseline(key):  # same for every seed
         summary[key + "_std"] = float(np.std(values))
     else:
       summary[key] = values[0]
@@ -426,10 +449,11 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
 
 
 def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg, pretrained,
-                  task, task_model, is_writer: bool) -> dict:
-  """Writes eval_results.json (and per seed), the fine-tuned bundle; prints the summary."""
+                  task, task_model, is_writer: bool, baselines: Optional[dict] = None) -> dict:
+  """Writes eval_results.json (and per seed), the fine-tuned bundle; prints the summary
+  and the primary metric against the baselines (`baselines`: zero-shot scores)."""
   runs = len(per_seed)
-  summary = mean_over_seeds(per_seed)
+  summary = dict(mean_over_seeds(per_seed), **(baselines or {}))
   if is_writer:
     text, undefined = json_file.dumps_defined(summary, indent=2, sort_keys=True)
     if undefined:
@@ -455,6 +479,8 @@ def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg
     print("eval_results: " + json.dumps(summary, sort_keys=True), flush=True)
     if summary.get("warning"):
       print(f"WARNING: {summary['warning']}", flush=True)
+    if task_lib.baseline_line(summary, task.primary_metric):
+      print(task_lib.baseline_line(summary, task.primary_metric), flush=True)
     print(f"wrote {out_dir / 'eval_results.json'}"
           + ("" if config.eval_only else f" and the fine-tuned bundle {out_dir / 'export'}"),
           flush=True)
@@ -584,9 +610,15 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   if meta and is_writer:
     print(f"{how}: seed {first_seed}, epoch {position[0] + 1}, batch {position[1]}; "
           f"{len(per_seed)} seed(s) done before it", flush=True)
+  # The baseline a task whose init checkpoint is already its model must beat: scored once,
+  # before the first step, and kept in every checkpoint's meta.
+  baselines = dict(meta.get("zero_shot", {})) if meta else {}
+  if task.zero_shot and not config.eval_only and not meta:
+    baselines = zero_shot(config, predict_step, state, task, buckets, mesh, rules, split,
+                          is_writer)
   run = SeedRun(config, train_step, schedule, ckpts, logger, split, task, keys, pack,
                 train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
-                dict(description, config=config_record), preempt_at)
+                dict(description, config=config_record, zero_shot=baselines), preempt_at)
   stop = stop_signals.StopSignals()
   failed = True
   try:
@@ -616,7 +648,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
 
   # -- Results and the fine-tuned bundle ------------------------------------------------
   summary = write_results(config, out_dir, per_seed, state.params, model_cfg, pretrained, task,
-                          task_model, is_writer)
+                          task_model, is_writer, baselines)
   if is_writer:
     print(split.line(), flush=True)
   return summary

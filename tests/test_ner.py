@@ -305,6 +305,8 @@ def test_ner_end_to_end(tmp_path):
     scores = conlleval.evaluate([[r[1] for r in s] for s in rows], [[r[2] for r in s] for s in rows])
     for key in ("f1", "precision", "recall", "accuracy"):
       assert written[prefix + key] == pytest.approx(scores[key])
+    gold_tags = [t for s in gold_sentences for t in s.tags]  # the baseline: every word O
+    assert written[prefix + "all_o_baseline_accuracy"] == gold_tags.count("O") / len(gold_tags)
   records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
   losses = [r["seed0_train_loss"] for r in records if "seed0_train_loss" in r]
   assert losses and all(np.isfinite(losses))

@@ -109,4 +109,4 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       task_model, train_arrays, label_keys,
       sentence_pairs.loss_fn(config.loss, config.scale, config.triplet_margin),
       [task_lib.EvalSet("eval", eval_arrays, score)], "spearman", data_stats=stats,
-      sort_by_length=config.loss not in sentence_pairs.IN_BATCH_LOSSES)
+      sort_by_length=config.loss not in sentence_pairs.IN_BATCH_LOSSES, zero_shot=True)

@@ -30,6 +30,10 @@ PACKED_INPUTS = ("position_ids", "cls_index")
 # Key of an EvalSet score's list of warnings (e.g. predictions at the majority-class
 # baseline); fine-tuning prints them and records them in eval_results.json.
 WARNINGS = "warnings"
+# Result keys that score a baseline rather than the run (the same for every seed; fine-tuning
+# prints them beside the primary metric): GLUE's majority class, NER's every word `O`,
+# a sentence-embedding model's scores before training (zero-shot).
+BASELINE_KEYS = ("majority_baseline", "all_o_baseline", "zero_shot_")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +93,9 @@ class Task:
     sort_by_length: length bucketing may group training rows of like length into
       batches; False when the loss compares a batch's examples (CoSENT, in-batch
       negatives): each batch keeps the random draw's rows, only cut to its bucket.
+    zero_shot: the init checkpoint is already a model for the task (sentence
+      embeddings: no fresh head): fine-tuning scores it once before training and
+      records the results as `zero_shot_<metric>`, the baseline the run must beat.
   """
   model: TaskModel
   train_arrays: dict
@@ -99,6 +106,7 @@ class Task:
   data_stats: dict = dataclasses.field(default_factory=dict)
   loss_weight: Optional[Callable[[dict], jax.Array]] = None
   sort_by_length: bool = True
+  zero_shot: bool = False
 
   @property
   def name(self) -> str:
@@ -151,3 +159,19 @@ def predict_fn(task_model: TaskModel) -> Callable[[Any, dict], dict]:
         deterministic=True)}
   return predict
 
+
+def is_baseline(key: str) -> bool:
+  """Whether an eval_results key scores a baseline (BASELINE_KEYS), split prefix aside."""
+  return any(b in key for b in BASELINE_KEYS)
+
+
+def baseline_line(results: dict, primary_metric: str) -> str:
+  """`dev f1 0.6900 against the baselines: all_o_baseline_accuracy 0.8330, ...`, or ''
+  when the results name no baseline."""
+  baselines = {k: v for k, v in results.items()
+               if is_baseline(k) and not k.endswith("_std") and isinstance(v, (int, float))}
+  if not baselines or not isinstance(results.get(primary_metric), (int, float)):
+    return ""
+  return (f"{primary_metric} {results[primary_metric]:.4f} against the baseline"
+          f"{'s' if len(baselines) > 1 else ''}: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in sorted(baselines.items())))
