@@ -3,36 +3,24 @@
 Shared by the pretraining entry point (bert_jax.pretrain) and the ahead-of-time
 compile check (bert_jax.aot_compile), so both build exactly the same step.
 """
-import dataclasses
-import functools
 import glob
-from typing import Any, Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 from etils import epath
 from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import ml_collections
-import optax
 
 from bert_jax import bundle
 from bert_jax import checkpoint as ckpt_lib
 from bert_jax import config_sections
 from bert_jax import mask_filling
-from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
 from bert_jax import model_config as model_config_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import train_core
-from bert_jax.objectives import distill
-from bert_jax.objectives import electra
-from bert_jax.objectives import mlm_nsp
-
-# config.objective -> the data modes it trains on.
-OBJECTIVE_MODES = {"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
-                   "mlm": ("nsp", "sop", "full_sentences"),
-                   "electra": ("nsp", "sop", "full_sentences"),
-                   "distill": ("nsp", "sop", "full_sentences")}
+from bert_jax.objectives import base as objective_base
+from bert_jax.objectives import registry as objective_registry
 
 
 # Config keys a resumed run may change without saying so: they change neither a step's
@@ -98,54 +86,30 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
         f"{config.seq_len}")
   if config.model_type not in model_config_lib.PRETRAIN_MODEL_TYPES:
     bad(f"model_type {config.model_type!r} not in {list(model_config_lib.PRETRAIN_MODEL_TYPES)}")
-  if config.objective == "electra" and config.model_type not in ("electra", "bert"):
-    bad(f"objective 'electra' trains ELECTRA's own encoders; model_type {config.model_type!r} "
-        "is not supported with it")
-  if config.model_type == "electra" and config.objective != "electra":
-    bad(f"model_type 'electra' is trained by objective='electra', not {config.objective!r}")
-  if config.model_type == "distilbert" and config.objective in mlm_nsp.PAIR_TASKS:
-    bad(f"model_type 'distilbert' has no pooler for objective {config.objective!r}'s sentence "
-        "task; use objective='mlm' or 'distill'")
-  if config.emd and (config.model_type != "deberta-v2"
-                     or config.objective not in ("mlm", "mlm_nsp", "mlm_sop")):
-    bad(f"emd (DeBERTa's enhanced mask decoder) needs model_type 'deberta-v2' and objective "
-        f"mlm, mlm_nsp or mlm_sop; got model_type {config.model_type!r}, objective "
+  names = objective_registry.names()
+  if config.objective not in names:
+    bad(f"objective {config.objective!r} not in {names}")
+  spec = objective_registry.get(config.objective)
+  owner = objective_registry.owner_of(config.model_type)
+  if owner and owner != config.objective:
+    bad(f"model_type {config.model_type!r} is trained by objective={owner!r}, not "
         f"{config.objective!r}")
+  if config.emd and (config.model_type != "deberta-v2" or not spec.emd):
+    with_emd = sorted(n for n in names if objective_registry.get(n).emd)
+    bad(f"emd (DeBERTa's enhanced mask decoder) needs model_type 'deberta-v2' and objective "
+        f"{', '.join(with_emd[:-1])} or {with_emd[-1]}; got model_type {config.model_type!r}, "
+        f"objective {config.objective!r}")
   _check_local_files(config.data)
-  if config.objective not in OBJECTIVE_MODES:
-    bad(f"objective {config.objective!r} not in {list(OBJECTIVE_MODES)}")
-  if config.data.mode not in OBJECTIVE_MODES[config.objective]:
-    bad(f"objective {config.objective!r} needs data.mode in "
-        f"{list(OBJECTIVE_MODES[config.objective])}, got {config.data.mode!r}"
+  modes = spec.data_modes[config.objective]
+  if config.data.mode not in modes:
+    bad(f"objective {config.objective!r} needs data.mode in {list(modes)}, got "
+        f"{config.data.mode!r}"
         + (" (MLM alone is objective='mlm')" if config.data.mode == "full_sentences" else ""))
-  if config.objective == "electra":
-    if not 0.0 < config.electra.generator_hidden_fraction <= 1.0:
-      bad(f"electra.generator_hidden_fraction {config.electra.generator_hidden_fraction} must be "
-          "in (0, 1]")
-    if config.electra.disc_weight <= 0:
-      bad(f"electra.disc_weight must be positive, got {config.electra.disc_weight}")
-    if config.init_checkpoint:
-      bad("init_checkpoint is not supported with objective='electra' yet (the state holds a "
-          "generator and a discriminator)")
-  if config.objective == "distill":
-    d = config.distill
-    if not config.teacher_checkpoint:
-      bad("objective='distill' needs teacher_checkpoint (a bundle, converted checkpoint or "
-          "pretraining workdir with an MLM head)")
-    if config.init_checkpoint:
-      bad("init_checkpoint is not used with objective='distill' (the student starts from the "
-          "teacher's layers)")
-    if d.temperature <= 0 or d.student_layers < 0:
-      bad(f"distill.temperature ({d.temperature}) must be positive and distill.student_layers "
-          f"({d.student_layers}) >= 0")
-    if min(d.alpha_ce, d.alpha_mlm, d.alpha_cos) < 0 or d.alpha_ce + d.alpha_mlm + d.alpha_cos <= 0:
-      bad(f"distill.alpha_ce/alpha_mlm/alpha_cos ({d.alpha_ce}, {d.alpha_mlm}, {d.alpha_cos}) "
-          "must be >= 0 and not all 0")
-    if not epath.Path(config.teacher_checkpoint).exists():
-      bad(f"teacher_checkpoint {config.teacher_checkpoint} does not exist")
-    ckpt_lib.read_model_config(config.teacher_checkpoint)  # a checkpoint at all, before the data
-  elif config.teacher_checkpoint:
-    bad(f"teacher_checkpoint is only read by objective='distill', not {config.objective!r}")
+  spec.check_config(config, bad)
+  if config.teacher_checkpoint and not spec.reads_teacher:
+    readers = [n for n in names if objective_registry.get(n).reads_teacher]
+    bad(f"teacher_checkpoint is only read by objective={' or '.join(map(repr, readers))}, not "
+        f"{config.objective!r}")
   config_sections.check_model(config.model)
   config_sections.check_minimums(config, config_sections.MINIMUMS)
   if config.on_nan not in ("stop", "skip"):
@@ -197,42 +161,8 @@ def model_config_from(config: ml_collections.ConfigDict, vocab_size: int,
                                       one_example_per_row=not config.data.packing)
 
 
-@dataclasses.dataclass(frozen=True)
-class Pretraining:
-  """The pieces of a pretraining run that do not depend on devices or data.
-
-  Attributes:
-    model_config: the BertConfig of the exported model (ELECTRA: the discriminator).
-    objective: the train_core.Objective.
-    tx: the optimizer.
-    schedule: its learning-rate schedule.
-    init_fn: rng -> TrainState with boxed params (for eval_shape / jit).
-    summarize: host side, accumulated metric sums -> the logged metrics.
-    export_params: the state's params -> the params of the exported model.
-    flops_per_token: (seq_len, masked fraction) -> training FLOPs per real token.
-    start_from: params to start from when not resuming (distillation: the student made
-      from the teacher), else None.
-    place_frozen: (mesh, rules) -> (frozen params on the mesh, their shardings), the
-      step's `frozen` argument (distillation: the teacher); None when there are none.
-    frozen_init: rng -> the frozen model's boxed params (their shapes and logical axes:
-      bert_jax.aot_compile's abstract `frozen` argument); None when there are none.
-  """
-  model_config: model_config_lib.BertConfig
-  objective: train_core.Objective
-  tx: optax.GradientTransformation
-  schedule: optax.Schedule
-  init_fn: Callable[[jax.Array], Any]
-  summarize: Callable[[dict], dict[str, float]]
-  export_params: Callable[[Any], Any]
-  flops_per_token: Callable[[int, float], float]
-  start_from: Optional[ckpt_lib.Pretrained] = None
-  place_frozen: Optional[Callable[[Any, Any], tuple[Any, Any]]] = None
-  frozen_init: Optional[Callable[[jax.Array], Any]] = None
-  prng_impl: str = train_core.THREEFRY
-
-  def train_step(self, grad_accum_steps: int):
-    return train_core.make_train_step(self.objective, self.tx, self.schedule, grad_accum_steps,
-                                      prng_impl=self.prng_impl)
+# What build returns (defined with the objectives, which build it).
+Pretraining = objective_base.Pretraining
 
 
 def build(config: ml_collections.ConfigDict, vocab_size: int,
@@ -248,69 +178,8 @@ def build(config: ml_collections.ConfigDict, vocab_size: int,
   Returns:
     The Pretraining pieces.
   """
-  model_cfg = model_config_from(config, vocab_size, pad_id)
-  impl = train_core.prng_impl(config.model)
   tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
                                         config.warmup_steps, config.total_steps)
-  seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq
-  if config.objective == "electra":
-    models = electra.Models(model_cfg.replace(model_type="electra"),
-                            config.electra.generator_hidden_fraction)
-    init_params = electra.init_fn(models, seq_len, num_predictions)
-
-    def flops(length, masked_fraction):  # both encoders; the generator's MLM head; the
-      h = models.discriminator_config.hidden_size  # discriminator's head at every token
-      return (flops_lib.train_flops_per_token(models.discriminator_config, length, 0.0)
-              + flops_lib.train_flops_per_token(models.generator_config, length, masked_fraction)
-              + 6.0 * (h * h + h))
-    return Pretraining(
-        models.discriminator_config, electra.objective(models, config.electra.disc_weight), tx,
-        schedule, functools.partial(train_core.init_state, init_params, tx, prng_impl=impl),
-        functools.partial(electra.summarize, disc_weight=config.electra.disc_weight),
-        lambda params: params["discriminator"], flops, prng_impl=impl)
-  if config.objective == "distill":
-    return _distillation(config, vocab_size, vocab, tx, schedule)
-  pair_task = mlm_nsp.PAIR_TASKS.get(config.objective)
-  model = model_lib.BertForPreTraining(model_cfg, with_nsp=pair_task is not None, emd=config.emd)
-  init_params = mlm_nsp.init_fn(model, seq_len, num_predictions)
-  return Pretraining(
-      model_cfg, mlm_nsp.objective(model, pair_task or "nsp"), tx, schedule,
-      functools.partial(train_core.init_state, init_params, tx, prng_impl=impl), mlm_nsp.summarize,
-      lambda params: params,
-      functools.partial(flops_lib.train_flops_per_token, model_cfg, emd=config.emd),
-      prng_impl=impl)
-
-
-def _distillation(config: ml_collections.ConfigDict, vocab_size: int, vocab: Sequence[str],
-                  tx: optax.GradientTransformation, schedule: optax.Schedule) -> Pretraining:
-  """objective='distill': the student of config.teacher_checkpoint (bert_jax.objectives.distill)."""
-  d = config.distill
-  impl = train_core.prng_impl(config.model)
-  stored = ckpt_lib.read_model_config(config.teacher_checkpoint)
-  layers = distill.student_layers(stored.num_layers, d.student_layers)
-  teacher = distill.load_teacher(config.teacher_checkpoint, layers, vocab)
-  if teacher.config.vocab_size != vocab_size:
-    raise ValueError(f"teacher_checkpoint {config.teacher_checkpoint}: vocab_size "
-                     f"{teacher.config.vocab_size}, the data's tokenizer has {vocab_size}; set "
-                     "data.vocab_file / data.tokenizer to the teacher's vocab")
-  teacher_cfg = train_core.model_config_from(config.model, teacher.config,
-                                             one_example_per_row=not config.data.packing)
-  student_cfg = distill.student_config(teacher_cfg, layers)
-  teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
-  student = model_lib.BertForPreTraining(student_cfg, with_nsp=False)
-  seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq
-  teacher_init = mlm_nsp.init_fn(teacher_model, seq_len, num_predictions)
-  weights = dict(temperature=d.temperature, alpha_ce=d.alpha_ce, alpha_mlm=d.alpha_mlm,
-                 alpha_cos=d.alpha_cos)
-
-  def flops(length, masked_fraction):  # the student's training and the teacher's forward pass
-    return (flops_lib.train_flops_per_token(student_cfg, length, masked_fraction)
-            + flops_lib.train_flops_per_token(teacher_cfg, length, masked_fraction) / 3)
-  return Pretraining(
-      student_cfg, distill.objective(student, teacher_model, **weights), tx, schedule,
-      functools.partial(train_core.init_state, mlm_nsp.init_fn(student, seq_len, num_predictions),
-                        tx, prng_impl=impl),
-      functools.partial(distill.summarize, **weights), lambda params: params, flops,
-      start_from=distill.student_from_teacher(teacher, layers) if d.init_from_teacher else None,
-      place_frozen=functools.partial(distill.place_teacher, teacher, teacher_init),
-      frozen_init=teacher_init, prng_impl=impl)
+  inputs = objective_base.BuildInputs(model_config_from(config, vocab_size, pad_id), vocab_size,
+                                      vocab, tx, schedule, train_core.prng_impl(config.model))
+  return objective_registry.get(config.objective).build(config, inputs)

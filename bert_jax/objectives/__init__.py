@@ -7,7 +7,11 @@
            replaced-token detection
   distill  'distill': DistilBERT's student of a frozen teacher (soft targets, MLM, cosine)
 
-An objective module provides `init_fn(...)` (rng -> params), `objective(...)` (a
-train_core.Objective) and `summarize(sums, ...)` (host side: accumulated sums -> the
-logged means); bert_jax.pretrain_setup.build picks one from the config.
+An objective module declares a `SPEC` (bert_jax.objectives.base.Spec): the objective
+names it serves and their data modes, its own config checks, the model types only it
+trains, whether it reads a teacher or can use DeBERTa's enhanced mask decoder, and its
+`build(config, inputs)`, which returns the run's Pretraining pieces (model config,
+train_core.Objective, init, metrics summary, exported params, FLOPs per token).
+bert_jax.objectives.registry finds the SPEC by config.objective; an objective module
+from outside the package registers its own. bert_jax.pretrain_setup names none of them.
 """

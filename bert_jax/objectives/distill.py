@@ -20,17 +20,21 @@ scripts/extract_distilbert.py):
 Metrics: distill_loss (the T^2-scaled KL term), cos_loss, mlm_loss, student_mlm_accuracy
 and teacher_mlm_accuracy (the same masked positions).
 """
+import functools
 from typing import Any, Callable, Sequence
 
+from etils import epath
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from bert_jax import checkpoint as ckpt_lib
+from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import sharding
 from bert_jax import train_core
 from bert_jax.model_config import BertConfig
+from bert_jax.objectives import base
 from bert_jax.objectives import mlm_nsp
 
 
@@ -186,3 +190,60 @@ def place_teacher(teacher: ckpt_lib.Pretrained, init_params: Callable[[jax.Array
     x = np.asarray(x, t.dtype)
     return jax.make_array_from_callback(x.shape, t.sharding, lambda index: x[index])
   return jax.tree.map(put, merged, target), shardings
+
+
+def check_config(config, bad) -> None:
+  """What objective='distill' needs of a pretraining config (the teacher read, not loaded)."""
+  d = config.distill
+  if not config.teacher_checkpoint:
+    bad("objective='distill' needs teacher_checkpoint (a bundle, converted checkpoint or "
+        "pretraining workdir with an MLM head)")
+  if config.init_checkpoint:
+    bad("init_checkpoint is not used with objective='distill' (the student starts from the "
+        "teacher's layers)")
+  if d.temperature <= 0 or d.student_layers < 0:
+    bad(f"distill.temperature ({d.temperature}) must be positive and distill.student_layers "
+        f"({d.student_layers}) >= 0")
+  if min(d.alpha_ce, d.alpha_mlm, d.alpha_cos) < 0 or d.alpha_ce + d.alpha_mlm + d.alpha_cos <= 0:
+    bad(f"distill.alpha_ce/alpha_mlm/alpha_cos ({d.alpha_ce}, {d.alpha_mlm}, {d.alpha_cos}) "
+        "must be >= 0 and not all 0")
+  if not epath.Path(config.teacher_checkpoint).exists():
+    bad(f"teacher_checkpoint {config.teacher_checkpoint} does not exist")
+  ckpt_lib.read_model_config(config.teacher_checkpoint)  # a checkpoint at all, before the data
+
+
+def build(config, inputs: base.BuildInputs) -> base.Pretraining:
+  """The student of config.teacher_checkpoint; the teacher is the step's frozen input."""
+  d = config.distill
+  stored = ckpt_lib.read_model_config(config.teacher_checkpoint)
+  layers = student_layers(stored.num_layers, d.student_layers)
+  teacher = load_teacher(config.teacher_checkpoint, layers, inputs.vocab)
+  if teacher.config.vocab_size != inputs.vocab_size:
+    raise ValueError(f"teacher_checkpoint {config.teacher_checkpoint}: vocab_size "
+                     f"{teacher.config.vocab_size}, the data's tokenizer has {inputs.vocab_size};"
+                     " set data.vocab_file / data.tokenizer to the teacher's vocab")
+  teacher_cfg = train_core.model_config_from(config.model, teacher.config,
+                                             one_example_per_row=not config.data.packing)
+  student_cfg = student_config(teacher_cfg, layers)
+  teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
+  student = model_lib.BertForPreTraining(student_cfg, with_nsp=False)
+  seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq
+  teacher_init = mlm_nsp.init_fn(teacher_model, seq_len, num_predictions)
+  weights = dict(temperature=d.temperature, alpha_ce=d.alpha_ce, alpha_mlm=d.alpha_mlm,
+                 alpha_cos=d.alpha_cos)
+
+  def flops(length, masked_fraction):  # the student's training and the teacher's forward pass
+    return (flops_lib.train_flops_per_token(student_cfg, length, masked_fraction)
+            + flops_lib.train_flops_per_token(teacher_cfg, length, masked_fraction) / 3)
+  return base.Pretraining(
+      student_cfg, objective(student, teacher_model, **weights), inputs.tx, inputs.schedule,
+      functools.partial(train_core.init_state, mlm_nsp.init_fn(student, seq_len, num_predictions),
+                        inputs.tx, prng_impl=inputs.prng_impl),
+      functools.partial(summarize, **weights), lambda params: params, flops,
+      start_from=student_from_teacher(teacher, layers) if d.init_from_teacher else None,
+      place_frozen=functools.partial(place_teacher, teacher, teacher_init),
+      frozen_init=teacher_init, prng_impl=inputs.prng_impl)
+
+
+SPEC = base.Spec(data_modes={"distill": ("nsp", "sop", "full_sentences")}, build=build,
+                 check_config=check_config, reads_teacher=True)

@@ -9,13 +9,16 @@ predictions of the whole batch, the pair loss the mean over its rows. The pair
 head is BertForPreTraining's `nsp` (pooler, dense to 2) for both tasks, as
 ALBERT's SOP head is its NSP head's shape and place.
 """
+import functools
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 
+from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import train_core
+from bert_jax.objectives import base
 
 
 def init_fn(model: model_lib.BertForPreTraining, seq_len: int,
@@ -115,3 +118,29 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
   if "loss" not in sums:
     out["loss"] = out["mlm_loss"] + pair_loss
   return out
+
+
+def check_config(config, bad) -> None:
+  """What mlm_nsp / mlm_sop / mlm need of a pretraining config."""
+  if config.model_type == "distilbert" and config.objective in PAIR_TASKS:
+    bad(f"model_type 'distilbert' has no pooler for objective {config.objective!r}'s sentence "
+        "task; use objective='mlm' or 'distill'")
+
+
+def build(config, inputs: base.BuildInputs) -> base.Pretraining:
+  """BertForPreTraining with the pair head of config.objective (none for 'mlm')."""
+  model_cfg, impl = inputs.model_config, inputs.prng_impl
+  pair_task = PAIR_TASKS.get(config.objective)
+  model = model_lib.BertForPreTraining(model_cfg, with_nsp=pair_task is not None, emd=config.emd)
+  init_params = init_fn(model, config.seq_len, config.data.max_predictions_per_seq)
+  return base.Pretraining(
+      model_cfg, objective(model, pair_task or "nsp"), inputs.tx, inputs.schedule,
+      functools.partial(train_core.init_state, init_params, inputs.tx, prng_impl=impl), summarize,
+      lambda params: params,
+      functools.partial(flops_lib.train_flops_per_token, model_cfg, emd=config.emd),
+      prng_impl=impl)
+
+
+SPEC = base.Spec(data_modes={"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
+                             "mlm": ("nsp", "sop", "full_sentences")},
+                 build=build, check_config=check_config, emd=True)

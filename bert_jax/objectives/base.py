@@ -1,0 +1,96 @@
+"""What a pretraining objective module declares (its `SPEC`) and what its build returns.
+
+bert_jax.objectives.registry finds a Spec by config.objective; bert_jax.pretrain_setup
+checks a config and builds the run from it without naming any objective.
+"""
+import dataclasses
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+import ml_collections
+import optax
+
+from bert_jax import checkpoint as ckpt_lib
+from bert_jax import model_config as model_config_lib
+from bert_jax import train_core
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretraining:
+  """The pieces of a pretraining run that do not depend on devices or data.
+
+  Attributes:
+    model_config: the BertConfig of the exported model (ELECTRA: the discriminator).
+    objective: the train_core.Objective.
+    tx: the optimizer.
+    schedule: its learning-rate schedule.
+    init_fn: rng -> TrainState with boxed params (for eval_shape / jit).
+    summarize: host side, accumulated metric sums -> the logged metrics.
+    export_params: the state's params -> the params of the exported model.
+    flops_per_token: (seq_len, masked fraction) -> training FLOPs per real token.
+    start_from: params to start from when not resuming (distillation: the student made
+      from the teacher), else None.
+    place_frozen: (mesh, rules) -> (frozen params on the mesh, their shardings), the
+      step's `frozen` argument (distillation: the teacher); None when there are none.
+    frozen_init: rng -> the frozen model's boxed params (their shapes and logical axes:
+      bert_jax.aot_compile's abstract `frozen` argument); None when there are none.
+  """
+  model_config: model_config_lib.BertConfig
+  objective: train_core.Objective
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  init_fn: Callable[[jax.Array], Any]
+  summarize: Callable[[dict], dict[str, float]]
+  export_params: Callable[[Any], Any]
+  flops_per_token: Callable[[int, float], float]
+  start_from: Optional[ckpt_lib.Pretrained] = None
+  place_frozen: Optional[Callable[[Any, Any], tuple[Any, Any]]] = None
+  frozen_init: Optional[Callable[[jax.Array], Any]] = None
+  prng_impl: str = train_core.THREEFRY
+
+  def train_step(self, grad_accum_steps: int):
+    return train_core.make_train_step(self.objective, self.tx, self.schedule, grad_accum_steps,
+                                      prng_impl=self.prng_impl)
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildInputs:
+  """What every objective's build gets besides the config.
+
+  Attributes:
+    model_config: the BertConfig of the config's variant and model_type, with the run's
+      compute options.
+    vocab_size: the tokenizer's vocab size.
+    vocab: the tokenizer's tokens (distillation checks the teacher's are the same).
+    tx: the optimizer; schedule: its learning-rate schedule.
+    prng_impl: the run's dropout PRNG implementation.
+  """
+  model_config: model_config_lib.BertConfig
+  vocab_size: int
+  vocab: Sequence[str]
+  tx: optax.GradientTransformation
+  schedule: optax.Schedule
+  prng_impl: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """A pretraining objective module's declaration.
+
+  Attributes:
+    data_modes: objective name -> the data modes it trains on (one module may serve
+      several names: mlm_nsp serves mlm_nsp, mlm_sop and mlm).
+    build: (config, BuildInputs) -> Pretraining.
+    check_config: (config, bad) -> None: the objective's own config checks; `bad(msg)`
+      raises the one-line error.
+    owns_model_types: model types only this objective trains (ELECTRA's).
+    reads_teacher: whether it reads config.teacher_checkpoint.
+    emd: whether DeBERTa's enhanced mask decoder can serve its MLM head.
+  """
+  data_modes: dict
+  build: Callable[[ml_collections.ConfigDict, BuildInputs], Pretraining]
+  check_config: Callable[[ml_collections.ConfigDict, Callable[[str], None]], None] = (
+      lambda config, bad: None)
+  owns_model_types: tuple = ()
+  reads_teacher: bool = False
+  emd: bool = False
