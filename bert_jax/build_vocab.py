@@ -130,6 +130,9 @@ def build_sentencepiece(sentences, output: str, vocab_size: int) -> str:
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parse(argv)
   try:
+    if args.input != "builtin":  # a glob that matches nothing: one line before TensorFlow loads
+      from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
+      sources.check_local_globs(args.input)
     from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
     from bert_jax import train_log  # pylint: disable=g-import-not-at-top
     optional_tensorflow.require("bert_jax.build_vocab (reading and normalising raw text)")

@@ -3,7 +3,6 @@
 Shared by the pretraining entry point (bert_jax.pretrain) and the ahead-of-time
 compile check (bert_jax.aot_compile), so both build exactly the same step.
 """
-import glob
 from typing import Callable, Sequence
 
 from etils import epath
@@ -19,6 +18,7 @@ from bert_jax import mask_filling
 from bert_jax import model_config as model_config_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import train_core
+from bert_jax.data import sources
 from bert_jax.objectives import base as objective_base
 from bert_jax.objectives import registry as objective_registry
 
@@ -56,18 +56,6 @@ def resume_check(config: ml_collections.ConfigDict, config_record: dict,
       RESUME_NEVER_CHANGES, "data.tokenizer / data.vocab_file")
 
 
-def _check_local_files(data: ml_collections.ConfigDict) -> None:
-  """A local data.files glob that matches nothing fails here, before the input pipeline and
-  TensorFlow load (seconds); data/sources.py lists the shards (gs:// too) and says it again."""
-  if data.source != "files":
-    return
-  for pattern in (p.strip() for p in data.files.split(",")):
-    if pattern and "://" not in pattern and not glob.glob(pattern):
-      what = "glob" if any(c in pattern for c in "*?[") else "file"
-      raise FileNotFoundError(f"config.data.files: {what} {pattern!r} "
-                              + ("matches no file" if what == "glob" else "does not exist"))
-
-
 def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   """Fails fast, with the offending key named, on configs that cannot run."""
   def bad(msg):
@@ -99,7 +87,8 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     bad(f"emd (DeBERTa's enhanced mask decoder) needs model_type 'deberta-v2' and objective "
         f"{', '.join(with_emd[:-1])} or {with_emd[-1]}; got model_type {config.model_type!r}, "
         f"objective {config.objective!r}")
-  _check_local_files(config.data)
+  if config.data.source == "files":  # before the input pipeline and TensorFlow load
+    sources.check_local_globs(config.data.files)
   modes = spec.data_modes[config.objective]
   if config.data.mode not in modes:
     bad(f"objective {config.objective!r} needs data.mode in {list(modes)}, got "

@@ -29,7 +29,6 @@ import shlex
 import sys
 
 import numpy as np
-import pytest
 
 from bert_jax import bundle
 from bert_jax import model_config
