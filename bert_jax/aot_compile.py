@@ -42,6 +42,7 @@ from bert_jax import flops as flops_lib  # noqa: E402
 from bert_jax import pretrain_setup  # noqa: E402
 from bert_jax import sharding  # noqa: E402
 from bert_jax import train_core  # noqa: E402
+from bert_jax.objectives import base as objective_base  # noqa: E402
 
 GiB = 1 << 30
 
@@ -207,7 +208,7 @@ def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int,
     return _flops(jax.jit(step).lower(target, batch, *frozen).cost_analysis())
 
 
-def abstract_frozen(setup: pretrain_setup.Pretraining, mesh, rules) -> tuple[tuple, tuple]:
+def abstract_frozen(setup: objective_base.Pretraining, mesh, rules) -> tuple[tuple, tuple]:
   """The step's frozen inputs (distillation: the teacher's params), as ShapeDtypeStructs.
 
   Sharded as bert_jax.pretrain places them (the same model's params' logical axes), and

@@ -479,8 +479,9 @@ def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg
     print("eval_results: " + json.dumps(summary, sort_keys=True), flush=True)
     if summary.get("warning"):
       print(f"WARNING: {summary['warning']}", flush=True)
-    if task_lib.baseline_line(summary, task.primary_metric):
-      print(task_lib.baseline_line(summary, task.primary_metric), flush=True)
+    against = task_lib.baseline_line(summary, task.primary_metric)
+    if against:
+      print(against, flush=True)
     print(f"wrote {out_dir / 'eval_results.json'}"
           + ("" if config.eval_only else f" and the fine-tuned bundle {out_dir / 'export'}"),
           flush=True)

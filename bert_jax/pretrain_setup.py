@@ -150,12 +150,8 @@ def model_config_from(config: ml_collections.ConfigDict, vocab_size: int,
                                       one_example_per_row=not config.data.packing)
 
 
-# What build returns (defined with the objectives, which build it).
-Pretraining = objective_base.Pretraining
-
-
 def build(config: ml_collections.ConfigDict, vocab_size: int,
-          vocab: Sequence[str] = (), pad_id: int = 0) -> Pretraining:
+          vocab: Sequence[str] = (), pad_id: int = 0) -> objective_base.Pretraining:
   """The model, objective, optimizer and init function of a pretraining config.
 
   Args:
