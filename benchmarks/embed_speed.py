@@ -26,7 +26,8 @@ real tokens, float32, --max_length 128:
 Each side runs twice, in the order bert_jax, reference, reference, bert_jax:
 "cold" is the first call of a side (tokenization and every compilation
 included), "warm" the second (compiled functions reused). Prints sentences/s,
-the ratio, and the largest absolute difference of the two sides' embeddings.
+the ratio, and the largest absolute difference of the two sides' embeddings; exits 1
+(after writing --json, with "agree": false) when that difference is over AGREE.
 """
 import argparse
 import json
@@ -110,6 +111,9 @@ def reference_embedder(model_dir: str, max_length: int, batch_size: int):
 
 
 MATMUL_N = 2048
+# The largest difference of the two sides' embeddings that still counts as the same
+# computation: float32 on both sides, but a GPU may run float32 matmuls in TF32.
+AGREE = 2e-2
 
 
 def compute_bound(config, batches, seconds: float) -> dict:
@@ -210,10 +214,15 @@ def main(argv=None) -> int:
   if reference.batches is not None:  # the CPU-matmul bound below is the flax reference's
     result["compute_bound"] = _print_bound(pretrained.config, reference.batches,
                                            seconds["reference warm"])
+  result["agree"] = diff <= AGREE
   if args.json:
     with open(args.json, "w") as f:
       json.dump(result, f, indent=1)
   print(json.dumps(result))
+  if not result["agree"]:
+    print(f"the two sides' embeddings differ by {diff:.2e}, more than {AGREE:g}: they did not "
+          "compute the same thing, so the speed figures do not compare", file=sys.stderr)
+    return 1
   return 0
 
 

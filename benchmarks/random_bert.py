@@ -12,6 +12,7 @@ carry its 90 MB) measures embedding speed on this one. Needs torch and transform
 not TensorFlow.
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -34,6 +35,26 @@ def synthetic_texts(num: int, seed: int = 0) -> list[str]:
   return texts
 
 
+def save_tokenizer(hf_dir: str) -> None:
+  """vocab.txt (bert_jax.convert reads it) and transformers' tokenizer files built from it.
+
+  The tokenizer is loaded from the directory, not built with `BertTokenizerFast(vocab_file=)`:
+  transformers 5 ignores that keyword and saves a tokenizer with an empty vocabulary, which
+  maps every word to [UNK] (the fifth session's GPU embedding comparison differed by 2.26
+  because of it).
+  """
+  import transformers  # pylint: disable=g-import-not-at-top
+  shutil.copyfile(VOCAB, os.path.join(hf_dir, "vocab.txt"))
+  with open(os.path.join(hf_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+    json.dump({"tokenizer_class": "BertTokenizer", "do_lower_case": True}, f)
+  tok = transformers.AutoTokenizer.from_pretrained(hf_dir)
+  ids = tok("Hello world")["input_ids"]
+  if ids != [101, 7592, 2088, 102]:
+    sys.exit(f"transformers {transformers.__version__} tokenized 'Hello world' as {ids}, "
+             "not [101, 7592, 2088, 102]: the tokenizer did not read vocab.txt")
+  tok.save_pretrained(hf_dir)
+
+
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--dst", required=True)
@@ -54,9 +75,7 @@ def main(argv=None) -> int:
                                 num_hidden_layers=args.layers, num_attention_heads=args.heads,
                                 intermediate_size=args.intermediate)
   transformers.BertModel(cfg).save_pretrained(hf_dir, safe_serialization=True)
-  transformers.BertTokenizerFast(vocab_file=VOCAB, do_lower_case=True).save_pretrained(hf_dir)
-  # transformers 5 saves tokenizer.json alone; bert_jax.convert reads vocab.txt.
-  shutil.copyfile(VOCAB, os.path.join(hf_dir, "vocab.txt"))
+  save_tokenizer(hf_dir)
   subprocess.run([sys.executable, "-m", "bert_jax.convert", "--from", "hf", "--src", hf_dir,
                   "--dst", bundle_dir, "--uncased"], check=True,
                  env=dict(os.environ, PYTHONPATH=os.pathsep.join(
