@@ -30,6 +30,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from bert_jax import model as model_lib
+from bert_jax.members import registry as members
 from bert_jax.json_file import read_json
 from bert_jax.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
 
@@ -135,9 +136,9 @@ def pretraining_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
     {'bert/embeddings/word_embeddings/embedding': (vocab, hidden), ...}.
   """
   config = config.replace(scan_layers=False)
-  modules = [model_lib.BertForPreTraining(config, with_nsp=True,
-                                          emd=config.model_type == "deberta-v2")]
-  if config.model_type == "electra":
+  member = members.get(config.model_type)
+  modules = [model_lib.BertForPreTraining(config, with_nsp=True, emd=member.emd)]
+  if member.has_discriminator:
     modules.append(model_lib.ElectraDiscriminator(config))
   out = {}
   for module in modules:

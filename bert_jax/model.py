@@ -35,6 +35,7 @@ import numpy as np
 from bert_jax import disentangled
 from bert_jax import emd
 from bert_jax import layers
+from bert_jax.members import registry as members
 from bert_jax.model_config import BertConfig
 
 Array = jax.Array
@@ -77,7 +78,7 @@ class BertEmbeddings(nn.Module):
     if self.config.type_vocab_size:
       x = x + self.token_type_embeddings(segment_ids)  # [batch, len, embed_dim]
     x = self.layer_norm(x)
-    if self.config.model_type == "deberta-v2":
+    if members.get(self.config.model_type).zero_padding_embeddings:
       x = x * (input_mask > 0)[..., None].astype(x.dtype)
     x = self.dropout(x, deterministic=deterministic)
     if self.config.embed_dim != self.config.hidden_size:
@@ -288,10 +289,10 @@ class BertModel(nn.Module):
     per example."""
     if position_ids is None:
       position_ids = default_position_ids(input_ids, self.config)
-    deberta = self.config.model_type == "deberta-v2"
     x = self.embeddings(input_ids, segment_ids, position_ids, deterministic, input_mask)
     mask = layers.AttentionMask(
-        layers.attention_mask(input_mask, padding_attends=not deberta),
+        layers.attention_mask(input_mask,
+                              padding_attends=members.get(self.config.model_type).padding_attends),
         layers.padding_lengths(input_mask) if self.config.one_example_per_row else None)
     x, hidden, decoded = self.encoder(x, mask, deterministic, output_hidden_states,
                                       output_positions, emd_queries)
@@ -307,7 +308,8 @@ class BertModel(nn.Module):
         first = x.reshape(-1, x.shape[-1])[pool_index]  # [examples, hidden]
       # BERT's pooler is dense + tanh; DeBERTa-v2's ContextPooler dense + its
       # pooler_hidden_act, exact GELU (the only one bert_jax reads).
-      act = functools.partial(jax.nn.gelu, approximate=False) if deberta else jnp.tanh
+      act = {"tanh": jnp.tanh, "gelu": functools.partial(jax.nn.gelu, approximate=False)}[
+          members.get(self.config.model_type).pooler_activation]
       out["pooled_output"] = act(self.pooler(first))
     return out
 
@@ -381,8 +383,9 @@ class BertForPreTraining(nn.Module):
 
   def setup(self):
     c = self.config
-    if self.emd and c.model_type != "deberta-v2":
-      raise ValueError("emd (DeBERTa's enhanced mask decoder) needs model_type 'deberta-v2', "
+    if self.emd and not members.get(c.model_type).emd:
+      with_emd = " or ".join(repr(t) for t in members.names() if members.get(t).emd)
+      raise ValueError(f"emd (DeBERTa's enhanced mask decoder) needs model_type {with_emd}, "
                        f"not {c.model_type!r}")
     self.bert = BertModel(c, add_pooler=self.with_nsp)
     if self.emd:

@@ -6,6 +6,7 @@ from typing import Any
 from etils import epath
 
 from bert_jax.json_file import read_json
+from bert_jax.members import registry as members
 
 # name: (layers, hidden, heads); intermediate size is 4 x hidden.
 VARIANTS = {
@@ -25,8 +26,6 @@ ARCH_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads",
                "position_buckets")
 # Fields that change what the same parameter shapes compute (and their foreign names).
 FAMILY_FIELDS = ("model_type", "position_offset", "share_layers")
-# The BERT family members this encoder computes, by Hugging Face model_type.
-MODEL_TYPES = ("bert", "roberta", "distilbert", "electra", "albert", "deberta-v2")
 
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
 _REMAT = ("none", "full", "dots")
@@ -63,8 +62,9 @@ class BertConfig:
   position_buckets: int = 0
   # ALBERT: one layer's parameters (bert/encoder/layer_0) applied num_layers times.
   share_layers: bool = False
-  # Which member of the BERT family (MODEL_TYPES): picks the foreign parameter
-  # names and config.json keys; the computation follows from the fields here.
+  # Which member of the BERT family (bert_jax.members: one module each): picks the foreign
+  # parameter names and config.json keys; the computation follows from the fields here and
+  # the member's switches.
   model_type: str = "bert"
   # 0: position ids 0..len-1 (BERT). >0 (RoBERTa: pad_token_id + 1): the default
   # position ids are transformers' create_position_ids_from_input_ids: tokens other
@@ -103,8 +103,7 @@ class BertConfig:
     if self.share_layers and self.scan_layers:
       raise ValueError("share_layers (ALBERT) computes one layer num_layers times; "
                        "scan_layers is not supported with it")
-    if self.model_type not in MODEL_TYPES:
-      raise ValueError(f"model_type {self.model_type!r} not in {MODEL_TYPES}")
+    members.get(self.model_type)  # a ValueError naming the known members
     self._check_disentangled()
     if not isinstance(self.position_offset, int) or self.position_offset < 0:
       raise ValueError(f"position_offset must be an int >= 0, got {self.position_offset!r}")
@@ -121,17 +120,17 @@ class BertConfig:
         raise ValueError(f"{f} {getattr(self, f)!r} not in float32/bfloat16/float16")
 
   def _check_disentangled(self):
-    """DeBERTa-v2's fields are set exactly for model_type 'deberta-v2'."""
-    if self.model_type != "deberta-v2":
+    """The relative-attention fields are set exactly for a member with relative attention."""
+    if not members.get(self.model_type).relative_attention:
       if self.max_relative_positions or self.position_buckets or not self.absolute_positions:
         raise ValueError(f"model_type {self.model_type!r} has absolute positions only "
                          "(max_relative_positions, position_buckets 0, absolute_positions True)")
       return
     if self.max_relative_positions < 1:
-      raise ValueError("model_type 'deberta-v2' needs max_relative_positions >= 1, got "
+      raise ValueError(f"model_type {self.model_type!r} needs max_relative_positions >= 1, got "
                        f"{self.max_relative_positions}")
     if self.embedding_size not in (0, self.hidden_size) or self.share_layers:
-      raise ValueError("model_type 'deberta-v2' with embedding_size != hidden_size or "
+      raise ValueError(f"model_type {self.model_type!r} with embedding_size != hidden_size or "
                        "share_layers is not supported")
 
   @property
@@ -197,152 +196,29 @@ def variant(name: str, vocab_size: int, **overrides) -> BertConfig:
                     num_heads=heads, intermediate_size=4 * hidden, **overrides)
 
 
-# The architectures pretraining builds from a variant's sizes (configs/pretrain.py model_type).
-PRETRAIN_MODEL_TYPES = MODEL_TYPES
-
-
 def for_pretraining(config: BertConfig, model_type: str, pad_id: int = 0) -> BertConfig:
-  """`config`'s sizes (a variant's) as the family member `model_type` is built.
+  """`config`'s sizes (a variant's) as the family member `model_type` builds them.
 
   Args:
     config: a BERT config with the variant's sizes.
-    model_type: one of PRETRAIN_MODEL_TYPES.
+    model_type: a registered member (bert_jax.members.registry).
     pad_id: the tokenizer's padding id (RoBERTa's positions start after it).
 
   Returns:
-    'bert': config. 'roberta': one token type, positions from pad_id + 1 (the table grows
-    by pad_id + 1 rows, 514 for roberta-base), LayerNorm eps 1e-5. 'albert': embeddings of
-    128 (half of hidden when hidden <= 128) projected to hidden, one layer shared by all,
-    gelu_new. 'distilbert': no token types. 'electra': BERT's shapes under ELECTRA's names.
-    'deberta-v2': deberta_v3(config).
+    The member's `build` of config (bert_jax/members/<member>.py says what it changes).
   """
-  if model_type not in PRETRAIN_MODEL_TYPES:
-    raise ValueError(f"model_type {model_type!r} not in {list(PRETRAIN_MODEL_TYPES)}")
-  if model_type == "roberta":
-    return config.replace(model_type="roberta", type_vocab_size=1, pad_token_id=pad_id,
-                          position_offset=pad_id + 1, layer_norm_eps=1e-5,
-                          max_position_embeddings=config.max_position_embeddings + pad_id + 1)
-  if model_type == "albert":
-    embed = 128 if config.hidden_size > 128 else config.hidden_size // 2
-    return config.replace(model_type="albert", embedding_size=embed, share_layers=True,
-                          hidden_act="gelu_new")
-  if model_type == "distilbert":
-    return config.replace(model_type="distilbert", type_vocab_size=0)
-  if model_type == "deberta-v2":
-    return deberta_v3(config)
-  return config.replace(model_type=model_type)
-
-
-def deberta_v3(config: BertConfig) -> BertConfig:
-  """`config`'s sizes with DeBERTa-v3's encoder (microsoft/deberta-v3-base's config.json):
-  disentangled attention over 256 log position buckets up to max_position_embeddings, no
-  absolute position embeddings, no token types, LayerNorm eps 1e-7."""
-  return config.replace(model_type="deberta-v2", absolute_positions=False, type_vocab_size=0,
-                        max_relative_positions=config.max_position_embeddings,
-                        position_buckets=256, layer_norm_eps=1e-7)
-
-
-# Hugging Face config.json key <-> our field, per model_type; the first five are required.
-_BERT_KEYS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_hidden_layers": "num_layers",
-    "num_attention_heads": "num_heads",
-    "intermediate_size": "intermediate_size",
-    "max_position_embeddings": "max_position_embeddings",
-    "type_vocab_size": "type_vocab_size",
-    "hidden_act": "hidden_act",
-    "hidden_dropout_prob": "dropout_rate",
-    "attention_probs_dropout_prob": "attention_dropout_rate",
-    "layer_norm_eps": "layer_norm_eps",
-    "initializer_range": "initializer_range",
-}
-_HF_KEYS = {
-    "bert": _BERT_KEYS,
-    "roberta": {**_BERT_KEYS, "pad_token_id": "pad_token_id"},
-    "electra": {**_BERT_KEYS, "embedding_size": "embedding_size"},
-    "albert": {**_BERT_KEYS, "embedding_size": "embedding_size"},
-    # The relative-attention keys are read by _deberta_fields.
-    "deberta-v2": {**_BERT_KEYS, "pad_token_id": "pad_token_id"},
-    "distilbert": {
-        "vocab_size": "vocab_size",
-        "dim": "hidden_size",
-        "n_layers": "num_layers",
-        "n_heads": "num_heads",
-        "hidden_dim": "intermediate_size",
-        "max_position_embeddings": "max_position_embeddings",
-        "activation": "hidden_act",
-        "dropout": "dropout_rate",
-        "attention_dropout": "attention_dropout_rate",
-        "initializer_range": "initializer_range",
-        "pad_token_id": "pad_token_id",
-    },
-}
-# Fields each model_type fixes (transformers hard-codes them or they define the type).
-_FIXED = {
-    "bert": {},
-    "roberta": {},
-    "electra": {},
-    "albert": {"share_layers": True},
-    "distilbert": {"type_vocab_size": 0, "layer_norm_eps": 1e-12},
-    "deberta-v2": {},
-}
-# transformers' defaults where config.json may omit a key our defaults differ from.
-_HF_DEFAULTS = {"roberta": {"pad_token_id": 1}, "electra": {"embedding_size": 128},
-                "albert": {"embedding_size": 128, "hidden_act": "gelu_new"},
-                "distilbert": {}, "bert": {},
-                "deberta-v2": {"type_vocab_size": 0, "layer_norm_eps": 1e-7}}
-# DeBERTa-v2's attention as bert_jax computes it (DeBERTa-v3's), as config.json spells it.
-_DEBERTA_ATTENTION = {"relative_attention": True, "pos_att_type": ["p2c", "c2p"],
-                      "share_att_key": True, "norm_rel_ebd": "layer_norm", "conv_kernel_size": 0,
-                      "legacy": True}
-
-
-def _deberta_fields(d: dict[str, Any], kw: dict[str, Any], source: str) -> dict[str, Any]:
-  """The relative-attention fields of a deberta-v2 config.json (transformers' getattr
-  defaults where a key is absent); one error naming every setting bert_jax does not compute."""
-  pos_att = d.get("pos_att_type") or []
-  if isinstance(pos_att, str):
-    pos_att = [x.strip() for x in pos_att.lower().split("|")]
-  norm = [x.strip() for x in str(d.get("norm_rel_ebd", "none")).lower().split("|")]
-  found = {"relative_attention": bool(d.get("relative_attention", False)),
-           "pos_att_type": sorted(pos_att, reverse=True),
-           "share_att_key": bool(d.get("share_att_key", False)),
-           "norm_rel_ebd": "layer_norm" if "layer_norm" in norm else d.get("norm_rel_ebd", "none"),
-           "conv_kernel_size": d.get("conv_kernel_size", 0), "legacy": d.get("legacy", True)}
-  bad = [f"{k}={v!r}" for k, v in found.items() if v != _DEBERTA_ATTENTION[k]]
-  hidden = kw["hidden_size"]
-  if d.get("embedding_size", hidden) != hidden:
-    bad.append(f"embedding_size={d['embedding_size']!r} (!= hidden_size)")
-  if d.get("attention_head_size", hidden // kw["num_heads"]) != hidden // kw["num_heads"]:
-    bad.append(f"attention_head_size={d['attention_head_size']!r}")
-  if bad:
-    raise ValueError(f"{source}: DeBERTa-v2 with {', '.join(bad)} is not supported (bert_jax "
-                     "computes DeBERTa-v3's attention: relative_attention, pos_att_type p2c|c2p, "
-                     "share_att_key, norm_rel_ebd layer_norm, no ConvLayer, the legacy "
-                     "cls.predictions MLM head)")
-  if d.get("pooler_hidden_act", "gelu") not in ("gelu", "gelu_python"):
-    bad.append(f"pooler_hidden_act={d['pooler_hidden_act']!r}")
-  if d.get("pooler_hidden_size", hidden) != hidden:
-    bad.append(f"pooler_hidden_size={d['pooler_hidden_size']!r} (!= hidden_size)")
-  if bad:
-    raise ValueError(f"{source}: DeBERTa-v2 with {', '.join(bad)} is not supported (bert_jax's "
-                     "ContextPooler is dense hidden -> hidden and exact GELU)")
-  max_rel = d.get("max_relative_positions", -1)
-  return dict(max_relative_positions=max_rel if max_rel >= 1 else kw.get(
-                  "max_position_embeddings", 512),
-              position_buckets=max(d.get("position_buckets", -1), 0),
-              absolute_positions=bool(d.get("position_biased_input", True)))
+  return members.get(model_type).build(config, pad_id)
 
 
 def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
-  """Reads a Hugging Face config.json dict (model_type bert, roberta, distilbert, electra,
-  albert or deberta-v2; no model_type: a Google bert_config.json)."""
+  """Reads a Hugging Face config.json dict (a registered member's model_type; no
+  model_type: a Google bert_config.json)."""
   model_type = d.get("model_type", "bert")
-  if model_type not in _HF_KEYS:
+  if model_type not in members.names():
     raise ValueError(f"{source}: model_type {model_type!r} is not supported; "
-                     f"bert_jax converts {list(_HF_KEYS)}")
-  keys = _HF_KEYS[model_type]
+                     f"bert_jax converts {list(members.names())}")
+  member = members.get(model_type)
+  keys = member.hf_keys
   missing = [k for k in list(keys)[:5] if k not in d]
   if missing:
     raise ValueError(f"{source}: not a {model_type} config, missing keys {missing}")
@@ -355,24 +231,11 @@ def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
   if d.get("tie_word_embeddings", True) is not True:
     raise ValueError(f"{source}: tie_word_embeddings false is not supported (bert_jax ties "
                      "the MLM decoder to the word embeddings)")
-  kw = {**_HF_DEFAULTS[model_type], **{ours: d[hf] for hf, ours in keys.items() if hf in d}}
+  kw = {**member.hf_defaults, **{ours: d[hf] for hf, ours in keys.items() if hf in d}}
   if kw.get("hidden_act") == "gelu_python":
     kw["hidden_act"] = "gelu"
-  if model_type == "albert":
-    groups = (d.get("num_hidden_groups", 1), d.get("inner_group_num", 1))
-    if groups != (1, 1) or kw["embedding_size"] == kw["hidden_size"]:
-      raise ValueError(f"{source}: ALBERT with num_hidden_groups, inner_group_num {groups} and "
-                       f"embedding_size {kw['embedding_size']} is not supported (only one shared "
-                       "layer, embedding_size != hidden_size, as every released ALBERT)")
-  kw.update(_FIXED[model_type], model_type=model_type)
-  if model_type == "deberta-v2":
-    kw.update(_deberta_fields(d, kw, source))
-  if model_type == "roberta":
-    kw["position_offset"] = kw["pad_token_id"] + 1
-    if kw.get("hidden_act", "gelu") != "gelu":  # RoBERTa's lm_head is always exact GELU
-      raise ValueError(f"{source}: hidden_act {d['hidden_act']!r} is not supported for roberta "
-                       "(its MLM head uses GELU whatever hidden_act says; bert_jax uses one "
-                       "activation)")
+  kw.update(member.fixed, model_type=model_type)
+  kw.update(member.read_hf(d, kw, source))
   return BertConfig(**kw)
 
 
@@ -383,28 +246,18 @@ def to_hf_dict(config: BertConfig) -> dict[str, Any]:
   Raises:
     ValueError: a field that the model_type's transformers class cannot express.
   """
-  t = config.model_type
-  fixed = {**_FIXED[t], **({"position_offset": config.pad_token_id + 1} if t == "roberta"
-                           else {"position_offset": 0})}
-  if t not in ("electra", "albert"):
+  member = members.get(config.model_type)
+  fixed = {**member.fixed, "position_offset": (config.pad_token_id + 1
+                                               if member.offset_positions else 0)}
+  if not member.factorized_embeddings:
     fixed["embedding_size"] = 0
   fixed.setdefault("share_layers", False)
   bad = [f"{f}={getattr(config, f)!r} (must be {v!r})" for f, v in fixed.items()
          if getattr(config, f) != v]
   if bad:
-    raise ValueError(f"model_type {t!r} cannot be exported with {', '.join(bad)}")
-  d = {hf: getattr(config, ours) for hf, ours in _HF_KEYS[t].items()}
-  if t in ("electra", "albert"):
+    raise ValueError(f"model_type {config.model_type!r} cannot be exported with {', '.join(bad)}")
+  d = {hf: getattr(config, ours) for hf, ours in member.hf_keys.items()}
+  if member.factorized_embeddings:
     d["embedding_size"] = config.embed_dim
-  if t == "albert":
-    d.update(num_hidden_groups=1, inner_group_num=1)
-  if t == "distilbert":
-    d.update(model_type=t, sinusoidal_pos_embds=False, tie_weights_=True)
-  elif t == "deberta-v2":
-    d.update(_DEBERTA_ATTENTION, model_type=t, max_relative_positions=config.max_relative_positions,
-             position_buckets=config.position_buckets or -1,
-             position_biased_input=config.absolute_positions)
-  else:
-    d.update(model_type=t, position_embedding_type="absolute")
-    d.setdefault("pad_token_id", config.pad_token_id)
+  d.update({k: v for k, v in member.write_hf(config).items() if k not in d})
   return d

@@ -19,6 +19,7 @@ from bert_jax import model_config as model_config_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import train_core
 from bert_jax.data import sources
+from bert_jax.members import registry as members
 from bert_jax.objectives import base as objective_base
 from bert_jax.objectives import registry as objective_registry
 
@@ -72,8 +73,8 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.data.max_predictions_per_seq > config.seq_len:
     bad(f"data.max_predictions_per_seq {config.data.max_predictions_per_seq} > seq_len "
         f"{config.seq_len}")
-  if config.model_type not in model_config_lib.PRETRAIN_MODEL_TYPES:
-    bad(f"model_type {config.model_type!r} not in {list(model_config_lib.PRETRAIN_MODEL_TYPES)}")
+  if config.model_type not in members.names():
+    bad(f"model_type {config.model_type!r} not in {list(members.names())}")
   names = objective_registry.names()
   if config.objective not in names:
     bad(f"objective {config.objective!r} not in {names}")
@@ -82,9 +83,10 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if owner and owner != config.objective:
     bad(f"model_type {config.model_type!r} is trained by objective={owner!r}, not "
         f"{config.objective!r}")
-  if config.emd and (config.model_type != "deberta-v2" or not spec.emd):
+  if config.emd and (not members.get(config.model_type).emd or not spec.emd):
     with_emd = sorted(n for n in names if objective_registry.get(n).emd)
-    bad(f"emd (DeBERTa's enhanced mask decoder) needs model_type 'deberta-v2' and objective "
+    member_emd = " or ".join(repr(t) for t in members.names() if members.get(t).emd)
+    bad(f"emd (DeBERTa's enhanced mask decoder) needs model_type {member_emd} and objective "
         f"{', '.join(with_emd[:-1])} or {with_emd[-1]}; got model_type {config.model_type!r}, "
         f"objective {config.objective!r}")
   if config.data.source == "files":  # before the input pipeline and TensorFlow load

@@ -111,7 +111,7 @@ def get_config(arg=None):
   # 'electra' (replaced-token detection with a small generator; the `electra` section) or
   # 'distill' (DistilBERT: a student of teacher_checkpoint; the `distill` section).
   c.objective = "mlm_nsp"
-  # The family member built with the variant's sizes (bert_jax.model_config.for_pretraining):
+  # The family member built with the variant's sizes (bert_jax/members/, its module's build):
   # 'bert'; 'roberta' (one token type, positions from the tokenizer's pad id + 1); 'albert'
   # (128-wide embeddings projected to hidden, half of hidden up to 128; one layer shared by
   # all); 'distilbert' (no token types or pooler: objective 'mlm'); 'electra' (objective

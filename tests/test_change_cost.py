@@ -1,10 +1,11 @@
-"""Adding an objective or a task is one module (and its config), with no edit to the package.
+"""Adding an objective, a task or a family member is one module (and its config), with no
+edit to the package.
 
 Issue 31's change-cost test: each test writes a module of its own into a folder
 outside the package, imports it (it registers itself with the registry), and
-trains with it end to end through the real entry points. A family member and an
-input source cannot yet be added this way (they still live in tables inside the
-package): those are the next registries.
+trains with it end to end through the real entry points. An input source cannot
+yet be added this way (sources are still strings switched on inside the package):
+that is the next registry.
 """
 import importlib.util
 import json
@@ -16,8 +17,12 @@ import textwrap
 import numpy as np
 import pytest
 
+from bert_jax import checkpoint as ckpt_lib
 from bert_jax import finetune
 from bert_jax import pretrain
+from bert_jax.conversion import hf as hf_conversion
+from bert_jax.conversion import name_map
+from bert_jax.members import registry as member_registry
 from bert_jax.objectives import registry as objective_registry
 from bert_jax.tasks import registry as task_registry
 from tests import test_finetune
@@ -164,6 +169,27 @@ def get_config(arg=None):
 '''
 
 
+# A new family member: BERT's network with ReLU, stored by "transformers" under `toy.`
+# with its own config.json key for the layer count.
+TOY_MEMBER = '''
+"""Toy member 'toy-relu-bert': BERT with ReLU, its tensors under `toy.`."""
+from bert_jax.members import base
+from bert_jax.members import registry
+
+MEMBER = base.Member(
+    model_type="toy-relu-bert",
+    hf_keys={**{k: v for k, v in base.BERT_KEYS.items() if k != "num_hidden_layers"},
+             "n_layer": "num_layers"},
+    build=lambda config, pad_id: config.replace(model_type="toy-relu-bert", hidden_act="relu"),
+    hf=base.HfLayout("toy", {"cls.predictions.decoder.weight": "toy.embeddings.word_embeddings.weight",
+                             "cls.predictions.decoder.bias": "cls.predictions.bias"},
+                     ("ToyModel", "ToyForMaskedLM", "ToyForPreTraining"), "BertTokenizer",
+                     renames={"bert.": "toy.", "cls.": "cls."}),
+    fixed={"hidden_act": "relu"})
+registry.register(MEMBER)
+'''
+
+
 def _import_from(directory: pathlib.Path, name: str, source: str):
   path = directory / f"{name}.py"
   path.write_text(textwrap.dedent(source), encoding="utf-8")
@@ -174,15 +200,21 @@ def _import_from(directory: pathlib.Path, name: str, source: str):
   return module
 
 
-def test_a_new_objective_is_one_module(tmp_path, monkeypatch):
-  monkeypatch.setattr(objective_registry, "SPECS", dict(objective_registry.SPECS))
-  _import_from(tmp_path, "toy_smoothed_mlm", TOY_OBJECTIVE)
-  corpus = tmp_path / "corpus.txt"
+def _corpus(directory: pathlib.Path) -> pathlib.Path:
+  """30 documents of 5 sentences of 8 words."""
+  corpus = directory / "corpus.txt"
   rng = np.random.default_rng(0)
   words = " ".join(test_pretrain.WORDS).split()
   corpus.write_text("\n\n".join(
       "\n".join(" ".join(rng.choice(words, 8)) + " ." for _ in range(5)) for _ in range(30)),
       encoding="utf-8")
+  return corpus
+
+
+def test_a_new_objective_is_one_module(tmp_path, monkeypatch):
+  monkeypatch.setattr(objective_registry, "SPECS", dict(objective_registry.SPECS))
+  _import_from(tmp_path, "toy_smoothed_mlm", TOY_OBJECTIVE)
+  corpus = _corpus(tmp_path)
   config = test_pretrain.small_config(str(corpus), objective="smoothed_mlm",
                                       total_steps=3, checkpoint_every=3)
   config.data.mode = "full_sentences"
@@ -228,3 +260,46 @@ def test_a_new_task_is_one_module_and_its_config(tmp_path, monkeypatch):
   info = json.loads((workdir / "export" / "bundle.json").read_text())
   assert info["task"] == "long_sentence"
   assert os.path.isdir(workdir / "finetune_checkpoints")
+
+
+def test_a_new_member_is_one_module(tmp_path, monkeypatch):
+  monkeypatch.setattr(member_registry, "MEMBERS", dict(member_registry.MEMBERS))
+  _import_from(tmp_path, "toy_relu_bert", TOY_MEMBER)
+  name_map.hf_rules.cache_clear()
+  try:
+    corpus = _corpus(tmp_path)
+    # Pretraining builds the member from the variant's sizes.
+    config = test_pretrain.small_config(str(corpus), model_type="toy-relu-bert", total_steps=3,
+                                        checkpoint_every=3)
+    workdir = tmp_path / "run"
+    pretrain.train_and_export(config, str(workdir))
+    trained = ckpt_lib.load_pretrained(str(workdir / "export"))
+    assert trained.config.model_type == "toy-relu-bert" and trained.config.hidden_act == "relu"
+    # Conversion: its own config.json key and tensor names, and back to the same params.
+    hf_dir = tmp_path / "hf"
+    hf_conversion.bundle_to_hf(str(workdir / "export"), str(hf_dir))
+    hf_config = json.loads((hf_dir / "config.json").read_text())
+    assert hf_config["model_type"] == "toy-relu-bert"
+    assert hf_config["n_layer"] == trained.config.num_layers and "num_hidden_layers" not in hf_config
+    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+    names = set(load_file(str(hf_dir / "model.safetensors")))
+    assert "toy.encoder.layer.0.attention.self.query.weight" in names
+    assert not any(n.startswith("bert.") for n in names)
+    back = hf_conversion.load_hf(str(hf_dir))
+    assert back["config"] == trained.config
+    flat = lambda p: {"/".join(k): v for k, v in _flatten(p).items()}  # noqa: E731
+    ours, theirs = flat(trained.params), flat(back["params"])
+    assert set(ours) == set(theirs)
+    assert all(np.array_equal(np.asarray(ours[k]), np.asarray(theirs[k])) for k in ours)
+  finally:
+    name_map.hf_rules.cache_clear()
+
+
+def _flatten(tree, prefix=()):
+  out = {}
+  for k, v in tree.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, prefix + (k,)))
+    else:
+      out[prefix + (k,)] = v
+  return out

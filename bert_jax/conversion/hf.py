@@ -16,7 +16,6 @@ ALBERT's spiece.model or DeBERTa's spm.model copied into the bundle's tokenizer/
 `bundle_to_hf`).
 """
 from flax import traverse_util
-import dataclasses
 import json
 import os
 from typing import Any, Optional
@@ -28,6 +27,7 @@ from bert_jax import bundle
 from bert_jax import conversion
 from bert_jax.conversion import name_map
 from bert_jax.json_file import read_json
+from bert_jax.members import registry as members
 from bert_jax.model_config import BertConfig, from_hf_dict, to_hf_dict
 
 SAFETENSORS = "model.safetensors"
@@ -37,60 +37,6 @@ FLAX_MSGPACK = "flax_model.msgpack"
 _ENCODER_ROOTS = ("embeddings", "embeddings_project", "encoder", "transformer", "pooler")
 
 
-@dataclasses.dataclass(frozen=True)
-class Layout:
-  """How transformers stores one model_type (PyTorch-layout names).
-
-  Attributes:
-    prefix: the base model's name in head models ('bert' in bert.encoder...).
-    ignore: regular expressions of buffers some checkpoints store (not params).
-    tied: {tensor: the tensor it is tied to}; checked equal, then dropped.
-    architectures: (base model, with the MLM head, with MLM and NSP or None).
-    discriminator: the architecture with ELECTRA's discriminator head, or None.
-    tokenizer_class: for the exported tokenizer_config.json.
-    other_tokenizer: its tokenizer when it is not a WordPiece vocab.txt (a bundle
-      copies those files into its tokenizer/), or None.
-  """
-  prefix: str
-  tied: dict[str, str]
-  architectures: tuple[str, str, Optional[str]]
-  tokenizer_class: str
-  other_tokenizer: Optional[str] = None
-  discriminator: Optional[str] = None
-
-  @property
-  def ignore(self) -> tuple[str, ...]:
-    return (rf"{self.prefix}\.embeddings\.position_ids", rf"{self.prefix}\.embeddings\.token_type_ids")
-
-
-LAYOUTS = {
-    "bert": Layout("bert", {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
-                            "cls.predictions.decoder.bias": "cls.predictions.bias"},
-                   ("BertModel", "BertForMaskedLM", "BertForPreTraining"), "BertTokenizer"),
-    "roberta": Layout("roberta",
-                      {"lm_head.decoder.weight": "roberta.embeddings.word_embeddings.weight",
-                       "lm_head.decoder.bias": "lm_head.bias"},
-                      ("RobertaModel", "RobertaForMaskedLM", None), "RobertaTokenizer",
-                      other_tokenizer="a byte-level BPE tokenizer (vocab.json + merges.txt)"),
-    "albert": Layout("albert",
-                     {"predictions.decoder.weight": "albert.embeddings.word_embeddings.weight",
-                      "predictions.decoder.bias": "predictions.bias"},
-                     ("AlbertModel", "AlbertForMaskedLM", "AlbertForPreTraining"),
-                     "AlbertTokenizer", other_tokenizer="a SentencePiece tokenizer (spiece.model)"),
-    "electra": Layout("electra",
-                      {"generator_lm_head.weight": "electra.embeddings.word_embeddings.weight"},
-                      ("ElectraModel", "ElectraForMaskedLM", None), "ElectraTokenizer",
-                      discriminator="ElectraForPreTraining"),
-    "deberta-v2": Layout("deberta",
-                         {"cls.predictions.decoder.weight":
-                              "deberta.embeddings.word_embeddings.weight",
-                          "cls.predictions.decoder.bias": "cls.predictions.bias"},
-                         ("DebertaV2Model", "DebertaV2ForMaskedLM", None), "DebertaV2Tokenizer",
-                         other_tokenizer="a SentencePiece tokenizer (spm.model)"),
-    "distilbert": Layout("distilbert",
-                         {"vocab_projector.weight": "distilbert.embeddings.word_embeddings.weight"},
-                         ("DistilBertModel", "DistilBertForMaskedLM", None), "DistilBertTokenizer"),
-}
 _BIN_HELP = (
     "bert_jax reads safetensors only and never unpickles checkpoints. Convert it once where "
     "PyTorch is installed, e.g.\n"
@@ -164,7 +110,7 @@ def normalise_names(shapes: dict[str, tuple], prefix: str = "bert") -> dict[str,
 
   Args:
     shapes: {raw name: shape}.
-    prefix: the base model's name (Layout.prefix: 'bert', 'roberta', ...).
+    prefix: the base model's name (the member's HfLayout.prefix: 'bert', 'roberta', ...).
 
   Returns:
     {normalised name: (raw name, transpose)}; transpose is True for Flax 2-D
@@ -193,7 +139,7 @@ def normalise_names(shapes: dict[str, tuple], prefix: str = "bert") -> dict[str,
 
 
 def read_config(src: str) -> BertConfig:
-  """Reads an HF config.json (any model_type of LAYOUTS) into a BertConfig."""
+  """Reads an HF config.json (any registered member's model_type) into a BertConfig."""
   path = epath.Path(src) / "config.json"
   if not epath.Path(src).is_dir():
     raise FileNotFoundError(f"Hugging Face model directory not found: {src}")
@@ -230,7 +176,7 @@ def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]
   """
   root = epath.Path(src)
   config = read_config(src)
-  layout = LAYOUTS[config.model_type]
+  layout = members.get(config.model_type).hf
   files, kind = _weight_files(root)
   raw_shapes, raw_load = _raw_tensors(files, kind)
   names = normalise_names(raw_shapes, layout.prefix)
@@ -251,7 +197,7 @@ def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]
 
   where = ", ".join(os.fspath(f) for f in files)
   source = name_map.TensorSource({n: shape(n) for n in names}, load, where)
-  params, dropped = name_map.to_ours(source, name_map.HF_RULES_BY_TYPE[config.model_type],
+  params, dropped = name_map.to_ours(source, name_map.hf_rules(config.model_type),
                                      config, ignore=layout.ignore,
                                      drop_unexpected=drop_unexpected)
   for tied_name, target in layout.tied.items():
@@ -289,7 +235,7 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   """
   root = epath.Path(src)
   config = read_config(src)
-  other_tokenizer = LAYOUTS[config.model_type].other_tokenizer
+  other_tokenizer = members.get(config.model_type).hf.other_tokenizer
   if other_tokenizer:
     return _load_hf_other_tokenizer(src, config, other_tokenizer, drop_unexpected, lowercase)
   vocab = root / "vocab.txt"
@@ -322,7 +268,7 @@ def _load_hf_other_tokenizer(src: str, config: BertConfig, other_tokenizer: str,
   n = len(tok.inv_vocab)
   # DeBERTa-v3's released table has 128,100 rows for 128,001 tokens: the rows past the
   # tokenizer's are no token's and are dropped (the bundle's vocab is the tokenizer's).
-  padded = config.model_type == "deberta-v2" and n < config.vocab_size
+  padded = members.get(config.model_type).vocab_table_padded and n < config.vocab_size
   if n != config.vocab_size and not padded:
     raise ValueError(f"{files.path}: {n} tokens but config.json has vocab_size "
                      f"{config.vocab_size}")
@@ -355,12 +301,12 @@ def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
 
 
 def _architecture(model_type: str, heads: tuple[str, ...]) -> str:
-  base, masked_lm, pretraining = LAYOUTS[model_type].architectures
+  base, masked_lm, pretraining = members.get(model_type).hf.architectures
   if "discriminator" in heads:
     if "mlm" in heads:
       raise ValueError("params hold both ELECTRA's generator (mlm) and discriminator heads; "
                        "they are two models with their own encoders: export them separately")
-    return LAYOUTS[model_type].discriminator
+    return members.get(model_type).hf.discriminator
   if "mlm" in heads and pretraining and ("nsp" in heads or "pooler" in heads):
     return pretraining
   return masked_lm if "mlm" in heads else base
@@ -386,7 +332,7 @@ def params_to_hf(params: dict, config: BertConfig, dst: str) -> dict[str, Any]:
   # deberta.embeddings.position_embeddings, which transformers skips on load).
   dropped = [f"emd/{p}" for p in traverse_util.flatten_dict(params.get("emd", {}), sep="/")]
   params = {k: v for k, v in params.items() if k != "emd"}
-  tensors = name_map.from_ours(params, name_map.HF_RULES_BY_TYPE[config.model_type], config)
+  tensors = name_map.from_ours(params, name_map.hf_rules(config.model_type), config)
   heads = bundle.heads_of(params)
   arch = _architecture(config.model_type, heads)
   hf_config["architectures"] = [arch]
@@ -425,7 +371,7 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   else:
     (out / "vocab.txt").write_text("".join(t + "\n" for t in b.vocab), encoding="utf-8")
   tok = {"do_lower_case": b.lowercase,
-         "tokenizer_class": LAYOUTS[b.config.model_type].tokenizer_class,
+         "tokenizer_class": members.get(b.config.model_type).hf.tokenizer_class,
          "model_max_length": b.config.max_position_embeddings}
   (out / "tokenizer_config.json").write_text(json.dumps(tok, indent=2) + "\n")
   return dict(written, config=b.config)

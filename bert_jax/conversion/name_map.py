@@ -13,6 +13,7 @@ complete.
 """
 from flax import traverse_util
 import dataclasses
+import functools
 import re
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -20,6 +21,7 @@ import jax
 import numpy as np
 
 from bert_jax import bundle
+from bert_jax.members import registry as members
 from bert_jax.model_config import BertConfig
 
 GROUPS = ("encoder", "pooler", "mlm", "nsp", "discriminator")
@@ -177,108 +179,30 @@ def renamed(rules: Sequence[Rule], prefixes: Mapping[str, Optional[str]]) -> tup
   return tuple(out)
 
 
-# RoBERTa: BERT's names under `roberta.`, the MLM head as `lm_head`, no NSP.
-ROBERTA_RULES = renamed(HF_RULES, {
-    "bert.": "roberta.",
-    "cls.predictions.transform.dense.": "lm_head.dense.",
-    "cls.predictions.transform.LayerNorm.": "lm_head.layer_norm.",
-    "cls.predictions.bias": "lm_head.bias",
-    "cls.seq_relationship.": None,
-})
-
-# DistilBERT: no token types, no pooler, no NSP; its own layer and head names.
-_DISTIL_LAYER = "distilbert.transformer.layer.{i}."
-DISTILBERT_RULES = renamed(HF_RULES, {
-    "bert.embeddings.": "distilbert.embeddings.",
-    "bert.embeddings.token_type_embeddings.": None,
-    "bert.encoder.layer.{i}.attention.self.query.": _DISTIL_LAYER + "attention.q_lin.",
-    "bert.encoder.layer.{i}.attention.self.key.": _DISTIL_LAYER + "attention.k_lin.",
-    "bert.encoder.layer.{i}.attention.self.value.": _DISTIL_LAYER + "attention.v_lin.",
-    "bert.encoder.layer.{i}.attention.output.dense.": _DISTIL_LAYER + "attention.out_lin.",
-    "bert.encoder.layer.{i}.attention.output.LayerNorm.": _DISTIL_LAYER + "sa_layer_norm.",
-    "bert.encoder.layer.{i}.intermediate.dense.": _DISTIL_LAYER + "ffn.lin1.",
-    "bert.encoder.layer.{i}.output.dense.": _DISTIL_LAYER + "ffn.lin2.",
-    "bert.encoder.layer.{i}.output.LayerNorm.": _DISTIL_LAYER + "output_layer_norm.",
-    "bert.pooler.": None,
-    "cls.predictions.transform.dense.": "vocab_transform.",
-    "cls.predictions.transform.LayerNorm.": "vocab_layer_norm.",
-    "cls.predictions.bias": "vocab_projector.bias",
-    "cls.seq_relationship.": None,
-})
-
 def _projection(theirs: str) -> tuple[Rule, ...]:
   """The rules of the embedding projection (embedding_size -> hidden_size) named `theirs`."""
   return (Rule("bert/embeddings/project/kernel", theirs + "weight", TRANSPOSE),
           Rule("bert/embeddings/project/bias", theirs + "bias"))
 
 
-# ELECTRA (ElectraModel, the generator ElectraForMaskedLM, the discriminator
-# ElectraForPreTraining): BERT's names under `electra.`, no pooler or NSP, the
-# generator and discriminator heads, and the embedding projection (when
-# embedding_size != hidden_size).
-ELECTRA_RULES = renamed(HF_RULES, {
-    "bert.": "electra.",
-    "bert.pooler.": None,
-    "cls.predictions.transform.dense.": "generator_predictions.dense.",
-    "cls.predictions.transform.LayerNorm.": "generator_predictions.LayerNorm.",
-    "cls.predictions.bias": "generator_lm_head.bias",
-    "cls.seq_relationship.": None,
-}) + _projection("electra.embeddings_project.") + (
-    Rule("discriminator/dense/kernel", "discriminator_predictions.dense.weight", TRANSPOSE,
-         "discriminator"),
-    Rule("discriminator/dense/bias", "discriminator_predictions.dense.bias", IDENTITY,
-         "discriminator"),
-    Rule("discriminator/prediction/kernel", "discriminator_predictions.dense_prediction.weight",
-         TRANSPOSE, "discriminator"),
-    Rule("discriminator/prediction/bias", "discriminator_predictions.dense_prediction.bias",
-         IDENTITY, "discriminator"),
-)
+_HOOKS = {"identity": IDENTITY, "transpose": TRANSPOSE}
 
-# ALBERT (AlbertModel, AlbertForMaskedLM, AlbertForPreTraining with SOP in the NSP
-# group): one shared layer, ours bert/encoder/layer_0; the embedding projection.
-_ALBERT_LAYER = "albert.encoder.albert_layer_groups.0.albert_layers.0."
-ALBERT_RULES = tuple(
-    dataclasses.replace(r, ours=r.ours.replace("layer_{i}", "layer_0"))
-    for r in renamed(HF_RULES, {
-        "bert.": "albert.",
-        "bert.encoder.layer.{i}.attention.self.": _ALBERT_LAYER + "attention.",
-        "bert.encoder.layer.{i}.attention.output.dense.": _ALBERT_LAYER + "attention.dense.",
-        "bert.encoder.layer.{i}.attention.output.LayerNorm.": _ALBERT_LAYER + "attention.LayerNorm.",
-        "bert.encoder.layer.{i}.intermediate.dense.": _ALBERT_LAYER + "ffn.",
-        "bert.encoder.layer.{i}.output.dense.": _ALBERT_LAYER + "ffn_output.",
-        "bert.encoder.layer.{i}.output.LayerNorm.": _ALBERT_LAYER + "full_layer_layer_norm.",
-        "bert.pooler.dense.": "albert.pooler.",
-        "cls.predictions.transform.dense.": "predictions.dense.",
-        "cls.predictions.transform.LayerNorm.": "predictions.LayerNorm.",
-        "cls.predictions.bias": "predictions.bias",
-        "cls.seq_relationship.": "sop_classifier.classifier.",
-    })) + _projection("albert.encoder.embedding_hidden_mapping_in.")
 
-# DeBERTa-v2/v3 (DebertaV2Model, DebertaV2ForMaskedLM with transformers' legacy
-# cls.predictions head): BERT's names under `deberta.` with query_proj / key_proj /
-# value_proj, the pooler as DebertaV2ForSequenceClassification's ContextPooler
-# (`pooler.dense`), no NSP, the encoder's relative embeddings and their LayerNorm.
-# (No position_embeddings when position_biased_input is false: that rule drops out
-# with the parameter.)
-_DEBERTA_SELF = "deberta.encoder.layer.{i}.attention.self."
-DEBERTA_V2_RULES = renamed(HF_RULES, {
-    "bert.": "deberta.",
-    "bert.encoder.layer.{i}.attention.self.query.": _DEBERTA_SELF + "query_proj.",
-    "bert.encoder.layer.{i}.attention.self.key.": _DEBERTA_SELF + "key_proj.",
-    "bert.encoder.layer.{i}.attention.self.value.": _DEBERTA_SELF + "value_proj.",
-    "bert.pooler.": "pooler.",
-    "cls.predictions.": "cls.predictions.",
-    "cls.seq_relationship.": None,
-}) + (
-    Rule("bert/encoder/rel_embeddings/embedding", "deberta.encoder.rel_embeddings.weight"),
-    Rule("bert/encoder/rel_norm/scale", "deberta.encoder.LayerNorm.weight"),
-    Rule("bert/encoder/rel_norm/bias", "deberta.encoder.LayerNorm.bias"),
-)
-
-# Hugging Face rule tables by config.model_type.
-HF_RULES_BY_TYPE = {"bert": HF_RULES, "roberta": ROBERTA_RULES, "distilbert": DISTILBERT_RULES,
-                    "electra": ELECTRA_RULES, "albert": ALBERT_RULES,
-                    "deberta-v2": DEBERTA_V2_RULES}
+@functools.cache
+def hf_rules(model_type: str) -> tuple[Rule, ...]:
+  """The Hugging Face rule table of a family member (its module's HfLayout): BERT's rules
+  renamed, our layer_0 for every layer where the member shares one (ALBERT), then its
+  embedding projection and its further tensors."""
+  member = members.get(model_type)
+  layout = member.hf
+  rules = renamed(HF_RULES, layout.renames) if layout.renames else HF_RULES
+  if member.fixed.get("share_layers"):
+    rules = tuple(dataclasses.replace(r, ours=r.ours.replace("layer_{i}", "layer_0"))
+                  for r in rules)
+  if layout.projection:
+    rules += _projection(layout.projection)
+  return rules + tuple(Rule(ours, theirs, _HOOKS[hook], group)
+                       for ours, theirs, hook, group in layout.extra_rules)
 
 
 def _config_rules(rules: Sequence[Rule], config: BertConfig,

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from bert_jax import flops as flops_lib
 from bert_jax import model as model_lib
 from bert_jax import train_core
+from bert_jax.members import registry as members
 from bert_jax.objectives import base
 
 
@@ -122,8 +123,8 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
 
 def check_config(config, bad) -> None:
   """What mlm_nsp / mlm_sop / mlm need of a pretraining config."""
-  if config.model_type == "distilbert" and config.objective in PAIR_TASKS:
-    bad(f"model_type 'distilbert' has no pooler for objective {config.objective!r}'s sentence "
+  if not members.get(config.model_type).has_pooler and config.objective in PAIR_TASKS:
+    bad(f"model_type {config.model_type!r} has no pooler for objective {config.objective!r}'s sentence "
         "task; use objective='mlm' or 'distill'")
 
 
