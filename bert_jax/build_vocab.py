@@ -61,11 +61,12 @@ def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int,
   unless quiet)."""
   import ml_collections  # pylint: disable=g-import-not-at-top
   from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import raw_docs  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   cfg = ml_collections.ConfigDict({"source": "builtin" if pattern == "builtin" else "files",
                                    "files": pattern, "format": fmt,
-                                   "block_mb": sources.DEFAULT_BLOCK_MB})
+                                   "block_mb": raw_docs.DEFAULT_BLOCK_MB})
   from bert_jax import train_log  # pylint: disable=g-import-not-at-top
   parts, total = [], 0
   shards = sources.list_shards(cfg)
@@ -131,8 +132,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parse(argv)
   try:
     if args.input != "builtin":  # a glob that matches nothing: one line before TensorFlow loads
-      from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
-      sources.check_local_globs(args.input)
+      from bert_jax.data import source_files  # pylint: disable=g-import-not-at-top
+      source_files.check_local_globs(args.input)
     from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
     from bert_jax import train_log  # pylint: disable=g-import-not-at-top
     optional_tensorflow.require("bert_jax.build_vocab (reading and normalising raw text)")

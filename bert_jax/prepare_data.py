@@ -42,8 +42,9 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  if data_config.source == "prepared":
-    raise ValueError("config.data.source='prepared' is already prepared; give the text source")
+  if sources.get(data_config.source).tokenized:
+    raise ValueError(f"config.data.source={data_config.source!r} is already tokenized; give "
+                     "the text source")
   optional_tensorflow.require("bert_jax.prepare_data (tokenizing raw text)")
   tokenizer = tokenizer_lib.load_tokenizer(data_config)
   shards = sources.list_shards(data_config)
@@ -52,10 +53,8 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
   if not quiet:
     train_log.print_header("bert_jax.prepare_data", "tokenize a corpus into numpy parts", [
-        ("data", f"{data_config.source}"
-                 + (f" {data_config.files}" if data_config.source == "files" else "")
-                 + (f" {data_config.tfds_name}" if data_config.source == "tfds" else "")
-                 + f", {len(shards):,} shard(s)"),
+        ("data", f"{sources.get(data_config.source).describe(data_config)}, "
+                 f"{len(shards):,} shard(s)"),
         ("vocab", f"{tokenizer.kind} {tokenizer.vocab_file}, {tokenizer.vocab_size:,} pieces"),
         ("out", f"{out_dir} (a part per shard, then {prepared_data.INFO_FILE})")])
   kib = [max(1, (shard.size or 0) // 1024) for shard in shards]

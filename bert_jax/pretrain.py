@@ -28,6 +28,7 @@ from bert_jax import pretrain_setup
 from bert_jax import sharding
 from bert_jax import stop_signals
 from bert_jax import train_core
+from bert_jax.data import sources
 from bert_jax import train_log
 from bert_jax import workdir_owner
 from bert_jax import write_errors
@@ -102,7 +103,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   if meta or pretrained:
     print(how + (f" (data position {data_position})" if meta else ""), flush=True)
   if is_writer and start_step < config.total_steps:
-    first = "reading" if config.data.source == "prepared" else "tokenizing"
+    first = "reading" if sources.get(config.data.source).tokenized else "tokenizing"
     print(f"compiling the train step, then {first} the first shards "
           f"(progress every {config.log_every} steps) ...", flush=True)
 
@@ -266,8 +267,6 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads"))
   d = config.data
   default_vocab = wordpiece.default_vocab_file()
-  source = {"builtin": "the built-in corpus (Python standard-library docstrings)",
-            "files": f"files {d.files}", "tfds": f"TFDS {d.tfds_name} ({d.tfds_split})"}
   vocab = (f"{tokenizer.kind} {tokenizer.vocab_file}" if tokenizer.vocab_file != default_vocab
            else "bert-base-uncased's")
   resumed = f", resuming at step {start_step}" if start_step else ""
@@ -276,7 +275,7 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
                 f"vocab {tokenizer.vocab_size:,}, "
                 f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
       ("attention", train_core.describe_attention(model_cfg)),
-      ("data", f"{source.get(d.source, d.source)}, {d.mode}, {vocab} vocab"),
+      ("data", f"{sources.get(d.source).describe(d)}, {d.mode}, {vocab} vocab"),
       ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "
                 f"{config.optimizer.name} at {config.learning_rate:g}{resumed}"),
       ("workdir", f"{workdir} (checkpoints every {config.checkpoint_every} steps, "

@@ -89,8 +89,8 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     bad(f"emd (DeBERTa's enhanced mask decoder) needs model_type {member_emd} and objective "
         f"{', '.join(with_emd[:-1])} or {with_emd[-1]}; got model_type {config.model_type!r}, "
         f"objective {config.objective!r}")
-  if config.data.source == "files":  # before the input pipeline and TensorFlow load
-    sources.check_local_globs(config.data.files)
+  # Before the input pipeline and TensorFlow load (a glob that matches nothing: one line).
+  sources.get(config.data.source).check_early(config.data)
   modes = spec.data_modes[config.objective]
   if config.data.mode not in modes:
     bad(f"objective {config.objective!r} needs data.mode in {list(modes)}, got "

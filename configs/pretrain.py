@@ -31,7 +31,7 @@ import ml_collections
 
 from bert_jax import config_reads
 from bert_jax import config_sections
-from bert_jax.data import sources
+from bert_jax.data import raw_docs
 
 # Per-variant sizes; model shapes come from bert_jax.model_config.VARIANTS.
 _RECIPES = {
@@ -206,7 +206,7 @@ def get_config(arg=None):
   c.data.shuffle_mb = 4.0
   # Files larger than this (MB) are read in blocks of about this much text (bounded memory):
   # block i: the documents starting in its byte range, found by seeking; .gz files are read whole.
-  c.data.block_mb = sources.DEFAULT_BLOCK_MB
+  c.data.block_mb = raw_docs.DEFAULT_BLOCK_MB
   # Pre-tokenized parts (source='prepared'), written by python -m bert_jax.prepare_data.
   c.data.prepared_dir = ""
   # What drives the stream's numpy stages: 'tf_data', 'python' (threads, no TensorFlow: for

@@ -1,11 +1,9 @@
-"""Adding an objective, a task or a family member is one module (and its config), with no
-edit to the package.
+"""Adding an objective, a task, a family member or an input source is one module (and its
+config), with no edit to the package.
 
 Issue 31's change-cost test: each test writes a module of its own into a folder
 outside the package, imports it (it registers itself with the registry), and
-trains with it end to end through the real entry points. An input source cannot
-yet be added this way (sources are still strings switched on inside the package):
-that is the next registry.
+trains with it end to end through the real entry points.
 """
 import importlib.util
 import json
@@ -22,6 +20,7 @@ from bert_jax import finetune
 from bert_jax import pretrain
 from bert_jax.conversion import hf as hf_conversion
 from bert_jax.conversion import name_map
+from bert_jax.data import sources as source_registry
 from bert_jax.members import registry as member_registry
 from bert_jax.objectives import registry as objective_registry
 from bert_jax.tasks import registry as task_registry
@@ -190,6 +189,44 @@ registry.register(MEMBER)
 '''
 
 
+# A new input source: JSON lines, one document per line under "text", sentences split at
+# sentence ends; its files are config.data.files (one shard per file).
+TOY_SOURCE = '''
+"""Toy source 'jsonl': documents from JSON-lines files."""
+import glob
+import json
+import os
+
+from bert_jax.data import raw_docs
+from bert_jax.data import shard_spec
+from bert_jax.data import source_base
+from bert_jax.data import sources
+from bert_jax.optional_tensorflow import tf
+
+READS = []  # the shards read, for the test
+
+
+def list_shards(data_config):
+  paths = sorted(glob.glob(data_config.files))
+  if not paths:
+    raise FileNotFoundError(f"config.data.files={data_config.files!r} matches no JSON-lines file")
+  return [shard_spec.ShardSpec(i, p, "jsonl", os.path.getsize(p)) for i, p in enumerate(paths)]
+
+
+def read(shard, data_config):
+  READS.append(shard.name)
+  with open(shard.name, encoding="utf-8") as f:
+    docs = [json.loads(line)["text"] for line in f if line.strip()]
+  return raw_docs.RawDocs(*raw_docs.split_sentences(tf.constant(docs, tf.string)))
+
+
+SOURCE = source_base.Source(
+    name="jsonl", shard_kind="jsonl", list_shards=list_shards,
+    describe=lambda d: f"JSON lines {d.files}", read=read, sized_shards=True)
+sources.register(SOURCE)
+'''
+
+
 def _import_from(directory: pathlib.Path, name: str, source: str):
   path = directory / f"{name}.py"
   path.write_text(textwrap.dedent(source), encoding="utf-8")
@@ -303,3 +340,27 @@ def _flatten(tree, prefix=()):
     else:
       out[prefix + (k,)] = v
   return out
+
+
+def test_a_new_source_is_one_module(tmp_path, monkeypatch, capsys):
+  monkeypatch.setattr(source_registry, "SOURCES", dict(source_registry.SOURCES))
+  toy = _import_from(tmp_path, "toy_jsonl_source", TOY_SOURCE)
+  rng = np.random.default_rng(0)
+  words = " ".join(test_pretrain.WORDS).split()
+  docs = [" ".join(" ".join(rng.choice(words, 8)).capitalize() + "." for _ in range(5))
+          for _ in range(30)]
+  corpus = tmp_path / "corpus.jsonl"
+  corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+  config = test_pretrain.small_config(str(corpus), total_steps=3, checkpoint_every=3)
+  config.data.source = "jsonl"
+  workdir = tmp_path / "run"
+  pretrain.train_and_export(config, str(workdir))
+  assert "JSON lines " + str(corpus) in capsys.readouterr().out  # the header's data line
+  assert toy.READS and set(toy.READS) == {str(corpus)}
+  records = [json.loads(x) for x in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert len([r for r in records if "loss" in r]) == 3
+  assert (workdir / "export" / "bundle.json").is_file()
+  # A source no module serves is one line naming the registered ones.
+  config.data.source = "parquet"
+  with pytest.raises(ValueError, match=r"config.data.source='parquet'; expected one of \[.*'jsonl'\]"):
+    pretrain.train(config, str(tmp_path / "bad"))

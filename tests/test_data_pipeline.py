@@ -13,6 +13,7 @@ from bert_jax import prepare_data
 from bert_jax.cpu_tensorflow import tf
 from bert_jax.data import builtin_corpus
 from bert_jax.data import pretrain_data
+from bert_jax.data import raw_docs
 from bert_jax.data import sources
 from configs import pretrain as pretrain_config
 
@@ -422,8 +423,7 @@ def test_invalid_utf8_replaced_and_counted_empty_documents_skipped(tmp_path, cap
   assert "bad.txt: 2 invalid UTF-8" in caplog.text
   assert data.stats["empty_documents"] == 1
   caplog.clear()  # a later read of the same shard (the next epoch) replaces, but says nothing
-  from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
-  assert sources._decode(path.read_bytes(), str(path))[1] == 2
+  assert raw_docs.decode(path.read_bytes(), str(path))[1] == 2
   assert "invalid UTF-8" not in caplog.text
   ids = _unmasked(batch)
   tok = data.tokenizer

@@ -32,6 +32,7 @@ import numpy as np
 
 from bert_jax import optional_tensorflow
 from bert_jax.data import shard_spec
+from bert_jax.data import source_base
 
 INFO_FILE = "prepared.json"
 VERSION = 2
@@ -179,3 +180,10 @@ def check_tokenizer(data_config, tokenizer) -> None:
         f"config.data.prepared_dir={data_config.prepared_dir!r} was tokenized with another "
         f"tokenizer ({', '.join(f'{k}: {made.get(k)} vs {now[k]} now' for k in diff)}); use the "
         f"tokenizer settings it was prepared with, or prepare it again")
+
+
+SOURCE = source_base.Source(
+    name="prepared", shard_kind="prepared", list_shards=list_shards,
+    describe=lambda d: f"prepared parts in {d.prepared_dir}", read_tokens=read_part,
+    describe_shard=lambda shard: os.path.basename(shard.name), check_tokenizer=check_tokenizer,
+    sized_shards=True)

@@ -5,7 +5,7 @@ The stream is a `tf.data.Dataset` (`PretrainData.dataset`):
     Dataset.counter(): the stream's k-th pool
       -> map(read pool), one at a time                    tf.numpy_function:
            the k-th pool's (epoch, pool) of this host's plan of shards in epoch order;
-           read shards (sources.py: files in blocks of block_mb, gs:// through
+           read shards (sources.py, one module per source: files in blocks of block_mb, gs:// through
            tf.io.gfile, TFDS ranges, builtin, prepared numpy parts), tf-text
            tokenization in batches of 4096 sentences on a thread pool (tokenizer.py)
       -> map(pool rows), one at a time                    tf.numpy_function:
@@ -76,6 +76,7 @@ from bert_jax import optional_tensorflow
 from bert_jax.data import masking
 from bert_jax.data import rows as rows_lib
 from bert_jax.data import python_stream
+from bert_jax.data import raw_docs
 from bert_jax.data import segments
 from bert_jax.data import shard_spec
 from bert_jax.data import sources
@@ -325,9 +326,10 @@ class PretrainData:
                        f"(no held-out data) or N >= 2")
     if c.shuffle_mb < 0:
       raise ValueError(f"config.data.shuffle_mb={c.shuffle_mb} must be >= 0")
-    sources.block_bytes(c)
+    raw_docs.block_bytes(c)
     self.loader = _resolve_loader(c)
-    if c.source in sources.SOURCES and c.source != "prepared":
+    source = sources.get(c.source)
+    if not source.tokenized:
       optional_tensorflow.require(f"config.data.source={c.source!r} (tokenizing raw text)")
     if not 0 <= process_index < process_count:
       raise ValueError(f"process_index={process_index} not in [0, process_count={process_count})")
@@ -344,9 +346,7 @@ class PretrainData:
                        f"differently (RoBERTa: `<s> A </s></s> B </s>`, no NSP): use "
                        f"mode='full_sentences'")
     shards = sources.list_shards(c)
-    if c.source == "prepared":
-      from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
-      prepared_data.check_tokenizer(c, self.tokenizer)
+    source.check_tokenizer(c, self.tokenizer)
 
     self.vocab_size = self.tokenizer.vocab_size
     self.vocab_file = self.tokenizer.vocab_file
@@ -397,12 +397,12 @@ class PretrainData:
       first = (shard.index, split) not in self._counted
       self._counted.add((shard.index, split))
     count = self._count if first else lambda name, n: None
-    if shard.kind == "prepared":
-      from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
-      part = prepared_data.read_part(shard)
+    source = sources.of_shard(shard)
+    if source.tokenized:
+      part = source.read_tokens(shard)
       tokens, lengths, doc_splits = part.select(self._select_docs(part.num_docs, split))
     else:
-      raw = sources.read_documents(shard, self._config)
+      raw = source.read(shard, self._config)
       if raw.invalid_utf8:
         count("invalid_utf8", raw.invalid_utf8)
       raw = raw.select(self._select_docs(raw.num_docs, split))
@@ -470,7 +470,7 @@ class PretrainData:
     for i in order:
       shard = self._shards[i]
       pool.append(int(i))
-      size += shard.size if shard.kind in ("file", "prepared") else budget
+      size += shard.size if sources.of_shard(shard).sized_shards else budget
       if size >= budget:
         pools.append(pool)
         pool, size = [], 0

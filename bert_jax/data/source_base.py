@@ -1,0 +1,59 @@
+"""What an input-source module declares (its `SOURCE`): where pretraining text comes from.
+
+bert_jax.data.sources finds a Source by config.data.source (and a shard's reader by its
+kind); the input pipeline, prepare_data and the pretraining entry point call these fields
+and name no source. This module imports nothing of bert_jax but the shard spec.
+"""
+import dataclasses
+from typing import Any, Callable, Optional
+
+from bert_jax.data import shard_spec
+
+
+def _nothing(*args) -> None:
+  del args
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """An input-source module's declaration.
+
+  Attributes:
+    name: its config.data.source value.
+    shard_kind: the ShardSpec.kind of its shards.
+    list_shards: config.data -> its shards in a fixed order (the same on every host),
+      validated: a ValueError / FileNotFoundError naming the key, glob or file.
+    describe: config.data -> what the run's header says it reads ('files GLOB').
+    read: (shard, config.data) -> raw_docs.RawDocs, the shard's documents as text (a text
+      source: tokenized by the pipeline, with TensorFlow's ops); None for a tokenized source.
+    read_tokens: shard -> an object with `num_docs` and `select(docs)` -> (tokens, sentence
+      lengths, doc splits) (prepared_data.Part), for a source whose shards are already
+      tokenized (read without TensorFlow); None for a text source.
+    describe_shard: shard -> its name in logs and errors (default: shard.name).
+    check_early: config.data -> None; checks cheap enough to run before TensorFlow and the
+      pipeline load (a local glob that matches nothing), raising one line.
+    check_tokenizer: (config.data, tokenizer) -> None; refuses a tokenizer the shards do not
+      fit (prepared: another vocab or casing than they were made with).
+    sized_shards: ShardSpec.size counts bytes of text, so shuffle pools fill by size
+      (else each shard fills a pool).
+  """
+  name: str
+  shard_kind: str
+  list_shards: Callable[[Any], list[shard_spec.ShardSpec]]
+  describe: Callable[[Any], str]
+  read: Optional[Callable[[shard_spec.ShardSpec, Any], Any]] = None
+  read_tokens: Optional[Callable[[shard_spec.ShardSpec], Any]] = None
+  describe_shard: Callable[[shard_spec.ShardSpec], str] = lambda shard: shard.name
+  check_early: Callable[[Any], None] = _nothing
+  check_tokenizer: Callable[[Any, Any], None] = _nothing
+  sized_shards: bool = False
+
+  def __post_init__(self):
+    if (self.read is None) == (self.read_tokens is None):
+      raise ValueError(f"source {self.name!r} needs exactly one of read (text) and "
+                       "read_tokens (tokenized)")
+
+  @property
+  def tokenized(self) -> bool:
+    """Its shards are token ids already: no tokenizing, no TensorFlow."""
+    return self.read_tokens is not None

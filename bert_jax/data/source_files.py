@@ -1,0 +1,181 @@
+"""Text files: a glob (comma-separated globs allowed) of .txt / .gz files, local or gs://.
+
+`sentence_per_line` (Google BERT: one sentence per line, a blank line between documents)
+or `document_per_line` (sentences found at ., ! and ? followed by a capital or digit). A
+plain file larger than `block_mb` is read as blocks: block i holds the documents that
+start in bytes [i * B, (i + 1) * B), found by seeking to i * B and reading on to the next
+document start (a blank line; a newline for document_per_line), so a block is addressable
+from the file's size alone, with no index and no scan. A .gz file is one shard.
+
+Listing validates up front: a glob that matches nothing, a missing or unreadable file, a
+binary file, a truncated .gz, a corpus whose files are all empty.
+"""
+from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
+
+import concurrent.futures
+import dataclasses
+import glob
+import gzip
+import logging
+import os
+import zlib
+
+from bert_jax.data import raw_docs
+from bert_jax.data import shard_spec
+from bert_jax.data import source_base
+from bert_jax.optional_tensorflow import tf
+
+
+def _expand_globs(pattern: str) -> list[str]:
+  files = []
+  for one in (p.strip() for p in pattern.split(",")):
+    if not one:
+      continue
+    matches = tf.io.gfile.glob(one)
+    if not matches:
+      raise _no_match(one)
+    files += [m for m in matches if not tf.io.gfile.isdir(m)]
+  return sorted(set(files))
+
+
+def check_local_globs(pattern: str) -> None:
+  """A local glob or file of config.data.files that matches nothing fails here, in a
+  fraction of a second, before the input pipeline and TensorFlow load; list_shards says it
+  again for every glob, gs:// too."""
+  for one in (p.strip() for p in pattern.split(",")):
+    if one and "://" not in one and not glob.glob(one):
+      raise _no_match(one)
+
+
+def _no_match(pattern: str) -> FileNotFoundError:
+  if not any(c in pattern for c in "*?["):
+    return FileNotFoundError(f"config.data.files: file {pattern!r} does not exist")
+  return FileNotFoundError(f"config.data.files: glob {pattern!r} matches no file")
+
+
+# .gz shards are decompressed whole before training (~1 s per 100 MB here) when they
+# total at most this; larger corpora have their first block checked up front, the rest as read.
+MAX_GZ_CHECK_BYTES = 2 << 30
+_SNIFF_BYTES = 1 << 16
+
+
+def check_text_file(path: str, whole_gz: bool = True) -> bool:
+  """Refuses a shard that is unreadable, truncated (.gz) or not text.
+
+  Text is judged on the first 64 KiB (decompressed for .gz): a NUL byte, or more
+  than 1% invalid UTF-8, is a binary file (an image, a TFRecord, a model).
+
+  Returns:
+    True when the whole file is shorter than 64 KiB and holds only whitespace
+    (no document: skipped like an empty file).
+
+  Raises:
+    ValueError: naming the file and what is wrong with it.
+  """
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      if path.endswith(".gz"):
+        with gzip.GzipFile(fileobj=f) as z:
+          head = z.read(_SNIFF_BYTES)
+          while whole_gz and z.read(1 << 24):
+            pass
+      else:
+        head = f.read(_SNIFF_BYTES)
+  except (OSError, EOFError, zlib.error, tf.errors.OpError) as e:
+    raise ValueError(f"config.data.files: cannot read {path}: {type(e).__name__}: "
+                     f"{str(e).splitlines()[0] if str(e) else 'truncated or corrupt'}") from None
+  if b"\0" in head:
+    raise ValueError(f"config.data.files: {path} is not a text file (NUL bytes in its first "
+                     f"64 KiB); pretraining reads UTF-8 text")
+  text = head.decode("utf-8", "replace")
+  bad = text.count("\ufffd") - head.count("\ufffd".encode("utf-8"))
+  if bad > 4 and bad > 0.01 * len(text):
+    raise ValueError(f"config.data.files: {path} is not UTF-8 text ({bad} invalid sequences in "
+                     f"its first 64 KiB); pretraining reads UTF-8 text")
+  return len(head) < _SNIFF_BYTES and not head.strip()
+
+
+def list_shards(data_config) -> list[shard_spec.ShardSpec]:
+  """The files' shards: a .gz file whole, a plain file in blocks of block_mb."""
+  if not data_config.files:
+    raise ValueError("config.data.source='files' needs config.data.files (a glob)")
+  block = raw_docs.block_bytes(data_config)
+  shards, files = [], []
+  for path in _expand_globs(data_config.files):
+    size = tf.io.gfile.stat(path).length
+    if size == 0:
+      logging.warning("skipping empty file %s", path)
+      continue
+    files.append((path, size))
+    n = 1 if path.endswith(".gz") else -(-size // block)
+    for i in range(n):
+      shards.append(shard_spec.ShardSpec(len(shards), path, "file", size if n == 1 else
+                              min(block, size - i * block), block=(i, block, n) if n > 1 else ()))
+  if not shards:
+    raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty")
+  gz_bytes = sum(size for path, size in files if path.endswith(".gz"))
+  with concurrent.futures.ThreadPoolExecutor(4) as pool:  # zlib and file reads drop the GIL
+    blank = [f[0] for f, b in zip(files, pool.map(
+        lambda f: check_text_file(f[0], whole_gz=gz_bytes <= MAX_GZ_CHECK_BYTES), files)) if b]
+  if len(blank) == len(files):  # was: a TensorFlow traceback from the input pipeline
+    raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty or "
+                     "only whitespace")
+  for path in blank:
+    logging.warning("skipping %s: only whitespace", path)
+  kept = [sh for sh in shards if sh.name not in blank]
+  return [dataclasses.replace(sh, index=i) for i, sh in enumerate(kept)] if blank else shards
+
+
+def read(spec: shard_spec.ShardSpec, data_config) -> raw_docs.RawDocs:
+  """One file, or one block of a file, as documents of sentences."""
+  try:
+    with tf.io.gfile.GFile(spec.name, "rb") as f:
+      data = _read_block(f, spec, data_config.format) if spec.block else f.read()
+    if spec.name.endswith(".gz"):
+      data = gzip.decompress(data)
+  except (OSError, tf.errors.OpError, EOFError) as e:
+    raise OSError(f"cannot read {spec.name}: {e}") from None
+  data, bad = raw_docs.decode(data, spec.name)
+  return raw_docs.RawDocs(*raw_docs.text_docs(data, data_config.format), bad)
+
+
+def _document_start(f, pos: int, file_size: int, fmt: str, limit: int) -> int:
+  """The first document start after byte pos - 1, searched within `limit` bytes.
+
+  A document starts after a blank line (sentence_per_line) or a newline
+  (document_per_line). Without a blank line in reach (one huge document) a
+  line start is used, without a newline `pos` itself.
+  """
+  if pos >= file_size:
+    return file_size
+  f.seek(pos - 1)
+  window = f.read(limit)
+  for sep in ((b"\n\n", b"\n") if fmt == "sentence_per_line" else (b"\n",)):
+    j = window.find(sep)
+    if j >= 0:
+      return pos - 1 + j + len(sep)
+  return pos
+
+
+def _read_block(f, spec: shard_spec.ShardSpec, fmt: str) -> bytes:
+  """The documents that start in block i of a file: bytes [start(i), start(i + 1))."""
+  i, block, n = spec.block
+  size = f.size()
+  # Searches stay within block - 2 bytes, so start(i) < start(i + 1).
+  limit = block - 2
+  start = 0 if i == 0 else _document_start(f, i * block, size, fmt, limit)
+  end = size if i == n - 1 else _document_start(f, (i + 1) * block, size, fmt, limit)
+  f.seek(start)
+  return f.read(max(0, end - start))
+
+
+def describe_shard(spec: shard_spec.ShardSpec) -> str:
+  """The file's base name, and its block when it is read in blocks."""
+  name = os.path.basename(spec.name)
+  return f"{name} (block {spec.block[0] + 1} of {spec.block[2]})" if spec.block else name
+
+
+SOURCE = source_base.Source(
+    name="files", shard_kind="file", list_shards=list_shards,
+    describe=lambda d: f"files {d.files}", read=read, describe_shard=describe_shard,
+    check_early=lambda d: check_local_globs(d.files), sized_shards=True)
