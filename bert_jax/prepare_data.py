@@ -38,7 +38,7 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   from etils import epath  # pylint: disable=g-import-not-at-top
   from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
   from bert_jax import train_log  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import shard_tokens  # pylint: disable=g-import-not-at-top
   from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
@@ -62,8 +62,8 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   parts, t0, total = [], time.time(), 0
   for shard, shard_kib in zip(shards, kib):
     raw = sources.read_documents(shard, data_config)
-    tokens, lengths = pretrain_data.tokenize(tokenizer, raw.sentences)
-    pretrain_data.check_unknown_rate(tokens, tokenizer, sources.describe(shard))
+    tokens, lengths = shard_tokens.tokenize(tokenizer, raw.sentences)
+    shard_tokens.check_unknown_rate(tokens, tokenizer, sources.describe(shard))
     name = prepared_data.part_file(shard.index)
     prepared_data.write_part(os.path.join(out_dir, name),
                              prepared_data.Part(tokens, lengths, raw.doc_splits))

@@ -8,7 +8,6 @@ from typing import Callable, Sequence
 from etils import epath
 from flax import traverse_util
 import jax
-import jax.numpy as jnp
 import ml_collections
 
 from bert_jax import bundle
@@ -18,6 +17,7 @@ from bert_jax import mask_filling
 from bert_jax import model_config as model_config_lib
 from bert_jax import optimizer as opt_lib
 from bert_jax import train_core
+from bert_jax.data import batch_schema
 from bert_jax.data import sources
 from bert_jax.members import registry as members
 from bert_jax.objectives import base as objective_base
@@ -131,16 +131,11 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
 def abstract_batch(config: ml_collections.ConfigDict,
                    batch_sharding) -> dict[str, jax.ShapeDtypeStruct]:
   """The global batch of PretrainData.train_iterator for `config`, as ShapeDtypeStructs."""
-  def s(shape, dtype):
-    return jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding)
-  b, length, p = config.batch_size, config.seq_len, config.data.max_predictions_per_seq
-  batch = dict(input_ids=s((b, length), jnp.int32), input_mask=s((b, length), jnp.int32),
-               segment_ids=s((b, length), jnp.int32), masked_lm_positions=s((b, p), jnp.int32),
-               masked_lm_ids=s((b, p), jnp.int32), masked_lm_weights=s((b, p), jnp.float32),
-               next_sentence_labels=s((b,), jnp.int32))
-  if config.data.packing:
-    batch["position_ids"] = s((b, length), jnp.int32)
-  return batch
+  schema = batch_schema.features(config.seq_len, config.data.max_predictions_per_seq,
+                                 config.data.packing)
+  return {name: jax.ShapeDtypeStruct((config.batch_size,) + shape, dtype,
+                                     sharding=batch_sharding)
+          for name, (dtype, shape) in schema.items()}
 
 
 def model_config_from(config: ml_collections.ConfigDict, vocab_size: int,

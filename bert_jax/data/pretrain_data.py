@@ -62,9 +62,7 @@ import collections
 import atexit
 import ctypes
 import functools
-import multiprocessing.pool
 import logging
-import os
 import threading
 import time
 import weakref
@@ -73,14 +71,18 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from bert_jax import optional_tensorflow
+from bert_jax.data import batch_schema
+from bert_jax.data import example_pools
 from bert_jax.data import masking
 from bert_jax.data import rows as rows_lib
 from bert_jax.data import python_stream
 from bert_jax.data import raw_docs
 from bert_jax.data import segments
 from bert_jax.data import shard_spec
+from bert_jax.data import shard_tokens
 from bert_jax.data import sources
 from bert_jax.data import stateless_random
+from bert_jax.data import stream_plan
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.optional_tensorflow import tf
 
@@ -90,11 +92,8 @@ MODES = ("nsp", "sop", "full_sentences")
 LOADERS = ("auto", "tf_data", "python")
 # Modes whose rows are sentence pairs with a label (next sentence / swapped order).
 PAIR_MODES = ("nsp", "sop")
-# Sentences per tf-text call while tokenizing a shard, rows per masking call, and the
-# threads making the calls.
-_TOKENIZE_BATCH = 4096
+# Rows per masking call (on shard_tokens.threads()).
 _MASK_ROWS = 1024
-_THREADS = min(8, os.cpu_count() or 1)
 # The epoch number that keys the held-out stream's random draws.
 _EVAL_EPOCH = -1
 # Tokenized shards kept while counting the rows a resume skips (a small corpus skipped through
@@ -123,68 +122,6 @@ def _return_free_pages() -> None:
   """
   if _MALLOC_TRIM is not None:
     _MALLOC_TRIM(0)
-
-
-class _ExamplePool:
-  """Examples of consecutive shards, shuffled, laid out as rows."""
-
-  def __init__(self, tokens: np.ndarray, ex: segments.Examples,
-               pack_splits: Optional[np.ndarray]):
-    self.tokens = tokens
-    self.ex = ex
-    self.pack_splits = pack_splits
-    self.num_rows = len(ex) if pack_splits is None else len(pack_splits) - 1
-
-  def rows(self, lo: int, hi: int, data: "PretrainData") -> dict[str, np.ndarray]:
-    if self.pack_splits is None:
-      return data.build_rows(self.tokens, self.ex.take(np.arange(lo, hi)), None)
-    e_lo, e_hi = self.pack_splits[lo], self.pack_splits[hi]
-    return data.build_rows(self.tokens, self.ex.take(np.arange(e_lo, e_hi)),
-                           self.pack_splits[lo:hi + 1] - e_lo)
-
-
-# A corpus with more [UNK] than this is not one the vocab was made for (English text
-# with bert-base-uncased: ~0.1%; a 10-token vocab: 92%).
-MAX_UNKNOWN_RATE = 0.2
-
-
-def check_casing(vocab: Sequence[str], lowercase: bool, name: str) -> None:
-  """Refuses a cased vocab read lower-cased, and an uncased one read with capitals.
-
-  Raises:
-    ValueError: naming the vocab, what it is, and the setting to change.
-  """
-  regular = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
-  capitalized = [t for t in regular if any(ch.isupper() for ch in t)]
-  lower_words = sum(1 for t in regular if t.isalpha() and t.islower())
-  if lowercase and len(capitalized) >= max(10, 0.01 * len(regular)):
-    raise ValueError(
-        f"{name} is a cased vocab ({len(capitalized)} of its {len(regular)} tokens have "
-        f"capitals, e.g. {capitalized[:3]}) but config.data.lowercase=True would never produce "
-        "them; set config.data.lowercase=False")
-  if not lowercase and len(capitalized) <= 0.001 * len(regular) and lower_words >= 1000:
-    raise ValueError(
-        f"{name} is an uncased vocab ({len(capitalized)} of its {len(regular)} tokens have "
-        f"capitals) but config.data.lowercase=False: "
-        "every capitalized word would become [UNK]; set config.data.lowercase=True")
-
-
-def check_unknown_rate(tokens: np.ndarray, tokenizer, name: str) -> None:
-  """Refuses a vocab that does not fit the corpus (most tokens [UNK]).
-
-  Raises:
-    ValueError: naming the shard, the rate and the vocab's size.
-  """
-  unk = getattr(tokenizer, "unk_id", None)
-  if unk is None or len(tokens) < 100:
-    return
-  rate = float(np.mean(tokens == unk))
-  if rate > MAX_UNKNOWN_RATE:
-    raise ValueError(
-        f"{name}: {rate:.0%} of its {len(tokens)} tokens are [UNK] with the "
-        f"{tokenizer.vocab_size}-token vocab {tokenizer.vocab_file or ''}: the vocab does not "
-        f"fit this corpus (build one with python -m bert_jax.build_vocab, or check "
-        f"config.data.lowercase)")
 
 
 # Generators of train_iterator not yet closed. A tf.data iterator deleted during interpreter
@@ -234,8 +171,8 @@ def _close_open_iterators() -> None:
   # No stage runs now: the thread pool is closed here, while the interpreter is whole (left
   # running, its finalizer ran after multiprocessing's modules were torn down and printed an
   # ignored AttributeError at the exit of a program that had imported TensorFlow late).
-  if _threads.cache_info().currsize:
-    _threads().close()
+  if shard_tokens.threads.cache_info().currsize:
+    shard_tokens.threads().close()
 
 
 def _resolve_loader(data_config) -> str:
@@ -252,28 +189,66 @@ def _resolve_loader(data_config) -> str:
   return loader
 
 
-@functools.cache
-def _threads() -> multiprocessing.pool.ThreadPool:
-  """The threads that tokenize and mask (daemon threads: a dataset still running at interpreter exit
-  finishes its work instead of failing in concurrent.futures and hanging the exit)."""
-  return multiprocessing.pool.ThreadPool(_THREADS)
+def check_config(data_config, seq_len: int) -> None:
+  """The `config.data` checks that need no file, tokenizer or TensorFlow (one line each).
 
-
-def tokenize(tokenizer, sentences: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
-  """Token ids (flat int32) and per-sentence counts (int64) of a string tensor.
-
-  Chunks of _TOKENIZE_BATCH sentences go through the tokenizer on a thread pool
-  (WordPiece's tf-text kernels and the BPE's Rust release the GIL), so all
-  cores tokenize.
+  Raises:
+    ValueError: naming the key and what it must be.
   """
-  n = int(tf.size(sentences))
-  if n == 0:
-    return np.zeros(0, np.int32), np.zeros(0, np.int64)
-  def one(start):
-    return tokenizer.ids_and_lengths(sentences[start:start + _TOKENIZE_BATCH])
-  parts = _threads().map(one, range(0, n, _TOKENIZE_BATCH))
-  return (np.concatenate([v for v, _ in parts]).astype(np.int32),
-          np.concatenate([k for _, k in parts]).astype(np.int64))
+  c = data_config
+  if c.mode not in MODES:
+    raise ValueError(f"config.data.mode={c.mode!r}; expected one of {list(MODES)}")
+  if c.packing and c.mode in PAIR_MODES:
+    raise ValueError("config.data.packing=True is supported with mode='full_sentences' only "
+                     "(a packed row would need one next_sentence_label per example)")
+  min_len = 5 if c.mode in PAIR_MODES else 4
+  if seq_len < min_len:
+    raise ValueError(f"seq_len={seq_len} is too short for mode {c.mode!r} (>= {min_len})")
+  if not 1 <= c.max_predictions_per_seq <= seq_len:
+    raise ValueError(f"config.data.max_predictions_per_seq={c.max_predictions_per_seq} must be "
+                     f"in [1, seq_len={seq_len}]")
+  if not 0.0 < c.mask_prob < 1.0:
+    raise ValueError(f"config.data.mask_prob={c.mask_prob} must be in (0, 1)")
+  if not 0.0 <= c.short_seq_prob <= 1.0:
+    raise ValueError(f"config.data.short_seq_prob={c.short_seq_prob} must be in [0, 1]")
+  if c.eval_every_nth_document < 0 or c.eval_every_nth_document == 1:
+    raise ValueError(f"config.data.eval_every_nth_document={c.eval_every_nth_document}: use 0 "
+                     f"(no held-out data) or N >= 2")
+  if c.shuffle_mb < 0:
+    raise ValueError(f"config.data.shuffle_mb={c.shuffle_mb} must be >= 0")
+  raw_docs.block_bytes(c)
+
+
+def tf_dataset(read_stage, rows_stage, features: dict, batch_size: int) -> tf.data.Dataset:
+  """The stream as tf.data: the two numpy stages (PretrainData._stages) as numpy functions,
+  one pool at a time each, rebatched to `batch_size` rows (features: batch_schema's)."""
+
+  @tf.autograph.experimental.do_not_convert
+  def read_pool(k):
+    out = tf.numpy_function(_exit_safe(read_stage), [k], [tf.int64] * 3, stateful=True)
+    for x in out:
+      x.set_shape([])
+    return tuple(out)
+
+  @tf.autograph.experimental.do_not_convert
+  def pool_rows(epoch, index, drop):
+    out = tf.numpy_function(_exit_safe(rows_stage), [epoch, index, drop],
+                            [tf.as_dtype(dtype) for dtype, _ in features.values()],
+                            stateful=True)
+    rows = {}
+    for (name, (_, shape)), x in zip(features.items(), out):
+      x.set_shape((None,) + shape)
+      rows[name] = x
+    return rows
+
+  ds = tf.data.Dataset.counter()  # the stream's k-th pool
+  # Two stages, each one pool at a time: pool i + 1 is read and tokenized (threads without
+  # the GIL) while pool i's numpy stages run (on 68 MB, 1.25x the throughput of one stage);
+  # the stream's first pool has the cores to itself (_read_pool).
+  ds = ds.map(read_pool, num_parallel_calls=1, deterministic=True)
+  ds = ds.map(pool_rows, num_parallel_calls=1, deterministic=True)
+  ds = ds.rebatch(batch_size, drop_remainder=True)
+  return ds.prefetch(tf.data.AUTOTUNE)
 
 
 class PretrainData:
@@ -306,27 +281,7 @@ class PretrainData:
     """
     c = data_config
     self._config = c
-    if c.mode not in MODES:
-      raise ValueError(f"config.data.mode={c.mode!r}; expected one of {list(MODES)}")
-    if c.packing and c.mode in PAIR_MODES:
-      raise ValueError("config.data.packing=True is supported with mode='full_sentences' only "
-                       "(a packed row would need one next_sentence_label per example)")
-    min_len = 5 if c.mode in PAIR_MODES else 4
-    if seq_len < min_len:
-      raise ValueError(f"seq_len={seq_len} is too short for mode {c.mode!r} (>= {min_len})")
-    if not 1 <= c.max_predictions_per_seq <= seq_len:
-      raise ValueError(f"config.data.max_predictions_per_seq={c.max_predictions_per_seq} must be "
-                       f"in [1, seq_len={seq_len}]")
-    if not 0.0 < c.mask_prob < 1.0:
-      raise ValueError(f"config.data.mask_prob={c.mask_prob} must be in (0, 1)")
-    if not 0.0 <= c.short_seq_prob <= 1.0:
-      raise ValueError(f"config.data.short_seq_prob={c.short_seq_prob} must be in [0, 1]")
-    if c.eval_every_nth_document < 0 or c.eval_every_nth_document == 1:
-      raise ValueError(f"config.data.eval_every_nth_document={c.eval_every_nth_document}: use 0 "
-                       f"(no held-out data) or N >= 2")
-    if c.shuffle_mb < 0:
-      raise ValueError(f"config.data.shuffle_mb={c.shuffle_mb} must be >= 0")
-    raw_docs.block_bytes(c)
+    check_config(c, seq_len)
     self.loader = _resolve_loader(c)
     source = sources.get(c.source)
     if not source.tokenized:
@@ -338,7 +293,7 @@ class PretrainData:
                        f"the process count {process_count}")
     self.tokenizer = tokenizer_lib.load_tokenizer(c)
     if self.tokenizer.kind == "wordpiece":
-      check_casing(self.tokenizer.inv_vocab, self.tokenizer.lowercase,
+      shard_tokens.check_casing(self.tokenizer.inv_vocab, self.tokenizer.lowercase,
                    self.tokenizer.vocab_file or "the vocab")
     if c.mode in PAIR_MODES and self.tokenizer.num_special_tokens(pair=True) != 3:
       raise ValueError(f"config.data.mode={c.mode!r} lays pairs out as `cls A sep B sep`; the "
@@ -379,53 +334,22 @@ class PretrainData:
 
   # -- Tokenized shards -----------------------------------------------------------
 
-  def _select_docs(self, num_docs: int, split: str) -> np.ndarray:
-    n = self._config.eval_every_nth_document
-    d = np.arange(num_docs)
-    is_eval = (d % n == n - 1) if n else np.zeros(num_docs, bool)
-    docs = d[is_eval] if split == "eval" else d[~is_eval]
-    if self._docs_by_host:
-      docs = docs[self.process_index::self.process_count]
-    return docs
-
   def _tokenized(self, shard: shard_spec.ShardSpec, split: str) -> segments.TokenizedShard:
-    """The documents of `split` of a shard, tokenized (read and tokenized on each call).
-
-    stats counts what the first reading of each shard and split found.
-    """
+    """The documents of `split` of a shard, tokenized (shard_tokens.tokenized_shard; stats
+    count what the first reading of each shard and split found)."""
     with self._lock:
       first = (shard.index, split) not in self._counted
       self._counted.add((shard.index, split))
-    count = self._count if first else lambda name, n: None
-    source = sources.of_shard(shard)
-    if source.tokenized:
-      part = source.read_tokens(shard)
-      tokens, lengths, doc_splits = part.select(self._select_docs(part.num_docs, split))
-    else:
-      raw = source.read(shard, self._config)
-      if raw.invalid_utf8:
-        count("invalid_utf8", raw.invalid_utf8)
-      raw = raw.select(self._select_docs(raw.num_docs, split))
-      tokens, lengths = tokenize(self.tokenizer, raw.sentences)
-      doc_splits = raw.doc_splits
-    check_unknown_rate(tokens, self.tokenizer, sources.describe(shard))
-    num_docs = len(doc_splits) - 1
-    # Drop sentences without tokens, then documents without sentences.
-    keep = lengths > 0
-    doc_of = np.repeat(np.arange(num_docs), np.diff(doc_splits))
-    per_doc = np.bincount(doc_of[keep], minlength=num_docs)
-    count("empty_sentences", int((~keep).sum()))
-    count("empty_documents", int((per_doc == 0).sum()))
-    shard_tokens = segments.TokenizedShard(
-        tokens, np.append(0, np.cumsum(lengths[keep])).astype(np.int64),
-        np.append(0, np.cumsum(per_doc[per_doc > 0])).astype(np.int64))
-    piece = (self.seq_len - 3) // 2 if self.has_pairs else self.seq_len - 3
-    before = shard_tokens.num_sentences
-    shard_tokens = segments.split_long_sentences(shard_tokens, max(1, piece))
-    count("split_sentence_pieces", shard_tokens.num_sentences - before)
-    logging.info("%s (%s): %d documents, %d sentences, %d tokens", sources.describe(shard), split,
-                 shard_tokens.num_docs, shard_tokens.num_sentences, len(shard_tokens.tokens))
-    return shard_tokens
+    c = self._config
+    select = functools.partial(shard_tokens.select_docs, split=split,
+                               every_nth=c.eval_every_nth_document,
+                               docs_by_host=self._docs_by_host,
+                               process_index=self.process_index,
+                               process_count=self.process_count)
+    return shard_tokens.tokenized_shard(
+        shard, split, data_config=c, tokenizer=self.tokenizer, seq_len=self.seq_len,
+        has_pairs=self.has_pairs, select=select,
+        count=self._count if first else lambda name, n: None)
 
   def _count(self, name: str, n: int) -> None:
     with self._lock:
@@ -437,49 +361,21 @@ class PretrainData:
                 ts: Optional[segments.TokenizedShard] = None
                 ) -> tuple[np.ndarray, segments.Examples]:
     ts = self._tokenized(shard, split) if ts is None else ts
-    tok = self.tokenizer
-    if self.has_pairs:
-      key = stateless_random.derive(self._keys["nsp"], epoch, shard.index, split == "eval",
-                         self.process_index)
-      pairs = segments.nsp_examples if self._config.mode == "nsp" else segments.sop_examples
-      return ts.tokens, pairs(
-          ts, key=key, max_num_tokens=self.seq_len - 3,
-          short_seq_prob=self._config.short_seq_prob)
-    return segments.sentence_examples(ts, max_len=self.seq_len, sep_id=tok.sep_id,
-                                      cross_documents=not self._config.packing)
-
-  def _make_pool(self, parts, key) -> _ExamplePool:
-    offsets = np.cumsum([0] + [len(t) for t, _ in parts])
-    tokens = np.concatenate([t for t, _ in parts])
-    ex = segments.Examples.concatenate([e.shift(o) for (_, e), o in zip(parts, offsets)])
-    if key is not None:
-      ex = ex.take(stateless_random.permutation(key, len(ex)))
-    pack = segments.pack_rows(ex.row_len, self.seq_len) if self._config.packing else None
-    return _ExamplePool(tokens, ex, pack)
+    c = self._config
+    key = (stateless_random.derive(self._keys["nsp"], epoch, shard.index, split == "eval",
+                                   self.process_index) if self.has_pairs else None)
+    return example_pools.shard_examples(ts, mode=c.mode, seq_len=self.seq_len, key=key,
+                                        short_seq_prob=c.short_seq_prob,
+                                        sep_id=self.tokenizer.sep_id, packing=c.packing)
 
   def _epoch_plan(self, epoch: int) -> list[list[int]]:
-    """This host's pools of one training epoch, in stream order: lists of shard positions.
-
-    Consecutive shards of the epoch's random order are pooled until a pool
-    holds shuffle_mb MB of text (sizes from the shard list: no reading).
-    """
-    order_key = stateless_random.derive(self._keys["order"], self.process_index, epoch)
-    order = stateless_random.permutation(order_key, len(self._shards))
-    budget = self._config.shuffle_mb * (1 << 20)
-    pools, pool, size = [], [], 0
-    for i in order:
-      shard = self._shards[i]
-      pool.append(int(i))
-      size += shard.size if sources.of_shard(shard).sized_shards else budget
-      if size >= budget:
-        pools.append(pool)
-        pool, size = [], 0
-    if pool:
-      pools.append(pool)
-    return pools
+    """This host's pools of one training epoch (stream_plan.epoch_plan)."""
+    return stream_plan.epoch_plan(self._shards, self._keys["order"], self.process_index, epoch,
+                                  self._config.shuffle_mb,
+                                  lambda shard: sources.of_shard(shard).sized_shards)
 
   def _pool(self, epoch: int, index: int, shards: Sequence[int],
-            memo: Optional[dict] = None) -> _ExamplePool:
+            memo: Optional[dict] = None) -> example_pools.ExamplePool:
     """Pool `index` of `epoch` (its shard positions `shards`), shuffled.
 
     memo: shard position -> TokenizedShard: the pool's shards already read (the
@@ -500,12 +396,11 @@ class PretrainData:
       if len(ex):
         parts.append((tokens, ex))
     if not parts:
-      return _ExamplePool(np.zeros(0, np.int32), segments.Examples.empty(),
-                          np.zeros(1, np.int64) if self._config.packing else None)
+      return example_pools.empty_pool(self._config.packing)
     key = None
     if self._config.shuffle_mb:
       key = stateless_random.derive(self._keys["shuffle"], self.process_index, epoch, index)
-    return self._make_pool(parts, key)
+    return example_pools.make_pool(parts, key, self.seq_len, self._config.packing)
 
   def epoch_rows(self, epoch: int) -> int:
     """Rows of this host's training epoch `epoch` (reads and segments the epoch)."""
@@ -537,36 +432,11 @@ class PretrainData:
 
   def _locate(self, rows: int) -> tuple[int, int, int]:
     """(epoch, pool, row in the pool) of training row `rows` of this host's stream."""
-    if rows == 0:
-      return 0, 0, 0
     memo = {}
-    epoch = 0
-    while True:
-      plan = self._epoch_plan(epoch)
-      epoch_rows = 0
-      for p, shards in enumerate(plan):
-        n = self._pool(epoch, p, shards, memo).num_rows
-        if rows < n:
-          return epoch, p, rows
-        rows -= n
-        epoch_rows += n
-      if epoch_rows == 0:
-        raise self._no_rows_error()
-      epoch += 1
-
-  def _stream_pool(self, cursor: dict, k: int) -> tuple[int, int]:
-    """(epoch, pool) of a stream's k-th pool.
-
-    cursor: "start" and "at", (epoch, pool, k) of the stream's first pool and of the last
-      one located, from which this one is counted (a tuple replaced whole: no lock needed).
-    """
-    epoch, pool, j = cursor["at"] if k >= cursor["at"][2] else cursor["start"]
-    pool += k - j
-    while pool >= (n := len(self._epoch_plan(epoch))):
-      pool -= n
-      epoch += 1
-    cursor["at"] = (epoch, pool, k)
-    return epoch, pool
+    return stream_plan.locate(
+        rows, self._epoch_plan,
+        lambda epoch, p, shards: self._pool(epoch, p, shards, memo).num_rows,
+        self._no_rows_error)
 
   def _read_pool(self, stash: dict, first_rows: threading.Event, cursor: dict, drop: int, k
                  ) -> tuple[np.int64, np.int64, np.int64]:
@@ -581,7 +451,7 @@ class PretrainData:
       k = int(k)
       if k:
         first_rows.wait()
-      epoch, index = self._stream_pool(cursor, k)
+      epoch, index = stream_plan.stream_pool(cursor, k, lambda e: len(self._epoch_plan(e)))
       stash[epoch, index] = {i: self._tokenized(self._shards[i], "train")
                              for i in self._epoch_plan(epoch)[index]}
       if k:
@@ -623,11 +493,11 @@ class PretrainData:
 
       def fill(lo):
         hi = min(lo + _MASK_ROWS, n)
-        rows = self._masked_rows(pool.rows(lo, hi, self), epoch, index, lo)
+        rows = self._masked_rows(pool.rows(lo, hi, self.build_rows), epoch, index, lo)
         for k, v in out.items():
           v[lo - drop:hi - drop] = rows[k]
 
-      _threads().map(fill, range(drop, n, _MASK_ROWS))
+      shard_tokens.threads().map(fill, range(drop, n, _MASK_ROWS))
       pool = None  # freed before the trim
       if not first:
         _return_free_pages()
@@ -646,14 +516,8 @@ class PretrainData:
   @property
   def _features(self) -> dict[str, tuple[type, tuple[int, ...]]]:
     """Name -> (dtype, shape of one row) of the features of a training batch."""
-    length, p = self.seq_len, self._config.max_predictions_per_seq
-    features = {"input_ids": (np.int32, (length,)), "input_mask": (np.int32, (length,)),
-                "segment_ids": (np.int32, (length,)), "next_sentence_labels": (np.int32, ()),
-                "masked_lm_positions": (np.int32, (p,)), "masked_lm_ids": (np.int32, (p,)),
-                "masked_lm_weights": (np.float32, (p,))}
-    if self._config.packing:
-      features["position_ids"] = (np.int32, (length,))
-    return features
+    return batch_schema.features(self.seq_len, self._config.max_predictions_per_seq,
+                                 self._config.packing)
 
   def _masked_rows(self, rows: dict[str, np.ndarray], epoch: int, index: int, lo: int
                    ) -> dict[str, np.ndarray]:
@@ -697,34 +561,7 @@ class PretrainData:
       packing also position_ids int32 [b, L].
     """
     read_stage, rows_stage, _ = self._stages(start_position)
-    features = self._features
-
-    @tf.autograph.experimental.do_not_convert
-    def read_pool(k):
-      out = tf.numpy_function(_exit_safe(read_stage), [k], [tf.int64] * 3, stateful=True)
-      for x in out:
-        x.set_shape([])
-      return tuple(out)
-
-    @tf.autograph.experimental.do_not_convert
-    def pool_rows(epoch, index, drop):
-      out = tf.numpy_function(_exit_safe(rows_stage), [epoch, index, drop],
-                              [tf.as_dtype(dtype) for dtype, _ in features.values()],
-                              stateful=True)
-      rows = {}
-      for (name, (_, shape)), x in zip(features.items(), out):
-        x.set_shape((None,) + shape)
-        rows[name] = x
-      return rows
-
-    ds = tf.data.Dataset.counter()  # the stream's k-th pool
-    # Two stages, each one pool at a time: pool i + 1 is read and tokenized (threads without
-    # the GIL) while pool i's numpy stages run (on 68 MB, 1.25x the throughput of one stage);
-    # the stream's first pool has the cores to itself (_read_pool).
-    ds = ds.map(read_pool, num_parallel_calls=1, deterministic=True)
-    ds = ds.map(pool_rows, num_parallel_calls=1, deterministic=True)
-    ds = ds.rebatch(self.per_host_batch_size, drop_remainder=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return tf_dataset(read_stage, rows_stage, self._features, self.per_host_batch_size)
 
   def train_iterator(self, start_position: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """`dataset(start_position)` as numpy batches (see `dataset`).
@@ -782,11 +619,12 @@ class PretrainData:
       before = row
       for shard in self._shards:
         tokens, ex = self._examples(shard, "eval", _EVAL_EPOCH)
-        pool = self._make_pool([(tokens, ex)], None) if len(ex) else None
+        pool = (example_pools.make_pool([(tokens, ex)], None, self.seq_len, self._config.packing)
+                if len(ex) else None)
         lo = 0
         while pool is not None and lo < pool.num_rows and made < num_batches:
           hi = min(pool.num_rows, lo + b - pending)
-          parts.append(pool.rows(lo, hi, self))
+          parts.append(pool.rows(lo, hi, self.build_rows))
           keys.append(stateless_random.derive(self._keys["evalmask"], self.process_index,
                                    row + np.arange(hi - lo)))
           row += hi - lo

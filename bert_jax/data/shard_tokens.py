@@ -1,0 +1,144 @@
+"""A shard's documents as tokens: read through its source, held-out documents split off,
+tokenized on a thread pool, empty sentences and documents dropped, long sentences cut.
+
+Also the vocab checks made before any shard is read (casing) and on each one (the share of
+[UNK]).
+"""
+from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
+
+import functools
+import logging
+import multiprocessing.pool
+import os
+from typing import Callable, Sequence
+
+import numpy as np
+
+from bert_jax.data import segments
+from bert_jax.data import shard_spec
+from bert_jax.data import sources
+from bert_jax.optional_tensorflow import tf
+
+# Sentences per tf-text call while tokenizing a shard, and the threads making the calls (and
+# masking's: pretrain_data).
+_TOKENIZE_BATCH = 4096
+_THREADS = min(8, os.cpu_count() or 1)
+
+
+# A corpus with more [UNK] than this is not one the vocab was made for (English text
+# with bert-base-uncased: ~0.1%; a 10-token vocab: 92%).
+MAX_UNKNOWN_RATE = 0.2
+
+
+def check_casing(vocab: Sequence[str], lowercase: bool, name: str) -> None:
+  """Refuses a cased vocab read lower-cased, and an uncased one read with capitals.
+
+  Raises:
+    ValueError: naming the vocab, what it is, and the setting to change.
+  """
+  regular = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
+  capitalized = [t for t in regular if any(ch.isupper() for ch in t)]
+  lower_words = sum(1 for t in regular if t.isalpha() and t.islower())
+  if lowercase and len(capitalized) >= max(10, 0.01 * len(regular)):
+    raise ValueError(
+        f"{name} is a cased vocab ({len(capitalized)} of its {len(regular)} tokens have "
+        f"capitals, e.g. {capitalized[:3]}) but config.data.lowercase=True would never produce "
+        "them; set config.data.lowercase=False")
+  if not lowercase and len(capitalized) <= 0.001 * len(regular) and lower_words >= 1000:
+    raise ValueError(
+        f"{name} is an uncased vocab ({len(capitalized)} of its {len(regular)} tokens have "
+        f"capitals) but config.data.lowercase=False: "
+        "every capitalized word would become [UNK]; set config.data.lowercase=True")
+
+
+def check_unknown_rate(tokens: np.ndarray, tokenizer, name: str) -> None:
+  """Refuses a vocab that does not fit the corpus (most tokens [UNK]).
+
+  Raises:
+    ValueError: naming the shard, the rate and the vocab's size.
+  """
+  unk = getattr(tokenizer, "unk_id", None)
+  if unk is None or len(tokens) < 100:
+    return
+  rate = float(np.mean(tokens == unk))
+  if rate > MAX_UNKNOWN_RATE:
+    raise ValueError(
+        f"{name}: {rate:.0%} of its {len(tokens)} tokens are [UNK] with the "
+        f"{tokenizer.vocab_size}-token vocab {tokenizer.vocab_file or ''}: the vocab does not "
+        f"fit this corpus (build one with python -m bert_jax.build_vocab, or check "
+        f"config.data.lowercase)")
+
+
+@functools.cache
+def threads() -> multiprocessing.pool.ThreadPool:
+  """The threads that tokenize and mask (daemon threads: a dataset still running at interpreter exit
+  finishes its work instead of failing in concurrent.futures and hanging the exit)."""
+  return multiprocessing.pool.ThreadPool(_THREADS)
+
+
+def tokenize(tokenizer, sentences: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
+  """Token ids (flat int32) and per-sentence counts (int64) of a string tensor.
+
+  Chunks of _TOKENIZE_BATCH sentences go through the tokenizer on a thread pool
+  (WordPiece's tf-text kernels and the BPE's Rust release the GIL), so all
+  cores tokenize.
+  """
+  n = int(tf.size(sentences))
+  if n == 0:
+    return np.zeros(0, np.int32), np.zeros(0, np.int64)
+  def one(start):
+    return tokenizer.ids_and_lengths(sentences[start:start + _TOKENIZE_BATCH])
+  parts = threads().map(one, range(0, n, _TOKENIZE_BATCH))
+  return (np.concatenate([v for v, _ in parts]).astype(np.int32),
+          np.concatenate([k for _, k in parts]).astype(np.int64))
+
+
+def select_docs(num_docs: int, split: str, every_nth: int, docs_by_host: bool,
+                process_index: int, process_count: int) -> np.ndarray:
+  """The documents of `split` ('train' or 'eval': every `every_nth`-th is held out) of a shard
+  of `num_docs`; with docs_by_host (fewer shards than processes) this process's share."""
+  d = np.arange(num_docs)
+  is_eval = (d % every_nth == every_nth - 1) if every_nth else np.zeros(num_docs, bool)
+  docs = d[is_eval] if split == "eval" else d[~is_eval]
+  if docs_by_host:
+    docs = docs[process_index::process_count]
+  return docs
+
+
+def tokenized_shard(shard: shard_spec.ShardSpec, split: str, *, data_config, tokenizer,
+                    seq_len: int, has_pairs: bool, select: Callable[[int], np.ndarray],
+                    count: Callable[[str, int], None]) -> segments.TokenizedShard:
+  """The documents `select(num_docs)` of a shard, tokenized (read and tokenized on each call).
+
+  count(name, n) is told what the reading found (invalid UTF-8, empty sentences and
+  documents, sentence pieces split off).
+  """
+  source = sources.of_shard(shard)
+  if source.tokenized:
+    part = source.read_tokens(shard)
+    tokens, lengths, doc_splits = part.select(select(part.num_docs))
+  else:
+    raw = source.read(shard, data_config)
+    if raw.invalid_utf8:
+      count("invalid_utf8", raw.invalid_utf8)
+    raw = raw.select(select(raw.num_docs))
+    tokens, lengths = tokenize(tokenizer, raw.sentences)
+    doc_splits = raw.doc_splits
+  check_unknown_rate(tokens, tokenizer, sources.describe(shard))
+  num_docs = len(doc_splits) - 1
+  # Drop sentences without tokens, then documents without sentences.
+  keep = lengths > 0
+  doc_of = np.repeat(np.arange(num_docs), np.diff(doc_splits))
+  per_doc = np.bincount(doc_of[keep], minlength=num_docs)
+  count("empty_sentences", int((~keep).sum()))
+  count("empty_documents", int((per_doc == 0).sum()))
+  shard_tokens = segments.TokenizedShard(
+      tokens, np.append(0, np.cumsum(lengths[keep])).astype(np.int64),
+      np.append(0, np.cumsum(per_doc[per_doc > 0])).astype(np.int64))
+  piece = (seq_len - 3) // 2 if has_pairs else seq_len - 3
+  before = shard_tokens.num_sentences
+  shard_tokens = segments.split_long_sentences(shard_tokens, max(1, piece))
+  count("split_sentence_pieces", shard_tokens.num_sentences - before)
+  logging.info("%s (%s): %d documents, %d sentences, %d tokens", sources.describe(shard), split,
+               shard_tokens.num_docs, shard_tokens.num_sentences, len(shard_tokens.tokens))
+  return shard_tokens
