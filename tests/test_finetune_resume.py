@@ -62,16 +62,26 @@ def test_glue_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same
   _assert_same(_outputs(killed), _outputs(straight))
 
 
-def test_squad_sigterm_mid_epoch_resumes_to_the_same_results(pretrained, squad_dir, tmp_path):  # noqa: F811
+def test_squad_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same_results(
+    pretrained, squad_dir, tmp_path):  # noqa: F811
+  config = lambda: _squad_config(squad_dir, pretrained, num_epochs=3.0,  # noqa: E731
+                                 checkpoint_every=1)
   straight = tmp_path / "straight"
-  want = finetune.finetune(_squad_config(squad_dir, pretrained, num_epochs=2.0), str(straight))
+  want = finetune.finetune(config(), str(straight))
   stopped = tmp_path / "sigterm"
-  out = finetune.finetune(_squad_config(squad_dir, pretrained, num_epochs=2.0), str(stopped),
-                          preempt_at=(0, 1))
+  out = finetune.finetune(config(), str(stopped), preempt_at=(0, 1))
   assert out["stopped_by"] == "SIGTERM"
-  assert finetune.finetune(_squad_config(squad_dir, pretrained, num_epochs=2.0),
-                           str(stopped)) == want
+  assert finetune.finetune(config(), str(stopped)) == want
   _assert_same(_outputs(stopped), _outputs(straight))
+
+  # A kill (no save at the kill) after the periodic checkpoint of step 1 (3 steps, one an epoch).
+  killed = tmp_path / "killed"
+  finetune.finetune(config(), str(killed), preempt_at=(0, 2))
+  ckpts = killed / "finetune_checkpoints"
+  assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [1, 2]
+  shutil.rmtree(ckpts / "2")  # what the kill left: the checkpoint of step 1
+  assert finetune.finetune(config(), str(killed)) == want
+  _assert_same(_outputs(killed), _outputs(straight))
 
 
 def test_a_resume_with_other_settings_is_refused_in_one_line_and_nothing_moves(
