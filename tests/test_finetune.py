@@ -230,7 +230,7 @@ def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_di
 def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_path):
   c = _squad_config(squad_dir, os.path.join(pretrained, "checkpoints"))
   results = finetune.finetune(c, str(tmp_path))
-  assert set(results) == {"exact_match", "f1"}
+  assert set(results) == {"exact_match", "f1", "zero_shot_exact_match", "zero_shot_f1"}
   with open(tmp_path / "predictions.json") as f:
     preds = json.load(f)
   with open(os.path.join(squad_dir, "dev-v1.1.json")) as f:
@@ -238,7 +238,9 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
   assert sorted(preds) == ["q1", "q2", "q3", "q4", "q5"]
   # eval_results.json holds what the official-definition scorer says of predictions.json.
   with open(tmp_path / "eval_results.json") as f:
-    assert json.load(f) == pytest.approx(squad_metrics.evaluate(gold, preds))
+    written = json.load(f)
+  assert {k: v for k, v in written.items() if not k.startswith("zero_shot_")} == pytest.approx(
+      squad_metrics.evaluate(gold, preds))
   with open(tmp_path / "nbest_predictions.json") as f:
     nbest = json.load(f)
   assert all(0 < len(v) <= 5 for v in nbest.values())
@@ -260,6 +262,19 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
   assert results2["total"] == 6
   with open(tmp_path / "v2" / "null_odds.json") as f:
     assert sorted(json.load(f)) == ["q1", "q2", "q3", "q4", "q5", "q7"]
+
+
+def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_dir, tmp_path,
+                                                             capsys):
+  # With a learning rate of 1e-30 training changes no prediction: the end scores are the
+  # zero-shot ones.
+  c = _squad_config(squad_dir, pretrained, learning_rate=1e-30, num_epochs=1.0)
+  results = finetune.finetune(c, str(tmp_path))
+  assert results["zero_shot_f1"] == results["f1"]
+  assert results["zero_shot_exact_match"] == results["exact_match"]
+  out = capsys.readouterr().out
+  assert "zero-shot (the init checkpoint before training): zero_shot_exact_match " in out
+  assert "f1 " + f"{results['f1']:.4f} against the baselines: zero_shot_exact_match" in out
 
 
 def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_dir, tmp_path):

@@ -91,4 +91,5 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   primary = "f1"
   return task_lib.Task(model(config, model_cfg), train_arrays,
                        ("start_positions", "end_positions"), loss,
-                       [task_lib.EvalSet("dev", eval_arrays, score)], primary, data_stats=stats)
+                       [task_lib.EvalSet("dev", eval_arrays, score)], primary, data_stats=stats,
+                       zero_shot=True)  # the untrained span head's scores: the baseline

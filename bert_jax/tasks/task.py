@@ -93,9 +93,10 @@ class Task:
     sort_by_length: length bucketing may group training rows of like length into
       batches; False when the loss compares a batch's examples (CoSENT, in-batch
       negatives): each batch keeps the random draw's rows, only cut to its bucket.
-    zero_shot: the init checkpoint is already a model for the task (sentence
-      embeddings: no fresh head): fine-tuning scores it once before training and
-      records the results as `zero_shot_<metric>`, the baseline the run must beat.
+    zero_shot: fine-tuning scores the model once before training and records the
+      results as `zero_shot_<metric>`, the baseline the run must beat: the init checkpoint
+      as it is (sentence embeddings: no fresh head), or with its fresh head untrained
+      (SQuAD, where no majority class exists: exact match and F1 near zero).
   """
   model: TaskModel
   train_arrays: dict
