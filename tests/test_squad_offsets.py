@@ -113,7 +113,7 @@ def test_squad_finetunes_a_roberta_checkpoint_end_to_end(tmp_path, bpe_dir):
                                   encoding="utf-8")
   results = finetune.finetune(_squad_config(str(squad_dir), init, num_epochs=1.0),
                               str(tmp_path / "ft"))
-  assert set(results) == {"exact_match", "f1"}
+  assert set(results) == {"exact_match", "f1", "zero_shot_exact_match", "zero_shot_f1"}
   preds = json.loads((tmp_path / "ft" / "predictions.json").read_text())
   gold = json.loads((squad_dir / "dev-v1.1.json").read_text())
   contexts = [p["context"] for a in gold["data"] for p in a["paragraphs"]]
