@@ -34,6 +34,19 @@ def _assert_same(a: tuple, b: tuple) -> None:
     np.testing.assert_array_equal(flat_a[k], flat_b[k], err_msg=k)
 
 
+def _kill_after_a_checkpoint_resumes(config, killed: pathlib.Path, stop_at: tuple,
+                                     periodic: int, want: dict, straight: pathlib.Path) -> None:
+  """Stops at `stop_at` (seed, step), leaves only the periodic checkpoint of step `periodic`
+  (what a kill between the two leaves), and checks the same command resumes to `want`."""
+  finetune.finetune(config(), str(killed), preempt_at=stop_at)
+  ckpts = killed / "finetune_checkpoints"
+  last = stop_at[1]  # seed 0: checkpoint steps are the seed's steps
+  assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [periodic, last]
+  shutil.rmtree(ckpts / str(last))
+  assert finetune.finetune(config(), str(killed)) == want
+  _assert_same(_outputs(killed), _outputs(straight))
+
+
 def test_glue_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same_results(
     pretrained, glue_dir, tmp_path, capsys):  # noqa: F811
   # 32 training rows in batches of 8: 4 steps an epoch, 8 a seed, 2 seeds.
@@ -53,13 +66,7 @@ def test_glue_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same
   _assert_same(_outputs(stopped), _outputs(straight))
 
   # A kill (no save at the kill) after seed 0's periodic checkpoint at step 3.
-  killed = tmp_path / "killed"
-  finetune.finetune(config(), str(killed), preempt_at=(0, 5))
-  ckpts = killed / "finetune_checkpoints"
-  assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [3, 5]
-  shutil.rmtree(ckpts / "5")  # what the kill left: the checkpoint of step 3
-  assert finetune.finetune(config(), str(killed)) == want
-  _assert_same(_outputs(killed), _outputs(straight))
+  _kill_after_a_checkpoint_resumes(config, tmp_path / "killed", (0, 5), 3, want, straight)
 
 
 def test_squad_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same_results(
@@ -75,13 +82,7 @@ def test_squad_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_sam
   _assert_same(_outputs(stopped), _outputs(straight))
 
   # A kill (no save at the kill) after the periodic checkpoint of step 1 (3 steps, one an epoch).
-  killed = tmp_path / "killed"
-  finetune.finetune(config(), str(killed), preempt_at=(0, 2))
-  ckpts = killed / "finetune_checkpoints"
-  assert sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit()) == [1, 2]
-  shutil.rmtree(ckpts / "2")  # what the kill left: the checkpoint of step 1
-  assert finetune.finetune(config(), str(killed)) == want
-  _assert_same(_outputs(killed), _outputs(straight))
+  _kill_after_a_checkpoint_resumes(config, tmp_path / "killed", (0, 2), 1, want, straight)
 
 
 def test_a_resume_with_other_settings_is_refused_in_one_line_and_nothing_moves(
