@@ -42,6 +42,8 @@ READ_ONLY_WHEN = {
     "data_dir": ("data_source", ("json",)),
     "train_file": ("data_source", ("json",)),
     "eval_file": ("data_source", ("json",)),
+    "train_articles": ("data_source", ("json",)),
+    "eval_articles": ("data_source", ("json",)),
     "null_score_diff_threshold": ("version", ("2.0",)),
 }
 
@@ -64,6 +66,11 @@ def get_config(arg=None):
   c.train_file = f"train-v{version}.json"
   # Evaluation JSON (its answers are the gold answers), absolute or relative to data_dir.
   c.eval_file = f"dev-v{version}.json"
+  # Articles of train_file to train on, a Python slice 'start:stop' ('' = all). With
+  # eval_articles, one file split by article: a short recipe on ../shared/data's dev subset.
+  c.train_articles = ""
+  # Articles of eval_file to evaluate on (scored against those articles only), as above.
+  c.eval_articles = ""
   # Step between context windows, in word pieces.
   c.doc_stride = 128
   # Question word pieces kept.

@@ -104,6 +104,25 @@ def test_read_v2_impossible(tmp_path):
       (False, 3, "John Smith"), (True, -1, "")]
 
 
+def test_article_ranges_split_one_file(tmp_path):
+  # Three articles of one question each; ':2' trains on the first two, '2:' scores the third.
+  data = {"version": "1.1", "data": [
+      {"title": f"t{i}", "paragraphs": [{"context": _CONTEXT,
+                                         "qas": [_qa(f"q{i}", "Who?", "John Smith")]}]}
+      for i in range(3)]}
+  path = tmp_path / "three.json"
+  path.write_text(json.dumps(data), encoding="utf-8")
+  first = squad.read_squad_json(str(path), True, squad.article_slice(":2", "train_articles"))[0]
+  rest = squad.read_squad_json(str(path), False, squad.article_slice("2:", "eval_articles"))[0]
+  assert [e.qas_id for e in first] == ["q0", "q1"] and [e.qas_id for e in rest] == ["q2"]
+  assert [a["title"] for a in squad.load_json(str(path), slice(2, None))["data"]] == ["t2"]
+  assert squad.article_slice("", "eval_articles") == slice(None)
+  with pytest.raises(ValueError, match=r"config.train_articles='1-2': expected 'start:stop'"):
+    squad.article_slice("1-2", "train_articles")
+  with pytest.raises(ValueError, match=r"three.json: articles 5:None select none of its 3"):
+    squad.load_json(str(path), squad.article_slice("5:", "eval_articles"))
+
+
 def test_read_errors(tmp_path):
   bad = tmp_path / "bad.json"
   bad.write_text("{not json", encoding="utf-8")

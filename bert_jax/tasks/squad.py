@@ -211,17 +211,26 @@ def _json_records(dataset: list):
                "is_impossible": qa.get("is_impossible", False)}
 
 
-def read_squad_json(path: str, is_training: bool):
-  """Reads a SQuAD v1.1 or v2.0 JSON file.
+def article_slice(text: str, key: str) -> slice:
+  """A config value 'start:stop' (either may be empty; '' = every article) as a slice.
 
-  Args:
-    path: the JSON file ({"version": .., "data": [articles]}).
-    is_training: locate each question's (first) answer in the context and
-      skip questions where it cannot be found.
+  Raises:
+    ValueError: naming `key` when the text is not of that form.
+  """
+  if not text:
+    return slice(None)
+  parts = text.split(":")
+  if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() or not p.strip() for p in parts):
+    raise ValueError(f"config.{key}={text!r}: expected 'start:stop' article numbers, e.g. "
+                     "':18' or '18:'")
+  return slice(*(int(p) if p.strip() else None for p in parts))
 
-  Returns:
-    (examples, skipped): the SquadExample list in file order and the ids of the
-    training questions skipped because answer_start does not match the context.
+
+def load_json(path: str, articles: slice = slice(None)) -> dict:
+  """A SQuAD JSON file with only the articles `articles` (its 'data' sliced).
+
+  Raises:
+    ValueError: the file cannot be read, is not a SQuAD file, or the slice selects no article.
   """
   try:
     data = json.loads(epath.Path(path).read_text(encoding="utf-8"))
@@ -229,6 +238,29 @@ def read_squad_json(path: str, is_training: bool):
     raise ValueError(f"cannot read SQuAD file {path}: {e}") from e
   if not isinstance(data, dict) or "data" not in data:
     raise ValueError(f"{path}: not a SQuAD file (no top-level 'data' list)")
+  if articles != slice(None):
+    n = len(data["data"])
+    data = dict(data, data=data["data"][articles])
+    if not data["data"]:
+      raise ValueError(f"{path}: articles {articles.start}:{articles.stop} select none of its "
+                       f"{n} articles")
+  return data
+
+
+def read_squad_json(path: str, is_training: bool, articles: slice = slice(None)):
+  """Reads a SQuAD v1.1 or v2.0 JSON file.
+
+  Args:
+    path: the JSON file ({"version": .., "data": [articles]}).
+    is_training: locate each question's (first) answer in the context and
+      skip questions where it cannot be found.
+    articles: the articles to read (default all).
+
+  Returns:
+    (examples, skipped): the SquadExample list in file order and the ids of the
+    training questions skipped because answer_start does not match the context.
+  """
+  data = load_json(path, articles)
   try:
     records = list(_json_records(data["data"]))
   except (KeyError, TypeError) as e:

@@ -4,7 +4,6 @@ run_squad features (windows over the context), start/end logits, Google's n-best
 post-processing, and the official v1.1 / v2.0 scores; writes predictions.json,
 nbest_predictions.json and null_odds.json (v2.0).
 """
-import json
 import os
 
 from etils import epath
@@ -39,11 +38,14 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   # WordPiece: Google's run_squad features; BPE / SentencePiece: character offsets (run_qa.py).
   convert = squad_offsets.converter(tokenizer)
   v2 = config.version == "2.0"
+  articles = {key: squad.article_slice(config[key], key)
+              for key in ("train_articles", "eval_articles")}
 
   def read(name, split, is_training):
     if config.data_source == "tfds":
       return squad.read_squad_tfds(config.version, split, config.tfds_data_dir, is_training)
-    return squad.read_squad_json(_squad_path(config, name), is_training)
+    return squad.read_squad_json(_squad_path(config, name), is_training,
+                                 articles["train_articles" if is_training else "eval_articles"])
 
   train_arrays, stats = {}, {}
   if not config.eval_only:
@@ -76,7 +78,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   if config.data_source == "tfds":
     gold = squad.to_eval_json(eval_examples, config.version)
   else:
-    gold = json.loads(epath.Path(_squad_path(config, config.eval_file)).read_text(encoding="utf-8"))
+    gold = squad.load_json(_squad_path(config, config.eval_file), articles["eval_articles"])
 
   def score(outputs, workdir):
     start, end = outputs["logits"]
