@@ -12,6 +12,7 @@ import pathlib
 import sys
 import textwrap
 
+from flax import traverse_util
 import numpy as np
 import pytest
 
@@ -19,7 +20,6 @@ from bert_jax import checkpoint as ckpt_lib
 from bert_jax import finetune
 from bert_jax import pretrain
 from bert_jax.conversion import hf as hf_conversion
-from bert_jax.conversion import name_map
 from bert_jax.data import sources as source_registry
 from bert_jax.members import registry as member_registry
 from bert_jax.objectives import registry as objective_registry
@@ -302,44 +302,30 @@ def test_a_new_task_is_one_module_and_its_config(tmp_path, monkeypatch):
 def test_a_new_member_is_one_module(tmp_path, monkeypatch):
   monkeypatch.setattr(member_registry, "MEMBERS", dict(member_registry.MEMBERS))
   _import_from(tmp_path, "toy_relu_bert", TOY_MEMBER)
-  name_map.hf_rules.cache_clear()
-  try:
-    corpus = _corpus(tmp_path)
-    # Pretraining builds the member from the variant's sizes.
-    config = test_pretrain.small_config(str(corpus), model_type="toy-relu-bert", total_steps=3,
-                                        checkpoint_every=3)
-    workdir = tmp_path / "run"
-    pretrain.train_and_export(config, str(workdir))
-    trained = ckpt_lib.load_pretrained(str(workdir / "export"))
-    assert trained.config.model_type == "toy-relu-bert" and trained.config.hidden_act == "relu"
-    # Conversion: its own config.json key and tensor names, and back to the same params.
-    hf_dir = tmp_path / "hf"
-    hf_conversion.bundle_to_hf(str(workdir / "export"), str(hf_dir))
-    hf_config = json.loads((hf_dir / "config.json").read_text())
-    assert hf_config["model_type"] == "toy-relu-bert"
-    assert hf_config["n_layer"] == trained.config.num_layers and "num_hidden_layers" not in hf_config
-    from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-    names = set(load_file(str(hf_dir / "model.safetensors")))
-    assert "toy.encoder.layer.0.attention.self.query.weight" in names
-    assert not any(n.startswith("bert.") for n in names)
-    back = hf_conversion.load_hf(str(hf_dir))
-    assert back["config"] == trained.config
-    flat = lambda p: {"/".join(k): v for k, v in _flatten(p).items()}  # noqa: E731
-    ours, theirs = flat(trained.params), flat(back["params"])
-    assert set(ours) == set(theirs)
-    assert all(np.array_equal(np.asarray(ours[k]), np.asarray(theirs[k])) for k in ours)
-  finally:
-    name_map.hf_rules.cache_clear()
+  corpus = _corpus(tmp_path)
+  # Pretraining builds the member from the variant's sizes.
+  config = test_pretrain.small_config(str(corpus), model_type="toy-relu-bert", total_steps=3,
+                                      checkpoint_every=3)
+  workdir = tmp_path / "run"
+  pretrain.train_and_export(config, str(workdir))
+  trained = ckpt_lib.load_pretrained(str(workdir / "export"))
+  assert trained.config.model_type == "toy-relu-bert" and trained.config.hidden_act == "relu"
+  # Conversion: its own config.json key and tensor names, and back to the same params.
+  hf_dir = tmp_path / "hf"
+  hf_conversion.bundle_to_hf(str(workdir / "export"), str(hf_dir))
+  hf_config = json.loads((hf_dir / "config.json").read_text())
+  assert hf_config["model_type"] == "toy-relu-bert"
+  assert hf_config["n_layer"] == trained.config.num_layers and "num_hidden_layers" not in hf_config
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  names = set(load_file(str(hf_dir / "model.safetensors")))
+  assert "toy.encoder.layer.0.attention.self.query.weight" in names
+  assert not any(n.startswith("bert.") for n in names)
+  back = hf_conversion.load_hf(str(hf_dir))
+  assert back["config"] == trained.config
+  ours, theirs = (traverse_util.flatten_dict(p, sep="/") for p in (trained.params, back["params"]))
+  assert set(ours) == set(theirs)
+  assert all(np.array_equal(np.asarray(ours[k]), np.asarray(theirs[k])) for k in ours)
 
-
-def _flatten(tree, prefix=()):
-  out = {}
-  for k, v in tree.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, prefix + (k,)))
-    else:
-      out[prefix + (k,)] = v
-  return out
 
 
 def test_a_new_source_is_one_module(tmp_path, monkeypatch, capsys):

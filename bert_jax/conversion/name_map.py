@@ -13,7 +13,6 @@ complete.
 """
 from flax import traverse_util
 import dataclasses
-import functools
 import re
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -188,7 +187,6 @@ def _projection(theirs: str) -> tuple[Rule, ...]:
 _HOOKS = {"identity": IDENTITY, "transpose": TRANSPOSE}
 
 
-@functools.cache
 def hf_rules(model_type: str) -> tuple[Rule, ...]:
   """The Hugging Face rule table of a family member (its module's HfLayout): BERT's rules
   renamed, our layer_0 for every layer where the member shares one (ALBERT), then its
