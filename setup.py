@@ -40,7 +40,7 @@ EXTRAS = {
         "torch==2.13.0",
         "scipy>=1.10",
         "scikit-learn>=1.3",
-        # trec_eval's C code: the reference for bert_jax.retrieval_metrics.
+        # trec_eval's C code: the reference for bert_jax.inference.retrieval_metrics.
         "pytrec-eval-terrier>=0.5.6,<0.6",
         # NER entity scores are compared with seqeval's (conlleval's definition).
         "seqeval>=1.2,<2",

@@ -123,7 +123,7 @@ def compute_bound(config, batches, seconds: float) -> dict:
   count; 4 L H: scores and values of bidirectional attention). The bound: the real tokens'
   FLOPs (no padding at all) at the rate of a large square matmul.
   """
-  from bert_jax import flops as flops_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import flops as flops_lib  # pylint: disable=g-import-not-at-top
   n, layers, h = flops_lib.encoder_params(config), config.num_layers, config.hidden_size
   per_token = lambda length: 2 * n + 4 * layers * length * h  # noqa: E731
   padded = sum(r * l * per_token(l) for r, l, _ in batches)
@@ -165,8 +165,8 @@ def main(argv=None) -> int:
                os.path.join(args.bundle, "model_config.json"), args.texts or args.sts_train):
     if not os.path.isfile(path):
       sys.exit(f"missing {path} (see the module docstring)")
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import embedding  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
 
   if args.texts:
     with open(args.texts, encoding="utf-8") as f:

@@ -25,7 +25,7 @@ all of them:
 
   ids        bert_jax's ids and segment ids vs the fast tokenizer (mismatched rows)
   hidden_i   every position of hidden state i (embeddings, layers) of batches padded to 128,
-             bert_jax.model vs transformers fed the same arrays
+             bert_jax.modeling.model vs transformers fed the same arrays
   mlm        MLM logits at 15% of the real positions (set to the mask token); with
              --head discriminator the replaced-token logits at every real position instead
   embed_*    `python -m bert_jax.embed --pooling cls|mean --layers 0,..,L --combine concat`
@@ -186,10 +186,10 @@ def main() -> int:
   if args.head == "discriminator" and args.model_type != "electra":
     sys.exit("--head discriminator is ELECTRA's")
   import jax  # pylint: disable=g-import-not-at-top
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import embedding  # pylint: disable=g-import-not-at-top
-  from bert_jax import model as model_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
 
   files = _tokenizer_files(args.model_type, args.data_dir)
   missing = [f for f in files if not os.path.isfile(f)]

@@ -201,8 +201,8 @@ def bert_jax_head(task: str, bundle_dir: str, num_labels: int, seed: int) -> dic
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from bert_jax import bundle  # pylint: disable=g-import-not-at-top
-  from bert_jax import model as model_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
   cfg = bundle.read_config(bundle_dir).replace(scan_layers=False)
   if task == "squad":
     model, head = model_lib.BertForQuestionAnswering(cfg), "qa_outputs"
@@ -362,9 +362,9 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
   """Reference SQuAD fine-tuning on the same run_squad windows; official v1.1 scoring."""
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import squad  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
 
   tok = tokenizer_lib.WordPieceTokenizer(os.path.join(args.bundle, "vocab.txt"), True)
   train_ex, skipped = squad.read_squad_json(squad_files[0], is_training=True)

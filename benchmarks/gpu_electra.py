@@ -10,7 +10,7 @@ From the corpus prepared on a CPU machine (`python benchmarks/gpu_end_to_end.py 
   electra   recipe=electra (its generator, replaced-token detection), --steps steps (default
             10,000), held-out eval every fifth: rtd_auc, rtd_replaced_recall, rtd_accuracy;
   mlm       objective=mlm on the same data, for as many steps as give the same training
-            FLOPs (bert_jax/flops.py: ELECTRA's step costs both encoders);
+            FLOPs (bert_jax/modeling/flops.py: ELECTRA's step costs both encoders);
   compare   STS-B (1 epoch from each export, the same settings): dev Pearson of each.
 Each part writes DIR/<part>.json and prints its table; each fits one device run of at most
 9 minutes on one H100 (`--steps` scales the two pretraining parts).
@@ -32,7 +32,7 @@ def _flops_per_token(config_arg: str, overrides: list[str]) -> float:
   """Training FLOPs per token of a pretraining config, as the run computes them."""
   sys.path.insert(0, ROOT)
   from bert_jax import config_help  # pylint: disable=g-import-not-at-top
-  from bert_jax import pretrain_setup  # pylint: disable=g-import-not-at-top
+  from bert_jax.objectives import pretrain_setup  # pylint: disable=g-import-not-at-top
   config = config_help.load(os.path.join(ROOT, config_arg)).config
   for o in overrides:
     key, value = o[len("--config."):].split("=", 1)

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from bert_jax import Encoder
-from bert_jax import model as model_lib
+from bert_jax.modeling import model as model_lib
 from bert_jax.tasks import glue
 
 

@@ -31,8 +31,10 @@ def _step_and_state(variant: str, batch: int, seq_len: int, dtype: str, remat: s
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from bert_jax import model as model_lib, model_config, optimizer, train_core  # pylint: disable=g-import-not-at-top,g-multiple-import
+  from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import model_config  # pylint: disable=g-import-not-at-top
   from bert_jax.objectives import mlm_nsp  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import optimizer, train_core
   cfg = model_config.variant(variant, 30522, dtype=dtype, remat=remat)
   model = model_lib.BertForPreTraining(cfg)
   opt = ml_collections.ConfigDict(dict(name="adamw", b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01,
@@ -119,7 +121,7 @@ def main():
   p.add_argument("--no_run", action="store_true", help="compiled analysis only, no executed step")
   p.add_argument("--_child", default="", help=argparse.SUPPRESS)
   args = p.parse_args()
-  from bert_jax import model_config  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import model_config  # pylint: disable=g-import-not-at-top
   for flag in ("variants", "fit"):
     bad = [v for v in getattr(args, flag).split(",") if v and v not in model_config.VARIANTS]
     if bad:

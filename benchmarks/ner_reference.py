@@ -192,14 +192,14 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
-  from bert_jax import optimizer as opt_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import sharding  # pylint: disable=g-import-not-at-top
-  from bert_jax import train_core  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import task as task_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import optimizer as opt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import sharding  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top
   from configs import ner as ner_config  # pylint: disable=g-import-not-at-top
 
   c = ner_config.get_config()

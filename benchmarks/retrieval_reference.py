@@ -10,7 +10,7 @@ queries) with transformers' BertTokenizerFast + FlaxBertModel, mean pooling over
 the attention mask and L2 normalisation (sentence-transformers' recipe for
 MiniLM), searches exactly with numpy, drops a query's own id, and scores with
 pytrec_eval (trec_eval's C code, as BEIR does). Prints both metric sets, their
-differences and, as a check of the metric code alone, bert_jax.retrieval_metrics
+differences and, as a check of the metric code alone, bert_jax.inference.retrieval_metrics
 on the reference's own results.
 """
 import argparse
@@ -20,9 +20,9 @@ import time
 
 import numpy as np
 
-from bert_jax import checkpoint as ckpt_lib
+from bert_jax.inference import retrieval_metrics
 from bert_jax import retrieval_eval
-from bert_jax import retrieval_metrics
+from bert_jax.training import checkpoint as ckpt_lib
 
 
 def reference_embed(model_dir, texts, max_length, batch_size):

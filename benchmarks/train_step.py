@@ -20,9 +20,9 @@ round also times one step waited for on its own ("blocked", the old figure: it a
 dispatch and the host round trip to every step). Rounds alternate the implementations
 (ours, reference, ours, reference, ...), so a drifting shared machine affects both alike.
 
-MFU uses DESIGN.md's formula (bert_jax.flops) over real tokens for both sides; the CPU
+MFU uses DESIGN.md's formula (bert_jax.modeling.flops) over real tokens for both sides; the CPU
 peak is a large float32 matmul measured in this run, accelerator peaks come from
-bert_jax.flops (override with --peak_flops). Last lines: `tokens/s: N`, `mfu: X`,
+bert_jax.modeling.flops (override with --peak_flops). Last lines: `tokens/s: N`, `mfu: X`,
 `vs_reference: R`; --json writes every figure.
 """
 import time
@@ -47,13 +47,13 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from bert_jax import config_help  # noqa: E402
-from bert_jax import flops as flops_lib  # noqa: E402
-from bert_jax import model as model_lib  # noqa: E402
-from bert_jax import optimizer as opt_lib  # noqa: E402
-from bert_jax import pretrain_setup  # noqa: E402
-from bert_jax import train_core  # noqa: E402
+from bert_jax.modeling import flops as flops_lib  # noqa: E402
+from bert_jax.modeling import model as model_lib  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
-from bert_jax import xla_flags  # noqa: E402
+from bert_jax.objectives import pretrain_setup  # noqa: E402
+from bert_jax.runtime import xla_flags  # noqa: E402
+from bert_jax.training import optimizer as opt_lib  # noqa: E402
+from bert_jax.training import train_core  # noqa: E402
 
 xla_flags.apply()  # the trainer's GPU defaults (bert_jax.cli applies them to every program)
 
@@ -295,7 +295,7 @@ class Setup:
     dev = jax.devices()[0]
     self.device = device_name()
     self.peak_source = ("measured float32 matmul" if dev.platform == "cpu" and not args.peak_flops
-                        else "override" if args.peak_flops else "bert_jax.flops table")
+                        else "override" if args.peak_flops else "bert_jax.modeling.flops table")
 
   def describe(self) -> str:
     m, a = self.model_cfg, self.args

@@ -38,11 +38,11 @@ import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bert_jax import cli  # noqa: E402
-from bert_jax import flops as flops_lib  # noqa: E402
-from bert_jax import pretrain_setup  # noqa: E402
-from bert_jax import sharding  # noqa: E402
-from bert_jax import train_core  # noqa: E402
+from bert_jax.modeling import flops as flops_lib  # noqa: E402
 from bert_jax.objectives import base as objective_base  # noqa: E402
+from bert_jax.objectives import pretrain_setup  # noqa: E402
+from bert_jax.training import sharding  # noqa: E402
+from bert_jax.training import train_core  # noqa: E402
 
 GiB = 1 << 30
 

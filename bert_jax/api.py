@@ -11,8 +11,8 @@
                                            ["John lives in Paris."])  # e.g. ["Paris."]
 
 Each method is the library function its command-line program runs
-(`bert_jax.embedding.embed`, `bert_jax.mask_filling.fill_mask`), or the encoding and
-decoding its fine-tuning task scores with (bert_jax.tasks: glue, ner, squad), on
+(`bert_jax.inference.embedding.embed`, `bert_jax.inference.mask_filling.fill_mask`), or the
+encoding and decoding its fine-tuning task scores with (bert_jax.tasks: glue, ner, squad), on
 the checkpoint loaded once, with the checkpoint's own tokenizer; a fine-tuning
 export's bundle.json gives the task and what decoding needs (head, labels,
 window options).
@@ -24,15 +24,15 @@ from etils import epath
 import jax
 import numpy as np
 
-from bert_jax import bundle as bundle_lib
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import embedding
-from bert_jax import mask_filling
-from bert_jax import flops
-from bert_jax import model as model_lib
 from bert_jax.data import length_buckets
-from bert_jax.json_file import read_json
 from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.inference import embedding
+from bert_jax.inference import mask_filling
+from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.modeling import flops
+from bert_jax.modeling import model as model_lib
+from bert_jax.runtime.json_file import read_json
+from bert_jax.training import checkpoint as ckpt_lib
 
 Text = Union[str, tuple[str, str]]
 

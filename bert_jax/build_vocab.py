@@ -60,14 +60,14 @@ def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int,
   """Cleaned (normalised) sentences of the input as a tf.string tensor (progress on stderr
   unless quiet)."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   from bert_jax.data import raw_docs  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   cfg = ml_collections.ConfigDict({"source": "builtin" if pattern == "builtin" else "files",
                                    "files": pattern, "format": fmt,
                                    "block_mb": raw_docs.DEFAULT_BLOCK_MB})
-  from bert_jax import train_log  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
   parts, total = [], 0
   shards = sources.list_shards(cfg)
   progress = train_log.Progress("reading", len(shards), "shards", enabled=not quiet)
@@ -98,7 +98,7 @@ def build_wordpiece(sentences, vocab_size: int, num_unused: int,
   Returns:
     The vocab tokens.
   """
-  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset  # pylint: disable=g-import-not-at-top
   head = ["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)] + list(SPECIALS_AFTER_UNUSED)
   if vocab_size <= len(head):
@@ -134,8 +134,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.input != "builtin":  # a glob that matches nothing: one line before TensorFlow loads
       from bert_jax.data import source_files  # pylint: disable=g-import-not-at-top
       source_files.check_local_globs(args.input)
-    from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
-    from bert_jax import train_log  # pylint: disable=g-import-not-at-top
+    from bert_jax.runtime import optional_tensorflow  # pylint: disable=g-import-not-at-top
+    from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
     optional_tensorflow.require("bert_jax.build_vocab (reading and normalising raw text)")
     if not args.quiet:
       train_log.print_header("bert_jax.build_vocab", f"build a {args.type} vocab", [

@@ -15,7 +15,7 @@ wrong number of positional arguments) ends the program with one line, a
 SystemExit whose message names the problem; `--help` prints the module
 docstring and the flags.
 
-Every program imports this module first: bert_jax.startup (imported here) quiets
+Every program imports this module first: bert_jax.runtime.startup (imported here) quiets
 the start-up before TensorFlow or JAX load.
 """
 import contextlib
@@ -28,8 +28,8 @@ from absl import logging
 import ml_collections
 from ml_collections import config_flags
 
-from bert_jax import distributed
-from bert_jax import startup  # first: quiet start-up  # pylint: disable=g-bad-import-order
+from bert_jax.runtime import distributed
+from bert_jax.runtime import startup  # first: quiet start-up  # pylint: disable=g-bad-import-order
 
 _HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
 
@@ -211,11 +211,11 @@ def define_config(flag_values: flags.FlagValues, help_string: str,
 def check_config_reads(config: ml_collections.ConfigDict, argv: Sequence[str], prog: str) -> None:
   """Ends the program in one line when argv sets a config key the run will not read.
 
-  The rules are the config file's READ_ONLY_WHEN (bert_jax.config_reads); a
+  The rules are the config file's READ_ONLY_WHEN (bert_jax.runtime.config_reads); a
   controlling key chosen for an explicit key is set in `config` and printed.
   """
   from bert_jax import config_help  # pylint: disable=g-import-not-at-top
-  from bert_jax import config_reads  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import config_reads  # pylint: disable=g-import-not-at-top
   spec = _config_spec(argv)
   path, _, arg = spec.partition(":")
   module = config_help.load_module(path)
@@ -238,7 +238,7 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   """Runs a `--config FILE:ARG --workdir DIR` program (pretraining, fine-tuning).
 
   Besides --config and --workdir, the program takes absl's --verbosity and
-  the multi-process flags of bert_jax.distributed, and joins the other
+  the multi-process flags of bert_jax.runtime.distributed, and joins the other
   processes (`distributed.initialize`) before `run` starts.
 
   Args:
@@ -270,10 +270,10 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   distributed.initialize(flag_values)
   # jax and orbax come with these: imported here, not by every tool that uses this module.
   import jax  # pylint: disable=g-import-not-at-top
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top
-  from bert_jax import train_core  # pylint: disable=g-import-not-at-top
-  from bert_jax import workdir_lock  # pylint: disable=g-import-not-at-top
-  from bert_jax import write_errors  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import workdir_lock  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import write_errors  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top
   writer = jax.process_index() == 0
   try:
     with workdir_lock.hold(workdir_path) if writer else contextlib.nullcontext():

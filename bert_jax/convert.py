@@ -31,11 +31,11 @@ from flax import traverse_util
 if __name__ == "__main__":
   os.environ.setdefault("JAX_PLATFORMS", "cpu")  # conversion is host work: leave GPUs alone
 
-from bert_jax import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax import cli  # noqa: E402  pylint: disable=g-import-not-at-top
-from bert_jax import train_log  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import hf  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import tf1  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.modeling import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.runtime import train_log  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:

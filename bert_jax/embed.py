@@ -19,7 +19,7 @@ mean, not normalised. `--layers` pools several hidden layers (0 = embedding
 output, -1 = last layer; the feature-based approach of the BERT paper).
 `--pairs` reads `text_a<TAB>text_b` lines with segment ids 0 / 1.
 
-Aggregation (bert_jax.aggregate): `--combine` (mean, max, concat, or
+Aggregation (bert_jax.inference.aggregate): `--combine` (mean, max, concat, or
 weighted_mean with `--weights`) merges the several vectors of one text: its
 --layers; its chunks with `--chunk_stride S` (a text longer than --max_length
 is cut into windows of max_length tokens, [CLS] and [SEP] included, starting
@@ -46,12 +46,12 @@ from absl import flags
 from etils import epath
 import numpy as np
 
-from bert_jax import aggregate
-from bert_jax import bundle as bundle_lib
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
-from bert_jax import embedding
-from bert_jax import train_log
+from bert_jax.inference import aggregate
+from bert_jax.inference import embedding
+from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.runtime import train_log
+from bert_jax.training import checkpoint as ckpt_lib
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:

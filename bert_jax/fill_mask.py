@@ -12,7 +12,7 @@ of --batch_size, with progress on stderr when there is more than one batch
 (--quiet: none).
 
 The literal `[MASK]` marks masked positions (several per text are allowed);
-bert_jax.mask_filling says how texts are encoded and scored.
+bert_jax.inference.mask_filling says how texts are encoded and scored.
 """
 import json
 import sys
@@ -20,11 +20,11 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from bert_jax import bundle as bundle_lib
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
-from bert_jax import mask_filling
-from bert_jax import train_log
+from bert_jax.inference import mask_filling
+from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.runtime import train_log
+from bert_jax.training import checkpoint as ckpt_lib
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -53,27 +53,27 @@ import ml_collections
 import numpy as np
 import optax
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
-from bert_jax import compile_cache
-from bert_jax import config_sections
-from bert_jax import flops
-from bert_jax import json_file
-from bert_jax import model as model_lib
-from bert_jax import optimizer as opt_lib
-from bert_jax import optional_tensorflow
-from bert_jax import sharding
-from bert_jax import stop_signals
-from bert_jax import time_split
-from bert_jax import train_core
-from bert_jax import train_log
-from bert_jax import workdir_owner
 from bert_jax.data import length_buckets
 from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.modeling import bundle
+from bert_jax.modeling import flops
+from bert_jax.modeling import model as model_lib
+from bert_jax.runtime import compile_cache
+from bert_jax.runtime import json_file
+from bert_jax.runtime import optional_tensorflow
+from bert_jax.runtime import stop_signals
+from bert_jax.runtime import time_split
+from bert_jax.runtime import train_log
 from bert_jax.tasks import packing
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import config_sections
+from bert_jax.training import optimizer as opt_lib
+from bert_jax.training import sharding
+from bert_jax.training import train_core
+from bert_jax.training import workdir_owner
 
 time_split.compile_clock()  # compilations from here on count in the run's time split
 

@@ -36,12 +36,12 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   per part.
   """
   from etils import epath  # pylint: disable=g-import-not-at-top
-  from bert_jax import optional_tensorflow  # pylint: disable=g-import-not-at-top
-  from bert_jax import train_log  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import shard_tokens  # pylint: disable=g-import-not-at-top
   from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import shard_tokens  # pylint: disable=g-import-not-at-top
   from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import optional_tensorflow  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
   if sources.get(data_config.source).tokenized:
     raise ValueError(f"config.data.source={data_config.source!r} is already tokenized; give "
                      "the text source")

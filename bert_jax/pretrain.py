@@ -18,21 +18,21 @@ from etils import epath
 import jax
 import ml_collections
 
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
-from bert_jax import compile_cache
-from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
-from bert_jax import optional_tensorflow
-from bert_jax import pretrain_setup
-from bert_jax import sharding
-from bert_jax import stop_signals
-from bert_jax import train_core
 from bert_jax.data import sources
-from bert_jax import train_log
-from bert_jax import workdir_owner
-from bert_jax import write_errors
-from bert_jax import xla_flags
+from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import model as model_lib
+from bert_jax.objectives import pretrain_setup
+from bert_jax.runtime import compile_cache
+from bert_jax.runtime import optional_tensorflow
+from bert_jax.runtime import stop_signals
+from bert_jax.runtime import train_log
+from bert_jax.runtime import write_errors
+from bert_jax.runtime import xla_flags
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import sharding
+from bert_jax.training import train_core
+from bert_jax.training import workdir_owner
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -262,8 +262,8 @@ def _load_init_checkpoint(config, model_cfg, vocab):
 def _print_header(config, workdir: str, model_cfg, params, tokenizer,
                   start_step: int) -> None:
   """What the run will do: model, parameters, data, steps, where it writes."""
-  from bert_jax import bundle  # pylint: disable=g-import-not-at-top
   from bert_jax.data import wordpiece  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads"))
   d = config.data
   default_vocab = wordpiece.default_vocab_file()
@@ -320,8 +320,8 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   """Writes the params-only bundle for fine-tuning and runs the fill-mask example."""
   if summary["step"] < config.total_steps:
     return None
-  from bert_jax import bundle  # pylint: disable=g-import-not-at-top
-  from bert_jax import mask_filling  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
   path = str(epath.Path(workdir) / "export")
   params = model_lib.unstack_layers(summary["export_params"])
   with write_errors.writing(f"the export to {path}"):

@@ -27,12 +27,12 @@ from absl import flags
 from etils import epath
 import numpy as np
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import cli
-from bert_jax import embedding
-from bert_jax import retrieval_metrics
-from bert_jax import train_log
+from bert_jax.inference import embedding
+from bert_jax.inference import retrieval_metrics
+from bert_jax.modeling import bundle
+from bert_jax.runtime import train_log
+from bert_jax.training import checkpoint as ckpt_lib
 
 # Nearest-neighbour search: exact matmul top-k, or faiss's HNSW graph (approximate).
 INDEXES = ("exact", "hnsw")

@@ -38,13 +38,13 @@ default because it changes results: its batches are drawn unsorted, and on the
 STS-B quick start (3 seeds) that scored 0.016 Pearson below length buckets, in
 less wall time on no task measured here (benchmarks/README.md, issue 16).
 
-Every key is declared here or, with its comment, in bert_jax/config_sections.py
+Every key is declared here or, with its comment, in bert_jax/training/config_sections.py
 (`finetune`: the keys every fine-tuning config has, and the model, optimizer and
 mesh sections); `--config.a.b=v` overrides it, an unknown key is an error.
 """
 import ml_collections
 
-from bert_jax import config_sections
+from bert_jax.training import config_sections
 
 # Tasks and their peak learning rates (see the module docstring).
 _LEARNING_RATES = {
@@ -53,7 +53,7 @@ _LEARNING_RATES = {
 }
 
 
-# Keys read only in some settings (bert_jax.config_reads).
+# Keys read only in some settings (bert_jax.runtime.config_reads).
 READ_ONLY_WHEN = {
     **config_sections.FINETUNE_READ_ONLY_WHEN,
     "data_dir": ("data_source", ("tsv",)),
@@ -79,7 +79,7 @@ def get_config(arg=None):
   c.predict_ax = task == "mnli"
   # The vector the classifier reads: 'cls' (BERT's pooled [CLS]), 'mean' (masked mean of
   # the last layer) or 'layers_attention' (the [CLS] vectors of the last head_layers
-  # layers, weighted by a softmax over layers against a learned query; bert_jax.model).
+  # layers, weighted by a softmax over layers against a learned query; bert_jax.modeling.model).
   c.head = "cls"
   # Layers whose [CLS] vectors head='layers_attention' combines (1..num_layers).
   c.head_layers = 4

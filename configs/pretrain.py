@@ -24,16 +24,16 @@ attention runs as cuDNN's fused flash attention (hidden dropout unchanged):
   python -m bert_jax.pretrain --config configs/pretrain.py:base,fused_attention --workdir DIR
 
 Every key is declared here (the model, optimizer and mesh sections, shared by all
-entry points, in bert_jax/config_sections.py); `--config.a.b=v` overrides it, an
+entry points, in bert_jax/training/config_sections.py); `--config.a.b=v` overrides it, an
 unknown key is an error.
 """
 import ml_collections
 
-from bert_jax import config_reads
-from bert_jax import config_sections
 from bert_jax.data import raw_docs
+from bert_jax.runtime import config_reads
+from bert_jax.training import config_sections
 
-# Per-variant sizes; model shapes come from bert_jax.model_config.VARIANTS.
+# Per-variant sizes; model shapes come from bert_jax.modeling.model_config.VARIANTS.
 _RECIPES = {
     # variant: (global batch, total steps, peak learning rate, warmup steps)
     "tiny": (32, 300, 1e-2, 30),  # LAMB, see below
@@ -47,8 +47,8 @@ _RECIPES = {
 
 RECIPES = ("bert", "roberta", "albert", "electra", "deberta")
 
-# Keys read only in some settings (bert_jax.config_reads): a --config.KEY the run would not read
-# is an error naming what reads it; where one setting alone reads it (data.files: source
+# Keys read only in some settings (bert_jax.runtime.config_reads): a --config.KEY the run would
+# not read is an error naming what reads it; where one setting alone reads it (data.files: source
 # 'files'), giving the key alone chooses that setting and the run says so.
 _TFDS = ("data.source", ("tfds",))
 READ_ONLY_WHEN = {
@@ -95,7 +95,7 @@ def get_config(arg=None):
   batch, steps, lr, warmup = _RECIPES[variant]
 
   c = ml_collections.ConfigDict()
-  # Model variant name from bert_jax.model_config.VARIANTS.
+  # Model variant name from bert_jax.modeling.model_config.VARIANTS.
   c.variant = variant
   # Random seed for init, dropout and the data stream.
   c.seed = 0
@@ -121,7 +121,7 @@ def get_config(arg=None):
   # DeBERTa's enhanced mask decoder (model_type 'deberta-v2', objectives mlm / mlm_nsp /
   # mlm_sop): the MLM head reads the last layer run twice more on its own input with
   # absolute position embeddings added to the queries (a table of its own, saved in
-  # checkpoints as emd/position_embeddings; left out of `convert --to hf`). bert_jax.emd.
+  # checkpoints as emd/position_embeddings; left out of `convert --to hf`). bert_jax.modeling.emd.
   c.emd = False
   # objective='distill': the frozen teacher, any checkpoint with an MLM head (a bundle, a
   # converted checkpoint, a pretraining workdir); the student takes its shapes and vocab
@@ -246,7 +246,7 @@ def get_config(arg=None):
   c.start_over = False
   # Comma-separated config keys a resumed run may change on purpose (e.g.
   # 'optimizer.weight_decay,learning_rate'); others stop the resume naming them. Always
-  # allowed: bert_jax.pretrain_setup.RESUME_MAY_CHANGE (total_steps, log/checkpoint/eval
+  # allowed: bert_jax.objectives.pretrain_setup.RESUME_MAY_CHANGE (total_steps, log/checkpoint/eval
   # frequencies, mesh, ...); batch_size never (the saved data position counts batches).
   c.resume_allow_changes = ""
   # Profile steps [start, start+num) with jax.profiler into workdir/profile: the first

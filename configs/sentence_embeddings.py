@@ -29,15 +29,15 @@ Hyperparameters are sentence-transformers' STS-B example: batch 16, 1 epoch
 Spearman 0.8203 before (the run prints it as zero_shot_spearman), 0.8393 after one
 epoch (359 steps); 6.2 minutes on a quiet 2-core CPU machine.
 
-Every key is declared here or, with its comment, in bert_jax/config_sections.py
+Every key is declared here or, with its comment, in bert_jax/training/config_sections.py
 (`finetune`); `--config.a.b=v` overrides it, an unknown key is an error.
 """
 import ml_collections
 
-from bert_jax import config_sections
+from bert_jax.training import config_sections
 
 
-# Keys read only in some settings (bert_jax.config_reads).
+# Keys read only in some settings (bert_jax.runtime.config_reads).
 READ_ONLY_WHEN = {
     **config_sections.FINETUNE_READ_ONLY_WHEN,
     "score_max": ("loss", ("cosent", "cosine")),

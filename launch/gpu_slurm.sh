@@ -14,7 +14,7 @@
 # The #SBATCH lines above are defaults (2 nodes x 8 GPUs); override them on the
 # sbatch command line, keeping --ntasks-per-node equal to --gpus-per-node.
 # srun starts one task per GPU; every task sees all GPUs of its node and
-# bert_jax.distributed.initialize() lets jax.distributed read the SLURM
+# bert_jax.runtime.distributed.initialize() lets jax.distributed read the SLURM
 # environment (coordinator = first node, process id = SLURM_PROCID, local GPU =
 # SLURM_LOCALID). If one task fails, srun stops the others (--kill-on-bad-exit).
 #

@@ -4,7 +4,7 @@
 # Usage: launch/local_multiprocess.sh N CMD [ARGS...]
 #
 # Process i runs `CMD ARGS... --coordinator_address=localhost:PORT
-# --num_processes=N --process_id=i` (bert_jax.distributed reads these flags);
+# --num_processes=N --process_id=i` (bert_jax.runtime.distributed reads these flags);
 # its output lines are prefixed with "[i] ". If any process fails, the others
 # are stopped and the script exits with the failing status; Ctrl-C stops all.
 # PORT is a free local port, or $BERT_JAX_COORDINATOR_PORT when set.

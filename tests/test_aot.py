@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from bert_jax import aot_compile
-from bert_jax import bundle
-from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
-from bert_jax import model_config
-from bert_jax import pretrain_setup
-from bert_jax import sharding
+from bert_jax.modeling import bundle
+from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling import model_config
+from bert_jax.objectives import pretrain_setup
+from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
 
 needs_libtpu = pytest.mark.skipif(

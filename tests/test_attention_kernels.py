@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import layers
-from bert_jax import model_config
-from bert_jax import train_core
+from bert_jax.modeling import layers
+from bert_jax.modeling import model_config
+from bert_jax.training import train_core
 
 
 def _qkv(seed=0, batch=2, length=8, heads=2, head_dim=8):
@@ -129,7 +129,7 @@ def test_cudnn_gets_key_lengths_and_no_dense_mask_when_rows_hold_one_example(mon
 def test_one_example_per_row_computes_the_same_model_on_the_cpu(scan):
   """The lengths reach every layer (scanned too, and the last layer's masked rows); off a
   GPU the kernels read the dense mask, so the outputs are equal."""
-  from bert_jax import model as model_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
   cfg = model_config.BertConfig(vocab_size=64, hidden_size=32, num_layers=2, num_heads=2,
                                 intermediate_size=64, max_position_embeddings=16,
                                 scan_layers=scan, attention_impl="xla")
@@ -146,7 +146,7 @@ def test_one_example_per_row_computes_the_same_model_on_the_cpu(scan):
 
 
 def test_one_example_per_row_follows_the_data_and_is_never_saved():
-  from bert_jax import pretrain_setup  # pylint: disable=g-import-not-at-top
+  from bert_jax.objectives import pretrain_setup  # pylint: disable=g-import-not-at-top
   from tests.test_pretrain import small_config  # pylint: disable=g-import-not-at-top
   config = small_config("unused")
   for packing in (False, True):
@@ -158,7 +158,7 @@ def test_one_example_per_row_follows_the_data_and_is_never_saved():
 
 
 def test_gpu_xla_defaults_keep_what_the_user_set():
-  from bert_jax import xla_flags  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import xla_flags  # pylint: disable=g-import-not-at-top
   env = {}
   assert xla_flags.add_defaults(env, {"xla_gpu_enable_triton_gemm": "false"}) == [
       "--xla_gpu_enable_triton_gemm=false"]

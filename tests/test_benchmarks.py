@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import flops
+from bert_jax.modeling import flops
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -113,7 +113,7 @@ def _run_without_tensorflow(*argv):
 
   Known, owned by the data package (issue 30, being made lazy there): bert_jax.data's
   modules import TensorFlow at import time (sources and tokenizer through
-  bert_jax.cpu_tensorflow, wordpiece imports tensorflow_text); configs/pretrain.py and
+  bert_jax.runtime.cpu_tensorflow, wordpiece imports tensorflow_text); configs/pretrain.py and
   bert_jax.embed import those modules. A TensorFlow import anywhere else on the path fails
   the test; once the data package is fixed the test passes as it is.
   """

@@ -7,9 +7,9 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import bundle
-from bert_jax import model as model_lib
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 
 CONFIG = BertConfig(vocab_size=24, hidden_size=16, num_layers=2, num_heads=2,
                     intermediate_size=32, max_position_embeddings=32)
@@ -148,7 +148,7 @@ def test_guess_lowercase(tmp_path):
 
 
 def test_checkpoints_dir_with_only_an_interrupted_save(tmp_path):
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   (tmp_path / "checkpoints" / "20.orbax-checkpoint-tmp-1763").mkdir(parents=True)
   for path in (tmp_path, tmp_path / "checkpoints"):
     with pytest.raises(ValueError, match=r"checkpoints holds no finished checkpoint \(only "
@@ -157,7 +157,7 @@ def test_checkpoints_dir_with_only_an_interrupted_save(tmp_path):
 
 
 def test_checksums_see_every_bit_and_position():
-  from bert_jax import checksum  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import checksum  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   tree = {"a": rng.normal(size=(3, 5)).astype(np.float32), "b": {"c": np.arange(7, dtype=np.int32)},
           "d": rng.normal(size=4).astype(jax.numpy.bfloat16)}

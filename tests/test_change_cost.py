@@ -16,14 +16,14 @@ from flax import traverse_util
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import finetune
-from bert_jax import pretrain
 from bert_jax.conversion import hf as hf_conversion
 from bert_jax.data import sources as source_registry
+from bert_jax import finetune
 from bert_jax.members import registry as member_registry
 from bert_jax.objectives import registry as objective_registry
+from bert_jax import pretrain
 from bert_jax.tasks import registry as task_registry
+from bert_jax.training import checkpoint as ckpt_lib
 from tests import test_finetune
 from tests import test_pretrain
 
@@ -37,12 +37,12 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
-from bert_jax import train_core
+from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import base
 from bert_jax.objectives import mlm_nsp
 from bert_jax.objectives import registry
+from bert_jax.training import train_core
 
 SMOOTHING = 0.1
 
@@ -102,7 +102,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax import model as model_lib
+from bert_jax.modeling import model as model_lib
 from bert_jax.tasks import metrics as metrics_lib
 from bert_jax.tasks import registry
 from bert_jax.tasks import task as task_lib
@@ -150,7 +150,7 @@ registry.register("long_sentence", sys.modules[__name__])
 TOY_TASK_CONFIG = '''
 import ml_collections
 
-from bert_jax import config_sections
+from bert_jax.training import config_sections
 
 import toy_long_sentence_task  # registers the task
 
@@ -201,7 +201,7 @@ from bert_jax.data import raw_docs
 from bert_jax.data import shard_spec
 from bert_jax.data import source_base
 from bert_jax.data import sources
-from bert_jax.optional_tensorflow import tf
+from bert_jax.runtime.optional_tensorflow import tf
 
 READS = []  # the shards read, for the test
 

@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 _SCRIPT = """
 import sys, time
 import jax, jax.numpy as jnp
-from bert_jax import compile_cache
+from bert_jax.runtime import compile_cache
 jnp.ones(3).sum()  # something compiled before the cache is turned on
 print(compile_cache.enable(sys.argv[1]))
 f = jax.jit(lambda x: jnp.tanh(x @ x.T).sum())

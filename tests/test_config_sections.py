@@ -1,4 +1,4 @@
-"""Every config key is documented, in its config file or in bert_jax/config_sections.py;
+"""Every config key is documented, in its config file or in bert_jax/training/config_sections.py;
 parse_arg reads every config's argument."""
 import pathlib
 
@@ -7,7 +7,7 @@ import ml_collections
 import pytest
 
 from bert_jax import config_help
-from bert_jax import config_sections
+from bert_jax.training import config_sections
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Config file, an argument of get_config.
@@ -109,8 +109,8 @@ def test_pretrain_config_arguments():
 @pytest.mark.parametrize("variant", ["tiny", "base"])
 def test_each_recipe_is_a_config_pretraining_accepts(variant):
   """Every recipe's objective fits its data mode, batch and mesh (checked before any data)."""
-  from bert_jax import pretrain_setup  # pylint: disable=g-import-not-at-top
-  from bert_jax import sharding  # pylint: disable=g-import-not-at-top
+  from bert_jax.objectives import pretrain_setup  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import sharding  # pylint: disable=g-import-not-at-top
   module = _config_module("pretrain.py")
   mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
   objectives = {}

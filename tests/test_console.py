@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from bert_jax import startup
+from bert_jax.runtime import startup
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -36,7 +36,7 @@ def test_quiet_native_stderr_drops_output_but_replays_it_on_error(capfd, monkeyp
 def test_a_program_start_up_prints_nothing_of_tensorflow_or_jax():
   """TensorFlow's import and accelerator probe and a JAX computation, as a program runs them."""
   code = ("from bert_jax import cli\n"
-          "from bert_jax.cpu_tensorflow import tf\n"
+          "from bert_jax.runtime.cpu_tensorflow import tf\n"
           "import jax.numpy as jnp\n"
           "print(int(tf.constant(2) + 1), int(jnp.ones(3).sum()))\n")
   env = {k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL",)}
@@ -63,7 +63,7 @@ def test_jax_is_kept_off_libtpu_on_a_machine_without_accelerators():
 
 def test_the_training_log_does_not_load_pytorch():
   """tensorboardX imports torch whenever it is installed (0.2 GB of resident memory in a JAX
-  process); bert_jax.train_log hides it while tensorboardX imports. torch imports normally
+  process); bert_jax.runtime.train_log hides it while tensorboardX imports. torch imports normally
   afterwards, and a program that loaded torch first keeps tensorboardX's torch support."""
   pytest.importorskip("torch", reason="needs torch installed (the test extras): the check is "
                                       "that it is not loaded")

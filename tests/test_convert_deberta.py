@@ -22,17 +22,17 @@ from safetensors.numpy import load_file
 import torch
 import transformers
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import convert
-from bert_jax import disentangled
-from bert_jax import embedding
-from bert_jax import pooling
-from bert_jax import mask_filling
-from bert_jax import model as model_lib
 from bert_jax.conversion import hf
+from bert_jax import convert
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.model_config import from_hf_dict
+from bert_jax.inference import embedding
+from bert_jax.inference import mask_filling
+from bert_jax.modeling import bundle
+from bert_jax.modeling import disentangled
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import from_hf_dict
+from bert_jax.modeling import pooling
+from bert_jax.training import checkpoint as ckpt_lib
 
 TEXTS = [("The quick brown fox jumps over the lazy dog.", "Seven wizards hum jazzy tunes."),
          ("café naïve", "1,000 towns in 9 countries, 12 of them by the sea and rivers")]

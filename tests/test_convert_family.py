@@ -4,7 +4,7 @@ parity and round trips.
 
 Each reference is a random transformers Flax model (tests/hf_reference.py: every
 tensor perturbed; 2 layers, hidden 32) saved with save_pretrained(safe_serialization=True),
-read with bert_jax.conversion.hf and run on a padded batch by bert_jax.model.
+read with bert_jax.conversion.hf and run on a padded batch by bert_jax.modeling.model.
 Hidden states (every layer), CLS, mean and pooled embeddings and MLM logits must
 agree within 1e-4 (float32); HF -> bert_jax -> HF must return every tensor exactly
 (read back by transformers' own loader).
@@ -21,13 +21,13 @@ import pytest
 from safetensors.numpy import load_file
 import transformers
 
-from bert_jax import bundle
-from bert_jax import convert
-from bert_jax import pooling
-from bert_jax import model as model_lib
 from bert_jax.conversion import hf
 from bert_jax.conversion import name_map
-from bert_jax.model_config import from_hf_dict
+from bert_jax import convert
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import from_hf_dict
+from bert_jax.modeling import pooling
 from tests.hf_reference import Reference
 
 VOCAB_SIZE = 99
@@ -270,9 +270,9 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
   """RoBERTa (byte-level BPE) and ALBERT (SentencePiece) end to end: HF directory with its
   tokenizer files -> `bert_jax.convert` -> bundle (tokenizer/ copied) -> fill_mask gives
   transformers' ids, top tokens and probabilities; `--to hf` gives the files back."""
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import mask_filling  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   tok_dir = bpe_dir if model_type == "roberta" else albert_dir
   names = ["merges.txt", "vocab.json"] if model_type == "roberta" else ["spiece.model"]
   fast = (transformers.RobertaTokenizerFast if model_type == "roberta"
@@ -307,8 +307,8 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
 
 
 def test_a_bundle_tokenizer_that_does_not_match_is_named(bpe_dir, albert_dir, tmp_path):
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   src = str(tmp_path / "hf")
   ref = Reference(transformers.FlaxRobertaModel, CONFIGS["roberta"](), seed=1)
   ref.model.save_pretrained(src, params=ref.params, safe_serialization=True)

@@ -15,12 +15,12 @@ import pytest
 from safetensors.numpy import load_file, save_file
 import transformers
 
-from bert_jax import bundle
 from bert_jax import cli
-from bert_jax import convert
-from bert_jax import model as model_lib
 from bert_jax.conversion import hf
 from bert_jax.conversion import name_map
+from bert_jax import convert
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model as model_lib
 from tests.hf_reference import Reference
 
 HF_CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

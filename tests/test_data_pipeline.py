@@ -9,12 +9,12 @@ import re
 import numpy as np
 import pytest
 
-from bert_jax import prepare_data
-from bert_jax.cpu_tensorflow import tf
 from bert_jax.data import builtin_corpus
 from bert_jax.data import pretrain_data
 from bert_jax.data import raw_docs
 from bert_jax.data import sources
+from bert_jax import prepare_data
+from bert_jax.runtime.cpu_tensorflow import tf
 from configs import pretrain as pretrain_config
 
 _WORDS = ("the cat sat on a mat and dog ran far away with big red ball under tree while sun "

@@ -1,4 +1,4 @@
-"""DeBERTa's enhanced mask decoder (bert_jax.emd, issue 13).
+"""DeBERTa's enhanced mask decoder (bert_jax.modeling.emd, issue 13).
 
 The reference is transformers' PyTorch DebertaV2 layer driven as microsoft/DeBERTa's
 EnhancedMaskDecoder drives it (DeBERTa/apps/models/masked_language_model.py):
@@ -18,12 +18,12 @@ import torch
 import transformers
 
 from bert_jax import config_help
-from bert_jax import emd
-from bert_jax import flops
-from bert_jax import model as model_lib
-from bert_jax import pretrain_setup
 from bert_jax.conversion import hf
-from bert_jax.model_config import from_hf_dict
+from bert_jax.modeling import emd
+from bert_jax.modeling import flops
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import from_hf_dict
+from bert_jax.objectives import pretrain_setup
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 50

@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import model as model_lib
-from bert_jax import model_config
-from bert_jax import train_core
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling import model_config
 from bert_jax.objectives import distill
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import train_core
 from tests.objective_batches import LEN, P, VOCAB, masked_batch
 
 

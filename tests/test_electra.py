@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import model_config
+from bert_jax.modeling import model_config
 from bert_jax.objectives import electra
 from tests.objective_batches import LEN, P, VOCAB, masked_batch
 

@@ -12,13 +12,13 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import embed
-from bert_jax import embedding
-from bert_jax import model as model_lib
 from bert_jax.data import tokenizer_base
-from bert_jax.model_config import BertConfig
+from bert_jax import embed
+from bert_jax.inference import embedding
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
+from bert_jax.training import checkpoint as ckpt_lib
 
 WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", ".", "hello", "world",
          "##s", "big", "red"]
@@ -122,7 +122,7 @@ def test_length_buckets_keep_input_order_and_results(loaded, monkeypatch):
   # 12 texts: a second length saves less padding than its compilation costs (issue 35)
   _, few = embedding.embed(loaded, texts, pooling="mean", batch_size=4)
   assert few.lengths == [24]
-  from bert_jax import flops  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import flops  # pylint: disable=g-import-not-at-top
   monkeypatch.setitem(flops.SHAPE_COMPILE_SECONDS, "cpu", (0.0, 0.0))  # lengths cost nothing
   a, stats = embedding.embed(loaded, texts, pooling="mean", batch_size=4)
   b, flat = embedding.embed(loaded, texts, pooling="mean", batch_size=4, length_bucketing=False)

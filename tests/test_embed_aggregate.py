@@ -7,11 +7,11 @@ text of its words, so chunking is checked window by window.
 import numpy as np
 import pytest
 
-from bert_jax import aggregate
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import embed
-from bert_jax import embedding
+from bert_jax.inference import aggregate
+from bert_jax.inference import embedding
+from bert_jax.modeling import bundle
+from bert_jax.training import checkpoint as ckpt_lib
 from tests.test_embed import CONFIG
 from tests.test_embed import VOCAB
 from tests.test_embed import WORDS

@@ -13,14 +13,14 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import config_help
-from bert_jax import finetune
-from bert_jax import model as model_lib
-from bert_jax import model_config
-from bert_jax import pretrain
 from bert_jax.data import wordpiece
+from bert_jax import finetune
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling import model_config
+from bert_jax import pretrain
+from bert_jax.training import checkpoint as ckpt_lib
 from tests import tokenizer_fixtures
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

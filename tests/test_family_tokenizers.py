@@ -15,10 +15,10 @@ import random
 import numpy as np
 import pytest
 
-from bert_jax import tokenize as tokenize_cli
 from bert_jax.data import pretrain_data
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import tokenizer_files
+from bert_jax import tokenize as tokenize_cli
 from configs import pretrain as pretrain_config
 
 from tests.tokenizer_fixtures import _TRICKY, _WORDS, _corpus, _train_spm
@@ -268,7 +268,7 @@ def test_real_tokenizers_match_transformers_fast(shared_data, name, kind):
 def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
   """GLUE rows and embed inputs of pairs and single texts equal transformers' fast tokenizer
   with longest-first truncation (RoBERTa: `<s> a </s></s> b </s>`, one segment)."""
-  from bert_jax import embedding  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
   directory = bpe_dir if kind == "roberta" else albert_dir
   ours = tokenizer_lib.tokenizer_from_path(str(directory))
@@ -294,8 +294,8 @@ def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
 def test_pretraining_with_bpe_exports_a_bundle_that_carries_it(tmp_path, bpe_dir):
   """A run with RoBERTa's tokenizer records its file in every checkpoint and copies it into
   export/tokenizer/; the fill-mask demo and load_pretrained then use it."""
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   _write_corpus(tmp_path)
   c = pretrain_config.get_config("tiny")
   c.data.source, c.data.files, c.data.tokenizer = "files", str(tmp_path / "*.txt"), str(bpe_dir)

@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import pretrain
-from bert_jax import train_log
+from bert_jax.runtime import train_log
+from bert_jax.training import checkpoint as ckpt_lib
 from tests.test_pretrain import corpus  # noqa: F401  (the fixture)
 from tests.test_pretrain import ROOT
 from tests.test_pretrain import small_config
@@ -63,7 +63,10 @@ def _damage(workdir, *steps):
 # full disk). TensorBoard writes from a thread of its own: its writer fails there instead.
 _DRIVER = r"""
 import errno, resource, sys
-from bert_jax import bundle, checkpoint, pretrain, train_log
+from bert_jax.modeling import bundle
+from bert_jax import pretrain
+from bert_jax.runtime import train_log
+from bert_jax.training import checkpoint
 import tensorboardX.record_writer
 
 def full_disk(limit):

@@ -16,21 +16,21 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import bundle
 from bert_jax import config_help
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import finetune
-from bert_jax import model as model_lib
-from bert_jax import optimizer as opt_lib
-from bert_jax import pretrain
-from bert_jax import sharding
-from bert_jax.tasks import squad_metrics
-from bert_jax import train_core
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.model_config import BertConfig
+from bert_jax import finetune
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
+from bert_jax import pretrain
 from bert_jax.tasks import glue
 from bert_jax.tasks import registry as task_registry
+from bert_jax.tasks import squad_metrics
 from bert_jax.tasks import task as task_lib
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import optimizer as opt_lib
+from bert_jax.training import sharding
+from bert_jax.training import train_core
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SENTENCES = ("the old man walked to the river and saw a boat near the house . "

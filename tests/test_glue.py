@@ -5,8 +5,8 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax import cpu_tensorflow
 from bert_jax.data import tokenizer_base
+from bert_jax.runtime import cpu_tensorflow
 from bert_jax.tasks import glue
 
 # A word list small enough to write expected ids by hand: id = position.
@@ -267,7 +267,7 @@ def test_tfds_field_and_label_mapping():
 def test_read_tfds_through_tfds_load(tmp_path):
   """tfds.load on glue/rte, with the stored examples mocked (no prepared files needed)."""
   tfds = cpu_tensorflow.import_tfds()
-  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   seen = {}
 
   def as_dataset(self, split, **kwargs):

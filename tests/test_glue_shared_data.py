@@ -6,7 +6,7 @@ files: every text and label must agree, in order. Skips without the folder.
 import numpy as np
 import pytest
 
-from bert_jax import cpu_tensorflow
+from bert_jax.runtime import cpu_tensorflow
 from bert_jax.tasks import glue
 
 # Rows per split, from ../shared/data/README.md (test sizes from the files).

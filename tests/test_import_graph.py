@@ -4,8 +4,8 @@ Every import statement counts, at module level or inside a function. Programs ar
 the modules run as `python -m bert_jax.X` (those with a `__main__` block) and
 bert_jax.cli, their command-line support; everything else is the library, which
 programs, tests and users import. A library module that needs something a
-program holds means that thing belongs in the library (bert_jax.embedding under
-bert_jax.embed, bert_jax.mask_filling under bert_jax.fill_mask,
+program holds means that thing belongs in the library (bert_jax.inference.embedding under
+bert_jax.embed, bert_jax.inference.mask_filling under bert_jax.fill_mask,
 bert_jax.tasks.squad_metrics under bert_jax.squad_eval).
 """
 import ast
@@ -110,3 +110,34 @@ def test_the_library_imports_no_program():
   wrong = {name: sorted(graph[name] & programs) for name in sorted(graph)
            if name not in programs and graph[name] & programs}
   assert wrong == {}, "library modules that import programs: " + repr(wrong)
+
+
+# The library's subpackages, lowest first: a module imports only from its own layer or
+# those below it (docs/DESIGN.md, "Layout").
+LAYERS = ("runtime", "data", "members", "modeling", "training", "conversion", "inference",
+          "objectives", "tasks")
+
+
+def _layer(name: str) -> int:
+  """A module's layer; bert_jax itself and its top-level modules are above every layer."""
+  parts = name.split(".")
+  return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else len(LAYERS)
+
+
+def test_the_top_level_holds_programs_and_the_api_only():
+  top = {name for name in MODULES if name.count(".") == 1 and MODULES[name].suffix == ".py"
+         and MODULES[name].name != "__init__.py"}
+  assert top - _programs() == {"bert_jax.api"}
+  assert {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()} == set(LAYERS)
+
+
+def test_no_layer_imports_a_layer_above_it():
+  graph = _graph()
+  upward = sorted((name, target) for name in graph for target in graph[name]
+                  if _layer(target) > _layer(name))
+  assert upward == [], "imports from a lower layer to a higher one: " + repr(upward)
+
+
+def test_upward_imports_are_found():
+  assert _layer("bert_jax.runtime.startup") < _layer("bert_jax.modeling.model")
+  assert _layer("bert_jax.tasks.glue") < _layer("bert_jax.finetune")

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from bert_jax import config_help
-from bert_jax import finetune
-from bert_jax import model as model_lib
-from bert_jax import sharding
 from bert_jax.data import length_buckets
-from bert_jax.model_config import BertConfig
+from bert_jax import finetune
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
+from bert_jax.training import sharding
 
 
 def _mask(lengths, seq_len):
@@ -197,7 +197,7 @@ def test_no_shape_cost_keeps_every_needed_length_and_a_large_one_keeps_one():
 def test_a_cpu_run_keeps_several_lengths_where_a_gpu_run_keeps_one():
   """The cost of a shape is compile time in row-tokens: seconds on a CPU are few tokens, on a
   GPU millions, so a short fine-tune there compiles one length."""
-  from bert_jax import flops  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import flops  # pylint: disable=g-import-not-at-top
   minilm = BertConfig(num_layers=6, hidden_size=384, num_heads=12, intermediate_size=1536)
   rng = np.random.default_rng(1)
   cola_like = np.clip(rng.lognormal(2.3, 0.4, size=4000).astype(int) + 2, 3, 64)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import transformers
 
-from bert_jax import bundle
-from bert_jax import layers
-from bert_jax import model as model_lib
-from bert_jax.model_config import BertConfig, variant
+from bert_jax.modeling import bundle
+from bert_jax.modeling import layers
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig, variant
 
 
 def _count(tree) -> int:

@@ -21,9 +21,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from bert_jax import distributed
 from bert_jax import pretrain
-from bert_jax import sharding
+from bert_jax.runtime import distributed
+from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -34,8 +34,8 @@ OVERRIDES = dict(total_steps=STEPS, seq_len=32, batch_size=8, log_every=1, check
 
 _WORKER = textwrap.dedent('''\
     """bert_jax.pretrain where each process takes its rows of the 1-host global batch."""
-    from bert_jax import pretrain
     from bert_jax.data import pretrain_data
+    from bert_jax import pretrain
 
     _Base = pretrain_data.PretrainData
 

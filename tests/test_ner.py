@@ -9,14 +9,14 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import finetune
 from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax import finetune
+from bert_jax.modeling import bundle
 from bert_jax.tasks import conlleval
 from bert_jax.tasks import ner
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
+from bert_jax.training import checkpoint as ckpt_lib
 from tests.test_finetune import _config
 from tests.test_finetune import _random_bundle
 

@@ -5,8 +5,8 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import model as model_lib
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import packing
 from bert_jax.tasks import task as task_lib
 

@@ -13,13 +13,13 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
 from bert_jax import config_help
-from bert_jax import mask_filling
-from bert_jax import checksum
+from bert_jax.inference import mask_filling
+from bert_jax.modeling import bundle
 from bert_jax import pretrain
-from bert_jax import train_core
+from bert_jax.runtime import checksum
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import train_core
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORDS = ("the old man walked to the river and saw a boat near the house . "
@@ -389,8 +389,8 @@ def test_convert_to_hf_takes_a_pretraining_workdir_and_its_checkpoints(straight_
   """Issue 33: `convert --to hf` refused a workdir ("has no model_config.json") that every
   other tool accepts."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-  from bert_jax import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   from bert_jax import convert  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   workdir = straight_run[0]
   tensors = []
   for src in (workdir, os.path.join(workdir, "checkpoints")):

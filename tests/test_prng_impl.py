@@ -5,7 +5,7 @@ import os
 import pytest
 
 from bert_jax import pretrain
-from bert_jax import train_core
+from bert_jax.training import train_core
 from tests.test_pretrain import _losses, corpus, small_config  # noqa: F401  (corpus: a fixture)
 
 

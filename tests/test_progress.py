@@ -2,7 +2,7 @@
 import io
 import re
 
-from bert_jax import train_log
+from bert_jax.runtime import train_log
 
 
 def test_progress_prints_at_once_then_with_rate_and_eta_then_the_total():

@@ -19,7 +19,7 @@ import pytest
 
 from bert_jax import cli
 from bert_jax import config_help
-from bert_jax import sharding
+from bert_jax.training import sharding
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -102,7 +102,7 @@ def test_readme_command_is_valid_as_written(argv):
     return
   check = (importlib.import_module("bert_jax.finetune").check_config
            if name == "bert_jax.finetune"
-           else importlib.import_module("bert_jax.pretrain_setup").check_config)
+           else importlib.import_module("bert_jax.objectives.pretrain_setup").check_config)
   try:
     check(config, mesh)
   except (ValueError, FileNotFoundError) as e:  # placeholder paths, or outputs of earlier commands

@@ -30,8 +30,8 @@ import sys
 
 import numpy as np
 
-from bert_jax import bundle
-from bert_jax import model_config
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model_config
 from tests import test_finetune
 from tests import test_ner
 

@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
-from bert_jax import bundle
+from bert_jax.inference import retrieval_metrics
+from bert_jax.modeling import bundle
 from bert_jax import retrieval_eval
-from bert_jax import retrieval_metrics
 from tests.test_embed import CONFIG, VOCAB, _random_params
 
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import embedding
-from bert_jax import finetune
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.tasks import sentence_pairs
+from bert_jax import finetune
+from bert_jax.inference import embedding
+from bert_jax.modeling import bundle
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import registry as task_registry
-from bert_jax.model_config import BertConfig
+from bert_jax.tasks import sentence_pairs
+from bert_jax.training import checkpoint as ckpt_lib
 from tests.test_embed import _random_params
 from tests.test_finetune import _config
 

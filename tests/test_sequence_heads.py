@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax import model as model_lib
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import glue_task
 
 CONFIG = BertConfig(vocab_size=64, hidden_size=32, num_layers=3, num_heads=2,
@@ -137,7 +137,8 @@ def test_bad_head_config_is_one_clear_error():
 
 def test_encoder_classifies_with_the_head_the_export_records(tmp_path):
   """A layers_attention export: Encoder.classify builds that head (bundle.json's head)."""
-  from bert_jax import Encoder, bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import bundle
   from tests.test_embed import CONFIG as SMALL, VOCAB, _ids, _random_params
   rng = np.random.default_rng(3)
   params = {**_random_params(SMALL, heads=()),

@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import model as model_lib
-from bert_jax import model_config
-from bert_jax import optimizer
-from bert_jax import pretrain_setup
-from bert_jax import train_core
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling import model_config
 from bert_jax.objectives import distill
 from bert_jax.objectives import mlm_nsp
-from bert_jax import sharding
+from bert_jax.objectives import pretrain_setup
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import optimizer
+from bert_jax.training import sharding
+from bert_jax.training import train_core
 from configs import pretrain as pretrain_config
 
 PRESETS = ("data_parallel", "fsdp", "fsdp_tensor")

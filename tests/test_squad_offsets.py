@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import finetune
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.model_config import BertConfig
+from bert_jax import finetune
+from bert_jax.modeling import bundle
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import squad
 from bert_jax.tasks import squad_offsets
+from bert_jax.training import checkpoint as ckpt_lib
 from tests.test_embed import _random_params
 from tests.test_family_tokenizers import _reference
 from tests.test_finetune import _squad_config, _squad_json

@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from bert_jax import model as model_lib
-from bert_jax import model_config
-from bert_jax import optimizer
-from bert_jax import train_core
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling import model_config
 from bert_jax.objectives import mlm_nsp
+from bert_jax.training import optimizer
+from bert_jax.training import train_core
 from tests.test_train_step import _opt_config
 
 

@@ -5,7 +5,7 @@ import time
 import jax
 import jax.numpy as jnp
 
-from bert_jax import time_split
+from bert_jax.runtime import time_split
 
 
 def test_compilations_inside_a_phase_count_as_compile_and_the_parts_add_up():

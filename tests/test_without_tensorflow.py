@@ -14,12 +14,12 @@ import threading
 import numpy as np
 import pytest
 
-from bert_jax import prepare_data
-from bert_jax import pretrain
-from bert_jax.cpu_tensorflow import tf
 from bert_jax.data import prepared_data
 from bert_jax.data import pretrain_data
 from bert_jax.data import shard_spec
+from bert_jax import prepare_data
+from bert_jax import pretrain
+from bert_jax.runtime.cpu_tensorflow import tf
 from configs import pretrain as pretrain_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -294,10 +294,10 @@ _STSB_TEXTS = ["The Old Man walked to the river.", "A man walks to the RIVER.",
 def stsb(tmp_path_factory):
   """(GLUE data_dir with a tiny STS-B, a random 1-layer uncased bundle with the MLM head)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from bert_jax import bundle  # pylint: disable=g-import-not-at-top
-  from bert_jax import model as model_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.data import wordpiece  # pylint: disable=g-import-not-at-top
-  from bert_jax.model_config import BertConfig  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling.model_config import BertConfig  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp("stsb")
   (root / "glue" / "STS-B").mkdir(parents=True)
   rng = np.random.default_rng(0)
@@ -335,8 +335,8 @@ _STSB_ARGS = ["--config", "configs/glue.py:task=stsb", "--config.max_seq_length=
 
 
 def test_glue_finetuning_without_tensorflow_equals_the_run_with_it(stsb, tmp_path):
-  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
   data_dir, init = stsb
   free = tmp_path / "without_tf"
   proc = _without_tensorflow("bert_jax.finetune", *_STSB_ARGS, f"--config.data_dir={data_dir}",

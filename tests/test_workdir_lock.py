@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bert_jax import workdir_lock
+from bert_jax.runtime import workdir_lock
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from bert_jax import bundle
 from bert_jax import cli
 from bert_jax import config_help
 from bert_jax import convert
 from bert_jax import finetune
+from bert_jax.modeling import bundle
 from bert_jax import pretrain
-from bert_jax import workdir_owner
+from bert_jax.training import workdir_owner
 from tests.test_bundle import CONFIG
 from tests.test_finetune import ROOT
 

@@ -3,7 +3,7 @@
 tensorflow, tensorflow_text and tensorflow_datasets are hidden from every import
 finder, as if they were not installed: `import tensorflow` raises
 ModuleNotFoundError and `importlib.util.find_spec('tensorflow')` is None (what
-etils.epath and bert_jax.optional_tensorflow look at). At exit the process prints
+etils.epath and bert_jax.runtime.optional_tensorflow look at). At exit the process prints
 `TENSORFLOW MODULES: [...]`, the hidden modules that something imported anyway
 (always [] unless the hiding failed).
 """

@@ -23,12 +23,12 @@ from typing import Any, Optional
 from etils import epath
 import numpy as np
 
-from bert_jax import bundle
 from bert_jax import conversion
 from bert_jax.conversion import name_map
-from bert_jax.json_file import read_json
 from bert_jax.members import registry as members
-from bert_jax.model_config import BertConfig, from_hf_dict, to_hf_dict
+from bert_jax.modeling import bundle
+from bert_jax.modeling.model_config import BertConfig, from_hf_dict, to_hf_dict
+from bert_jax.runtime.json_file import read_json
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"
@@ -322,7 +322,7 @@ def params_to_hf(params: dict, config: BertConfig, dst: str) -> dict[str, Any]:
 
   Returns:
     dict(heads, architecture, num_tensors, dropped): `dropped` names the params with no
-    transformers counterpart that were left out (the EMD's table, bert_jax.emd).
+    transformers counterpart that were left out (the EMD's table, bert_jax.modeling.emd).
   """
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
@@ -351,7 +351,7 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   DistilBertForMaskedLM; PyTorch or Flax).
 
   Args:
-    src: anything a run starts from (bert_jax.checkpoint.load_pretrained): a bundle (an
+    src: anything a run starts from (bert_jax.training.checkpoint.load_pretrained): a bundle (an
       export/, a converted checkpoint), a pretraining workdir or its checkpoints/.
     dst: the output directory.
     overwrite: write into a non-empty `dst`.
@@ -359,7 +359,8 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   Returns:
     dict(config, heads, architecture, num_tensors, dropped) (params_to_hf's).
   """
-  from bert_jax import checkpoint  # pylint: disable=g-import-not-at-top  (Orbax, JAX: on use)
+  # Orbax and JAX load on use.
+  from bert_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
   if out.exists() and any(out.iterdir()) and not overwrite:
     raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to write into it")

@@ -19,9 +19,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from bert_jax import bundle
 from bert_jax.members import registry as members
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import bundle
+from bert_jax.modeling.model_config import BertConfig
 
 GROUPS = ("encoder", "pooler", "mlm", "nsp", "discriminator")
 

@@ -11,11 +11,11 @@ from typing import Any, Optional
 
 from etils import epath
 
-from bert_jax import bundle
 from bert_jax import conversion
 from bert_jax.conversion import name_map
-from bert_jax.json_file import read_json
-from bert_jax.model_config import BertConfig, from_hf_dict
+from bert_jax.modeling import bundle
+from bert_jax.modeling.model_config import BertConfig, from_hf_dict
+from bert_jax.runtime.json_file import read_json
 
 # Optimizer state and counters found in Google's and NVIDIA's checkpoints.
 IGNORE = (r".*/adam_[mv]", r".*/(Adam|Adam_1|Momentum)", r"global_step", r"good_steps",
@@ -78,7 +78,7 @@ def load_tf1(src: str, *, drop_unexpected: bool = False,
   n = bundle.count_vocab(str(vocab))
   if n != config.vocab_size:
     raise ValueError(f"{vocab}: {n} tokens but bert_config.json has vocab_size {config.vocab_size}")
-  from bert_jax.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   reader = tf.train.load_checkpoint(prefix)
   shapes = {k: tuple(v) for k, v in reader.get_variable_to_shape_map().items()}
   source = name_map.TensorSource(shapes, reader.get_tensor, prefix)

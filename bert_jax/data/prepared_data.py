@@ -30,9 +30,9 @@ import os
 from etils import epath
 import numpy as np
 
-from bert_jax import optional_tensorflow
 from bert_jax.data import shard_spec
 from bert_jax.data import source_base
+from bert_jax.runtime import optional_tensorflow
 
 INFO_FILE = "prepared.json"
 VERSION = 2

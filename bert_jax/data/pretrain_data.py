@@ -70,13 +70,12 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from bert_jax import optional_tensorflow
 from bert_jax.data import batch_schema
 from bert_jax.data import example_pools
 from bert_jax.data import masking
-from bert_jax.data import rows as rows_lib
 from bert_jax.data import python_stream
 from bert_jax.data import raw_docs
+from bert_jax.data import rows as rows_lib
 from bert_jax.data import segments
 from bert_jax.data import shard_spec
 from bert_jax.data import shard_tokens
@@ -84,7 +83,8 @@ from bert_jax.data import sources
 from bert_jax.data import stateless_random
 from bert_jax.data import stream_plan
 from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.optional_tensorflow import tf
+from bert_jax.runtime import optional_tensorflow
+from bert_jax.runtime.optional_tensorflow import tf
 
 MODES = ("nsp", "sop", "full_sentences")
 # Drivers of the stream's numpy stages (config.data.loader): tf.data, Python threads

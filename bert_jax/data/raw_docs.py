@@ -11,7 +11,7 @@ import logging
 
 import numpy as np
 
-from bert_jax.optional_tensorflow import tf
+from bert_jax.runtime.optional_tensorflow import tf
 
 # How a text holds documents: Google BERT's one sentence per line with a blank line between
 # documents, or one document per line (sentences found at ., ! and ? followed by a capital

@@ -41,9 +41,9 @@ from typing import Optional, Sequence
 from etils import epath
 import numpy as np
 
-from bert_jax.optional_tensorflow import tf
 from bert_jax.data import tokenizer_base
 from bert_jax.data import wordpiece
+from bert_jax.runtime.optional_tensorflow import tf
 
 _SPACE = "\u2581"
 # Rust's char::is_whitespace (Unicode White_Space), which the fast tokenizers strip.

@@ -17,7 +17,7 @@ import numpy as np
 from bert_jax.data import segments
 from bert_jax.data import shard_spec
 from bert_jax.data import sources
-from bert_jax.optional_tensorflow import tf
+from bert_jax.runtime.optional_tensorflow import tf
 
 # Sentences per tf-text call while tokenizing a shard, and the threads making the calls (and
 # masking's: pretrain_data).

@@ -23,7 +23,7 @@ import zlib
 from bert_jax.data import raw_docs
 from bert_jax.data import shard_spec
 from bert_jax.data import source_base
-from bert_jax.optional_tensorflow import tf
+from bert_jax.runtime.optional_tensorflow import tf
 
 
 def _expand_globs(pattern: str) -> list[str]:

@@ -7,12 +7,12 @@ import numpy as np
 from bert_jax.data import raw_docs
 from bert_jax.data import shard_spec
 from bert_jax.data import source_base
-from bert_jax.optional_tensorflow import tf
+from bert_jax.runtime.optional_tensorflow import tf
 
 
 def list_shards(data_config) -> list[shard_spec.ShardSpec]:
   """Fixed ranges of tfds_docs_per_shard examples of the split (the dataset validated)."""
-  from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   if not data_config.tfds_name:
     raise ValueError("config.data.source='tfds' needs config.data.tfds_name")
@@ -43,7 +43,7 @@ def list_shards(data_config) -> list[shard_spec.ShardSpec]:
 
 
 def read(spec: shard_spec.ShardSpec, data_config) -> raw_docs.RawDocs:
-  from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   builder = tfds.builder(data_config.tfds_name, data_dir=data_config.tfds_data_dir or None)
   ds = builder.as_dataset(split=spec.split, shuffle_files=False)

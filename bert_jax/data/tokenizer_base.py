@@ -16,7 +16,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.optional_tensorflow import tf  # pylint: disable=unused-import
+from bert_jax.runtime.optional_tensorflow import tf  # pylint: disable=unused-import
 
 
 class Tokenizer:

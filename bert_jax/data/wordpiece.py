@@ -52,11 +52,11 @@ from typing import Optional, Sequence, Union
 from etils import epath
 import numpy as np
 
-from bert_jax import optional_tensorflow
-from bert_jax.optional_tensorflow import tf
-from bert_jax.optional_tensorflow import tf_text
 from bert_jax.data import tokenizer_base
 from bert_jax.data import wordpiece_rust
+from bert_jax.runtime import optional_tensorflow
+from bert_jax.runtime.optional_tensorflow import tf
+from bert_jax.runtime.optional_tensorflow import tf_text
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # BERT's WordPiece turns a longer word (in characters) into one [UNK].

@@ -2,7 +2,7 @@
 
 A member is BERT's network with its own config.json keys, parameter names, tokenizer and a
 few architectural switches. bert_jax.members.registry finds a Member by model_type; the
-generic code (bert_jax.model_config, bert_jax.model, bert_jax.conversion, bert_jax.bundle,
+generic code (bert_jax.modeling's model_config, model and bundle, bert_jax.conversion,
 the objectives) reads these fields and names no member. This module imports nothing of
 bert_jax, so that the model config itself can look members up.
 """

@@ -1,6 +1,6 @@
 """What a pretraining objective module declares (its `SPEC`) and what its build returns.
 
-bert_jax.objectives.registry finds a Spec by config.objective; bert_jax.pretrain_setup
+bert_jax.objectives.registry finds a Spec by config.objective; bert_jax.objectives.pretrain_setup
 checks a config and builds the run from it without naming any objective.
 """
 import dataclasses
@@ -10,9 +10,9 @@ import jax
 import ml_collections
 import optax
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import model_config as model_config_lib
-from bert_jax import train_core
+from bert_jax.modeling import model_config as model_config_lib
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import train_core
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,14 +28,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
-from bert_jax import sharding
-from bert_jax import train_core
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.objectives import base
 from bert_jax.objectives import mlm_nsp
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import sharding
+from bert_jax.training import train_core
 
 
 def student_layers(teacher_layers: int, configured: int) -> int:

@@ -39,12 +39,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
-from bert_jax import train_core
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.objectives import base
 from bert_jax.objectives import mlm_nsp
+from bert_jax.training import train_core
 
 AUC_BINS = 4096
 AUC_LOGIT_RANGE = 8.0

@@ -15,11 +15,11 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from bert_jax import flops as flops_lib
-from bert_jax import model as model_lib
-from bert_jax import train_core
 from bert_jax.members import registry as members
+from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import base
+from bert_jax.training import train_core
 
 
 def init_fn(model: model_lib.BertForPreTraining, seq_len: int,

@@ -420,7 +420,7 @@ def read_tfds(task: GlueTask, tfds_data_dir: str, split: str) -> list:
     A list of GlueExample sorted by TFDS `idx` (the row order of the TSV files).
   """
   _check_split(task, split)
-  from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   tfds_split = _TFDS_SPLITS[split]
   try:

@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax import model as model_lib
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import glue
 from bert_jax.tasks import metrics as metrics_lib
 from bert_jax.tasks import task as task_lib

@@ -18,8 +18,8 @@ from etils import epath
 import jax.numpy as jnp
 import optax
 
-from bert_jax import model as model_lib
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import conlleval
 from bert_jax.tasks import ner
 from bert_jax.tasks import task as task_lib

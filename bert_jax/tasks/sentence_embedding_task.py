@@ -1,7 +1,7 @@
 """Sentence-embedding training (Sentence-BERT) as a fine-tuning task.
 
 A siamese encoder: every sentence of a pair or triplet goes through the same
-weights (bert_jax.pooling.SentenceEncoder: mean or [CLS] pooling, optionally
+weights (bert_jax.modeling.pooling.SentenceEncoder: mean or [CLS] pooling, optionally
 L2-normalised), trained with one of bert_jax.tasks.sentence_pairs.LOSSES, and
 scored by the Spearman correlation of the cosine similarity of each eval pair's
 embeddings with its gold score (`spearman`, also `pearson`). The export bundle
@@ -13,8 +13,8 @@ import os
 from etils import epath
 import numpy as np
 
-from bert_jax import pooling
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling.model_config import BertConfig
+from bert_jax.modeling import pooling
 from bert_jax.tasks import metrics as metrics_lib
 from bert_jax.tasks import sentence_pairs
 from bert_jax.tasks import task as task_lib

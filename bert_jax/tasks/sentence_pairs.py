@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bert_jax import embedding
-from bert_jax import pooling
+from bert_jax.inference import embedding
+from bert_jax.modeling import pooling
 from bert_jax.tasks import glue
 
 LOSSES = ("cosent", "cosine", "mnrl", "triplet")

@@ -282,7 +282,7 @@ def read_squad_tfds(version: str, split: str, tfds_data_dir: str, is_training: b
   Returns:
     (examples, skipped), as `read_squad_json`, in TFDS order.
   """
-  from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   name = f"squad/v{version.lstrip('v')}"
   try:

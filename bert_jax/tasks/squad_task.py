@@ -9,10 +9,10 @@ import os
 from etils import epath
 import optax
 
-from bert_jax import model as model_lib
-from bert_jax.tasks import squad_metrics
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import squad
+from bert_jax.tasks import squad_metrics
 from bert_jax.tasks import squad_offsets
 from bert_jax.tasks import task as task_lib
 

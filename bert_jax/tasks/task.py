@@ -21,7 +21,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import train_core
+from bert_jax.training import train_core
 
 # Arrays the model consumes; everything else in a feature dict is labels or metadata.
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")

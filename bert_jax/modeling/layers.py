@@ -4,7 +4,7 @@ Logical names used by parameters: 'vocab', 'embed', 'heads', 'kv', 'mlp',
 'embed_out' (second axis of square hidden->hidden kernels),
 'position', 'type', 'labels', 'layers' (scan). Activations are constrained with
 'activation_batch', 'activation_length', 'activation_embed', 'activation_heads',
-'activation_mlp'. bert_jax.sharding maps these onto the mesh.
+'activation_mlp'. bert_jax.training.sharding maps these onto the mesh.
 """
 from typing import Callable, Optional, Sequence, Union
 

@@ -10,18 +10,18 @@ from flax import traverse_util
 import jax
 import ml_collections
 
-from bert_jax import bundle
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import config_sections
-from bert_jax import mask_filling
-from bert_jax import model_config as model_config_lib
-from bert_jax import optimizer as opt_lib
-from bert_jax import train_core
 from bert_jax.data import batch_schema
 from bert_jax.data import sources
+from bert_jax.inference import mask_filling
 from bert_jax.members import registry as members
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model_config as model_config_lib
 from bert_jax.objectives import base as objective_base
 from bert_jax.objectives import registry as objective_registry
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import config_sections
+from bert_jax.training import optimizer as opt_lib
+from bert_jax.training import train_core
 
 
 # Config keys a resumed run may change without saying so: they change neither a step's

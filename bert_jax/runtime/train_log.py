@@ -9,7 +9,7 @@ from etils import epath
 import jax
 import numpy as np
 
-from bert_jax import write_errors
+from bert_jax.runtime import write_errors
 
 
 def _summary_writer_class():

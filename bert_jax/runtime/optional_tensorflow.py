@@ -1,6 +1,6 @@
 """TensorFlow for the modules that need it on some paths only: imported on first use.
 
-  from bert_jax.optional_tensorflow import tf, tf_text   # nothing imported yet
+  from bert_jax.runtime.optional_tensorflow import tf, tf_text   # nothing imported yet
   tf.constant(...)                                        # TensorFlow imported now
   optional_tensorflow.require("tokenizing raw text")      # up front, before long work
 
@@ -9,7 +9,7 @@ bert_jax.prepare_data`) needs no TensorFlow, and GPU images often lack it
 (its CUDA wheels conflict with jax[cuda]); reading and tokenizing raw text,
 the tf.data pipeline and TFDS do need it. The modules on both paths (sources,
 tokenizers, prepared_data, pretrain_data) take `tf` and `tf_text` from here:
-the first attribute read imports TensorFlow through bert_jax.cpu_tensorflow
+the first attribute read imports TensorFlow through bert_jax.runtime.cpu_tensorflow
 (accelerators hidden from it), or raises MissingTensorFlowError naming what to
 install where it is not installed. Those modules use
 `from __future__ import annotations`, so that type annotations naming `tf` are
@@ -27,7 +27,7 @@ class MissingTensorFlowError(ImportError):
 
 def _import(name: str) -> types.ModuleType:
   try:
-    from bert_jax import cpu_tensorflow  # pylint: disable=g-import-not-at-top
+    from bert_jax.runtime import cpu_tensorflow  # pylint: disable=g-import-not-at-top
     if name == "tensorflow":
       return cpu_tensorflow.tf
     import tensorflow_text  # pylint: disable=g-import-not-at-top

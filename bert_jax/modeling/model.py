@@ -32,11 +32,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import disentangled
-from bert_jax import emd
-from bert_jax import layers
 from bert_jax.members import registry as members
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import disentangled
+from bert_jax.modeling import emd
+from bert_jax.modeling import layers
+from bert_jax.modeling.model_config import BertConfig
 
 Array = jax.Array
 BATCH_LEN_EMBED = ("activation_batch", "activation_length", "activation_embed")
@@ -99,7 +99,8 @@ class SelfAttention(nn.Module):
     (rows of x), only those rows attend: -> [batch, Q, hidden], mask.dense [batch, 1, Q, len].
 
     DeBERTa-v2: `relative` [2 x span, hidden] is the encoder's LayerNorm'd relative
-    embeddings, `query_positions` [batch, Q] the columns of `queries` (bert_jax.disentangled)."""
+    embeddings, `query_positions` [batch, Q] the columns of `queries`
+    (bert_jax.modeling.disentangled)."""
     c = self.config
     kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
               kernel_init=layers.kernel_init(c.initializer_range))
@@ -194,7 +195,7 @@ class BertEncoder(nn.Module):
     (its keys and values still cover the sequence). Scanned layers compute every
     row and gather. With `emd_queries` (positions int [batch, P], z [batch, P, hidden])
     the third output is DeBERTa's enhanced mask decoder at those rows, [batch, P,
-    hidden]: the last layer run again on its own input (bert_jax.emd).
+    hidden]: the last layer run again on its own input (bert_jax.modeling.emd).
     """
     c = self.config
     layer_cls = EncoderLayer
@@ -374,7 +375,7 @@ class MlmHead(nn.Module):
 class BertForPreTraining(nn.Module):
   """BERT with the MLM head (at masked positions only) and, optionally, NSP.
 
-  emd: the MLM head reads DeBERTa's enhanced mask decoder (bert_jax.emd; model_type
+  emd: the MLM head reads DeBERTa's enhanced mask decoder (bert_jax.modeling.emd; model_type
   'deberta-v2' only), with its position table `emd/position_embeddings`.
   """
   config: BertConfig

@@ -1,7 +1,7 @@
 """The device mesh, logical->mesh rules presets, and derived shardings.
 
 Mesh axes are ('data', 'fsdp', 'tensor'). Parameters and activations carry
-logical axis names (bert_jax.layers); a preset maps them onto mesh axes.
+logical axis names (bert_jax.modeling.layers); a preset maps them onto mesh axes.
 Shardings of the whole train state are derived from `jax.eval_shape` of the
 init function, never written by hand:
 

@@ -13,8 +13,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import model as model_lib
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
 
 # Poolings a sentence encoder trains with (bert_jax.embed also has 'max' and 'pooler').
 TRAIN_POOLINGS = ("mean", "cls")

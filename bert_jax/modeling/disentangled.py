@@ -20,7 +20,7 @@ import numpy as np
 import jax
 import jax.numpy as jnp
 
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling.model_config import BertConfig
 
 Array = jax.Array
 # 1 (content->content) + c2p + p2c: the scores are divided by sqrt(3 x head_dim).

@@ -1,6 +1,6 @@
 """TensorFlow for input pipelines and file reads, kept off accelerators.
 
-  from bert_jax.cpu_tensorflow import tf
+  from bert_jax.runtime.cpu_tensorflow import tf
   tfds = cpu_tensorflow.import_tfds()
 
 TensorFlow only reads, tokenizes and batches data here; the accelerators belong
@@ -9,10 +9,10 @@ it runs an op, so every bert_jax module takes TensorFlow from this module, which
 hides GPUs and TPUs from it once, on the first import, before any op runs.
 Importing TensorFlow and looking for its accelerators print start-up noise
 (CUDA stub probes, libtpu's lines when libtpu is installed on a machine
-without TPUs): bert_jax.startup, imported first, keeps it off the console unless
+without TPUs): bert_jax.runtime.startup, imported first, keeps it off the console unless
 --verbosity is given.
 """
-from bert_jax import startup  # before TensorFlow: quiet start-up  # pylint: disable=g-bad-import-order
+from bert_jax.runtime import startup  # before TensorFlow: quiet start-up  # pylint: disable=g-bad-import-order
 import tensorflow as tf
 
 _HIDDEN = False

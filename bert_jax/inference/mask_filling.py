@@ -13,10 +13,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import bundle as bundle_lib
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import model as model_lib
-from bert_jax import train_log
+from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.modeling import model as model_lib
+from bert_jax.runtime import train_log
+from bert_jax.training import checkpoint as ckpt_lib
 
 
 MASK = "[MASK]"

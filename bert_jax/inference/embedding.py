@@ -16,15 +16,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import aggregate
-from bert_jax import bundle as bundle_lib
-from bert_jax import checkpoint as ckpt_lib
-from bert_jax import flops
-from bert_jax import model as model_lib
-from bert_jax import pooling as pooling_lib
-from bert_jax import train_log
-from bert_jax.json_file import read_json
 from bert_jax.data import length_buckets
+from bert_jax.inference import aggregate
+from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.modeling import flops
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling import pooling as pooling_lib
+from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime import train_log
+from bert_jax.training import checkpoint as ckpt_lib
 
 POOLINGS = ("cls", "pooler", "mean", "max")
 DEFAULT_MAX_LENGTH = 128

@@ -29,10 +29,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from bert_jax import model as model_lib
 from bert_jax.members import registry as members
-from bert_jax.json_file import read_json
-from bert_jax.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
+from bert_jax.runtime.json_file import read_json
 
 FORMAT_VERSION = 1
 PARAMS_DIR = "params"
@@ -79,7 +79,7 @@ def heads_of(params: dict) -> tuple[str, ...]:
   """Names of the heads present in a params tree.
 
   Args:
-    params: a params tree of any model in bert_jax.model.
+    params: a params tree of any model in bert_jax.modeling.model.
 
   Returns:
     A subset of ('pooler', 'mlm', 'emd', 'nsp', 'discriminator', 'classifier', 'qa_outputs',
@@ -123,7 +123,7 @@ def check_arch(found: BertConfig, expected: BertConfig, source: str) -> None:
 
 def pretraining_shapes(config: BertConfig) -> dict[str, tuple[int, ...]]:
   """Shapes of every parameter of BertForPreTraining (pooler, MLM, NSP), by '/' path;
-  for ELECTRA also its discriminator head, for DeBERTa-v2 the EMD's table (bert_jax.emd).
+  for ELECTRA also its discriminator head, for DeBERTa-v2 the EMD's table (bert_jax.modeling.emd).
 
   (A variant without token types, DistilBERT, has no token_type_embeddings.)
 
@@ -295,7 +295,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
 
   Args:
     path: the bundle directory (local or any path etils.epath supports).
-    params: params of any model in bert_jax.model (numpy or jax arrays, scanned
+    params: params of any model in bert_jax.modeling.model (numpy or jax arrays, scanned
       or not; stored unscanned).
     config: the model config.
     vocab: the tokenizer's tokens in id order, or the path of a vocab.txt;
@@ -342,7 +342,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
       if p.exists():
         p.rmtree()
     tmp.mkdir(parents=True)
-  _sync("bert_jax.bundle.save.start")
+  _sync("bert_jax.modeling.bundle.save.start")
   ckptr = ocp.PyTreeCheckpointer()
   ckptr.save(tmp / PARAMS_DIR, args=ocp.args.PyTreeSave(params))
   if primary:
@@ -360,7 +360,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     tmp.rename(dst)
     if old.exists():
       old.rmtree()
-  _sync("bert_jax.bundle.save.end")
+  _sync("bert_jax.modeling.bundle.save.end")
 
 
 _BUNDLE_ENTRIES = (PARAMS_DIR, CONFIG_FILE, VOCAB_FILE, TOKENIZER_DIR, INFO_FILE)

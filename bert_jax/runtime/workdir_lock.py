@@ -16,7 +16,7 @@ from typing import Iterator
 
 from etils import epath
 
-from bert_jax import write_errors
+from bert_jax.runtime import write_errors
 
 LOCK_FILE = "bert_jax.lock"
 

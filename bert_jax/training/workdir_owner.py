@@ -12,8 +12,8 @@ from typing import Optional
 
 from etils import epath
 
-from bert_jax import bundle
-from bert_jax.json_file import read_json
+from bert_jax.modeling import bundle
+from bert_jax.runtime.json_file import read_json
 
 PROGRAMS = {"pretrain": "a pretraining run", "finetune": "a fine-tuning run"}
 # Fine-tuning's own checkpoints (never taken for a pretraining run's, nor loaded as a model).

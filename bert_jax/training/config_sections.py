@@ -2,14 +2,14 @@
 
 `parse_arg` reads the argument of every config file (`configs/FILE.py:ARG`). The
 model, optimizer and mesh sections have the same keys in every entry point, so
-the code that reads them (bert_jax.model_config, bert_jax.optimizer,
-bert_jax.sharding) is shared too. `finetune` adds the top-level keys that every
+the code that reads them (bert_jax.modeling.model_config, bert_jax.training.optimizer,
+bert_jax.training.sharding) is shared too. `finetune` adds the top-level keys that every
 fine-tuning config has (read by bert_jax.finetune) and those sections. Sections
 hold BERT's defaults; a config file changes what differs after the call.
 """
 import ml_collections
 
-from bert_jax import config_reads
+from bert_jax.runtime import config_reads
 
 
 def parse_arg(arg: str | None, *, positional: str | None = None, example: str = "",
@@ -77,11 +77,12 @@ def model() -> ml_collections.ConfigDict:
   # Compute dtype: 'float32', 'bfloat16', or 'auto' (bfloat16 on GPU/TPU, float32 on
   # CPU). Params, optimizer state and the loss stay float32.
   m.dtype = "auto"
-  # Attention implementation: 'auto', 'xla', 'cudnn' or 'einsum' (bert_jax.layers.attention_kernel;
+  # Attention implementation: 'auto', 'xla', 'cudnn' or 'einsum'
+  # (bert_jax.modeling.layers.attention_kernel;
   # 'xla' and 'cudnn' apply no attention dropout, so they need attention_dropout_rate 0).
   m.attention_impl = "auto"
   # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
-  # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.train_core.prng_impl).
+  # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.training.train_core.prng_impl).
   m.prng_impl = "auto"
   # Dropout on hidden states (and a fine-tuning head's input), as in BERT.
   m.dropout_rate = 0.1
@@ -98,7 +99,7 @@ def compile_cache(c: ml_collections.ConfigDict) -> None:
   """Adds the key every training program reads first: where compiled steps are kept."""
   # JAX's persistent compilation cache (and XLA's GPU autotuning results): 'auto'
   # (JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/bert_jax/jax), a directory, or 'off'.
-  # A second run with the same shapes loads its compiled steps (bert_jax/compile_cache.py).
+  # A second run with the same shapes loads its compiled steps (bert_jax/runtime/compile_cache.py).
   c.compile_cache = "auto"
 
 
@@ -108,7 +109,7 @@ def check_model(m: ml_collections.ConfigDict) -> None:
     if not 0.0 <= m[key] < 1.0:
       raise ValueError(f"bad config: model.{key} must be in [0, 1), got {m[key]}")
   if "prng_impl" in m:
-    from bert_jax import train_core  # pylint: disable=g-import-not-at-top
+    from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top
     train_core.prng_impl(m)  # raises naming the key
 
 
@@ -165,7 +166,7 @@ def mesh() -> ml_collections.ConfigDict:
   # Multi-slice TPU: how many slices (joined over DCN) each axis spans; each slice
   # holds shape / dcn_shape over ICI. E.g. (2, 1, 1) for 2 slices in data parallel.
   s.dcn_shape = (1, 1, 1)
-  # Sharding preset: 'data_parallel', 'fsdp' or 'fsdp_tensor' (bert_jax.sharding.PRESETS).
+  # Sharding preset: 'data_parallel', 'fsdp' or 'fsdp_tensor' (bert_jax.training.sharding.PRESETS).
   s.preset = "data_parallel"
   return s
 
@@ -249,7 +250,7 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   c.mesh = mesh()
 
 
-# Keys of every fine-tuning config read only in some settings (bert_jax.config_reads); each
+# Keys of every fine-tuning config read only in some settings (bert_jax.runtime.config_reads); each
 # configs/<task>.py adds its own to READ_ONLY_WHEN.
 FINETUNE_READ_ONLY_WHEN = {
     "tfds_data_dir": ("data_source", ("tfds",)),

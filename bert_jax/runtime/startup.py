@@ -1,7 +1,8 @@
 """Quiet start-up, set up once on import: every program imports this module (through
 bert_jax.cli) before TensorFlow or JAX load, and so do library modules that load
-TensorFlow (bert_jax.cpu_tensorflow). TensorFlow's oneDNN ops are off (TF_ENABLE_ONEDNN_OPTS=0
-unless set: they only printed a warning for the input pipeline's integer ops);
+TensorFlow (bert_jax.runtime.cpu_tensorflow). TensorFlow's oneDNN ops are off
+(TF_ENABLE_ONEDNN_OPTS=0 unless set: they only printed a warning for the input
+pipeline's integer ops);
 unless the command line gives absl's `--verbosity`
 (`--verbosity=0` shows INFO logs), third-party logging is silenced:
 TensorFlow's C++ logs (TF_CPP_MIN_LOG_LEVEL=3, which hides "failed call to
@@ -11,7 +12,7 @@ libtpu's lines after `pip install -e '.[tpu]'` on a machine without TPUs
 (JAX_PLATFORMS=cpu when the machine has neither TPU chips nor NVIDIA GPUs and
 JAX_PLATFORMS is unset, so JAX does not load libtpu to find nothing), and
 absl / Orbax INFO logs (absl logging at WARNING). What a run does is printed
-by the programs themselves (bert_jax.train_log).
+by the programs themselves (bert_jax.runtime.train_log).
 """
 import contextlib
 import importlib.abc
@@ -24,7 +25,7 @@ from typing import Sequence
 
 from absl import logging
 
-from bert_jax import xla_flags
+from bert_jax.runtime import xla_flags
 
 def verbose_requested(argv: Sequence[str]) -> bool:
   """Whether a command line gives absl's --verbosity (or -v): third-party logs wanted."""
@@ -68,7 +69,7 @@ def quiet_native_stderr():
 class _QuietImport(importlib.abc.MetaPathFinder):
   """Runs the first import of one module (tensorflow) inside quiet_native_stderr.
 
-  TensorFlow is imported by bert_jax.cpu_tensorflow and, inside data modules, by
+  TensorFlow is imported by bert_jax.runtime.cpu_tensorflow and, inside data modules, by
   tensorflow_text; this catches whichever comes first.
   """
 

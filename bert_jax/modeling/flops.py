@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax import emd as emd_lib
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import emd as emd_lib
+from bert_jax.modeling.model_config import BertConfig
 
 # Dense peak FLOP/s per chip, (bfloat16, float32), matched in order against
 # `jax.devices()[0].device_kind` (on NVIDIA the CUDA device name: "NVIDIA H100 80GB HBM3"
@@ -51,8 +51,8 @@ def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: flo
   positions; factorized embeddings (E != H: ALBERT, ELECTRA) add their projection
   E -> H at every token. DeBERTa's disentangled attention adds, per layer and token, its
   c2p and p2c scores against all 2 R relative embeddings (R: relative_span;
-  bert_jax/disentangled.py's einsums, 8 R H forward); the table's projections, once per
-  batch, are left out. DeBERTa's enhanced mask decoder (`emd`, bert_jax.emd) adds
+  bert_jax/modeling/disentangled.py's einsums, 8 R H forward); the table's projections, once per
+  batch, are left out. DeBERTa's enhanced mask decoder (`emd`, bert_jax.modeling.emd) adds
   two passes of a layer with queries at the masked positions only: per pass
   (6 N_layer + 12 S H + 12 R H) x masked fraction (c2p at the queries), plus, for the
   other tokens, the backward passes of the key and value projections and of p2c, 8 (H^2 + H)

@@ -25,8 +25,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from bert_jax import layers
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import layers
+from bert_jax.modeling.model_config import BertConfig
 
 Array = jax.Array
 # Passes of the last layer (DeBERTa: `layers = [encoder.layer[-1] for _ in range(2)]`).

@@ -29,13 +29,13 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 
-from bert_jax import bundle
-from bert_jax import checksum
-from bert_jax import model as model_lib
-from bert_jax import sharding
-from bert_jax import write_errors
-from bert_jax.json_file import read_json
-from bert_jax.model_config import BertConfig
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling.model_config import BertConfig
+from bert_jax.runtime import checksum
+from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime import write_errors
+from bert_jax.training import sharding
 
 
 class ResumeMismatchError(ValueError):
