@@ -69,6 +69,7 @@ from bert_jax.tasks import packing
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import loop as training_loop
 from bert_jax.training import config_sections
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import sharding
@@ -283,10 +284,10 @@ class SeedRun:
   stopped_by: Optional[str] = None
   compiled_lengths: set = dataclasses.field(default_factory=set)  # the train step's shapes
 
-  def save(self, seed: int, state, epoch: int, batch: int, per_seed: list) -> None:
+  def save(self, seed: int, state, epoch: int, batch: int, per_seed: list, loop) -> None:
     """Checkpoints `state` with the position of the next batch (numbered across seeds)."""
     step = int(state.step)
-    train_core.check_finite(state, step, "stop", self.ckpts.describe_latest())
+    loop.check(state, step)  # never a non-finite state
     self.ckpts.save((seed - self.config.seed) * self.total_steps + step, state,
                     dict(self.meta, seed=seed, epoch=epoch, batch=batch, per_seed=per_seed))
 
@@ -294,8 +295,8 @@ class SeedRun:
     c = self.config
     step = int(state.step)
     first_epoch, skip = position
+    loop = training_loop.Loop(self.ckpts, stop, "stop", self.is_writer)
     with self.split.phase("train"):
-      t0, acc, steps_since = time.time(), train_core.MetricSums(), 0
       for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
         epoch_start, epoch_first_step = time.time(), step
         batches = list(epoch_batches(c, self.train_lengths, self.n_train, seed, epoch,
@@ -303,14 +304,10 @@ class SeedRun:
         for index in range(skip if epoch == first_epoch else 0, len(batches)):
           if step >= self.total_steps:
             break
-          if stop.name or (seed, step) == self.preempt_at:
-            self.stopped_by = stop.name or "SIGTERM"
-            self.save(seed, state, epoch, index, per_seed)
-            self.ckpts.wait()
-            if self.is_writer:
-              print(f"{self.stopped_by}: saved checkpoint at seed {seed} step {step} to "
-                    f"{self.ckpts.describe_latest()}; exiting (the same command resumes it)",
-                    flush=True)
+          if loop.stop_requested(preempt=(seed, step) == self.preempt_at):
+            self.stopped_by = loop.stopped_by
+            self.save(seed, state, epoch, index, per_seed, loop)
+            loop.stopped(f"seed {seed} step {step}")
             return state
           batch, shape = train_batch(self.task.train_arrays, self.keys, batches[index],
                                      self.pack)
@@ -318,20 +315,16 @@ class SeedRun:
           with sharding.mesh_context(self.mesh, self.rules):
             state, metrics = self.train_step(state, sharding.host_to_global(batch, self.mesh))
           step += 1
-          steps_since += 1
-          acc.add(metrics)
-          if step % c.log_every == 0 or step == self.total_steps:
-            train_core.check_finite(state, step, "stop", self.ckpts.describe_latest())
-            self.ckpts.check_saves()
-            sums = acc.take()
-            dt = time.time() - t0
-            self.logger.log(step, {"loss": float(sums["loss"] / sums["steps"]),
-                                   "learning_rate": float(self.schedule(step - 1)),
-                                   "examples_per_second": float(sums["examples"]) / dt},
-                            prefix=f"seed{seed}_train_", steps_per_sec=steps_since / dt)
-            t0, steps_since = time.time(), 0
-          if c.checkpoint_every and step % c.checkpoint_every == 0 and step < self.total_steps:
-            self.save(seed, state, epoch, index + 1, per_seed)
+          loop.add(metrics)
+          if training_loop.due(step, c.log_every, self.total_steps):
+            window = loop.take_window(state, step)
+            self.logger.log(step, {
+                "loss": float(window.sums["loss"] / window.sums["steps"]),
+                "learning_rate": float(self.schedule(step - 1)),
+                "examples_per_second": float(window.sums["examples"]) / window.seconds},
+                prefix=f"seed{seed}_train_", steps_per_sec=window.steps / window.seconds)
+          if training_loop.due(step, c.checkpoint_every) and step < self.total_steps:
+            self.save(seed, state, epoch, index + 1, per_seed, loop)
         jax.block_until_ready(state.step)
         seconds = time.time() - epoch_start
         examples = (step - epoch_first_step) * c.batch_size

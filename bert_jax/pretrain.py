@@ -10,7 +10,6 @@ holds a checkpoint.
 """
 import functools
 import json
-import time
 from typing import Any, Optional, Sequence
 
 from absl import logging
@@ -30,6 +29,7 @@ from bert_jax.runtime import train_log
 from bert_jax.runtime import write_errors
 from bert_jax.runtime import xla_flags
 from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import loop as training_loop
 from bert_jax.training import sharding
 from bert_jax.training import train_core
 from bert_jax.training import workdir_owner
@@ -136,34 +136,20 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   peak = flops_lib.device_peak_flops(model_cfg.dtype) * jax.device_count()
   spike_check = train_core.LossSpikeCheck(config.divergence_factor, start_step)
 
-  checked = {"step": None}  # the step whose state check_finite passed last
-
-  def nonfinite_steps():
-    skipped = train_core.check_finite(state, step, config.on_nan, ckpts.describe_latest())
-    checked["step"] = step
-    return skipped
-
   def save(step):
-    if checked["step"] != step:  # a step that logs and saves is checked once
-      nonfinite_steps()
+    loop.check(state, step)  # never a non-finite state
     ckpts.save(step, state, dict(description, data_position=data_position,
                                  config=config_record))
 
   it = sharding.DevicePrefetch(
       _host_rows(data.train_iterator(start_position=data_position), config), mesh)
-  step, acc, last = start_step, train_core.MetricSums(), {}
-  t_log, steps_since = time.time(), 0
-  stopped_by = None
-  failed = True
-  stop_signal = stop_signals.StopSignals()
+  step, last, failed = start_step, {}, True
+  loop = training_loop.Loop(ckpts, stop_signals.StopSignals(), config.on_nan, is_writer)
   try:
     while step < config.total_steps:
-      if stop_signal.name or step == preempt_at_step:
-        stopped_by = stop_signal.name or "SIGTERM"
+      if loop.stop_requested(preempt=step == preempt_at_step):
         save(step)
-        ckpts.wait()
-        print(f"{stopped_by}: saved checkpoint at step {step} to {ckpts.describe_latest()}; "
-              "exiting (the same command resumes it)", flush=True)
+        loop.stopped(f"step {step}")
         break
       if config.profile_start_step and step == config.profile_start_step and is_writer:
         jax.profiler.start_trace(str(epath.Path(workdir) / "profile"))
@@ -172,46 +158,43 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         state, metrics = train_step(state, batch, *frozen)
       step += 1
       data_position += 1
-      steps_since += 1
-      acc.add(metrics)
+      loop.add(metrics)
       if (config.profile_start_step and is_writer
           and step == config.profile_start_step + config.profile_num_steps):
         jax.profiler.stop_trace()
-      if step % config.log_every == 0 or step == config.total_steps:
-        sums = acc.take()
-        dt = time.time() - t_log
-        last = setup.summarize(sums)
-        tokens = float(sums["real_tokens"])
-        last["tokens_per_second"] = tokens / dt
-        masked_fraction = float(sums["mlm_weight"]) / max(tokens, 1.0)
+      if training_loop.due(step, config.log_every, config.total_steps):
+        window = loop.take_window(state, step)
+        last = setup.summarize(window.sums)
+        tokens = float(window.sums["real_tokens"])
+        last["tokens_per_second"] = tokens / window.seconds
+        masked_fraction = float(window.sums["mlm_weight"]) / max(tokens, 1.0)
         last["mfu"] = (last["tokens_per_second"]
                        * setup.flops_per_token(config.seq_len, masked_fraction) / peak)
-        last["input_wait"] = it.take_wait() / dt  # the share of the window spent waiting
-        last["steps_per_second"] = steps_since / dt  # padding included, as a step benchmark
-        skipped = nonfinite_steps()
-        ckpts.check_saves()
+        # The share of the window spent waiting for input; steps per second count padding,
+        # as a step benchmark does.
+        last["input_wait"] = it.take_wait() / window.seconds
+        last["steps_per_second"] = window.steps / window.seconds
         spike_check(last["loss"], step, ckpts.all_steps(), str(ckpts.directory))
-        if skipped:
-          last["nonfinite_steps"] = skipped
-          logging.warning("%d step(s) had NaN/inf loss and were skipped", skipped)
+        if window.nonfinite_steps:
+          last["nonfinite_steps"] = window.nonfinite_steps
+          logging.warning("%d step(s) had NaN/inf loss and were skipped", window.nonfinite_steps)
         logger.log(step, last, steps_per_sec=last["steps_per_second"])
-        t_log, steps_since = time.time(), 0
-      if step % config.checkpoint_every == 0 or step == config.total_steps:
+      if training_loop.due(step, config.checkpoint_every, config.total_steps):
         save(step)
-      if config.eval_every and step % config.eval_every == 0:
+      if training_loop.due(step, config.eval_every):
         with sharding.mesh_context(mesh, rules):
           eval_batches = _host_rows(data.eval_iterator(config.eval_batches), config)
           logger.log(step, evaluate(eval_step, state.params, eval_batches, mesh,
                                     setup.summarize, *frozen), prefix="eval_")
-        t_log = time.time()
+        loop.restart_window()
         it.take_wait()  # a window starts here
     failed = False
   finally:
-    stop_signal.restore()
+    loop.stop.restore()
     # Every writer is closed; a failed close is the run's error unless one is on its way.
     train_log.close_all((ckpts.close, logger.close), raise_first=not failed)
-  return {"step": step, "stopped_by": stopped_by, "metrics": last, "model_config": model_cfg,
-          "state": state,
+  return {"step": step, "stopped_by": loop.stopped_by, "metrics": last,
+          "model_config": model_cfg, "state": state,
           "export_params": setup.export_params(state.params),
           "vocab": description["vocab"], "lowercase": data.lowercase,
           "tokenizer_file": description.get("tokenizer_file")}

@@ -1,0 +1,86 @@
+"""One training loop's bookkeeping, shared by pretraining and fine-tuning.
+
+Both entry points run the same cycle around their own step: before a step, stop on a signal
+(save, wait for the save, say where it is, return); after it, add its metrics to the log
+window; at a log step, check the state is finite and take the window's sums, steps and
+seconds; at a checkpoint step, save. What each logs, what its checkpoints hold and where
+its batches come from stay theirs (bert_jax.pretrain, bert_jax.finetune).
+"""
+import dataclasses
+import time
+from typing import Any, Optional
+
+from bert_jax.runtime import stop_signals
+from bert_jax.training import train_core
+
+
+def due(step: int, every: int, last: Optional[int] = None) -> bool:
+  """Whether an action run every `every` steps (0: never) runs after `step`; with `last`,
+  also after that step (the run's final one)."""
+  return bool(every) and step % every == 0 or step == last
+
+
+@dataclasses.dataclass
+class Window:
+  """The steps since the last log line: their summed metrics, how many, how long."""
+  sums: Any
+  steps: int
+  seconds: float
+  nonfinite_steps: int  # steps skipped so far for a NaN/inf loss or gradient
+
+
+class Loop:
+  """The bookkeeping of one loop over steps (one seed's, for fine-tuning).
+
+  Args:
+    ckpts: the run's TrainCheckpoints.
+    stop: the run's StopSignals (installed once per process).
+    on_nan: 'stop' or 'skip' (train_core.check_finite).
+    is_writer: whether this process prints.
+  """
+
+  def __init__(self, ckpts, stop: stop_signals.StopSignals, on_nan: str, is_writer: bool):
+    self.ckpts, self.stop, self.on_nan, self.is_writer = ckpts, stop, on_nan, is_writer
+    self.stopped_by: Optional[str] = None
+    self._sums, self._steps, self._start = train_core.MetricSums(), 0, time.time()
+    self._checked: Optional[tuple[int, int]] = None  # (step, steps skipped) checked last
+
+  def stop_requested(self, preempt: bool = False) -> bool:
+    """Whether a stop signal arrived (or `preempt`, a test's SIGTERM): the caller saves,
+    then calls `stopped`."""
+    if self.stop.name or preempt:
+      self.stopped_by = self.stop.name or "SIGTERM"
+    return self.stopped_by is not None
+
+  def stopped(self, where: str) -> None:
+    """Waits for the save made on a stop signal and says where it is."""
+    self.ckpts.wait()
+    if self.is_writer:
+      print(f"{self.stopped_by}: saved checkpoint at {where} to {self.ckpts.describe_latest()}; "
+            "exiting (the same command resumes it)", flush=True)
+
+  def add(self, metrics) -> None:
+    """A step's metrics (on the devices), into the log window."""
+    self._sums.add(metrics)
+    self._steps += 1
+
+  def check(self, state, step: int) -> int:
+    """The NaN guard (train_core.check_finite), once per step however many actions ask;
+    returns the steps skipped so far."""
+    if self._checked is None or self._checked[0] != step:
+      self._checked = (step, train_core.check_finite(state, step, self.on_nan,
+                                                     self.ckpts.describe_latest()))
+    return self._checked[1]
+
+  def take_window(self, state, step: int) -> Window:
+    """At a log step: the window taken (its sums wait for its steps), the state and the
+    earlier saves checked, and a new window started."""
+    sums, steps, seconds = self._sums.take(), self._steps, time.time() - self._start
+    skipped = self.check(state, step)
+    self.ckpts.check_saves()
+    self.restart_window()
+    return Window(sums, steps, seconds, skipped)
+
+  def restart_window(self) -> None:
+    """A new window starts now (after work that is not training, such as an evaluation)."""
+    self._steps, self._start = 0, time.time()
