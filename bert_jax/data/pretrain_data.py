@@ -43,7 +43,7 @@ many epochs tokenizes once); prepared parts skip without tokenizing.
 
 Without TensorFlow: `config.data.loader` picks the driver of the two numpy
 stages. 'tf_data' is the dataset above; 'python' runs the same two stage
-functions (`_stages`) on two Python threads with a queue of one pool between
+functions (stream_stages.PoolStages) on two Python threads with a queue of one pool between
 and after them, and cuts batches as rebatch does (python_stream.py): the same
 batches bit for bit, from any start position. 'auto' (the default) is tf_data
 where TensorFlow imports and python where it does not; only
@@ -59,13 +59,9 @@ Every `eval_every_nth_document`-th document of each shard is held out for
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
 import collections
-import atexit
-import ctypes
 import functools
 import logging
 import threading
-import time
-import weakref
 from typing import Iterator, Optional, Sequence
 
 import numpy as np
@@ -82,6 +78,7 @@ from bert_jax.data import shard_tokens
 from bert_jax.data import sources
 from bert_jax.data import stateless_random
 from bert_jax.data import stream_plan
+from bert_jax.data import stream_stages
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime.optional_tensorflow import tf
@@ -92,87 +89,11 @@ MODES = ("nsp", "sop", "full_sentences")
 LOADERS = ("auto", "tf_data", "python")
 # Modes whose rows are sentence pairs with a label (next sentence / swapped order).
 PAIR_MODES = ("nsp", "sop")
-# Rows per masking call (on shard_tokens.threads()).
-_MASK_ROWS = 1024
 # The epoch number that keys the held-out stream's random draws.
 _EVAL_EPOCH = -1
 # Tokenized shards kept while counting the rows a resume skips (a small corpus skipped through
 # many epochs is tokenized once); dropped when the count is done.
 _SKIP_MEMO_BYTES = 512 << 20
-
-
-def _malloc_trim():
-  try:
-    return ctypes.CDLL(None).malloc_trim  # glibc; absent elsewhere (macOS, musl)
-  except (OSError, AttributeError):
-    return None
-
-
-_MALLOC_TRIM = _malloc_trim()
-
-
-def _return_free_pages() -> None:
-  """Gives the free pages inside malloc's heaps back to the OS (glibc's malloc_trim).
-
-  A pool's numpy and TensorFlow temporaries leave free pages scattered through the heaps,
-  which free() keeps; the train step's temporaries then take new pages, and the peak RSS
-  grows by what the pools left (tiny, 50 steps, 4.36 GB prepared: 1.99 -> 1.63 M KiB,
-  benchmarks/README). Called once per pool and stage, after the stream's first pool
-  (5-30 ms, off the first batch's path).
-  """
-  if _MALLOC_TRIM is not None:
-    _MALLOC_TRIM(0)
-
-
-# Generators of train_iterator not yet closed. A tf.data iterator deleted during interpreter
-# finalization waits for its in-flight numpy functions, which can no longer take the GIL: the
-# exit would hang. atexit callbacks run before that, while those threads can still finish.
-_OPEN_ITERATORS = weakref.WeakSet()
-
-
-# The numpy functions of every dataset: how many are running and when one last ended; refused
-# once the interpreter exits (_close_open_iterators).
-_CALLS = {"running": 0, "last": 0.0}
-_CALLS_LOCK = threading.Lock()
-_EXITING = threading.Event()
-
-
-def _exit_safe(fn):
-  """fn as a dataset's numpy function: counted while it runs, refused at exit."""
-  def run(*args):
-    with _CALLS_LOCK:
-      _CALLS["running"] += 1
-    try:
-      if _EXITING.is_set():
-        raise RuntimeError("the interpreter is exiting")
-      return fn(*args)
-    finally:
-      with _CALLS_LOCK:
-        _CALLS["running"] -= 1
-        _CALLS["last"] = time.monotonic()
-  return run
-
-
-@atexit.register
-def _close_open_iterators() -> None:
-  for it in list(_OPEN_ITERATORS):
-    it.close()
-  # Iterators of dataset() that the program did not delete: from now on their numpy functions
-  # are refused (an error that parks each stage) and the running ones finish, so that when
-  # finalization deletes the iterators (which waits for calls in flight) tf.data's threads
-  # are parked, not waiting for the GIL.
-  _EXITING.set()
-  deadline = time.monotonic() + 60
-  while time.monotonic() < deadline:
-    with _CALLS_LOCK:
-      if _CALLS["running"] == 0 and time.monotonic() - _CALLS["last"] > 0.2:
-        break
-    time.sleep(0.01)
-  # No stage runs now: the thread pool is closed here, while the interpreter is whole (left
-  # running, its finalizer ran after multiprocessing's modules were torn down and printed an
-  # ignored AttributeError at the exit of a program that had imported TensorFlow late).
-  if shard_tokens.threads.cache_info().currsize:
-    shard_tokens.threads().close()
 
 
 def _resolve_loader(data_config) -> str:
@@ -219,36 +140,27 @@ def check_config(data_config, seq_len: int) -> None:
   raw_docs.block_bytes(c)
 
 
-def tf_dataset(read_stage, rows_stage, features: dict, batch_size: int) -> tf.data.Dataset:
-  """The stream as tf.data: the two numpy stages (PretrainData._stages) as numpy functions,
-  one pool at a time each, rebatched to `batch_size` rows (features: batch_schema's)."""
+def _check_hosts(global_batch_size: int, process_index: int, process_count: int) -> None:
+  if not 0 <= process_index < process_count:
+    raise ValueError(f"process_index={process_index} not in [0, process_count={process_count})")
+  if global_batch_size <= 0 or global_batch_size % process_count:
+    raise ValueError(f"global batch size {global_batch_size} must be a positive multiple of "
+                     f"the process count {process_count}")
 
-  @tf.autograph.experimental.do_not_convert
-  def read_pool(k):
-    out = tf.numpy_function(_exit_safe(read_stage), [k], [tf.int64] * 3, stateful=True)
-    for x in out:
-      x.set_shape([])
-    return tuple(out)
 
-  @tf.autograph.experimental.do_not_convert
-  def pool_rows(epoch, index, drop):
-    out = tf.numpy_function(_exit_safe(rows_stage), [epoch, index, drop],
-                            [tf.as_dtype(dtype) for dtype, _ in features.values()],
-                            stateful=True)
-    rows = {}
-    for (name, (_, shape)), x in zip(features.items(), out):
-      x.set_shape((None,) + shape)
-      rows[name] = x
-    return rows
-
-  ds = tf.data.Dataset.counter()  # the stream's k-th pool
-  # Two stages, each one pool at a time: pool i + 1 is read and tokenized (threads without
-  # the GIL) while pool i's numpy stages run (on 68 MB, 1.25x the throughput of one stage);
-  # the stream's first pool has the cores to itself (_read_pool).
-  ds = ds.map(read_pool, num_parallel_calls=1, deterministic=True)
-  ds = ds.map(pool_rows, num_parallel_calls=1, deterministic=True)
-  ds = ds.rebatch(batch_size, drop_remainder=True)
-  return ds.prefetch(tf.data.AUTOTUNE)
+def _checked_tokenizer(data_config):
+  """The tokenizer of `config.data`, checked against the source and the mode (one line)."""
+  c = data_config
+  if not sources.get(c.source).tokenized:
+    optional_tensorflow.require(f"config.data.source={c.source!r} (tokenizing raw text)")
+  tok = tokenizer_lib.load_tokenizer(c)
+  if tok.kind == "wordpiece":
+    shard_tokens.check_casing(tok.inv_vocab, tok.lowercase, tok.vocab_file or "the vocab")
+  if c.mode in PAIR_MODES and tok.num_special_tokens(pair=True) != 3:
+    raise ValueError(f"config.data.mode={c.mode!r} lays pairs out as `cls A sep B sep`; the "
+                     f"{tok.kind} tokenizer {tok.vocab_file!r} pairs differently (RoBERTa: "
+                     f"`<s> A </s></s> B </s>`, no NSP): use mode='full_sentences'")
+  return tok
 
 
 class PretrainData:
@@ -283,25 +195,10 @@ class PretrainData:
     self._config = c
     check_config(c, seq_len)
     self.loader = _resolve_loader(c)
-    source = sources.get(c.source)
-    if not source.tokenized:
-      optional_tensorflow.require(f"config.data.source={c.source!r} (tokenizing raw text)")
-    if not 0 <= process_index < process_count:
-      raise ValueError(f"process_index={process_index} not in [0, process_count={process_count})")
-    if global_batch_size <= 0 or global_batch_size % process_count:
-      raise ValueError(f"global batch size {global_batch_size} must be a positive multiple of "
-                       f"the process count {process_count}")
-    self.tokenizer = tokenizer_lib.load_tokenizer(c)
-    if self.tokenizer.kind == "wordpiece":
-      shard_tokens.check_casing(self.tokenizer.inv_vocab, self.tokenizer.lowercase,
-                   self.tokenizer.vocab_file or "the vocab")
-    if c.mode in PAIR_MODES and self.tokenizer.num_special_tokens(pair=True) != 3:
-      raise ValueError(f"config.data.mode={c.mode!r} lays pairs out as `cls A sep B sep`; the "
-                       f"{self.tokenizer.kind} tokenizer {self.tokenizer.vocab_file!r} pairs "
-                       f"differently (RoBERTa: `<s> A </s></s> B </s>`, no NSP): use "
-                       f"mode='full_sentences'")
+    _check_hosts(global_batch_size, process_index, process_count)
+    self.tokenizer = _checked_tokenizer(c)
     shards = sources.list_shards(c)
-    source.check_tokenizer(c, self.tokenizer)
+    sources.get(c.source).check_tokenizer(c, self.tokenizer)
 
     self.vocab_size = self.tokenizer.vocab_size
     self.vocab_file = self.tokenizer.vocab_file
@@ -438,76 +335,6 @@ class PretrainData:
         lambda epoch, p, shards: self._pool(epoch, p, shards, memo).num_rows,
         self._no_rows_error)
 
-  def _read_pool(self, stash: dict, first_rows: threading.Event, cursor: dict, drop: int, k
-                 ) -> tuple[np.int64, np.int64, np.int64]:
-    """The dataset's first numpy stage: reads and tokenizes the shards of the stream's k-th
-    pool into stash[(epoch, index)] (for _pool_rows); returns (epoch, index, rows of it to
-    drop: `drop` for the stream's first pool, else 0).
-
-    Every pool but the stream's first waits for `first_rows` (the first pool's rows are
-    ready): the first batch comes as early as the cores allow, later pools overlap.
-    """
-    try:
-      k = int(k)
-      if k:
-        first_rows.wait()
-      epoch, index = stream_plan.stream_pool(cursor, k, lambda e: len(self._epoch_plan(e)))
-      stash[epoch, index] = {i: self._tokenized(self._shards[i], "train")
-                             for i in self._epoch_plan(epoch)[index]}
-      if k:
-        _return_free_pages()
-      return np.int64(epoch), np.int64(index), np.int64(0 if k else drop)
-    except Exception as e:  # pylint: disable=broad-except
-      self._fail(e)
-      first_rows.set()  # nothing waits on a stream that failed
-      raise
-
-  def _pool_rows(self, progress: dict, stash: dict, first_rows: threading.Event, epoch, index,
-                 drop) -> tuple[np.ndarray, ...]:
-    """The dataset's second numpy stage: the masked rows of pool `index` of `epoch` from
-    row `drop` on, from its shards in stash[(epoch, index)].
-
-    progress: epoch -> [pools done, rows], of one dataset (an epoch whose pools
-      all came out empty is an error, not an endless loop).
-    """
-    try:
-      first = not first_rows.is_set()
-      epoch, index = int(epoch), int(index)
-      plan = self._epoch_plan(epoch)
-      pool = self._pool(epoch, index, plan[index], stash.pop((epoch, index)))
-      n = pool.num_rows
-      with self._lock:
-        done = progress.setdefault(epoch, [0, 0])
-        done[0] += 1
-        done[1] += n
-        if done[0] == len(plan) and done[1] == 0:
-          raise self._no_rows_error()
-      drop = int(drop)
-      # Laid out and masked here, a pool at a time, in chunks on the threads, each chunk
-      # written into the pool's output arrays (one copy of the pool's rows, not unmasked rows,
-      # masked chunks and their concatenation). Rows are keyed by their row in the pool, so
-      # the masks do not depend on the chunks or on how rows are batched; the per-batch stage
-      # after rebatch is a slice in C++, not a numpy call competing for the GIL.
-      out = {k: np.empty((max(n - drop, 0),) + shape, dtype)
-             for k, (dtype, shape) in self._features.items()}
-
-      def fill(lo):
-        hi = min(lo + _MASK_ROWS, n)
-        rows = self._masked_rows(pool.rows(lo, hi, self.build_rows), epoch, index, lo)
-        for k, v in out.items():
-          v[lo - drop:hi - drop] = rows[k]
-
-      shard_tokens.threads().map(fill, range(drop, n, _MASK_ROWS))
-      pool = None  # freed before the trim
-      if not first:
-        _return_free_pages()
-      return tuple(out.values())
-    except Exception as e:  # pylint: disable=broad-except
-      self._fail(e)
-      raise
-    finally:
-      first_rows.set()
-
   def _fail(self, e: Exception) -> None:
     with self._lock:
       if self._failure is None:
@@ -519,32 +346,31 @@ class PretrainData:
     return batch_schema.features(self.seq_len, self._config.max_predictions_per_seq,
                                  self._config.packing)
 
-  def _masked_rows(self, rows: dict[str, np.ndarray], epoch: int, index: int, lo: int
-                   ) -> dict[str, np.ndarray]:
-    """`rows`, rows lo, lo + 1, ... of pool `index` of `epoch`, masked (keyed by their row
-    in the pool)."""
+  def _masked_rows(self, pool: example_pools.ExamplePool, epoch: int, index: int, lo: int,
+                   hi: int) -> dict[str, np.ndarray]:
+    """Rows lo..hi of `pool`, pool `index` of `epoch`, laid out and masked (keyed by their
+    row in the pool)."""
+    rows = pool.rows(lo, hi, self.build_rows)
     keys = stateless_random.derive(self._keys["mask"], self.process_index, epoch, index,
-                                   lo + np.arange(len(rows["input_ids"])))
+                                   lo + np.arange(hi - lo))
     rows.update(masking.mask_batch(rows["input_ids"], rows["input_mask"], keys, self._mask_spec))
     return rows
 
-  def _stages(self, start_position: int):
-    """The two numpy stages of a stream from batch `start_position` (rows before it counted
-    here), for tf.data (`dataset`) or python_stream.
-
-    Returns:
-      (read_pool: k -> (epoch, pool, rows to drop), pool_rows: (epoch, pool, drop) -> the
-      pool's masked rows, one array per feature of _features, first_rows: the event set
-      once the stream's first pool's rows are made).
-    """
+  def _stages(self, start_position: int) -> stream_stages.PoolStages:
+    """The two numpy stages of a stream from batch `start_position` (the rows before it are
+    counted here), for tf.data (`dataset`) or python_stream."""
     if start_position < 0:
       raise ValueError(f"start_position={start_position} must be >= 0")
-    start = self._locate(int(start_position) * self.per_host_batch_size)
     self._failure = None
-    progress, stash, first_rows = {}, {}, threading.Event()
-    cursor = {"start": start[:2] + (0,), "at": start[:2] + (0,)}
-    return (functools.partial(self._read_pool, stash, first_rows, cursor, start[2]),
-            functools.partial(self._pool_rows, progress, stash, first_rows), first_rows)
+    plan = self._epoch_plan
+    return stream_stages.PoolStages(
+        self._locate(int(start_position) * self.per_host_batch_size),
+        pools_in_epoch=lambda epoch: len(plan(epoch)),
+        read_shards=lambda epoch, index: {i: self._tokenized(self._shards[i], "train")
+                                          for i in plan(epoch)[index]},
+        pool_of=lambda epoch, index, read: self._pool(epoch, index, plan(epoch)[index], read),
+        masked_rows=self._masked_rows, features=self._features,
+        no_rows_error=self._no_rows_error, on_failure=self._fail)
 
   def dataset(self, start_position: int = 0) -> tf.data.Dataset:
     """The infinite training stream of this host from batch `start_position`, as tf.data.
@@ -560,8 +386,9 @@ class PretrainData:
       masked_lm_weights float32 [b, P]; next_sentence_labels int32 [b]; with
       packing also position_ids int32 [b, L].
     """
-    read_stage, rows_stage, _ = self._stages(start_position)
-    return tf_dataset(read_stage, rows_stage, self._features, self.per_host_batch_size)
+    stages = self._stages(start_position)
+    return stream_stages.tf_dataset(stages.read_pool, stages.pool_rows, stages.features,
+                                    self.per_host_batch_size)
 
   def train_iterator(self, start_position: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """`dataset(start_position)` as numpy batches (see `dataset`).
@@ -576,13 +403,13 @@ class PretrainData:
       it = self._python_batches(start_position)
     else:
       it = self._numpy_batches(start_position)
-    _OPEN_ITERATORS.add(it)
+    stream_stages.OPEN_ITERATORS.add(it)
     return it
 
   def _python_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
-    read_stage, rows_stage, first_rows = self._stages(start_position)
-    yield from python_stream.batches(read_stage, rows_stage, first_rows, list(self._features),
-                                     self.per_host_batch_size)
+    stages = self._stages(start_position)
+    yield from python_stream.batches(stages.read_pool, stages.pool_rows, stages.first_rows,
+                                     list(stages.features), self.per_host_batch_size)
 
   def _numpy_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
     ds = self.dataset(start_position)

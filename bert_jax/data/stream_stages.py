@@ -1,0 +1,219 @@
+"""A training stream's two numpy stages, the state one stream keeps between them, and its
+lifecycle: tf.data (`tf_dataset`) or python_stream runs the stages; iterators still open at
+interpreter exit are closed; after each pool but the first, each stage gives the heaps' free
+pages back to the OS.
+
+PretrainData (pretrain_data.py) says what a pool is (its shards, examples, rows and masks);
+`PoolStages` asks it, one pool at a time, in the order of the stream.
+"""
+from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
+
+import atexit
+import ctypes
+import threading
+import time
+import weakref
+from typing import Callable
+
+import numpy as np
+
+from bert_jax.data import shard_tokens
+from bert_jax.data import stream_plan
+from bert_jax.runtime.optional_tensorflow import tf
+
+# Rows per masking call (on shard_tokens.threads()).
+MASK_ROWS = 1024
+
+
+def _malloc_trim():
+  try:
+    return ctypes.CDLL(None).malloc_trim  # glibc; absent elsewhere (macOS, musl)
+  except (OSError, AttributeError):
+    return None
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def return_free_pages() -> None:
+  """Gives the free pages inside malloc's heaps back to the OS (glibc's malloc_trim).
+
+  A pool's numpy and TensorFlow temporaries leave free pages scattered through the heaps,
+  which free() keeps; the train step's temporaries then take new pages, and the peak RSS
+  grows by what the pools left (tiny, 50 steps, 4.36 GB prepared: 1.99 -> 1.63 M KiB,
+  benchmarks/README). Called once per pool and stage, after the stream's first pool
+  (5-30 ms, off the first batch's path).
+  """
+  if _MALLOC_TRIM is not None:
+    _MALLOC_TRIM(0)
+
+
+# Generators of PretrainData.train_iterator not yet closed. A tf.data iterator deleted during interpreter
+# finalization waits for its in-flight numpy functions, which can no longer take the GIL: the
+# exit would hang. atexit callbacks run before that, while those threads can still finish.
+OPEN_ITERATORS = weakref.WeakSet()
+
+
+# The numpy functions of every dataset: how many are running and when one last ended; refused
+# once the interpreter exits (_close_open_iterators).
+_CALLS = {"running": 0, "last": 0.0}
+_CALLS_LOCK = threading.Lock()
+_EXITING = threading.Event()
+
+
+def _exit_safe(fn):
+  """fn as a dataset's numpy function: counted while it runs, refused at exit."""
+  def run(*args):
+    with _CALLS_LOCK:
+      _CALLS["running"] += 1
+    try:
+      if _EXITING.is_set():
+        raise RuntimeError("the interpreter is exiting")
+      return fn(*args)
+    finally:
+      with _CALLS_LOCK:
+        _CALLS["running"] -= 1
+        _CALLS["last"] = time.monotonic()
+  return run
+
+
+@atexit.register
+def _close_open_iterators() -> None:
+  for it in list(OPEN_ITERATORS):
+    it.close()
+  # Iterators of dataset() that the program did not delete: from now on their numpy functions
+  # are refused (an error that parks each stage) and the running ones finish, so that when
+  # finalization deletes the iterators (which waits for calls in flight) tf.data's threads
+  # are parked, not waiting for the GIL.
+  _EXITING.set()
+  deadline = time.monotonic() + 60
+  while time.monotonic() < deadline:
+    with _CALLS_LOCK:
+      if _CALLS["running"] == 0 and time.monotonic() - _CALLS["last"] > 0.2:
+        break
+    time.sleep(0.01)
+  # No stage runs now: the thread pool is closed here, while the interpreter is whole (left
+  # running, its finalizer ran after multiprocessing's modules were torn down and printed an
+  # ignored AttributeError at the exit of a program that had imported TensorFlow late).
+  if shard_tokens.threads.cache_info().currsize:
+    shard_tokens.threads().close()
+
+
+class PoolStages:
+  """The two numpy stages of one stream from a start row, and what they share.
+
+  `read_pool(k)` reads and tokenizes the shards of the stream's k-th pool into the stash and
+  returns (epoch, pool, rows of it to drop: the start's for the stream's first pool, else 0);
+  `pool_rows(epoch, pool, drop)` lays out and masks that pool's rows from row `drop` on, one
+  array per feature. Every pool but the stream's first waits for `first_rows` (the first
+  pool's rows are made): the first batch comes as early as the cores allow, later pools
+  overlap. An exception in either stage is also given to `on_failure` (a tf.data error hides
+  it) and ends the stream.
+
+  Args:
+    start: (epoch, pool, row in the pool) where the stream starts (stream_plan.locate).
+    pools_in_epoch: epoch -> this host's pools in it.
+    read_shards: (epoch, pool) -> the pool's shards read and tokenized (a memo for pool_of).
+    pool_of: (epoch, pool, read shards) -> its shuffled example_pools.ExamplePool.
+    masked_rows: (pool, epoch, index, lo, hi) -> rows lo..hi of the pool, laid out and
+      masked (keyed by their row in the pool).
+    features: batch_schema.features of the stream's batches.
+    no_rows_error: the error of an epoch whose pools are all empty.
+    on_failure: told the first exception of a stage.
+  """
+
+  def __init__(self, start: tuple[int, int, int], *, pools_in_epoch: Callable,
+               read_shards: Callable, pool_of: Callable, masked_rows: Callable, features: dict,
+               no_rows_error: Callable, on_failure: Callable):
+    self._pools_in_epoch, self._read_shards, self._pool_of = pools_in_epoch, read_shards, pool_of
+    self._masked_rows, self.features = masked_rows, features
+    self._no_rows_error, self._on_failure = no_rows_error, on_failure
+    self._drop = start[2]
+    self._cursor = {"start": start[:2] + (0,), "at": start[:2] + (0,)}
+    self._stash, self._progress = {}, {}  # read shards by (epoch, pool); epoch -> [pools, rows]
+    self._lock = threading.Lock()
+    self.first_rows = threading.Event()
+
+  def read_pool(self, k) -> tuple[np.int64, np.int64, np.int64]:
+    try:
+      k = int(k)
+      if k:
+        self.first_rows.wait()
+      epoch, index = stream_plan.stream_pool(self._cursor, k, self._pools_in_epoch)
+      self._stash[epoch, index] = self._read_shards(epoch, index)
+      if k:
+        return_free_pages()
+      return np.int64(epoch), np.int64(index), np.int64(0 if k else self._drop)
+    except Exception as e:  # pylint: disable=broad-except
+      self._on_failure(e)
+      self.first_rows.set()  # nothing waits on a stream that failed
+      raise
+
+  def pool_rows(self, epoch, index, drop) -> tuple[np.ndarray, ...]:
+    try:
+      first = not self.first_rows.is_set()
+      epoch, index, drop = int(epoch), int(index), int(drop)
+      pool = self._pool_of(epoch, index, self._stash.pop((epoch, index)))
+      n = pool.num_rows
+      with self._lock:
+        done = self._progress.setdefault(epoch, [0, 0])
+        done[0] += 1
+        done[1] += n
+        if done[0] == self._pools_in_epoch(epoch) and done[1] == 0:
+          raise self._no_rows_error()
+      # Laid out and masked here, a pool at a time, in chunks on the threads, each chunk
+      # written into the pool's output arrays (one copy of the pool's rows, not unmasked rows,
+      # masked chunks and their concatenation). Rows are keyed by their row in the pool, so
+      # the masks do not depend on the chunks or on how rows are batched; the per-batch stage
+      # after rebatch is a slice in C++, not a numpy call competing for the GIL.
+      out = {k: np.empty((max(n - drop, 0),) + shape, dtype)
+             for k, (dtype, shape) in self.features.items()}
+
+      def fill(lo):
+        hi = min(lo + MASK_ROWS, n)
+        rows = self._masked_rows(pool, epoch, index, lo, hi)
+        for k, v in out.items():
+          v[lo - drop:hi - drop] = rows[k]
+
+      shard_tokens.threads().map(fill, range(drop, n, MASK_ROWS))
+      pool = None  # freed before the trim
+      if not first:
+        return_free_pages()
+      return tuple(out.values())
+    except Exception as e:  # pylint: disable=broad-except
+      self._on_failure(e)
+      raise
+    finally:
+      self.first_rows.set()
+
+
+def tf_dataset(read_stage, rows_stage, features: dict, batch_size: int) -> tf.data.Dataset:
+  """The stream as tf.data: the two numpy stages (PoolStages) as numpy functions,
+  one pool at a time each, rebatched to `batch_size` rows (features: batch_schema's)."""
+
+  @tf.autograph.experimental.do_not_convert
+  def read_pool(k):
+    out = tf.numpy_function(_exit_safe(read_stage), [k], [tf.int64] * 3, stateful=True)
+    for x in out:
+      x.set_shape([])
+    return tuple(out)
+
+  @tf.autograph.experimental.do_not_convert
+  def pool_rows(epoch, index, drop):
+    out = tf.numpy_function(_exit_safe(rows_stage), [epoch, index, drop],
+                            [tf.as_dtype(dtype) for dtype, _ in features.values()],
+                            stateful=True)
+    rows = {}
+    for (name, (_, shape)), x in zip(features.items(), out):
+      x.set_shape((None,) + shape)
+      rows[name] = x
+    return rows
+
+  ds = tf.data.Dataset.counter()  # the stream's k-th pool
+  # Two stages, each one pool at a time: pool i + 1 is read and tokenized (threads without
+  # the GIL) while pool i's numpy stages run (on 68 MB, 1.25x the throughput of one stage);
+  # the stream's first pool has the cores to itself (PoolStages.read_pool).
+  ds = ds.map(read_pool, num_parallel_calls=1, deterministic=True)
+  ds = ds.map(pool_rows, num_parallel_calls=1, deterministic=True)
+  ds = ds.rebatch(batch_size, drop_remainder=True)
+  return ds.prefetch(tf.data.AUTOTUNE)
