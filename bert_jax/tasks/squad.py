@@ -660,58 +660,11 @@ def postprocess_predictions(examples: Sequence[SquadExample],
 
   predictions, all_nbest, null_odds = {}, {}, {}
   for example_index, example in enumerate(examples):
-    feature_indexes = by_example[example_index]
-    prelim = []  # (feature_index, start, end, start_logit, end_logit)
-    score_null = _NO_NULL_SCORE
-    null_feature, null_start_logit, null_end_logit = None, 0.0, 0.0
-    for feature_index in feature_indexes:
-      feature = features[feature_index]
-      starts = start_logits[feature_index].tolist()
-      ends = end_logits[feature_index].tolist()
-      if version_2_with_negative and starts[0] + ends[0] < score_null:
-        score_null = starts[0] + ends[0]
-        null_feature, null_start_logit, null_end_logit = feature_index, starts[0], ends[0]
-      best_ends = _best_indexes(end_logits[feature_index], n_best_size)
-      for start in _best_indexes(start_logits[feature_index], n_best_size):
-        for end in best_ends:
-          if start >= len(feature.tokens) or end >= len(feature.tokens):
-            continue
-          if start not in feature.token_to_orig_map or end not in feature.token_to_orig_map:
-            continue
-          if not feature.token_is_max_context.get(start, False):
-            continue
-          if end < start or end - start + 1 > max_answer_length:
-            continue
-          prelim.append((feature_index, start, end, starts[start], ends[end]))
-    if version_2_with_negative and null_feature is not None:
-      prelim.append((null_feature, 0, 0, null_start_logit, null_end_logit))
-    prelim.sort(key=lambda p: p[3] + p[4], reverse=True)  # Stable, as Google's sorted().
-
-    nbest, seen = [], set()
-    for feature_index, start, end, start_logit, end_logit in prelim:
-      if len(nbest) >= n_best_size:
-        break
-      feature = features[feature_index]
-      if start == 0:  # The null answer.
-        text = ""
-      elif feature.offsets is not None:  # A span, cut from the context by offsets.
-        text = example.context[feature.offsets[start][0]:feature.offsets[end][1]]
-      else:  # A span, projected back through BERT's basic tokenization.
-        tok_text = " ".join(feature.tokens[start:end + 1])
-        tok_text = tok_text.replace(" ##", "").replace("##", "")
-        tok_text = " ".join(tok_text.strip().split())
-        first, last = feature.token_to_orig_map[start], feature.token_to_orig_map[end]
-        orig_text = " ".join(example.doc_tokens[first:last + 1])
-        text = _project(tok_text, orig_text, span_basic_tokens(example, first, last))
-      if start > 0 and text in seen:
-        continue
-      seen.add(text)
-      nbest.append((text, start_logit, end_logit))
-    if version_2_with_negative and "" not in seen:
-      nbest.append(("", null_start_logit, null_end_logit))
-    if not nbest:  # No valid span at all (Google's nonce answer).
-      nbest.append(("empty", 0.0, 0.0))
-
+    prelim, null = _candidate_spans(by_example[example_index], features, start_logits,
+                                    end_logits, n_best_size, max_answer_length,
+                                    version_2_with_negative)
+    nbest = _nbest_answers(prelim, null, example, features, span_basic_tokens, n_best_size,
+                           version_2_with_negative)
     probs = _softmax([s + e for _, s, e in nbest])
     all_nbest[example.qas_id] = [
         {"text": text, "probability": p, "start_logit": s, "end_logit": e}
@@ -724,10 +677,75 @@ def postprocess_predictions(examples: Sequence[SquadExample],
         null_odds[example.qas_id] = _NO_NULL_SCORE
         predictions[example.qas_id] = ""
         continue
-      score_diff = score_null - best_span[1] - best_span[2]
+      score_diff = null[0] - best_span[1] - best_span[2]
       null_odds[example.qas_id] = score_diff
       predictions[example.qas_id] = "" if score_diff > null_score_diff_threshold else best_span[0]
   return predictions, all_nbest, null_odds
+
+
+def _candidate_spans(feature_indexes, features, start_logits, end_logits, n_best_size: int,
+                     max_answer_length: int, version_2_with_negative: bool):
+  """One example's valid spans over its windows, best first, and its null answer.
+
+  Returns:
+    (prelim, null): prelim lists (feature_index, start, end, start_logit, end_logit), the
+    null answer among them (v2.0); null is (score, feature_index, start_logit, end_logit)
+    of the window whose null score is lowest (score _NO_NULL_SCORE, feature None: none).
+  """
+  prelim = []
+  null = (_NO_NULL_SCORE, None, 0.0, 0.0)
+  for feature_index in feature_indexes:
+    feature = features[feature_index]
+    starts = start_logits[feature_index].tolist()
+    ends = end_logits[feature_index].tolist()
+    if version_2_with_negative and starts[0] + ends[0] < null[0]:
+      null = (starts[0] + ends[0], feature_index, starts[0], ends[0])
+    best_ends = _best_indexes(end_logits[feature_index], n_best_size)
+    for start in _best_indexes(start_logits[feature_index], n_best_size):
+      for end in best_ends:
+        if start >= len(feature.tokens) or end >= len(feature.tokens):
+          continue
+        if start not in feature.token_to_orig_map or end not in feature.token_to_orig_map:
+          continue
+        if not feature.token_is_max_context.get(start, False):
+          continue
+        if end < start or end - start + 1 > max_answer_length:
+          continue
+        prelim.append((feature_index, start, end, starts[start], ends[end]))
+  if version_2_with_negative and null[1] is not None:
+    prelim.append((null[1], 0, 0, null[2], null[3]))
+  prelim.sort(key=lambda p: p[3] + p[4], reverse=True)  # Stable, as Google's sorted().
+  return prelim, null
+
+
+def _nbest_answers(prelim, null, example, features, span_basic_tokens, n_best_size: int,
+                   version_2_with_negative: bool) -> list[tuple[str, float, float]]:
+  """The n best distinct answers (text, start_logit, end_logit) of an example's spans."""
+  nbest, seen = [], set()
+  for feature_index, start, end, start_logit, end_logit in prelim:
+    if len(nbest) >= n_best_size:
+      break
+    feature = features[feature_index]
+    if start == 0:  # The null answer.
+      text = ""
+    elif feature.offsets is not None:  # A span, cut from the context by offsets.
+      text = example.context[feature.offsets[start][0]:feature.offsets[end][1]]
+    else:  # A span, projected back through BERT's basic tokenization.
+      tok_text = " ".join(feature.tokens[start:end + 1])
+      tok_text = tok_text.replace(" ##", "").replace("##", "")
+      tok_text = " ".join(tok_text.strip().split())
+      first, last = feature.token_to_orig_map[start], feature.token_to_orig_map[end]
+      orig_text = " ".join(example.doc_tokens[first:last + 1])
+      text = _project(tok_text, orig_text, span_basic_tokens(example, first, last))
+    if start > 0 and text in seen:
+      continue
+    seen.add(text)
+    nbest.append((text, start_logit, end_logit))
+  if version_2_with_negative and "" not in seen:
+    nbest.append(("", null[2], null[3]))
+  if not nbest:  # No valid span at all (Google's nonce answer).
+    nbest.append(("empty", 0.0, 0.0))
+  return nbest
 
 
 def write_prediction_files(output_dir: str, predictions: dict, nbest: dict,
