@@ -86,9 +86,6 @@ def check_config(config, mesh) -> None:
   if not config.init_checkpoint:
     bad("init_checkpoint is required (a bundle, a pretraining workdir or its checkpoints dir; "
         "convert Hugging Face / Google checkpoints with python -m bert_jax.convert)")
-  if config.task not in ("squad", "sentence_embeddings") and config.data_source == "tsv" \
-      and not config.data_dir:
-    bad("data_dir is required with data_source='tsv' (the GLUE folder holding MRPC/, RTE/, ...)")
   if config.data_source == "tfds":
     optional_tensorflow.require_tfds("bad config: data_source='tfds'")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
@@ -108,11 +105,6 @@ def check_config(config, mesh) -> None:
     bad(f"seeds must be positive, got {config.seeds}")
   if config.log_every < 1:
     bad(f"log_every must be >= 1 (steps between metrics lines), got {config.log_every}")
-  why = {"squad": "SQuAD windows fill max_seq_length",
-         "ner": "token-level heads are not bucketed or packed yet"}.get(config.task)
-  for key in ("length_bucketing", "packing"):
-    if config[key] and why:
-      bad(f"{key} applies to sequence-level tasks (GLUE), not {config.task}: {why}")
   try:
     length_buckets.parse_buckets(config.length_buckets, config.max_seq_length)
   except ValueError as e:
@@ -120,6 +112,7 @@ def check_config(config, mesh) -> None:
   if config.packing and config.optimizer.grad_accum_steps != 1:
     bad(f"packing needs optimizer.grad_accum_steps 1 (got {config.optimizer.grad_accum_steps}): "
         "packed rows do not split into microbatches; --config.packing=False to accumulate")
+  task_registry.check_config(config)
 
 
 def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrained,

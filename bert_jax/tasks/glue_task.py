@@ -34,6 +34,12 @@ def sequence_model(model_cfg: BertConfig, num_labels: int, head: str = "cls",
                                                  head_layers=head_layers)
 
 
+def check_config(config) -> None:
+  if config.data_source == "tsv" and not config.data_dir:
+    raise ValueError("bad config: data_dir is required with data_source='tsv' (the GLUE "
+                     "folder holding MRPC/, RTE/, ...)")
+
+
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
   """BertForSequenceClassification with the task's number of labels (1: regression) and
   the config's head; the export records the head."""

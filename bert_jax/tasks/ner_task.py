@@ -40,6 +40,13 @@ def _check(config) -> None:
                      f"{list(ner.SCHEMES)}")
 
 
+def check_config(config) -> None:
+  _check(config)
+  for name in (config.train_file, config.valid_file):
+    _path(config, name)  # a relative file needs data_dir
+  task_lib.refuse_shaped_batches(config, "token-level heads are not bucketed or packed yet")
+
+
 def _labels_and_scheme(sentences: list, path: str) -> tuple[list[str], str]:
   """The labels of a training file and its tagging scheme (IOB2 when it has no entity)."""
   return ner.label_list(sentences, path), ner.scheme_of(sentences) or "IOB2"

@@ -34,6 +34,13 @@ def family(config) -> types.ModuleType:
   return FAMILIES.get(config.task, glue_task)
 
 
+def check_config(config) -> None:
+  """The checks of the module serving `config.task`, if it has any (one line each)."""
+  check = getattr(family(config), "check_config", None)
+  if check is not None:
+    check(config)
+
+
 def task_model(config, model_cfg) -> task_lib.TaskModel:
   """The TaskModel of a fine-tuning config (reads no data)."""
   return family(config).model(config, model_cfg)

@@ -17,6 +17,10 @@ from bert_jax.tasks import squad_offsets
 from bert_jax.tasks import task as task_lib
 
 
+def check_config(config) -> None:
+  task_lib.refuse_shaped_batches(config, "SQuAD windows fill max_seq_length")
+
+
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
   """BertForQuestionAnswering (start and end logits over the sequence); the export records
   the windowing and post-processing options (bert_jax.Encoder.answer uses them)."""

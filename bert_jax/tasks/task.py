@@ -7,6 +7,8 @@ bert_jax.tasks.registry finds by `config.task`:
   build(config, tokenizer, model_cfg) -> Task
                                             every split read and encoded up front, so bad
                                             data fails before training
+and may give a third, run with fine-tuning's config checks before anything loads:
+  check_config(config)                      one line naming a key the task cannot run with
 and fine-tuning (bert_jax.finetune) does the rest with the shared training core:
 the task's per-example loss becomes a train_core.Objective (`objective`), eval
 sets turn gathered model outputs into metrics and prediction files.
@@ -34,6 +36,14 @@ WARNINGS = "warnings"
 # prints them beside the primary metric): GLUE's majority class, NER's every word `O`,
 # a sentence-embedding model's scores before training (zero-shot).
 BASELINE_KEYS = ("majority_baseline", "all_o_baseline", "zero_shot_")
+
+
+def refuse_shaped_batches(config, why: str) -> None:
+  """For a task whose batches keep one shape: length_bucketing and packing are refused."""
+  for key in ("length_bucketing", "packing"):
+    if config[key]:
+      raise ValueError(f"bad config: {key} applies to sequence-level tasks (GLUE), not "
+                       f"{config.task}: {why}")
 
 
 @dataclasses.dataclass(frozen=True)
