@@ -66,7 +66,7 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
     shard_tokens.check_unknown_rate(tokens, tokenizer, sources.describe(shard))
     name = prepared_data.part_file(shard.index)
     prepared_data.write_part(os.path.join(out_dir, name),
-                             prepared_data.Part(tokens, lengths, raw.doc_splits))
+                             prepared_data.Part(tokens, raw.doc_splits, lengths=lengths))
     parts.append({"file": name, "source": sources.describe(shard), "size": shard.size,
                   "documents": raw.num_docs, "sentences": len(lengths), "tokens": len(tokens),
                   "invalid_utf8": raw.invalid_utf8})

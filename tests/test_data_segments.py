@@ -22,7 +22,7 @@ def _shard(doc_sentence_lengths, first_token=10):
   tokens = np.arange(first_token, first_token + sum(lengths), dtype=np.int32)
   sent_splits = np.append(0, np.cumsum(lengths)).astype(np.int64)
   doc_splits = np.append(0, np.cumsum([len(d) for d in doc_sentence_lengths])).astype(np.int64)
-  return segments.TokenizedShard(tokens, sent_splits, doc_splits)
+  return segments.TokenizedShard(tokens, doc_splits, sent_splits=sent_splits)
 
 
 def _random_docs(rng, num_docs, max_sentences=12, max_len=40):

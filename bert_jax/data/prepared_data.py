@@ -30,6 +30,7 @@ import os
 from etils import epath
 import numpy as np
 
+from bert_jax.data import segments
 from bert_jax.data import shard_spec
 from bert_jax.data import source_base
 from bert_jax.runtime import optional_tensorflow
@@ -53,21 +54,13 @@ def part_file(index: int) -> str:
 
 
 @dataclasses.dataclass
-class Part:
-  """The tokenized documents of one prepared shard.
+class Part(segments.Documents):
+  """The tokenized documents of one prepared shard, as stored.
 
   Attributes:
-    tokens: int32 [T], every sentence back to back.
     lengths: int64 [S], tokens per sentence (0 for a sentence without tokens).
-    doc_splits: int64 [D + 1], document d is sentences doc_splits[d]:doc_splits[d + 1].
   """
-  tokens: np.ndarray
-  lengths: np.ndarray
-  doc_splits: np.ndarray
-
-  @property
-  def num_docs(self) -> int:
-    return len(self.doc_splits) - 1
+  lengths: np.ndarray = dataclasses.field(kw_only=True)
 
   def select(self, docs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(tokens, sentence lengths, doc splits) of the documents `docs` (sorted), in order."""
@@ -128,8 +121,8 @@ def _read_tfrecord_part(path: str) -> Part:
     raise ValueError(f"cannot read prepared part {path}: {e.message.splitlines()[0]}") from None
   flat = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
   doc_splits = np.append(0, np.cumsum(flat["document_sentences"])).astype(np.int64)
-  return Part(flat["input_ids"].astype(np.int32), flat["sentence_lengths"].astype(np.int64),
-              doc_splits)
+  return Part(flat["input_ids"].astype(np.int32), doc_splits,
+              lengths=flat["sentence_lengths"].astype(np.int64))
 
 
 def read_info(prepared_dir: str) -> dict:

@@ -77,21 +77,29 @@ class Examples:
 
 
 @dataclasses.dataclass
-class TokenizedShard:
-  """Token ids of a shard's documents.
+class Documents:
+  """Token ids of documents of sentences (a subclass says where each sentence is).
 
   Attributes:
-    tokens: int32 [T], all sentences back to back.
-    sent_splits: int64 [S + 1], sentence i is tokens[sent_splits[i]:sent_splits[i + 1]].
+    tokens: int32 [T], every sentence back to back.
     doc_splits: int64 [D + 1], document d is sentences doc_splits[d]:doc_splits[d + 1].
   """
   tokens: np.ndarray
-  sent_splits: np.ndarray
   doc_splits: np.ndarray
 
   @property
   def num_docs(self) -> int:
     return len(self.doc_splits) - 1
+
+
+@dataclasses.dataclass
+class TokenizedShard(Documents):
+  """Token ids of a shard's documents, for making examples.
+
+  Attributes:
+    sent_splits: int64 [S + 1], sentence i is tokens[sent_splits[i]:sent_splits[i + 1]].
+  """
+  sent_splits: np.ndarray = dataclasses.field(kw_only=True)
 
   @property
   def num_sentences(self) -> int:
@@ -121,7 +129,8 @@ def split_long_sentences(shard: TokenizedShard, max_len: int) -> TokenizedShard:
   starts = np.repeat(shard.sent_splits[:-1], pieces) + within * max_len
   sent_splits = np.append(starts, shard.sent_splits[-1]).astype(np.int64)
   new_index = np.append(0, np.cumsum(pieces))  # old sentence -> new first piece
-  return TokenizedShard(shard.tokens, sent_splits, new_index[shard.doc_splits].astype(np.int64))
+  return TokenizedShard(shard.tokens, new_index[shard.doc_splits].astype(np.int64),
+                        sent_splits=sent_splits)
 
 
 def chain_starts(nxt: np.ndarray) -> np.ndarray:

@@ -133,8 +133,8 @@ def tokenized_shard(shard: shard_spec.ShardSpec, split: str, *, data_config, tok
   count("empty_sentences", int((~keep).sum()))
   count("empty_documents", int((per_doc == 0).sum()))
   shard_tokens = segments.TokenizedShard(
-      tokens, np.append(0, np.cumsum(lengths[keep])).astype(np.int64),
-      np.append(0, np.cumsum(per_doc[per_doc > 0])).astype(np.int64))
+      tokens, np.append(0, np.cumsum(per_doc[per_doc > 0])).astype(np.int64),
+      sent_splits=np.append(0, np.cumsum(lengths[keep])).astype(np.int64))
   piece = (seq_len - 3) // 2 if has_pairs else seq_len - 3
   before = shard_tokens.num_sentences
   shard_tokens = segments.split_long_sentences(shard_tokens, max(1, piece))
