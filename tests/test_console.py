@@ -63,12 +63,12 @@ def test_jax_is_kept_off_libtpu_on_a_machine_without_accelerators():
 
 def test_the_training_log_does_not_load_pytorch():
   """tensorboardX imports torch whenever it is installed (0.2 GB of resident memory in a JAX
-  process); bert_jax.runtime.train_log hides it while tensorboardX imports. torch imports normally
-  afterwards, and a program that loaded torch first keeps tensorboardX's torch support."""
+  process); bert_jax.runtime.train_log hides it while tensorboardX imports. torch imports
+  normally afterwards, and a program that loaded torch first keeps tensorboardX's torch support."""
   pytest.importorskip("torch", reason="needs torch installed (the test extras): the check is "
                                       "that it is not loaded")
   code = ("import sys\n"
-          "from bert_jax import train_log\n"
+          "from bert_jax.runtime import train_log\n"
           "print('torch' in sys.modules)\n"
           "import torch, tensorboardX.writer\n"
           "print(int(torch.ones(2).sum()), tensorboardX.writer.numpy_compatible.__name__)\n")
@@ -77,7 +77,7 @@ def test_the_training_log_does_not_load_pytorch():
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert proc.stdout.split() == ["False", "2", "ndarray"]
   code = ("import torch, tensorboardX.writer\n"
-          "from bert_jax import train_log\n"
+          "from bert_jax.runtime import train_log\n"
           "print(tensorboardX.writer.numpy_compatible.__name__)\n")
   proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                         timeout=120, check=False)
