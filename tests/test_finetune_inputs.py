@@ -52,5 +52,7 @@ def test_undefined_metric_is_written_as_null_with_a_warning(tmp_path, capsys):
   assert math.isnan(results["pearson"])
   written = json.loads((workdir / "eval_results.json").read_text())  # valid JSON
   assert written["pearson"] is None and written["spearman"] is None
+  assert written["zero_shot_pearson"] is None  # STS-B's baseline: the untrained head, before training
   out = capsys.readouterr().out
-  assert "WARNING: pearson, spearman, pearson_and_spearman undefined (NaN" in out
+  assert ("WARNING: pearson, spearman, pearson_and_spearman, zero_shot_pearson, zero_shot_spearman, "
+          "zero_shot_pearson_and_spearman undefined (NaN") in out

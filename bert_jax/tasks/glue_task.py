@@ -125,5 +125,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
     stats[f"{name}_examples"] = len(examples)
 
   primary = task.result_name(task.metrics[0], task.dev_splits[0]) if task.dev_splits else ""
+  # A regression task (STS-B) has no majority class: its baseline is the untrained head's
+  # scores, taken before the first step.
   return task_lib.Task(model(config, model_cfg), train_arrays, (label_key,), loss, eval_sets,
-                       primary, data_stats=stats)
+                       primary, data_stats=stats, zero_shot=task.is_regression)

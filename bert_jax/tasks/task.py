@@ -106,7 +106,8 @@ class Task:
     zero_shot: fine-tuning scores the model once before training and records the
       results as `zero_shot_<metric>`, the baseline the run must beat: the init checkpoint
       as it is (sentence embeddings: no fresh head), or with its fresh head untrained
-      (SQuAD, where no majority class exists: exact match and F1 near zero).
+      (SQuAD and GLUE's regression task STS-B, where no majority class exists: exact match
+      and F1, or the correlations, near zero).
   """
   model: TaskModel
   train_arrays: dict
