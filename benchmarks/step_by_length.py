@@ -1,0 +1,51 @@
+"""The fine-tuning train step's time per sequence length, against the bucket cost model's rate.
+
+A GLUE sequence-classification step at all-MiniLM-L6-v2's size (L6 H384, vocab 30,522; random
+weights), batch 32, AdamW, dropout on, timed over 15 back-to-back steps per length after
+warm-up, with its compile. Prints the FLOP/s each length reaches by DESIGN.md's formula beside
+bert_jax.modeling.flops.STEP_FLOPS_PER_SECOND, the fixed rate `auto` length buckets assume
+(issue 35), and a line through the step times (fixed part + cost per padded token).
+
+  python benchmarks/step_by_length.py
+"""
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import jax, jax.numpy as jnp, numpy as np, optax
+from bert_jax.modeling import model_config, flops
+from bert_jax.tasks import glue_task, task as task_lib
+from bert_jax.training import train_core
+cfg = model_config.BertConfig(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12,
+                              intermediate_size=1536, max_position_embeddings=512)
+tm = task_lib.TaskModel("cola", glue_task.sequence_model(cfg, 2), "classifier")
+loss = lambda logits, b: optax.softmax_cross_entropy_with_integer_labels(logits, b["label_ids"])
+task = task_lib.Task(tm, {}, ("label_ids",), loss, [], "accuracy")
+tx = optax.adamw(5e-5, weight_decay=0.01)
+init = lambda rng: train_core.init_state(task_lib.init_fn(tm, 64), tx, rng, "threefry2x32")
+state = jax.jit(init)(jax.random.PRNGKey(0))
+step = jax.jit(train_core.make_train_step(task_lib.objective(task), tx, optax.constant_schedule(5e-5), 1,
+                                          prng_impl="threefry2x32"), donate_argnums=(0,))
+B = 32
+rows = []
+for L in (8, 16, 24, 32, 48, 64):
+  rng = np.random.default_rng(L)
+  batch = {"input_ids": jnp.asarray(rng.integers(1000, 30000, (B, L)), jnp.int32),
+           "input_mask": jnp.ones((B, L), jnp.int32), "segment_ids": jnp.zeros((B, L), jnp.int32),
+           "label_ids": jnp.asarray(rng.integers(0, 2, B), jnp.int32)}
+  t = time.time(); state, m = step(state, batch); jax.block_until_ready(m); c = time.time() - t
+  for _ in range(3):
+    state, m = step(state, batch)
+  jax.block_until_ready(m)
+  n = 15; t = time.time()
+  for _ in range(n):
+    state, m = step(state, batch)
+  jax.block_until_ready(m); s = (time.time() - t) / n
+  f = flops.train_flops_per_token(cfg, L, 0.0) * B * L
+  rows.append((L, c, s, f / s))
+  print(f"len {L:3d}: compile+first {c:5.1f} s, step {s*1000:6.1f} ms, {f/s/1e9:6.1f} GFLOP/s", flush=True)
+L = np.array([r[0] for r in rows], float); S = np.array([r[2] for r in rows])
+b, a = np.polyfit(L * B, S, 1)
+print(f"fit: step = {a*1000:.1f} ms + {b*1e6:.2f} us per padded token (batch {B})")
+print(f"cost model rate (cpu): {flops.STEP_FLOPS_PER_SECOND['cpu']/1e9:.0f} GFLOP/s")
