@@ -362,14 +362,11 @@ class PretrainData:
     if start_position < 0:
       raise ValueError(f"start_position={start_position} must be >= 0")
     self._failure = None
-    plan = self._epoch_plan
     return stream_stages.PoolStages(
         self._locate(int(start_position) * self.per_host_batch_size),
-        pools_in_epoch=lambda epoch: len(plan(epoch)),
-        read_shards=lambda epoch, index: {i: self._tokenized(self._shards[i], "train")
-                                          for i in plan(epoch)[index]},
-        pool_of=lambda epoch, index, read: self._pool(epoch, index, plan(epoch)[index], read),
-        masked_rows=self._masked_rows, features=self._features,
+        epoch_plan=self._epoch_plan,
+        read_shard=lambda i: self._tokenized(self._shards[i], "train"),
+        pool_of=self._pool, masked_rows=self._masked_rows, features=self._features,
         no_rows_error=self._no_rows_error, on_failure=self._fail)
 
   def dataset(self, start_position: int = 0) -> tf.data.Dataset:

@@ -112,9 +112,10 @@ class PoolStages:
 
   Args:
     start: (epoch, pool, row in the pool) where the stream starts (stream_plan.locate).
-    pools_in_epoch: epoch -> this host's pools in it.
-    read_shards: (epoch, pool) -> the pool's shards read and tokenized (a memo for pool_of).
-    pool_of: (epoch, pool, read shards) -> its shuffled example_pools.ExamplePool.
+    epoch_plan: epoch -> this host's pools in it, each a list of shard positions.
+    read_shard: shard position -> the shard read and tokenized.
+    pool_of: (epoch, pool, its shard positions, its shards read) -> its shuffled
+      example_pools.ExamplePool.
     masked_rows: (pool, epoch, index, lo, hi) -> rows lo..hi of the pool, laid out and
       masked (keyed by their row in the pool).
     features: batch_schema.features of the stream's batches.
@@ -122,10 +123,10 @@ class PoolStages:
     on_failure: told the first exception of a stage.
   """
 
-  def __init__(self, start: tuple[int, int, int], *, pools_in_epoch: Callable,
-               read_shards: Callable, pool_of: Callable, masked_rows: Callable, features: dict,
+  def __init__(self, start: tuple[int, int, int], *, epoch_plan: Callable, read_shard: Callable,
+               pool_of: Callable, masked_rows: Callable, features: dict,
                no_rows_error: Callable, on_failure: Callable):
-    self._pools_in_epoch, self._read_shards, self._pool_of = pools_in_epoch, read_shards, pool_of
+    self._epoch_plan, self._read_shard, self._pool_of = epoch_plan, read_shard, pool_of
     self._masked_rows, self.features = masked_rows, features
     self._no_rows_error, self._on_failure = no_rows_error, on_failure
     self._drop = start[2]
@@ -139,8 +140,10 @@ class PoolStages:
       k = int(k)
       if k:
         self.first_rows.wait()
-      epoch, index = stream_plan.stream_pool(self._cursor, k, self._pools_in_epoch)
-      self._stash[epoch, index] = self._read_shards(epoch, index)
+      epoch, index = stream_plan.stream_pool(self._cursor, k,
+                                             lambda e: len(self._epoch_plan(e)))
+      self._stash[epoch, index] = {i: self._read_shard(i)
+                                   for i in self._epoch_plan(epoch)[index]}
       if k:
         return_free_pages()
       return np.int64(epoch), np.int64(index), np.int64(0 if k else self._drop)
@@ -153,13 +156,14 @@ class PoolStages:
     try:
       first = not self.first_rows.is_set()
       epoch, index, drop = int(epoch), int(index), int(drop)
-      pool = self._pool_of(epoch, index, self._stash.pop((epoch, index)))
+      plan = self._epoch_plan(epoch)
+      pool = self._pool_of(epoch, index, plan[index], self._stash.pop((epoch, index)))
       n = pool.num_rows
       with self._lock:
         done = self._progress.setdefault(epoch, [0, 0])
         done[0] += 1
         done[1] += n
-        if done[0] == self._pools_in_epoch(epoch) and done[1] == 0:
+        if done[0] == len(plan) and done[1] == 0:
           raise self._no_rows_error()
       # Laid out and masked here, a pool at a time, in chunks on the threads, each chunk
       # written into the pool's output arrays (one copy of the pool's rows, not unmasked rows,
