@@ -19,6 +19,7 @@ from bert_jax.data import pretrain_data
 from bert_jax.data import shard_spec
 from bert_jax import prepare_data
 from bert_jax import pretrain
+from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime.cpu_tensorflow import tf
 from configs import pretrain as pretrain_config
 
@@ -344,6 +345,10 @@ def test_glue_finetuning_without_tensorflow_equals_the_run_with_it(stsb, tmp_pat
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "TENSORFLOW MODULES: []" in proc.stderr
   with_tf = tmp_path / "with_tf"
+  # With TensorFlow loaded first, the host-side calls run on tf-text (wordpiece.host_backend):
+  # the two backends compared end to end. Tokenizers cached by earlier tests are dropped.
+  assert optional_tensorflow.available(text=True)
+  tokenizer_lib._TOKENIZERS.clear()  # pylint: disable=protected-access
   finetune.finetune(_stsb_config(data_dir, init), str(with_tf))
   assert {t.backend for t in tokenizer_lib._TOKENIZERS.values()  # pylint: disable=protected-access
           if t.kind == "wordpiece"} == {"tf-text"}

@@ -1,8 +1,8 @@
 """WordPiece's two host-side backends give the same ids: tf-text's ops and `tokenizers` (Rust).
 
 The 'tokenizers' backend (bert_jax/data/wordpiece_rust.py) is what fine-tuning,
-embed and fill_mask use on a host without TensorFlow; 'tf-text' the default
-where it imports. Here both run in one process on the same texts: tricky strings
+embed and fill_mask use in a process that has not loaded TensorFlow; 'tf-text' where it
+has (wordpiece.host_backend). Here both run in one process on the same texts: tricky strings
 and every character whose Unicode category has not changed since Unicode 3.2
 (always), and the shared real text (GLUE, SQuAD, CoNLL, the corpus; skips
 without ../shared/data). tests/test_without_tensorflow.py runs the programs
@@ -10,14 +10,20 @@ without TensorFlow.
 """
 import functools
 import json
+import os
+import pathlib
+import subprocess
+import sys
 import unicodedata
 
 import pytest
 
-from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.data import wordpiece
+from bert_jax.runtime import optional_tensorflow
 from bert_jax.tasks import ner
 from bert_jax.tasks import squad
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Odd text that is not in the shared files: control and format characters, whitespace kinds,
 # combining marks, scripts, CJK, full-width forms, long words, and special-token literals.
@@ -80,9 +86,21 @@ def test_backends_agree_on_every_character_unchanged_since_unicode_3_2(lowercase
 
 
 def test_backend_choice_and_bad_backend():
-  assert wordpiece.host_backend() == "tf-text"  # TensorFlow and tensorflow-text are here
-  assert tokenizer_lib.cached_tokenizer("wordpiece", wordpiece.default_vocab_file(),
-                                        True).backend == "tf-text"
+  # A process that has not loaded TensorFlow tokenizes in Rust and does not load it (a
+  # fine-tune from TSV files, embed, the Encoder: issue 35's start-up time) ...
+  code = ("import sys; from bert_jax.data import tokenizer as t, wordpiece as w; "
+          "tok = t.cached_tokenizer('wordpiece', w.default_vocab_file(), True); "
+          "print(w.host_backend(), tok.backend, tok.tokenize_to_ids(['Hello, world!']), "
+          "'tensorflow' in sys.modules)")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.split() == ["tokenizers", "tokenizers", "[[7592,", "1010,", "2088,",
+                                 "999]]", "False"]
+  # ... one that has (pretraining's tf.data pipeline, TFDS) runs the host-side calls on tf-text.
+  assert optional_tensorflow.available(text=True)
+  assert wordpiece.host_backend() == "tf-text"
+  assert wordpiece.WordPieceTokenizer(wordpiece.default_vocab_file()).backend == "tf-text"
   with pytest.raises(ValueError, match=r"WordPiece backend 'rust'; expected one of"):
     wordpiece.WordPieceTokenizer(wordpiece.default_vocab_file(), backend="rust")
 
