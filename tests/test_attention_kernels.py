@@ -157,7 +157,7 @@ def test_one_example_per_row_follows_the_data_and_is_never_saved():
   assert model_config.BertConfig.from_dict(cfg.to_dict()).one_example_per_row is False
 
 
-def test_gpu_xla_defaults_keep_what_the_user_set():
+def test_xla_defaults_keep_what_the_user_set():
   from bert_jax.runtime import xla_flags  # pylint: disable=g-import-not-at-top
   env = {}
   assert xla_flags.add_defaults(env, {"xla_gpu_enable_triton_gemm": "false"}) == [
@@ -169,6 +169,10 @@ def test_gpu_xla_defaults_keep_what_the_user_set():
   env = {"XLA_FLAGS": "--xla_dump_to=/tmp/d"}
   xla_flags.add_defaults(env, xla_flags.GPU_DEFAULTS)
   assert env["XLA_FLAGS"] == "--xla_dump_to=/tmp/d --xla_gpu_enable_triton_gemm=false"
-  # This machine has no NVIDIA GPU: nothing is added.
-  env = {}
-  assert xla_flags.apply(env) == [] and env == {}
+  # On a machine without accelerators the CPU defaults are added; a level the user set stays.
+  if xla_flags.cpu_only_machine():
+    env = {}
+    assert xla_flags.apply(env) == ["--xla_backend_optimization_level=2"]
+    assert env == {"XLA_FLAGS": "--xla_backend_optimization_level=2"}
+    env = {"XLA_FLAGS": "--xla_backend_optimization_level=3"}
+    assert xla_flags.apply(env) == [] and env["XLA_FLAGS"] == "--xla_backend_optimization_level=3"

@@ -48,16 +48,25 @@ def test_a_program_start_up_prints_nothing_of_tensorflow_or_jax():
 
 
 def test_jax_is_kept_off_libtpu_on_a_machine_without_accelerators():
-  """JAX imported first (as programs do), then bert_jax.cli: JAX's platforms are set in time."""
-  code = ("import jax\n"
+  """JAX imported first (as programs do), then bert_jax.cli: JAX's platforms are set in time,
+  and XLA_FLAGS has the CPU defaults before the backend starts (the compile is at -O2)."""
+  code = ("import os, jax\n"
           "from bert_jax import cli\n"
-          "print(cli.startup._cpu_only_machine(), jax.config.jax_platforms)\n")
-  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+          "from bert_jax.runtime import xla_flags\n"
+          "print(xla_flags.cpu_only_machine(), jax.config.jax_platforms)\n"
+          "print(os.environ.get('XLA_FLAGS', 'none'))\n"
+          "jax.numpy.ones(2).block_until_ready()\n"
+          "from jax._src import xla_bridge\n"
+          "print(xla_bridge.get_backend().platform)\n")
+  env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
   proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                         timeout=120, check=False, env=env)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  cpu_only, platforms = proc.stdout.split()
+  first, flags, platform = proc.stdout.splitlines()
+  cpu_only, platforms = first.split()
   assert platforms == ("cpu" if cpu_only == "True" else "None")
+  if cpu_only == "True":
+    assert flags == "--xla_backend_optimization_level=2" and platform == "cpu"
   assert proc.stderr == ""
 
 

@@ -98,16 +98,6 @@ class _QuietImport(importlib.abc.MetaPathFinder):
     return spec
 
 
-def _cpu_only_machine() -> bool:
-  """True when the machine has no TPU chip and no NVIDIA GPU (JAX's own PCI / device checks)."""
-  try:
-    from jax._src import hardware_utils  # pylint: disable=g-import-not-at-top
-    chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
-    return chips == 0 and not hardware_utils.has_visible_nvidia_gpu()
-  except Exception:  # pylint: disable=broad-except  # a private module: if it moved, do nothing
-    return False
-
-
 def _quiet_start_up() -> None:
   """Silences third-party start-up logging unless VERBOSE (see the module docstring)."""
   # TensorFlow only runs the input pipeline and tokenizer ops here, integer and string ops
@@ -118,7 +108,7 @@ def _quiet_start_up() -> None:
   if VERBOSE:
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-  if "JAX_PLATFORMS" not in os.environ and _cpu_only_machine():
+  if "JAX_PLATFORMS" not in os.environ and xla_flags.cpu_only_machine():
     # Otherwise JAX loads libtpu (when installed, e.g. for aot_compile) only to find no
     # TPU, and libtpu prints its lines to stderr. JAX read the variable when it was
     # imported (programs import it before this module), so its config is set too; no
