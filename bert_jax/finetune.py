@@ -68,6 +68,7 @@ from bert_jax.runtime import train_log
 from bert_jax.tasks import packing
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
+from bert_jax.training import ahead_compile
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import loop as training_loop
 from bert_jax.training import config_sections
@@ -204,6 +205,27 @@ def train_batch(arrays: dict, keys, batch: length_buckets.Batch,
   return jax.tree.map(share, packed), len(packed["input_ids"])
 
 
+def predict_batches(arrays: dict, batch_size: int, bucketing: bool,
+                    buckets: Optional[tuple[int, ...]]) -> list[length_buckets.Batch]:
+  """The global batches `predict` runs over `arrays` (its arguments of the same names)."""
+  n, seq_len = arrays["input_ids"].shape[0], arrays["input_ids"].shape[-1]  # [n, (k,) len]
+  if bucketing:
+    return length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
+                                       batch_size,
+                                       buckets or length_buckets.bucket_lengths(seq_len))
+  return length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
+
+
+def first_of_each_shape(batches: Sequence[length_buckets.Batch]) -> list[length_buckets.Batch]:
+  """The first batch of each length, in the order the lengths are first met."""
+  seen, out = set(), []
+  for b in batches:
+    if b.length not in seen:
+      seen.add(b.length)
+      out.append(b)
+  return out
+
+
 def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
             bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None) -> dict:
   """Model outputs for every row of `arrays` (padded to whole batches, never dropped).
@@ -222,13 +244,8 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
   Returns:
     Outputs gathered on every host as numpy, [n, ...] for the n rows, in row order.
   """
-  n, seq_len = arrays["input_ids"].shape[0], arrays["input_ids"].shape[-1]  # [n, (k,) len]
-  if bucketing:
-    batches = length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
-                                          batch_size,
-                                          buckets or length_buckets.bucket_lengths(seq_len))
-  else:
-    batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
+  n = arrays["input_ids"].shape[0]
+  batches = predict_batches(arrays, batch_size, bucketing, buckets)
   pi, pc = jax.process_index(), jax.process_count()
   chunks = []
   for batch in batches:
@@ -257,7 +274,8 @@ class SeedRun:
   a checkpoint at the step it stopped before and sets `stopped_by`.
   """
   config: Any
-  train_step: Any
+  train_step: ahead_compile.AheadCompiled
+  predict_step: ahead_compile.AheadCompiled
   schedule: Any
   ckpts: Optional[ckpt_lib.TrainCheckpoints]
   logger: train_log.RunLogger
@@ -284,6 +302,23 @@ class SeedRun:
     self.ckpts.save((seed - self.config.seed) * self.total_steps + step, state,
                     dict(self.meta, seed=seed, epoch=epoch, batch=batch, per_seed=per_seed))
 
+  def compile_ahead(self, state, batches: list, start: int, steps: int) -> None:
+    """Queues the programs this seed will need next (bert_jax.training.ahead_compile): the
+    train step of each length of `batches[start:start + steps]` after the first one (packed
+    rows: their counts are known only once packed), then the eval step of each eval length.
+    They compile while the steps before them run."""
+    c = self.config
+    state_spec = ahead_compile.spec(state)
+    if self.pack is None:
+      for b in first_of_each_shape(batches[start:start + steps])[1:]:
+        self.train_step.ahead(state_spec, sharding.global_batch_spec(
+            length_buckets.cut(self.task.train_arrays, b, self.keys), self.mesh))
+    for eval_set in self.task.eval_sets:
+      for b in first_of_each_shape(predict_batches(eval_set.arrays, c.eval_batch_size,
+                                                   c.length_bucketing, self.buckets)):
+        self.predict_step.ahead(state_spec.params, sharding.global_batch_spec(
+            length_buckets.cut(eval_set.arrays, b, task_lib.MODEL_INPUTS), self.mesh))
+
   def train(self, seed: int, state, position: tuple[int, int], per_seed: list, stop):
     c = self.config
     step = int(state.step)
@@ -294,6 +329,8 @@ class SeedRun:
         epoch_start, epoch_first_step = time.time(), step
         batches = list(epoch_batches(c, self.train_lengths, self.n_train, seed, epoch,
                                      self.task.sort_by_length, self.buckets))
+        self.compile_ahead(state, batches, skip if epoch == first_epoch else 0,
+                           self.total_steps - step)
         for index in range(skip if epoch == first_epoch else 0, len(batches)):
           if step >= self.total_steps:
             break
@@ -550,13 +587,16 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   # -- Jitted steps (compiled once, shared by every seed) ------------------------------
   _, state_shardings = sharding.abstract_state(init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch_shard = sharding.batch_sharding(mesh)
-  train_step = jax.jit(
+  # Each compiled per batch shape, those known ahead in a background thread (SeedRun).
+  trace_context = lambda: sharding.mesh_context(mesh, rules)  # noqa: E731
+  train_step = ahead_compile.AheadCompiled(jax.jit(
       train_core.make_train_step(task_lib.objective(task), tx, schedule,
                                  config.optimizer.grad_accum_steps, prng_impl=impl),
       in_shardings=(state_shardings, batch_shard), out_shardings=(state_shardings, None),
-      donate_argnums=(0,))
-  predict_step = jax.jit(task_lib.predict_fn(task_model),
-                         in_shardings=(state_shardings.params, batch_shard))
+      donate_argnums=(0,)), trace_context)
+  predict_step = ahead_compile.AheadCompiled(jax.jit(
+      task_lib.predict_fn(task_model), in_shardings=(state_shardings.params, batch_shard)),
+      trace_context)
 
   # -- One run per seed: initial state (or this workdir's checkpoint), epochs, eval ------
   keys = task_lib.MODEL_INPUTS + task.label_keys
@@ -603,7 +643,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   if task.zero_shot and not config.eval_only and not meta:
     baselines = zero_shot(config, predict_step, state, task, buckets, mesh, rules, split,
                           is_writer)
-  run = SeedRun(config, train_step, schedule, ckpts, logger, split, task, keys, pack,
+  run = SeedRun(config, train_step, predict_step, schedule, ckpts, logger, split, task, keys, pack,
                 train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
                 dict(description, config=config_record, zero_shot=baselines), preempt_at)
   stop = stop_signals.StopSignals()
@@ -629,6 +669,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
                                     rules, logger, split, workdir, is_writer))
     failed = False
   finally:
+    train_step.close()
+    predict_step.close()
     stop.restore()
     train_log.close_all([logger.close] + ([ckpts.close] if ckpts else []),
                         raise_first=not failed)

@@ -383,6 +383,15 @@ def host_to_global(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Ar
           for k, v in batch.items()}
 
 
+def global_batch_spec(batch: dict[str, np.ndarray],
+                      mesh: Mesh) -> dict[str, jax.ShapeDtypeStruct]:
+  """The global arrays `host_to_global` makes of the shares of the global batch `batch`, as
+  shapes and dtypes (no data): for compiling a step ahead of its batch."""
+  sharding = batch_sharding(mesh)
+  return {k: jax.ShapeDtypeStruct(np.shape(v), jax.dtypes.canonicalize_dtype(np.asarray(v).dtype),
+                                  sharding=sharding)
+          for k, v in batch.items()}
+
 
 class DevicePrefetch:
   """Host batches placed on the devices `size` batches ahead of the step that reads them.

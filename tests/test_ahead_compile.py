@@ -1,0 +1,98 @@
+"""A step's programs compiled ahead in a background thread (bert_jax.training.ahead_compile)."""
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from bert_jax.runtime import time_split
+from bert_jax.training import ahead_compile
+
+
+def _step(state, batch):
+  return {"w": state["w"] + batch["x"].sum()}, (batch["x"] * state["w"]).sum(axis=-1)
+
+
+def _batch(length: int) -> dict:
+  return {"x": jnp.arange(4 * length, dtype=jnp.float32).reshape(4, length)}
+
+
+def test_results_are_the_jitted_functions_and_each_shape_compiles_once():
+  jitted = jax.jit(_step, donate_argnums=(0,))
+  threads = []
+
+  class Context:
+    def __enter__(self):
+      threads.append(threading.current_thread().name)
+
+    def __exit__(self, *exc):
+      return False
+
+  step = ahead_compile.AheadCompiled(jitted, Context)
+  state = {"w": jnp.ones(())}
+  clock = time_split.compile_clock()
+  background = clock.background_seconds
+  step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(16)))
+  step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(16)))  # known: not again
+  step.program(state, _batch(16))  # waits for the background thread's program
+  assert len(threads) == 1 and threads[0].startswith("bert_jax-ahead-compile")
+  assert clock.background_seconds > background  # its compilation counted apart
+  want_state, want_out = {"w": jnp.ones(())}, []
+  for length in (8, 16, 8):
+    want_state, out = jax.jit(_step)(want_state, _batch(length))
+    want_out.append(out)
+    state, out = step(state, _batch(length))
+    np.testing.assert_array_equal(out, want_out[-1])
+  np.testing.assert_array_equal(state["w"], want_state["w"])
+  assert len(threads) == 2  # length 8, compiled where it was first called
+  assert threads[1] == threading.current_thread().name
+  step.close()
+
+
+def test_a_queued_program_the_caller_needs_first_is_compiled_by_the_caller():
+  entered, release = threading.Event(), threading.Event()
+  names = []
+
+  class Blocking:
+    """Holds the background thread in its first compilation until released."""
+
+    def __enter__(self):
+      names.append(threading.current_thread().name)
+      if threading.current_thread() is not threading.main_thread() and not entered.is_set():
+        entered.set()
+        release.wait(10)
+
+    def __exit__(self, *exc):
+      return False
+
+  step = ahead_compile.AheadCompiled(jax.jit(_step), Blocking)
+  state = {"w": jnp.ones(())}
+  step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(24)))  # running, held
+  step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(32)))  # queued behind it
+  assert entered.wait(10)
+  _, out = step(state, _batch(32))  # not started yet: taken from the queue
+  assert names[-1] == threading.current_thread().name
+  np.testing.assert_array_equal(out, jax.jit(_step)(state, _batch(32))[1])
+  release.set()
+  step(state, _batch(24))  # the background thread's
+  assert len(names) == 2
+  step.close()
+
+
+def test_a_failed_compilation_raises_at_the_call_that_needs_it_and_close_drops_the_queue():
+  def bad(state, batch):
+    if batch["x"].shape[-1] == 8:
+      raise ValueError("no program for length 8")
+    return _step(state, batch)
+
+  step = ahead_compile.AheadCompiled(jax.jit(bad))
+  state = {"w": jnp.ones(())}
+  step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(8)))
+  step(state, _batch(16))  # other shapes are unaffected
+  with pytest.raises(ValueError, match="no program for length 8"):
+    step(state, _batch(8))
+  step.close()
+  with pytest.raises(ValueError, match="no program for length 8"):  # compiled here now
+    step(state, _batch(8))
+  step(state, _batch(16))
