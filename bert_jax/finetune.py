@@ -216,16 +216,6 @@ def predict_batches(arrays: dict, batch_size: int, bucketing: bool,
   return length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
 
 
-def first_of_each_shape(batches: Sequence[length_buckets.Batch]) -> list[length_buckets.Batch]:
-  """The first batch of each length, in the order the lengths are first met."""
-  seen, out = set(), []
-  for b in batches:
-    if b.length not in seen:
-      seen.add(b.length)
-      out.append(b)
-  return out
-
-
 def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
             bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None) -> dict:
   """Model outputs for every row of `arrays` (padded to whole batches, never dropped).
@@ -310,12 +300,13 @@ class SeedRun:
     c = self.config
     state_spec = ahead_compile.spec(state)
     if self.pack is None:
-      for b in first_of_each_shape(batches[start:start + steps])[1:]:
+      for b in length_buckets.first_of_each_length(batches[start:start + steps])[1:]:
         self.train_step.ahead(state_spec, sharding.global_batch_spec(
             length_buckets.cut(self.task.train_arrays, b, self.keys), self.mesh))
     for eval_set in self.task.eval_sets:
-      for b in first_of_each_shape(predict_batches(eval_set.arrays, c.eval_batch_size,
-                                                   c.length_bucketing, self.buckets)):
+      batches = predict_batches(eval_set.arrays, c.eval_batch_size, c.length_bucketing,
+                                self.buckets)
+      for b in length_buckets.first_of_each_length(batches):
         self.predict_step.ahead(state_spec.params, sharding.global_batch_spec(
             length_buckets.cut(eval_set.arrays, b, task_lib.MODEL_INPUTS), self.mesh))
 

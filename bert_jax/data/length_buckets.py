@@ -11,6 +11,7 @@ is logged).
                     tokens than its compilation costs (`shape_cost`, in row-tokens)
   parse_buckets     the `length_buckets` config key: 'auto', 'all', or explicit lengths
   row_lengths       real tokens per row from an input_mask [n, L]
+  first_of_each_length  the first batch of each length (what to compile, in order of need)
   train_batches     a seeded, reproducible epoch: windows of the permutation sorted by
                     length, cut into batches, batch order shuffled (remainder dropped)
   eval_batches      every row once, sorted by length; the last batch padded with rows that
@@ -112,6 +113,17 @@ def bucket_of(length: int, buckets: tuple[int, ...]) -> int:
   if i == len(buckets):
     raise ValueError(f"a row of {length} tokens exceeds the longest bucket {buckets[-1]}")
   return buckets[i]
+
+
+def first_of_each_length(batches) -> list:
+  """The first batch of each length, in the order the lengths are first met (the programs
+  a run over `batches` compiles, in the order it needs them)."""
+  seen, out = set(), []
+  for b in batches:
+    if b.length not in seen:
+      seen.add(b.length)
+      out.append(b)
+  return out
 
 
 def row_lengths(input_mask: np.ndarray) -> np.ndarray:

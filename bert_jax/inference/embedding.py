@@ -24,6 +24,7 @@ from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import pooling as pooling_lib
 from bert_jax.runtime.json_file import read_json
 from bert_jax.runtime import train_log
+from bert_jax.training import ahead_compile
 from bert_jax.training import checkpoint as ckpt_lib
 
 POOLINGS = ("cls", "pooler", "mean", "max")
@@ -138,7 +139,8 @@ def parse_layers(spec: str, num_layers: int) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=16)
 def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, normalize: bool,
                   layer_weights: Optional[tuple[float, ...]] = None):
-  """A jitted fn(params, ids, mask, segment_ids) -> float32 [batch, dim] (cached)."""
+  """fn(params, ids, mask, segment_ids) -> float32 [batch, dim], jitted, its programs per
+  length compiled ahead when queued (bert_jax.training.ahead_compile; cached)."""
   layers = tuple(layers)
   want_hidden = layers != (-1,)
   bert = model_lib.BertModel(config, add_pooler=pooling == "pooler")
@@ -157,7 +159,10 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
     if normalize:
       x = pooling_lib.l2_normalize(x)
     return x
-  return fn
+  # float32 means float32 matmuls (GPUs would otherwise use TF32 for them); in every thread
+  # that traces it.
+  precision = "float32" if config.dtype == "float32" else "default"
+  return ahead_compile.AheadCompiled(fn, lambda: jax.default_matmul_precision(precision))
 
 
 def bundle_defaults(pretrained: ckpt_lib.Pretrained) -> dict:
@@ -294,14 +299,17 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
     params = {k: v for k, v in params.items() if k != "pooler"}
   params = jax.device_put(params)
   fn = make_embed_fn(config, pooling, tuple(layers), combine, bool(normalize), layer_weights)
+  keys = ("input_ids", "input_mask", "segment_ids")
+  for batch in length_buckets.first_of_each_length(batches)[1:]:  # compiled while others run
+    fn.ahead(*ahead_compile.spec((params,) + tuple(length_buckets.cut(arrays, batch, keys)[k]
+                                                   for k in keys)))
   out = []
-  # float32 means float32 matmuls (GPUs would otherwise use TF32 for them).
-  precision = "float32" if dtype == "float32" else "default"
+  precision = "float32" if dtype == "float32" else "default"  # as make_embed_fn traces
   shown = train_log.Progress(progress, n, "sequences" if chunk_stride else "texts",
                              enabled=bool(progress))
   with jax.default_matmul_precision(precision):
     for batch in batches:
-      cut = length_buckets.cut(arrays, batch, ("input_ids", "input_mask", "segment_ids"))
+      cut = length_buckets.cut(arrays, batch, keys)
       cut["input_mask"][batch.rows < 0, 0] = 1  # padding rows: one "real" token, no 0 / 0
       out.append(fn(params, cut["input_ids"], cut["input_mask"], cut["segment_ids"]))
       if progress and len(out) > 1:  # counted when done, one batch behind the dispatch

@@ -1,0 +1,53 @@
+"""Fine-tuning as 2 processes (launch/local_multiprocess.sh): every process reaches the end.
+
+The GLUE config is the default one (length buckets, eval, export, the train and eval steps
+compiled ahead in a background thread); only the data and the checkpoint are the test's.
+Each process cuts its rows out of the same global batches, so the run's losses are those of
+one process over all the devices.
+"""
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from bert_jax import finetune
+from tests.test_finetune import _config
+from tests.test_finetune import glue_dir  # noqa: F401  (fixtures)
+from tests.test_finetune import pretrained  # noqa: F401
+from tests.test_multihost import LAUNCH
+from tests.test_multihost import ROOT
+from tests.test_multihost import _env
+
+
+def test_two_process_glue_run_reaches_the_end_and_matches_one_process(
+    pretrained, glue_dir, tmp_path):  # noqa: F811
+  workdir = tmp_path / "two_processes"
+  args = [str(LAUNCH), "2", sys.executable, "-m", "bert_jax.finetune",
+          "--config", "configs/glue.py:task=mrpc", "--workdir", str(workdir),
+          f"--config.init_checkpoint={pretrained}", f"--config.data_dir={glue_dir}"]
+  proc = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True)
+
+  # Meanwhile: the same run in this process (8 devices).
+  c = _config("glue", "task=mrpc")
+  c.data_dir, c.init_checkpoint = glue_dir, pretrained
+  want = finetune.finetune(c, str(tmp_path / "one_process"))
+
+  out, _ = proc.communicate(timeout=900)
+  assert proc.returncode == 0, out[-5000:]
+  lines = out.splitlines()
+  assert any(l.startswith("[0] time: compile ") for l in lines), out[-3000:]
+  assert not any(l.startswith("[1] time: ") for l in lines)  # only process 0 reports
+  assert any(l.startswith("[0] wrote ") and "export" in l for l in lines), out[-3000:]
+  got = json.loads((workdir / "eval_results.json").read_text())
+  assert set(got) == set(want)
+  for key in ("accuracy", "f1"):
+    np.testing.assert_allclose(got[key], want[key], atol=1e-6)
+  def losses(run_dir):
+    records = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["seed0_train_loss"] for r in records if "seed0_train_loss" in r]
+
+  mp, ref = losses(workdir), losses(tmp_path / "one_process")
+  assert len(mp) == len(ref) >= 1
+  np.testing.assert_allclose(mp, ref, atol=1e-5, rtol=0)
