@@ -96,3 +96,22 @@ def test_a_failed_compilation_raises_at_the_call_that_needs_it_and_close_drops_t
   with pytest.raises(ValueError, match="no program for length 8"):  # compiled here now
     step(state, _batch(8))
   step(state, _batch(16))
+
+
+def test_without_background_ahead_queues_nothing_and_calls_compile_where_they_are():
+  names = []
+
+  class Context:
+    def __enter__(self):
+      names.append(threading.current_thread().name)
+
+    def __exit__(self, *exc):
+      return False
+
+  step = ahead_compile.AheadCompiled(jax.jit(_step), Context, background=False)
+  state = {"w": jnp.ones(())}
+  step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(8)))
+  assert names == []
+  step(state, _batch(8))
+  assert names == [threading.current_thread().name]
+  step.close()

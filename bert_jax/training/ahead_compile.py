@@ -20,6 +20,10 @@ caller spends waiting counts as compile time in the run's time split
 
 `close()` drops what is still queued; a compilation already running finishes (XLA cannot
 stop one), so a process exits at most one compilation later.
+
+Not on a GPU: there XLA autotunes a program by timing its kernels on the device, which beside
+a running step would time them against that step and take device memory from it. There
+`ahead` queues nothing and each program compiles where it is first needed.
 """
 import concurrent.futures
 import contextlib
@@ -51,11 +55,15 @@ class AheadCompiled:
     jitted: a `jax.jit` function.
     context: a fresh context manager for tracing (the mesh and the logical axis rules),
       entered around every compilation, in whichever thread runs it.
+    background: whether `ahead` compiles in a background thread (None: unless the default
+      backend is a GPU, see the module docstring); False: it does nothing.
   """
 
   def __init__(self, jitted: Callable,
-               context: Callable[[], ContextManager] = contextlib.nullcontext):
+               context: Callable[[], ContextManager] = contextlib.nullcontext,
+               background: Optional[bool] = None):
     self._jitted, self._context = jitted, context
+    self._background = background
     self._programs: dict[tuple, concurrent.futures.Future] = {}
     self._lock = threading.Lock()
     self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
@@ -66,6 +74,10 @@ class AheadCompiled:
 
   def ahead(self, *specs) -> None:
     """Queues the program for arguments of these shapes (`spec` of them), unless it is known."""
+    if self._background is None:
+      self._background = jax.default_backend() != "gpu"
+    if not self._background:
+      return
     key = _signature(specs)
     with self._lock:
       if key in self._programs:
