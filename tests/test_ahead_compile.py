@@ -1,4 +1,5 @@
 """A step's programs compiled ahead in a background thread (bert_jax.training.ahead_compile)."""
+import contextlib
 import threading
 
 import jax
@@ -18,18 +19,19 @@ def _batch(length: int) -> dict:
   return {"x": jnp.arange(4 * length, dtype=jnp.float32).reshape(4, length)}
 
 
+def _recording(names: list):
+  """A tracing context that records the name of each thread entering it."""
+  @contextlib.contextmanager
+  def context():
+    names.append(threading.current_thread().name)
+    yield
+  return context
+
+
 def test_results_are_the_jitted_functions_and_each_shape_compiles_once():
   jitted = jax.jit(_step, donate_argnums=(0,))
   threads = []
-
-  class Context:
-    def __enter__(self):
-      threads.append(threading.current_thread().name)
-
-    def __exit__(self, *exc):
-      return False
-
-  step = ahead_compile.AheadCompiled(jitted, Context)
+  step = ahead_compile.AheadCompiled(jitted, _recording(threads))
   state = {"w": jnp.ones(())}
   clock = time_split.compile_clock()
   background = clock.background_seconds
@@ -100,15 +102,7 @@ def test_a_failed_compilation_raises_at_the_call_that_needs_it_and_close_drops_t
 
 def test_without_background_ahead_queues_nothing_and_calls_compile_where_they_are():
   names = []
-
-  class Context:
-    def __enter__(self):
-      names.append(threading.current_thread().name)
-
-    def __exit__(self, *exc):
-      return False
-
-  step = ahead_compile.AheadCompiled(jax.jit(_step), Context, background=False)
+  step = ahead_compile.AheadCompiled(jax.jit(_step), _recording(names), background=False)
   state = {"w": jnp.ones(())}
   step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(8)))
   assert names == []
