@@ -304,9 +304,9 @@ class SeedRun:
         self.train_step.ahead(state_spec, sharding.global_batch_spec(
             length_buckets.cut(self.task.train_arrays, b, self.keys), self.mesh))
     for eval_set in self.task.eval_sets:
-      batches = predict_batches(eval_set.arrays, c.eval_batch_size, c.length_bucketing,
-                                self.buckets)
-      for b in length_buckets.first_of_each_length(batches):
+      eval_batches = predict_batches(eval_set.arrays, c.eval_batch_size, c.length_bucketing,
+                                     self.buckets)
+      for b in length_buckets.first_of_each_length(eval_batches):
         self.predict_step.ahead(state_spec.params, sharding.global_batch_spec(
             length_buckets.cut(eval_set.arrays, b, task_lib.MODEL_INPUTS), self.mesh))
 
@@ -634,8 +634,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   if task.zero_shot and not config.eval_only and not meta:
     baselines = zero_shot(config, predict_step, state, task, buckets, mesh, rules, split,
                           is_writer)
-  run = SeedRun(config, train_step, predict_step, schedule, ckpts, logger, split, task, keys, pack,
-                train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
+  run = SeedRun(config, train_step, predict_step, schedule, ckpts, logger, split, task, keys,
+                pack, train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
                 dict(description, config=config_record, zero_shot=baselines), preempt_at)
   stop = stop_signals.StopSignals()
   failed = True
