@@ -35,6 +35,7 @@ import os  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
+import zlib  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
@@ -51,8 +52,10 @@ from bert_jax.modeling import flops as flops_lib  # noqa: E402
 from bert_jax.modeling import model as model_lib  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
 from bert_jax.objectives import pretrain_setup  # noqa: E402
+from bert_jax.runtime import checksum  # noqa: E402
 from bert_jax.runtime import xla_flags  # noqa: E402
 from bert_jax.training import optimizer as opt_lib  # noqa: E402
+from bert_jax.training import sharding  # noqa: E402
 from bert_jax.training import train_core  # noqa: E402
 
 xla_flags.apply()  # the trainer's GPU defaults (bert_jax.cli applies them to every program)
@@ -161,11 +164,18 @@ def build_ours(config, model_cfg, batch):
   init_params = mlm_nsp.init_fn(model, batch["input_ids"].shape[1],
                                 batch["masked_lm_positions"].shape[1])
   impl = train_core.prng_impl(config.model)
-  state = jax.jit(lambda r: nn.unbox(train_core.init_state(init_params, tx, r, prng_impl=impl)))(
+  state = sharding.run_init(
+      lambda r: nn.unbox(train_core.init_state(init_params, tx, r, prng_impl=impl)),
       jax.random.PRNGKey(0))
   step = jax.jit(train_core.make_train_step(mlm_nsp.objective(model), tx, schedule,
                                             prng_impl=impl), donate_argnums=(0,))
   return step, state, jax.device_put(batch)
+
+
+def params_checksum(params) -> int:
+  """One number for every parameter's bits (bert_jax.runtime.checksum's, combined)."""
+  sums = checksum.tree_checksums(params)
+  return zlib.crc32(json.dumps(sums, sort_keys=True).encode())
 
 
 def ours(config, model_cfg, batch) -> Runner:
@@ -334,10 +344,12 @@ def main(argv=None):
   runners = [ours(setup.config, setup.model_cfg, setup.batch)]
   jax.block_until_ready(runners[0].state)
   built = time.perf_counter()
+  init_sum = params_checksum(runners[0].state.params)  # before the first step donates them
   first = [runners[0].step()]  # compile; the RSS below is bert_jax's own (the reference adds to it)
   # Printed at once: a run stopped by its time limit still says where the time went.
   print(f"start-up: imports {imported - START:.1f} s, device, state and batch "
         f"{built - imported:.1f} s", flush=True)
+  print(f"initial parameters: checksum {init_sum:08x}", flush=True)
   print(f"first step (compile): bert_jax {first[0]:.1f} s", flush=True)
   rss_ours = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
   names, devices = ["bert_jax"], [setup.device]
@@ -378,7 +390,8 @@ def main(argv=None):
   result = dict(device=setup.device, jax=jax.__version__, config=setup.describe(),
                 batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype,
                 steps=args.steps, rounds=args.rounds, peak_flops=setup.peak,
-                peak_source=setup.peak_source, flops_per_token=setup.flops_per_token, rows=rows)
+                peak_source=setup.peak_source, flops_per_token=setup.flops_per_token, rows=rows,
+                state_s=built - imported, init_checksum=f"{init_sum:08x}")
   if len(rows) > 1:
     result["vs_reference"] = rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"]
   if args.json:

@@ -568,7 +568,7 @@ def initial_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransfo
     return state.replace(params=params, opt_state=tx.init(params))
 
   with sharding.mesh_context(mesh, rules):
-    state = jax.jit(init_with_loaded, out_shardings=shardings)(rng, from_checkpoint)
+    state = sharding.run_init(init_with_loaded, rng, from_checkpoint, shardings=shardings)
   fresh = sorted(k for k in targets if k not in from_checkpoint)
   how = f"initialised from {pretrained.source}"
   if fresh:

@@ -331,8 +331,28 @@ def sharded_init(init_fn: Callable[..., Any], mesh: Mesh, rules, *args) -> tuple
   with mesh_context(mesh, rules):
     abstract = jax.eval_shape(init_fn, *args)
     shardings = derive_shardings(abstract, mesh, rules)
-    state = jax.jit(lambda *a: nn.unbox(init_fn(*a)), out_shardings=shardings)(*args)
+    state = run_init(lambda *a: nn.unbox(init_fn(*a)), *args, shardings=shardings)
   return state, shardings
+
+
+def run_init(fn: Callable[..., Any], *args, shardings: Any = None) -> Any:
+  """Runs a state's init program, jitted (into `shardings` when given).
+
+  On a GPU its threefry draws (one per parameter) lower to JAX's threefry kernel instead of
+  XLA's 20 unrolled rounds per draw (jax_threefry_gpu_kernel_lowering, for this program
+  only): the same bits, compiled in a fraction of the time. Elsewhere the flag does nothing.
+  """
+  jitted = jax.jit(fn) if shardings is None else jax.jit(fn, out_shardings=shardings)
+  with _threefry_gpu_kernel():
+    return jitted(*args)
+
+
+def _threefry_gpu_kernel():
+  try:
+    from jax._src import config as jax_config  # pylint: disable=g-import-not-at-top
+    return jax_config.threefry_gpu_kernel_lowering(True)
+  except Exception:  # pylint: disable=broad-except  # a private flag: if it moved, XLA's lowering
+    return contextlib.nullcontext()
 
 
 def abstract_state(init_fn: Callable[..., Any], mesh: Mesh, rules, *args) -> tuple[Any, Any]:
