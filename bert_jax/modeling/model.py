@@ -67,7 +67,7 @@ class BertEmbeddings(nn.Module):
           param_dtype=_dtype(c.param_dtype), kernel_init=layers.kernel_init(c.initializer_range))
     self.layer_norm = layers.layer_norm(c.layer_norm_eps, _dtype(c.dtype), _dtype(c.param_dtype),
                                         "layer_norm")
-    self.dropout = nn.Dropout(c.dropout_rate)
+    self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, input_ids: Array, segment_ids: Array, position_ids: Array,
                deterministic: bool, input_mask: Optional[Array] = None) -> Array:
@@ -113,7 +113,7 @@ class SelfAttention(nn.Module):
     q, k, v = (layers.constrain(t, names) for t in (q, k, v))
     bias = scale = None
     if relative is not None:  # DeBERTa's c2p and p2c terms (share_att_key: the same projections)
-      relative = nn.Dropout(c.dropout_rate)(relative, deterministic=self.deterministic)
+      relative = layers.Dropout(c.dropout_rate)(relative, deterministic=self.deterministic)
       if query_positions is None:
         query_positions = jnp.broadcast_to(jnp.arange(x.shape[1]), x.shape[:2])
       index = disentangled.relative_index(query_positions, x.shape[1], c)
@@ -148,7 +148,7 @@ class EncoderLayer(nn.Module):
     c = self.config
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
     kw = dict(dtype=dtype, param_dtype=pdtype, kernel_init=layers.kernel_init(c.initializer_range))
-    drop = nn.Dropout(c.dropout_rate)
+    drop = layers.Dropout(c.dropout_rate)
     queries = query_states
     if positions is not None and queries is None:
       queries = gather_positions(x, positions)  # [batch, Q, hidden]
@@ -481,7 +481,7 @@ def _head_dense(c: BertConfig, features: int, name: str) -> layers.DenseGeneral:
 def _dropout_dense(c: BertConfig, x: Array, features: int, name: str,
                    deterministic: bool) -> Array:
   """Dropout then the head's dense layer, in float32 (call inside a compact module)."""
-  x = nn.Dropout(c.dropout_rate)(x, deterministic=deterministic)
+  x = layers.Dropout(c.dropout_rate)(x, deterministic=deterministic)
   return _head_dense(c, features, name)(x).astype(jnp.float32)
 
 

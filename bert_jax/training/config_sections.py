@@ -83,6 +83,8 @@ def model() -> ml_collections.ConfigDict:
   m.attention_impl = "auto"
   # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
   # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.training.train_core.prng_impl).
+  # With 'rbg'/'unsafe_rbg' dropout draws 16 bits per element (a rate within 0.1% of a multiple
+  # of 1/65536, 0.1 -> 6554/65536; bert_jax.modeling.layers.keep_mask).
   m.prng_impl = "auto"
   # Dropout on hidden states (and a fine-tuning head's input), as in BERT.
   m.dropout_rate = 0.1
