@@ -39,6 +39,7 @@ import numpy as np  # noqa: E402
 
 from bert_jax import cli  # noqa: E402
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
+from bert_jax.modeling import layers  # noqa: E402
 from bert_jax.objectives import base as objective_base  # noqa: E402
 from bert_jax.objectives import pretrain_setup  # noqa: E402
 from bert_jax.training import sharding  # noqa: E402
@@ -133,12 +134,18 @@ def for_target(config: ml_collections.ConfigDict, platform: str) -> ml_collectio
   """A copy of `config` whose model 'auto' choices are the target's, not this host's.
 
   Compiled here for a TPU topology, `model.dtype='auto'` would otherwise be the CPU host's
-  float32 and `model.prng_impl='auto'` its threefry: the program, its memory and its FLOPs
-  would not be the ones the TPU runs (the attention kernel's 'auto' is the same on both).
+  float32 and `model.prng_impl='auto'` its threefry, and `model.attention_impl='auto'` the
+  host's XLA attention where a TPU runs splash attention: the program, its memory and its
+  FLOPs would not be the ones the TPU runs.
   """
   config = config.copy_and_resolve_references()
-  config.model.dtype = train_core.compute_dtype(config.model.dtype, platform)
-  config.model.prng_impl = train_core.prng_impl(config.model, backend=platform)
+  m = config.model
+  m.dtype = train_core.compute_dtype(m.dtype, platform)
+  m.prng_impl = train_core.prng_impl(m, backend=platform)
+  if m.attention_impl == "auto" and layers.attention_kernel(
+      "auto", m.attention_dropout_rate > 0, m.dtype, False, 64, backend=platform) == "splash":
+    # Where it applies; XLA's attention elsewhere (DeBERTa's biased scores too), as 'auto' there.
+    m.attention_impl = "splash"
   return config
 
 
@@ -196,6 +203,8 @@ def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int,
   """
   config = config.copy_and_resolve_references()
   config.model.scan_layers = False
+  if config.model.attention_impl == "splash":  # a TPU kernel: XLA's attention, the same FLOPs
+    config.model.attention_impl = "xla"
   cpu = jax.devices("cpu")[:1]
   mesh = sharding.make_mesh((1, 1, 1), cpu)
   rules = sharding.logical_rules("data_parallel")
@@ -323,6 +332,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   print(f"model {config.variant}: {out['num_params'] / 1e6:.1f}M params, dtype {cfg.dtype}, "
         f"remat {cfg.remat}, scan {cfg.scan_layers}; global batch {config.batch_size} x seq "
         f"{config.seq_len}, {config.optimizer.grad_accum_steps} microbatch(es)")
+  print(f"attention {train_core.describe_attention(cfg)}")
   print(f"compiled in {out['compile_seconds']:.1f} s")
   print("per-device memory:")
   for key in ("arguments", "outputs", "aliased", "temporaries", "code", "peak"):

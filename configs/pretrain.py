@@ -279,8 +279,9 @@ def get_config(arg=None):
 
   if options.fused_attention:
     # The accelerator recipe: no attention dropout (MosaicBERT trains without it), so
-    # model.attention_impl='auto' runs cuDNN's fused flash attention on a GPU (XLA's fused
-    # attention elsewhere) instead of the explicit softmax that attention dropout needs.
+    # model.attention_impl='auto' runs cuDNN's fused flash attention on a GPU, Pallas splash
+    # attention on a TPU (XLA's fused attention elsewhere) instead of the explicit softmax that
+    # attention dropout needs.
     # Hidden dropout stays the variant's.
     c.model.attention_dropout_rate = 0.0
 

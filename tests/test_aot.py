@@ -12,6 +12,7 @@ from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
 from bert_jax.objectives import pretrain_setup
 from bert_jax.training import sharding
+from bert_jax.training import train_core
 from configs import pretrain as pretrain_config
 
 needs_libtpu = pytest.mark.skipif(
@@ -77,6 +78,31 @@ def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
   analytic = flops_lib.train_flops_per_token(out["model_config"], 32, 5 / 32) * 16 * 32 / 4
   assert 0.5 < flops / analytic < 2.0, (flops, analytic)
   assert 0.8 < out["hlo_flops_per_device"] / analytic < 1.25, (out["hlo_flops_per_device"], analytic)
+
+
+@needs_libtpu
+def test_the_fused_attention_recipe_compiles_splash_attention_for_a_tpu():
+  """'auto' resolved for the TPU target: the encoder's full-length layers run Pallas splash
+  attention (Mosaic kernels in the compiled program), the last layer's masked rows XLA's."""
+  devices, chip = aot_compile.topology_devices("v5e:2x2")
+  config = pretrain_config.get_config("tiny,fused_attention")
+  config.update(dict(batch_size=16, seq_len=128))
+  config.mesh.update(dict(shape=(1, -1, 1), preset="fsdp"))
+  assert config.model.attention_impl == "auto"
+  assert aot_compile.for_target(config, "tpu").model.attention_impl == "splash"
+  assert aot_compile.for_target(config, "cpu").model.attention_impl == "auto"
+  out = aot_compile.compile_train_step(config, devices, vocab_size=30522)
+  text = out["compiled"].as_text()
+  assert "splash_mha_fwd" in text and "splash_mha_dkv" in text
+  assert train_core.describe_attention(out["model_config"]).startswith("Pallas splash")
+  mem = aot_compile.memory_report(out["compiled"])
+  assert 0 < mem["peak"] < chip.hbm_bytes
+  analytic = flops_lib.train_flops_per_token(out["model_config"], 128, 20 / 128) * 16 * 128 / 4
+  assert 0.8 < out["hlo_flops_per_device"] / analytic < 1.25
+  # BERT's attention dropout is not the fused kernels': 'auto' stays the einsum path there.
+  bert = pretrain_config.get_config("mini")
+  assert bert.model.attention_dropout_rate == 0.1
+  assert aot_compile.for_target(bert, "tpu").model.attention_impl == "auto"
 
 
 @pytest.mark.parametrize("recipe", ["electra", "deberta", "albert", "roberta"])

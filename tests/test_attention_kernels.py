@@ -23,7 +23,7 @@ def _attend(impl, rng, deterministic=False, rate=0.5):
                                       dtype=jnp.float32)
 
 
-@pytest.mark.parametrize("impl", ["auto", "einsum", "xla", "cudnn"])
+@pytest.mark.parametrize("impl", ["auto", "einsum", "xla", "cudnn", "splash"])
 def test_no_kernel_accepts_an_attention_dropout_it_does_not_apply(impl):
   """Was: 'xla' and 'cudnn' returned the undropped attention, silently."""
   if impl in layers.FUSED_KERNELS:
@@ -43,13 +43,70 @@ def test_no_kernel_accepts_an_attention_dropout_it_does_not_apply(impl):
     ("auto", False, jnp.float16, False, "gpu", "cudnn"),
     ("auto", False, jnp.float32, False, "gpu", "xla"),  # cuDNN's flash attention: 16-bit only
     ("auto", False, jnp.bfloat16, True, "gpu", "xla"),  # DeBERTa's additive bias
-    ("auto", False, jnp.bfloat16, False, "tpu", "xla"),
+    ("auto", False, jnp.bfloat16, False, "tpu", "splash"),  # where it applies (below)
+    ("auto", False, jnp.bfloat16, True, "tpu", "xla"),
     ("auto", False, jnp.float32, False, "cpu", "xla"),
     ("einsum", False, jnp.bfloat16, False, "gpu", "einsum"),
     ("xla", False, jnp.bfloat16, False, "gpu", "xla"),
 ])
 def test_auto_picks_cudnn_on_a_gpu_where_it_applies(impl, dropout, dtype, bias, backend, kernel):
   assert layers.attention_kernel(impl, dropout, dtype, bias, 64, backend=backend) == kernel
+
+
+@pytest.mark.parametrize("impl, backend, lengths, segments, kernel", [
+    ("auto", "tpu", (128, 128), True, "splash"),
+    ("auto", "tpu", (512, 512), True, "splash"),
+    ("auto", "tpu", (48, 48), True, "xla"),  # a short fine-tuning bucket: not a block multiple
+    ("auto", "tpu", (19, 128), True, "xla"),  # the last layer's masked rows only
+    ("auto", "tpu", (128, 128), False, "xla"),  # DeBERTa's mask (no segment ids)
+    ("splash", "cpu", (128, 128), True, "splash"),
+    ("splash", "cpu", (48, 48), True, "xla"),
+    ("auto", "gpu", (128, 128), True, "cudnn"),
+])
+def test_splash_runs_where_it_applies_and_xla_elsewhere(impl, backend, lengths, segments, kernel):
+  shapes = ((8, lengths[0], 12, 64), lengths[1])
+  assert layers.attention_kernel(impl, False, jnp.bfloat16, False, 64, backend=backend,
+                                 shapes=shapes, segments=segments) == kernel
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_splash_attention_computes_the_dense_masks_attention(packed, monkeypatch):
+  """Pallas's interpreter on the CPU: values and gradients as the einsum path's, at every
+  position for rows of one example each, at the real tokens of packed rows."""
+  from bert_jax.modeling import splash_attention  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(splash_attention, "interpret", True)
+  q, k, v = _qkv(length=128, head_dim=16)
+  segments = (np.arange(128)[None] < np.array([[100], [128]])).astype(np.int32)
+  if packed:
+    segments[0, 40:100] = 2
+  segments = jnp.asarray(segments)
+  mask = layers.AttentionMask(layers.attention_mask(segments),
+                              None if packed else layers.padding_lengths(segments), segments)
+  real = np.asarray(segments) > 0 if packed else np.ones(segments.shape, bool)
+
+  def attend(impl, q, k, v):
+    return layers.dot_product_attention(
+        q, k, v, mask.dense, impl=impl, dropout_rate=0.0, deterministic=True, dropout_rng=None,
+        dtype=jnp.float32, kv_lengths=mask.kv_lengths, segments=mask.segments)
+
+  np.testing.assert_allclose(attend("splash", q, k, v)[real], attend("einsum", q, k, v)[real],
+                             atol=2e-6)
+  grads = [jax.grad(lambda *x, i=impl: (attend(i, *x)[real] ** 2).sum(), argnums=(0, 1, 2))(
+      q, k, v) for impl in ("splash", "einsum")]
+  for a, b in zip(*grads):
+    np.testing.assert_allclose(a, b, atol=2e-6)
+  assert "splash_attention" in jax.jit(lambda *x: attend("splash", *x)).lower(q, k, v).as_text()
+
+
+def test_splash_needs_a_tpu():
+  from tests.test_pretrain import small_config  # pylint: disable=g-import-not-at-top
+  config = small_config("unused")
+  config.model.attention_impl = "splash"
+  config.model.attention_dropout_rate = 0.0
+  with pytest.raises(ValueError, match=r"^bad config: model.attention_impl='splash' needs a TPU; "
+                     r"JAX runs on cpu here"):
+    train_core.check_attention_impl(config.model)
+  train_core.check_attention_impl(config.model, backend="tpu")  # an AOT target's devices
 
 
 def test_a_fused_kernel_with_attention_dropout_is_a_config_error_naming_both_keys():

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.modeling import splash_attention
+
 Dtype = Union[jnp.dtype, str]
 Initializer = Callable[..., jax.Array]
 
@@ -225,13 +227,16 @@ def attention_mask(input_mask: jax.Array, padding_attends: bool = True) -> jax.A
 class AttentionMask:
   """What attention masks with: the dense boolean mask [batch, 1, q_len, k_len] and, for rows
   of one example each with real tokens first (BertConfig.one_example_per_row), the key
-  lengths int32 [batch], which cuDNN's fused kernel takes instead of the dense mask."""
+  lengths int32 [batch], which cuDNN's fused kernel takes instead of the dense mask; and the
+  rows' example numbers int [batch, len] (input_mask, where padding queries attend to every
+  real token), which splash attention masks with."""
   dense: jax.Array
   kv_lengths: Optional[jax.Array] = None
+  segments: Optional[jax.Array] = None
 
   def rows(self, positions: jax.Array) -> "AttentionMask":
     """The mask of the queries at `positions` [batch, Q] (the keys are unchanged)."""
-    return self.replace(dense=jnp.take_along_axis(
+    return self.replace(segments=None, dense=jnp.take_along_axis(
         self.dense, positions[:, None, :, None].astype(jnp.int32), axis=2))
 
 
@@ -240,16 +245,21 @@ def padding_lengths(input_mask: jax.Array) -> jax.Array:
   return jnp.sum(input_mask > 0, axis=1, dtype=jnp.int32)
 
 
-FUSED_KERNELS = ("xla", "cudnn")  # jax.nn.dot_product_attention: no attention dropout
+# jax.nn.dot_product_attention's kernels and Pallas splash attention: no attention dropout
+FUSED_KERNELS = ("xla", "cudnn", "splash")
 
 
 def attention_kernel(impl: str, dropout: bool, dtype: Dtype, has_bias: bool, head_dim: int,
-                     backend: Optional[str] = None) -> str:
-  """The kernel `dot_product_attention` runs: 'einsum', 'xla' or 'cudnn'.
+                     backend: Optional[str] = None, shapes: Optional[tuple] = None,
+                     segments: bool = True) -> str:
+  """The kernel `dot_product_attention` runs: 'einsum', 'xla', 'cudnn' or 'splash'.
 
   'auto' is the einsum path while attention dropout is active (the fused kernels have
   none), else cuDNN's fused flash attention on a GPU where it applies (bf16 / fp16,
-  no additive bias, head_dim a multiple of 8 up to 128), else XLA's fused call.
+  no additive bias, head_dim a multiple of 8 up to 128), else Pallas splash attention on a
+  TPU where it applies (splash_attention.applies: self-attention over a multiple of 128
+  tokens with segment ids, no additive bias), else XLA's fused call. 'splash' asked for
+  runs XLA's fused call where splash does not apply (neither has attention dropout).
   Asking for a fused kernel with attention dropout active is an error: it would train
   without the dropout the config asks for (`check_attention_impl` refuses the config
   before the run; this is the guard at trace time).
@@ -261,10 +271,16 @@ def attention_kernel(impl: str, dropout: bool, dtype: Dtype, has_bias: bool, hea
     has_bias: an additive bias (DeBERTa's relative terms) is added to the scores.
     head_dim: the heads' width.
     backend: JAX's backend (None: jax.default_backend()).
+    shapes: (query shape [batch, len, heads, head_dim], key length) of the call; None: the
+      run header's question (splash applies to the encoder's full-length layers).
+    segments: the call's mask has the rows' segment ids (AttentionMask.segments).
   """
   if impl in FUSED_KERNELS and dropout:
     raise ValueError(f"attention_impl {impl!r} does not apply attention dropout; set "
                      "attention_dropout_rate=0 or use attention_impl 'auto' or 'einsum'")
+  splash = not has_bias and segments and (shapes is None or splash_attention.applies(*shapes))
+  if impl == "splash":
+    return "splash" if splash else "xla"
   if impl != "auto":
     return impl
   if dropout:
@@ -273,6 +289,8 @@ def attention_kernel(impl: str, dropout: bool, dtype: Dtype, has_bias: bool, hea
   if (backend == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and not has_bias
       and head_dim % 8 == 0 and head_dim <= 128):
     return "cudnn"
+  if backend == "tpu" and splash:
+    return "splash"
   return "xla"
 
 
@@ -281,7 +299,8 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
                           deterministic: bool, dropout_rng: Optional[jax.Array],
                           dtype: Dtype, bias: Optional[jax.Array] = None,
                           scale: Optional[float] = None,
-                          kv_lengths: Optional[jax.Array] = None) -> jax.Array:
+                          kv_lengths: Optional[jax.Array] = None,
+                          segments: Optional[jax.Array] = None) -> jax.Array:
   """Multi-head attention over [batch, len, heads, head_dim] inputs.
 
   Args:
@@ -300,12 +319,19 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
       lengths (its padding mode; every query attends to the first kv_lengths keys, as the
       dense mask has padding queries do) instead of a bias made from `mask`; other
       kernels read `mask`.
+    segments: optional int [batch, len]: the rows' example numbers (input_mask), which
+      splash attention masks with (splash_attention.segment_ids) instead of `mask`.
 
   Returns:
     [batch, q_len, heads, head_dim].
   """
   use_dropout = not deterministic and dropout_rate > 0.0
-  kernel = attention_kernel(impl, use_dropout, dtype, bias is not None, query.shape[-1])
+  kernel = attention_kernel(impl, use_dropout, dtype, bias is not None, query.shape[-1],
+                            shapes=(query.shape, key.shape[1]),
+                            segments=segments is not None)
+  if kernel == "splash":
+    q_seg, kv_seg = splash_attention.segment_ids(segments, kv_lengths is not None)
+    return splash_attention.attention(query, key, value, q_seg, kv_seg, scale=scale)
   if kernel == "cudnn" and kv_lengths is not None and bias is None:
     return jax.nn.dot_product_attention(
         query, key, value, key_value_seq_lengths=kv_lengths, scale=scale,

@@ -125,7 +125,7 @@ class SelfAttention(nn.Module):
     y = layers.dot_product_attention(
         q, k, v, mask.dense, impl=c.attention_impl, dropout_rate=c.attention_dropout_rate,
         deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype),
-        bias=bias, scale=scale, kv_lengths=mask.kv_lengths)
+        bias=bias, scale=scale, kv_lengths=mask.kv_lengths, segments=mask.segments)
     y = layers.constrain(y, names)
     return layers.DenseGeneral(c.hidden_size, ("heads", "kv", "embed"), in_dims=2,
                                name="out", **kw)(y)  # [batch, len, hidden]
@@ -291,10 +291,11 @@ class BertModel(nn.Module):
     if position_ids is None:
       position_ids = default_position_ids(input_ids, self.config)
     x = self.embeddings(input_ids, segment_ids, position_ids, deterministic, input_mask)
+    padding_attends = members.get(self.config.model_type).padding_attends
     mask = layers.AttentionMask(
-        layers.attention_mask(input_mask,
-                              padding_attends=members.get(self.config.model_type).padding_attends),
-        layers.padding_lengths(input_mask) if self.config.one_example_per_row else None)
+        layers.attention_mask(input_mask, padding_attends=padding_attends),
+        layers.padding_lengths(input_mask) if self.config.one_example_per_row else None,
+        input_mask if padding_attends else None)
     x, hidden, decoded = self.encoder(x, mask, deterministic, output_hidden_states,
                                       output_positions, emd_queries)
     out = {"sequence_output": x}  # [batch, len or Q, hidden]

@@ -27,7 +27,7 @@ ARCH_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads",
 # Fields that change what the same parameter shapes compute (and their foreign names).
 FAMILY_FIELDS = ("model_type", "position_offset", "share_layers")
 
-_ATTENTION_IMPLS = ("auto", "xla", "cudnn", "einsum")
+_ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "einsum")
 _REMAT = ("none", "full", "dots")
 _ACTS = ("gelu", "gelu_new", "relu")
 
@@ -82,9 +82,10 @@ class BertConfig:
   param_dtype: str = "float32"
   # 'auto': the einsum path while attention dropout is active in training (dropout on the
   # probabilities, as BERT does), else jax.nn.dot_product_attention: cuDNN's fused flash
-  # attention on a GPU where it applies, XLA elsewhere (layers.attention_kernel). 'xla' /
-  # 'cudnn' force the fused call, which has no attention dropout: training with them and a
-  # nonzero attention_dropout_rate is refused; 'einsum' always the explicit path.
+  # attention on a GPU where it applies, Pallas splash attention on a TPU where it applies,
+  # XLA elsewhere (layers.attention_kernel). 'xla' / 'cudnn' / 'splash' force the fused call,
+  # which has no attention dropout: training with them and a nonzero attention_dropout_rate
+  # is refused; 'einsum' always the explicit path.
   attention_impl: str = "auto"
   scan_layers: bool = False
   remat: str = "none"

@@ -115,7 +115,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.warmup_steps < 0:
     bad(f"warmup_steps must be >= 0, got {config.warmup_steps}")
   train_core.check_batch_config(config, mesh)
-  train_core.check_attention_impl(config.model)
+  train_core.check_attention_impl(config.model, mesh.devices.flat[0].platform)
   known = set(traverse_util.flatten_dict(config.to_dict(), sep=".")) | {"mesh."}
   unknown = [k for k in _allowed_changes(config) if k not in known]
   if unknown:

@@ -77,9 +77,9 @@ def model() -> ml_collections.ConfigDict:
   # Compute dtype: 'float32', 'bfloat16', or 'auto' (bfloat16 on GPU/TPU, float32 on
   # CPU). Params, optimizer state and the loss stay float32.
   m.dtype = "auto"
-  # Attention implementation: 'auto', 'xla', 'cudnn' or 'einsum'
+  # Attention implementation: 'auto', 'xla', 'cudnn', 'splash' (TPU) or 'einsum'
   # (bert_jax.modeling.layers.attention_kernel;
-  # 'xla' and 'cudnn' apply no attention dropout, so they need attention_dropout_rate 0).
+  # 'xla', 'cudnn' and 'splash' apply no attention dropout: they need attention_dropout_rate 0).
   m.attention_impl = "auto"
   # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
   # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.training.train_core.prng_impl).

@@ -258,21 +258,25 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
                       one_example_per_row=one_example_per_row)
 
 
-def check_attention_impl(model_section: Any) -> None:
-  """The attention kernel can do what the config asks, on this machine.
+def check_attention_impl(model_section: Any, backend: Optional[str] = None) -> None:
+  """The attention kernel can do what the config asks, on the run's devices.
 
   model.attention_impl='cudnn' needs a GPU (was: JAX's "cuDNN is not detected" traceback
-  at the first step on a CPU or TPU machine), and the fused kernels ('xla', 'cudnn') apply
-  no attention dropout (they trained without it, silently, with a nonzero rate).
+  at the first step on a CPU or TPU machine), 'splash' a TPU, and the fused kernels ('xla',
+  'cudnn', 'splash') apply no attention dropout (they trained without it, silently, with a
+  nonzero rate). `backend`: the platform of the run's devices (None: JAX's default backend;
+  a TPU topology compiled ahead of time on a CPU host is 'tpu').
 
   Raises:
     ValueError: naming the keys, and what to use instead.
   """
   m = model_section
-  backend = jax.default_backend()
-  if m.attention_impl == "cudnn" and backend != "gpu":
-    raise ValueError(f"bad config: model.attention_impl='cudnn' needs an NVIDIA GPU; JAX runs "
-                     f"on {backend} here: use 'auto' (or 'xla')")
+  backend = backend or jax.default_backend()
+  needs = {"cudnn": ("gpu", "an NVIDIA GPU"), "splash": ("tpu", "a TPU")}
+  if m.attention_impl in needs and backend != needs[m.attention_impl][0]:
+    raise ValueError(f"bad config: model.attention_impl={m.attention_impl!r} needs "
+                     f"{needs[m.attention_impl][1]}; JAX runs on {backend} here: use 'auto' "
+                     "(or 'xla')")
   if m.attention_impl in layers.FUSED_KERNELS and m.attention_dropout_rate > 0:
     raise ValueError(f"bad config: model.attention_impl={m.attention_impl!r} applies no attention "
                      f"dropout and model.attention_dropout_rate={m.attention_dropout_rate:g} asks "
@@ -287,9 +291,12 @@ def describe_attention(model_cfg: model_config_lib.BertConfig, training: bool = 
   kernel = layers.attention_kernel(c.attention_impl, dropout, c.dtype,
                                    c.max_relative_positions > 0, c.head_dim)
   words = {"einsum": "einsum (explicit softmax)", "xla": "XLA fused",
-           "cudnn": "cuDNN fused flash"}[kernel]
+           "cudnn": "cuDNN fused flash", "splash": "Pallas splash (TPU flash)"}[kernel]
   if kernel == "cudnn":
     words += ", masked by key lengths" if c.one_example_per_row else ", masked by a dense bias"
+  if kernel == "splash":
+    words += (", masked by segment ids where the length is a multiple of 128, XLA fused "
+              "elsewhere")
   rate = f"attention dropout {c.attention_dropout_rate:g}" if dropout else "no attention dropout"
   return f"{words} ({rate}; model.attention_impl={c.attention_impl!r})"
 

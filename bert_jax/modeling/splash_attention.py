@@ -1,0 +1,103 @@
+"""Pallas splash attention (TPU flash attention) for BERT's bidirectional masks.
+
+The kernel (jax.experimental.pallas.ops.tpu.splash_attention, as MaxText runs it) takes
+segment ids instead of a dense [batch, 1, len, len] mask: a query attends to the keys of its
+own segment. For rows of one example each (BertConfig.one_example_per_row) every query is in
+segment 1 and the real keys are too, padding keys in 0: every query, padding queries
+included, attends to the row's real tokens, exactly as the dense mask. For packed rows the
+segments are the examples' numbers (input_mask): block-diagonal, as the dense mask, except
+that padding queries (0) attend to the padding keys instead of to every real token; their
+outputs are never read by a loss and never reach a real token (padding keys are masked for
+real queries).
+
+It applies to self-attention over lengths that are multiples of 128 (its blocks) with no
+additive bias and no attention dropout (it has none); `layers.attention_kernel` picks XLA's
+fused attention for the other calls (the last layer's masked-rows-only queries, short
+fine-tuning buckets). Under a mesh it runs per shard (shard_map) over the batch and heads
+axes of the activations' logical sharding; a sharded length axis takes XLA's attention.
+"""
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+BLOCK = 128  # the kernel's lane width: lengths must be multiples of it
+_QKV_NAMES = ("activation_batch", "activation_length", "activation_heads", None)
+interpret = False  # tests: run the kernel in Pallas's interpreter (on the CPU)
+
+
+def applies(query_shape: tuple[int, ...], kv_len: int) -> bool:
+  """Self-attention over a length the kernel's blocks divide, whole rows on each shard, and
+  batch and heads that the mesh's axes divide (the init's batch of one takes XLA's)."""
+  batch, q_len, heads, _ = query_shape
+  if q_len != kv_len or q_len % BLOCK:
+    return False
+  spec = _spec()
+  if spec is None:
+    return True
+  sizes = jax.sharding.get_abstract_mesh().shape
+  shards = lambda entry: int(np.prod([sizes[a] for a in (  # noqa: E731
+      () if entry is None else (entry,) if isinstance(entry, str) else entry)]))
+  return spec[1] is None and batch % shards(spec[0]) == 0 and heads % shards(spec[2]) == 0
+
+
+def _spec() -> Optional[jax.sharding.PartitionSpec]:
+  """The activations' PartitionSpec under the mesh and rules in scope; None without a mesh."""
+  if jax.sharding.get_abstract_mesh().empty:
+    return None
+  return jax.sharding.PartitionSpec(*nn.logical_to_mesh_axes(_QKV_NAMES))
+
+
+def _block(length: int) -> int:
+  return next(b for b in (512, 256, 128) if length % b == 0)
+
+
+def _kernel(heads: int, length: int):
+  # pylint: disable-next=g-import-not-at-top
+  from jax.experimental.pallas.ops.tpu.splash_attention import (
+      splash_attention_kernel as sk, splash_attention_mask as sm)
+  b = _block(length)
+  sizes = sk.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b,
+                        block_kv_dkv=b, block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
+  mask = sm.MultiHeadMask([sm.FullMask((length, length))] * heads)
+  kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=sizes,
+                              interpret=interpret)
+  return kernel, sk.SegmentIds
+
+
+def segment_ids(segments: jax.Array, one_example_per_row: bool) -> tuple[jax.Array, jax.Array]:
+  """(query, key) segment ids int32 [batch, len] from input_mask's example numbers."""
+  segments = segments.astype(jnp.int32)
+  if one_example_per_row:
+    return jnp.ones_like(segments), (segments > 0).astype(jnp.int32)
+  return segments, segments
+
+
+def _local(query, key, value, q_seg, kv_seg):
+  """Splash on this shard's [batch, len, heads, head_dim] (the query already scaled)."""
+  kernel, segment_ids_cls = _kernel(query.shape[2], query.shape[1])
+  heads_first = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
+  out = jax.vmap(kernel)(heads_first(query), heads_first(key), heads_first(value),
+                         segment_ids=segment_ids_cls(q=q_seg, kv=kv_seg))
+  return heads_first(out)
+
+
+def attention(query: jax.Array, key: jax.Array, value: jax.Array, q_seg: jax.Array,
+              kv_seg: jax.Array, scale: Optional[float] = None) -> jax.Array:
+  """Bidirectional attention of [batch, len, heads, head_dim] inputs within segments.
+
+  `scale`: the scores' factor (None: 1 / sqrt(head_dim)); applied to the query in its dtype,
+  as the einsum path does."""
+  if scale is None:
+    query = query / np.sqrt(query.shape[-1]).astype(query.dtype)
+  else:
+    query = query * np.asarray(scale, query.dtype)
+  spec = _spec()
+  if spec is None:
+    return _local(query, key, value, q_seg, kv_seg)
+  seg_spec = jax.sharding.PartitionSpec(spec[0], spec[1])
+  return jax.shard_map(_local, mesh=jax.sharding.get_abstract_mesh(),
+                       in_specs=(spec, spec, spec, seg_spec, seg_spec), out_specs=spec,
+                       check_vma=False)(query, key, value, q_seg, kv_seg)
