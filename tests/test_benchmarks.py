@@ -166,7 +166,7 @@ def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
   suite = json.loads((tmp_path / "suite.json").read_text())
   assert suite["dry_run"] and suite["device"] == "cpu"
   parts = {p["name"]: p for p in suite["parts"]}
-  assert list(parts) == ["profile", "base_seq128", "large_seq512", "embed",
+  assert list(parts) == ["profile", "base_seq128", "large_seq512", "large_seq512_cached", "embed",
                          "base_seq128_attention_dropout"]
   assert all(p["status"] == "ok" for p in parts.values()), parts
   profile = parts["profile"]["result"]
@@ -181,6 +181,8 @@ def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
   assert parts["embed"]["result"]["max_abs_diff"] < 1e-4
   md = (tmp_path / "suite.md").read_text()
   assert "| base_seq128_attention_dropout | bert_jax | cpu |" in md
+  assert [r["device"] for r in parts["large_seq512_cached"]["result"]["rows"]] == ["cpu"]
+  assert parts["large_seq512_cached"]["result"]["state_s"] > 0 and "state init s" in md
   assert "| base_seq128 | bert_jax | cpu |" in md and "first step s" in md and "| category | ms/step | share |" in md
   assert "jax device: cpu" in md and md.strip() in proc.stdout
 
