@@ -124,6 +124,34 @@ def test_last_layer_on_head_rows_equals_full_sequence_when_packed(setup):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
 
 
+def test_scanned_layers_prune_the_last_one_to_the_asked_rows_and_train(setup):
+  """Scanned, every layer but the last runs in the loop and the last computes only the
+  masked rows (was: every row, then a gather): its MLP is [batch, Q, intermediate]. The
+  gradients equal the unrolled model's; with dropout the scanned step runs and draws."""
+  config, params = setup
+  ids, mask, seg, positions = _inputs()
+  config = config.replace(dropout_rate=0.0, attention_dropout_rate=0.0)
+
+  def loss(cfg, p, rng=None):
+    out = model_lib.BertForPreTraining(cfg).apply(
+        {"params": model_lib.match_scan_layout(p, cfg)}, ids, mask, seg, positions,
+        deterministic=rng is None, rngs=None if rng is None else {"dropout": rng})
+    return jnp.sum(out["mlm_logits"] ** 2) / 1e3 + jnp.sum(out["nsp_logits"])
+
+  scanned = config.replace(scan_layers=True)
+  jaxpr = str(jax.make_jaxpr(lambda p: loss(scanned, p))(params))
+  assert f"f32[2,4,{config.intermediate_size}]" in jaxpr  # the last layer's MLP: [CLS] + 3 rows
+  assert f"f32[2,24,{config.intermediate_size}]" in jaxpr  # the looped layers': every row
+  want = jax.grad(lambda p: loss(config, p))(params)
+  got = model_lib.unstack_layers(jax.grad(lambda p: loss(scanned, p))(
+      model_lib.stack_layers(params)))
+  for w, g in zip(jax.tree.leaves(want), jax.tree.leaves(got)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=1e-5, rtol=1e-4)
+  noisy = scanned.replace(dropout_rate=0.1)
+  a, b = (loss(noisy, model_lib.stack_layers(params), jax.random.PRNGKey(k)) for k in (1, 2))
+  assert np.isfinite(a) and a != b
+
+
 def test_tied_decoder_gradients_match_autodiff():
   rng = np.random.default_rng(2)
   x = jnp.asarray(rng.normal(size=(2, 3, 8)), jnp.float32)

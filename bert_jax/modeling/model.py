@@ -191,9 +191,11 @@ class BertEncoder(nn.Module):
     """Returns (last hidden state, all hidden states or None, EMD output or None).
 
     With `output_positions` [batch, Q] the last hidden state holds only those rows
-    ([batch, Q, hidden]); unrolled, the last layer then computes only those rows
-    (its keys and values still cover the sequence). Scanned layers compute every
-    row and gather. With `emd_queries` (positions int [batch, P], z [batch, P, hidden])
+    ([batch, Q, hidden]); the last layer then computes only those rows (its keys and
+    values still cover the sequence). Scanned, every layer but the last runs in one
+    loop and the last alone on its slice of the stacked params; with hidden states or
+    DeBERTa's decoder asked for, all of them run in the loop and the rows are gathered.
+    With `emd_queries` (positions int [batch, P], z [batch, P, hidden])
     the third output is DeBERTa's enhanced mask decoder at those rows, [batch, P,
     hidden]: the last layer run again on its own input (bert_jax.modeling.emd).
     """
@@ -214,21 +216,32 @@ class BertEncoder(nn.Module):
       scanned = nn.scan(
           layer_cls, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
           in_axes=nn.broadcast, length=c.num_layers,
-          metadata_params={nn.PARTITION_NAME: "layers"})
+          metadata_params={nn.PARTITION_NAME: "layers"})(c, deterministic, name="layers")
       embedded = x
-      x, ys = scanned(c, deterministic, name="layers")(x, mask, *extra)  # ys: [layers, batch, len, hidden]
-      if output_hidden_states:
-        hidden += [ys[i] for i in range(c.num_layers)]
-      if output_positions is not None:
-        x = gather_positions(x, output_positions)
-      last_input = ys[-2] if c.num_layers > 1 else embedded
-      if emd_queries is not None:  # the last layer's slice of the stacked params
-        stacked = nn.unbox(self.variables["params"]["layers"])
-        params = jax.tree.map(lambda p: p[-1], stacked)
-        unbound = layer_cls(c, deterministic, parent=None)
-        last_layer = lambda *args: unbound.apply(  # noqa: E731
+      unbound = layer_cls(c, deterministic, parent=None)
+
+      def stacked_layer(index):  # the layer at `index` of the stacked params, applied alone
+        params = jax.tree.map(lambda p: p[index], nn.unbox(self.variables["params"]["layers"]))
+        return lambda *args: unbound.apply(  # noqa: E731
             {"params": params}, *args,
             rngs=None if deterministic else {"dropout": self.make_rng("dropout")})
+
+      if (output_positions is not None and not output_hidden_states and emd_queries is None
+          and c.num_layers > 1 and not self.is_initializing()):
+        # Every layer but the last scanned, the last computing only the rows asked for, as
+        # unrolled layers do (a layer loop of num_layers - 1, then the last layer's slice).
+        last_input = self._scan_head(unbound, x, mask, extra, deterministic)
+        x, _ = stacked_layer(-1)(last_input, mask, extra[0] if extra else None,
+                                 output_positions)
+      else:
+        x, ys = scanned(x, mask, *extra)  # ys: [layers, batch, len, hidden]
+        if output_hidden_states:
+          hidden += [ys[i] for i in range(c.num_layers)]
+        if output_positions is not None:
+          x = gather_positions(x, output_positions)
+        last_input = ys[-2] if c.num_layers > 1 else embedded
+      if emd_queries is not None:
+        last_layer = stacked_layer(-1)
     else:
       shared = layer_cls(c, deterministic, name="layer_0") if c.share_layers else None
       for i in range(c.num_layers):
@@ -248,6 +261,24 @@ class BertEncoder(nn.Module):
           lambda h, q: last_layer(h, mask, extra[0] if extra else None, positions, q)[0],
           last_input, positions, z)
     return x, hidden, decoded
+
+  def _scan_head(self, unbound: nn.Module, x: Array, mask: layers.AttentionMask, extra: tuple,
+                 deterministic: bool) -> Array:
+    """Layers 0 .. num_layers - 2 of the stacked params in one loop; the last one's input."""
+    c = self.config
+    stacked = nn.unbox(self.variables["params"]["layers"])
+    head = jax.tree.map(lambda p: p[:-1], stacked)
+    keys = (None if deterministic
+            else jax.random.split(self.make_rng("dropout"), c.num_layers - 1))
+
+    def body(h, params_and_key):
+      params, key = params_and_key
+      h, _ = unbound.apply({"params": params}, h, mask, *extra,
+                           rngs=None if key is None else {"dropout": key})
+      return h, None
+
+    x, _ = jax.lax.scan(body, x, (head, keys))
+    return x
 
 
 class BertModel(nn.Module):
