@@ -98,27 +98,24 @@ def test_splash_attention_computes_the_dense_masks_attention(packed, monkeypatch
   assert "splash_attention" in jax.jit(lambda *x: attend("splash", *x)).lower(q, k, v).as_text()
 
 
-def test_splash_needs_a_tpu():
+@pytest.mark.parametrize("impl, rate, message, backend_that_can", [
+    ("splash", 0.0, r"model.attention_impl='splash' needs a TPU; JAX runs on cpu here", "tpu"),
+    ("xla", 0.1, r"model.attention_impl='xla' applies no attention dropout and "
+     r"model.attention_dropout_rate=0.1 asks for it", None),
+])
+def test_a_kernel_the_run_cannot_use_is_a_config_error_naming_the_keys(impl, rate, message,
+                                                                       backend_that_can):
   from tests.test_pretrain import small_config  # pylint: disable=g-import-not-at-top
   config = small_config("unused")
-  config.model.attention_impl = "splash"
-  config.model.attention_dropout_rate = 0.0
-  with pytest.raises(ValueError, match=r"^bad config: model.attention_impl='splash' needs a TPU; "
-                     r"JAX runs on cpu here"):
+  config.model.attention_impl = impl
+  config.model.attention_dropout_rate = rate
+  with pytest.raises(ValueError, match="^bad config: " + message):
     train_core.check_attention_impl(config.model)
-  train_core.check_attention_impl(config.model, backend="tpu")  # an AOT target's devices
-
-
-def test_a_fused_kernel_with_attention_dropout_is_a_config_error_naming_both_keys():
-  from tests.test_pretrain import small_config  # pylint: disable=g-import-not-at-top
-  config = small_config("unused")
-  config.model.attention_impl = "xla"
-  config.model.attention_dropout_rate = 0.1
-  with pytest.raises(ValueError, match=r"^bad config: model.attention_impl='xla' applies no "
-                     r"attention dropout and model.attention_dropout_rate=0.1 asks for it"):
-    train_core.check_attention_impl(config.model)
-  config.model.attention_dropout_rate = 0.0
-  train_core.check_attention_impl(config.model)  # no dropout asked: the fused kernel is fine
+  if backend_that_can:  # an AOT target's devices
+    train_core.check_attention_impl(config.model, backend=backend_that_can)
+  else:
+    config.model.attention_dropout_rate = 0.0
+    train_core.check_attention_impl(config.model)  # no dropout asked: the fused kernel is fine
 
 
 def test_the_header_names_the_kernel_and_its_dropout():
