@@ -221,7 +221,7 @@ class BertEncoder(nn.Module):
       unbound = layer_cls(c, deterministic, parent=None)
 
       def stacked_layer(index):  # the layer at `index` of the stacked params, applied alone
-        params = jax.tree.map(lambda p: p[index], nn.unbox(self.variables["params"]["layers"]))
+        params = self._stacked_params(index)
         return lambda *args: unbound.apply(  # noqa: E731
             {"params": params}, *args,
             rngs=None if deterministic else {"dropout": self.make_rng("dropout")})
@@ -262,12 +262,15 @@ class BertEncoder(nn.Module):
           last_input, positions, z)
     return x, hidden, decoded
 
+  def _stacked_params(self, index) -> dict:
+    """The scanned layers' params at `index` of their leading axis (an int: one layer's)."""
+    return jax.tree.map(lambda p: p[index], nn.unbox(self.variables["params"]["layers"]))
+
   def _scan_head(self, unbound: nn.Module, x: Array, mask: layers.AttentionMask, extra: tuple,
                  deterministic: bool) -> Array:
     """Layers 0 .. num_layers - 2 of the stacked params in one loop; the last one's input."""
     c = self.config
-    stacked = nn.unbox(self.variables["params"]["layers"])
-    head = jax.tree.map(lambda p: p[:-1], stacked)
+    head = self._stacked_params(slice(None, -1))
     keys = (None if deterministic
             else jax.random.split(self.make_rng("dropout"), c.num_layers - 1))
 

@@ -54,17 +54,22 @@ def _block(length: int) -> int:
   return next(b for b in (512, 256, 128) if length % b == 0)
 
 
-def _kernel(heads: int, length: int):
+def _pallas():
+  """The splash kernel's and its masks' modules (imported on first use)."""
   # pylint: disable-next=g-import-not-at-top
   from jax.experimental.pallas.ops.tpu.splash_attention import (
-      splash_attention_kernel as sk, splash_attention_mask as sm)
+      splash_attention_kernel, splash_attention_mask)
+  return splash_attention_kernel, splash_attention_mask
+
+
+def _kernel(heads: int, length: int):
+  sk, sm = _pallas()
   b = _block(length)
   sizes = sk.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b,
                         block_kv_dkv=b, block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
   mask = sm.MultiHeadMask([sm.FullMask((length, length))] * heads)
-  kernel = sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=sizes,
-                              interpret=interpret)
-  return kernel, sk.SegmentIds
+  return sk.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=sizes,
+                            interpret=interpret)
 
 
 def segment_ids(segments: jax.Array, one_example_per_row: bool) -> tuple[jax.Array, jax.Array]:
@@ -77,10 +82,10 @@ def segment_ids(segments: jax.Array, one_example_per_row: bool) -> tuple[jax.Arr
 
 def _local(query, key, value, q_seg, kv_seg):
   """Splash on this shard's [batch, len, heads, head_dim] (the query already scaled)."""
-  kernel, segment_ids_cls = _kernel(query.shape[2], query.shape[1])
+  kernel = _kernel(query.shape[2], query.shape[1])
   heads_first = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
   out = jax.vmap(kernel)(heads_first(query), heads_first(key), heads_first(value),
-                         segment_ids=segment_ids_cls(q=q_seg, kv=kv_seg))
+                         segment_ids=_pallas()[0].SegmentIds(q=q_seg, kv=kv_seg))
   return heads_first(out)
 
 
