@@ -18,6 +18,8 @@ torch peer gets the same dropout rates:
                  and --embed_bundle are given, 10,000 synthetic texts unless --sts_train
   base_seq128_attention_dropout  base with BERT's attention dropout 0.1 (the einsum path),
                  ours alone
+  base_seq128_vocab_unpadded  base_seq128's recipe with the MLM decoder unpadded
+                 (model.vocab_pad_multiple=1; the GPU default pads 30,522 to 30,592), ours alone
 The profile and base_seq128 share a persistent compilation cache (same step program).
 
 Writes DIR/suite.json (every figure of every part, with its device), DIR/suite.md (the
@@ -112,6 +114,11 @@ def parts(args, work: str) -> list[dict]:
                [py, f"{HERE}/train_step.py", *step, "--set", "model.attention_dropout_rate=0.1",
                 "--no_reference", "--steps", "2" if dry else "10", "--rounds", "1" if dry else "3",
                 "--json", f"{work}/base_seq128_attention_dropout.json"]]),
+      dict(name="base_seq128_vocab_unpadded", budget_s=70,
+           json=f"{work}/base_seq128_vocab_unpadded.json", cmds=[
+               [py, f"{HERE}/train_step.py", *fused(step), "--set", "model.vocab_pad_multiple=1",
+                "--no_reference", "--steps", "2" if dry else "10", "--rounds", "1" if dry else "3",
+                "--json", f"{work}/base_seq128_vocab_unpadded.json"]]),
   ]
 
 
@@ -198,7 +205,7 @@ def markdown(suite: dict) -> str:
     out.append(f"| {p['name']} | {p['status']} | {p.get('seconds', 0):.0f} |")
   steps = [p for p in suite["parts"]
            if p["name"] in ("base_seq128", "large_seq512", "large_seq512_cached",
-                            "base_seq128_attention_dropout")
+                            "base_seq128_attention_dropout", "base_seq128_vocab_unpadded")
            and "result" in p]
   if steps:
     out += ["", "| part | implementation | device | ms/step | blocked ms | tokens/s | MFU "

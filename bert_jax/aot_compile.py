@@ -134,14 +134,16 @@ def for_target(config: ml_collections.ConfigDict, platform: str) -> ml_collectio
   """A copy of `config` whose model 'auto' choices are the target's, not this host's.
 
   Compiled here for a TPU topology, `model.dtype='auto'` would otherwise be the CPU host's
-  float32 and `model.prng_impl='auto'` its threefry, and `model.attention_impl='auto'` the
-  host's XLA attention where a TPU runs splash attention: the program, its memory and its
-  FLOPs would not be the ones the TPU runs.
+  float32, `model.prng_impl='auto'` its threefry, `model.vocab_pad_multiple=0` its unpadded
+  decoder and `model.attention_impl='auto'` the host's XLA attention where a TPU runs splash
+  attention: the program, its memory and its FLOPs would not be the ones the TPU runs.
   """
   config = config.copy_and_resolve_references()
   m = config.model
   m.dtype = train_core.compute_dtype(m.dtype, platform)
   m.prng_impl = train_core.prng_impl(m, backend=platform)
+  if "vocab_pad_multiple" in m:
+    m.vocab_pad_multiple = train_core.vocab_pad_multiple(m, platform)
   if m.attention_impl == "auto" and layers.attention_kernel(
       "auto", m.attention_dropout_rate > 0, m.dtype, False, 64, backend=platform) == "splash":
     # Where it applies; XLA's attention elsewhere (DeBERTa's biased scores too), as 'auto' there.

@@ -20,6 +20,7 @@ import ml_collections
 from bert_jax import cli
 from bert_jax.data import sources
 from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import layers
 from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import pretrain_setup
 from bert_jax.runtime import compile_cache
@@ -255,7 +256,7 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
   resumed = f", resuming at step {start_step}" if start_step else ""
   train_log.print_header("bert_jax.pretrain", f"pretrain {config.variant}", [
       ("model", f"{config.variant} {model_cfg.model_type}: {arch}, "
-                f"vocab {tokenizer.vocab_size:,}, "
+                f"vocab {tokenizer.vocab_size:,}{_decoder_padding(model_cfg)}, "
                 f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
       ("attention", train_core.describe_attention(model_cfg)),
       ("data", f"{sources.get(d.source).describe(d)}, {d.mode}, {vocab} vocab"),
@@ -264,6 +265,13 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
       ("workdir", f"{workdir} (checkpoints every {config.checkpoint_every} steps, "
                   "metrics.jsonl, tensorboard/, export/ at the end)")]
       + ([("XLA flags", xla_flags.describe())] if xla_flags.describe() != "none" else []))
+
+
+def _decoder_padding(model_cfg) -> str:
+  """' (MLM decoder padded to 30,592)' when model.vocab_pad_multiple pads it, else ''."""
+  v = model_cfg.vocab_size
+  padded = layers.padded_rows(v, model_cfg.vocab_pad_multiple)
+  return f" (MLM decoder padded to {padded:,})" if padded != v else ""
 
 
 def _host_rows(batches, config):

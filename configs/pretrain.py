@@ -129,6 +129,12 @@ def get_config(arg=None):
   c.teacher_checkpoint = ""
 
   c.model = config_sections.model()
+  # The MLM decoder's GEMM runs against the word embeddings padded with zero rows to a
+  # multiple of this many (30,522 -> 30,592: aligned GPU tensor-core and TPU MXU tiles); the
+  # logits are cut back to the vocabulary, so padded ids are never predicted or counted and
+  # the params, checkpoints and exports keep the vocabulary's rows. 1: no padding; 0 (auto):
+  # 128 on GPU/TPU, 1 on the CPU (where padding would change the losses' last bits).
+  c.model.vocab_pad_multiple = 0
 
   c.electra = ml_collections.ConfigDict()
   # Generator hidden size as a fraction of the discriminator's (ELECTRA paper: 1/4 to 1/2);

@@ -62,6 +62,7 @@ def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
   out = aot_compile.compile_train_step(config, devices, vocab_size=30522)
   # 'auto' resolved for the TPU, not for this CPU host (issue 29): bf16 compute, rbg dropout
   assert out["model_config"].dtype == "bfloat16"
+  assert out["model_config"].vocab_pad_multiple == 128  # the decoder's GEMM: 30,592 wide
   assert out["state"].rng.shape == (4,)  # an rbg key's raw data (threefry's: 2 words)
   assert dict(out["mesh"].shape) == {"data": 1, "fsdp": 4, "tensor": 1}
   emb = out["state"].params["bert"]["embeddings"]["word_embeddings"]["embedding"]

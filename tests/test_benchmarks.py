@@ -167,7 +167,7 @@ def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
   assert suite["dry_run"] and suite["device"] == "cpu"
   parts = {p["name"]: p for p in suite["parts"]}
   assert list(parts) == ["profile", "base_seq128", "large_seq512", "large_seq512_cached", "embed",
-                         "base_seq128_attention_dropout"]
+                         "base_seq128_attention_dropout", "base_seq128_vocab_unpadded"]
   assert all(p["status"] == "ok" for p in parts.values()), parts
   profile = parts["profile"]["result"]
   assert sum(c["share"] for c in profile["categories"]) == pytest.approx(1.0, abs=1e-6)
@@ -178,6 +178,7 @@ def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
   for name in ("base_seq128", "large_seq512"):  # the accelerator recipe: no attention dropout
     assert "/0.0 | remat" in parts[name]["result"]["config"]
   assert "/0.1 | remat" in parts["base_seq128_attention_dropout"]["result"]["config"]
+  assert "| base_seq128_vocab_unpadded | bert_jax | cpu |" in (tmp_path / "suite.md").read_text()
   assert parts["embed"]["result"]["max_abs_diff"] < 1e-4
   md = (tmp_path / "suite.md").read_text()
   assert "| base_seq128_attention_dropout | bert_jax | cpu |" in md

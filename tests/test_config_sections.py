@@ -7,7 +7,10 @@ import ml_collections
 import pytest
 
 from bert_jax import config_help
+from bert_jax import pretrain
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.training import config_sections
+from bert_jax.training import train_core
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Config file, an argument of get_config.
@@ -176,3 +179,21 @@ def test_the_command_line_answers_an_unknown_key_in_one_line_before_any_work(cap
   with pytest.raises(SystemExit, match=r"^bert_jax.pretrain: --config .*pretrain.py:huge: "
                                        r"unknown variant 'huge'"):
     pretrain.main(["--config", config[:-len(":tiny")] + ":huge", "--workdir", "/x"])
+
+
+def test_vocab_pad_multiple_auto_pads_the_decoder_on_accelerators_only():
+  """0 (auto): 128 on GPU/TPU; 1 on the CPU, whose losses stay every earlier run's bits.
+  Fine-tuning's model section has no key (its models have no MLM decoder): 1."""
+  m = config_help.load_module(_ROOT / "configs" / "pretrain.py").get_config("tiny").model
+  assert m.vocab_pad_multiple == 0
+  assert train_core.vocab_pad_multiple(m, "cpu") == 1
+  assert train_core.vocab_pad_multiple(m, "gpu") == train_core.vocab_pad_multiple(m, "tpu") == 128
+  m.vocab_pad_multiple = 64
+  assert train_core.vocab_pad_multiple(m, "cpu") == 64
+  assert "vocab_pad_multiple" not in config_sections.model()
+  assert train_core.vocab_pad_multiple(config_sections.model(), "gpu") == 1
+  header = pretrain._decoder_padding  # the run header's model line
+  assert header(BertConfig(vocab_size=30522, vocab_pad_multiple=128)) == (
+      " (MLM decoder padded to 30,592)")
+  assert header(BertConfig(vocab_size=30522)) == header(BertConfig(vocab_size=256,
+                                                                   vocab_pad_multiple=128)) == ""

@@ -152,7 +152,9 @@ def test_scanned_layers_prune_the_last_one_to_the_asked_rows_and_train(setup):
   assert np.isfinite(a) and a != b
 
 
-def test_tied_decoder_gradients_match_autodiff():
+@pytest.mark.parametrize("pad_multiple", [1, 8])
+def test_tied_decoder_gradients_match_autodiff(pad_multiple):
+  """pad_multiple 8: the product runs on the table padded to 16 rows and is cut back."""
   rng = np.random.default_rng(2)
   x = jnp.asarray(rng.normal(size=(2, 3, 8)), jnp.float32)
   table = jnp.asarray(rng.normal(size=(11, 8)), jnp.float32)
@@ -163,9 +165,40 @@ def test_tied_decoder_gradients_match_autodiff():
   def loss(fn):
     return lambda *a: jnp.sum(jnp.sin(fn(*a)) * w)
 
-  ours = lambda x, t, b: embed.apply({"params": {"embedding": t}}, x, b, method="attend")  # noqa: E731
+  ours = lambda x, t, b: embed.apply({"params": {"embedding": t}}, x, b, pad_multiple,  # noqa: E731
+                                     method="attend")
+  if pad_multiple > 1:
+    assert "f32[2,3,16]" in str(jax.make_jaxpr(ours)(x, table, bias))  # the padded product
   plain = lambda x, t, b: jnp.einsum("...h,vh->...v", x, t) + b  # noqa: E731
   np.testing.assert_allclose(ours(x, table, bias), plain(x, table, bias), rtol=1e-6, atol=1e-6)
   for got, want in zip(jax.grad(loss(ours), argnums=(0, 1, 2))(x, table, bias),
                        jax.grad(loss(plain), argnums=(0, 1, 2))(x, table, bias)):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_padded_decoder_keeps_the_params_logits_and_gradients(setup):
+  """BertConfig.vocab_pad_multiple pads only the MLM decoder's product (64 -> 96 rows here):
+  the params keep vocab_size rows, the logits and every gradient are the unpadded ones,
+  and the padding is a compute layout that is never saved."""
+  config, params = setup
+  padded = config.replace(vocab_pad_multiple=48)
+  shapes = lambda c: jax.tree.map(jnp.shape, jax.eval_shape(  # noqa: E731
+      lambda: model_lib.init_params(model_lib.BertForPreTraining(c), jax.random.PRNGKey(0))))
+  assert shapes(padded) == shapes(config)
+  ids, mask, seg, positions = _inputs()
+  w = np.random.default_rng(3).normal(size=(2, 3, config.vocab_size)).astype(np.float32)
+
+  def loss(cfg, p):
+    logits = model_lib.BertForPreTraining(cfg).apply({"params": p}, ids, mask, seg,
+                                                     positions)["mlm_logits"]
+    return jnp.sum(jnp.sin(logits) * w), logits
+
+  assert "f32[2,3,96]" in str(jax.make_jaxpr(lambda p: loss(padded, p))(params))
+  (_, want), want_grads = jax.value_and_grad(lambda p: loss(config, p), has_aux=True)(params)
+  (_, got), got_grads = jax.value_and_grad(lambda p: loss(padded, p), has_aux=True)(params)
+  assert got.shape == (2, 3, config.vocab_size)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=1e-6)
+  for g, v in zip(jax.tree.leaves(got_grads), jax.tree.leaves(want_grads)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(v), atol=1e-6, rtol=1e-5)
+  assert "vocab_pad_multiple" not in padded.to_dict()
+  assert BertConfig.from_dict(padded.to_dict()) == config

@@ -87,11 +87,15 @@ OBJECTIVES = {
     # and the MLM head on the enhanced mask decoder (exported and read back by fill-mask).
     "deberta": ({"model_type": "deberta-v2", "objective": "mlm", "data.mode": "full_sentences",
                  "data.packing": True, "emd": True}, ("mlm_loss", "mlm_accuracy")),
-    "electra": ({"objective": "electra", "data.mode": "full_sentences"},
+    # ELECTRA (which samples from the generator's logits) and distillation (which compares
+    # the teacher's and the student's) run with the MLM decoder padded (128: 30,522 -> 30,592).
+    "electra": ({"objective": "electra", "data.mode": "full_sentences",
+                 "model.vocab_pad_multiple": 128},
                 ("mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy", "rtd_replaced_recall",
                  "rtd_auc")),
     # The teacher is the mlm_nsp run's export (tiny: 2 layers; the student has 1).
-    "distill": ({"objective": "distill", "teacher_checkpoint": "<mlm_nsp run>"},
+    "distill": ({"objective": "distill", "teacher_checkpoint": "<mlm_nsp run>",
+                 "model.vocab_pad_multiple": 128},
                 ("distill_loss", "mlm_loss", "cos_loss", "student_mlm_accuracy",
                  "teacher_mlm_accuracy")),
 }
@@ -145,6 +149,10 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   config = ckpt_lib.read_model_config(workdir)
   assert config.model_type == ("deberta-v2" if objective == "deberta" else
                                "electra" if objective == "electra" else "bert")
+  if objective in ("electra", "distill"):  # a padded decoder; the params keep the vocab's rows
+    pretrained = ckpt_lib.load_pretrained(workdir)
+    rows = pretrained.params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0]
+    assert rows == len(pretrained.vocab) == 30522
   if objective == "deberta":  # the EMD's table is trained, checkpointed, and read by fill-mask
     pretrained = ckpt_lib.load_pretrained(workdir)
     assert bundle.heads_of(pretrained.params) == ("mlm", "emd")
@@ -308,6 +316,8 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
     ({"optimizer.eps": 0.0}, "optimizer.eps must be positive"),
     ({"optimizer.weight_decay": -0.01}, "optimizer.weight_decay must be >= 0"),
     ({"model.dropout_rate": -0.5}, r"model.dropout_rate must be in \[0, 1\), got -0.5"),
+    ({"model.vocab_pad_multiple": -8}, r"model.vocab_pad_multiple must be an int >= 0 \(0: "
+     r"auto\), got -8"),
     ({"eval_batches": 0}, "eval_batches must be >= 1, got 0"),
     ({"profile_start_step": -3}, "profile_start_step must be >= 0, got -3"),
     ({"model.attention_dropout_rate": 2.0},

@@ -350,8 +350,9 @@ class BertModel(nn.Module):
     return out
 
   def attend(self, x: Array, bias: Optional[Array] = None) -> Array:
-    """Logits over the vocabulary with the tied word embeddings (+ an output bias)."""
-    return self.embeddings.word_embeddings.attend(x, bias)
+    """Logits over the vocabulary with the tied word embeddings (+ an output bias), the
+    product padded to config.vocab_pad_multiple rows."""
+    return self.embeddings.word_embeddings.attend(x, bias, self.config.vocab_pad_multiple)
 
 
 def default_position_ids(input_ids: Array, config: BertConfig) -> Array:

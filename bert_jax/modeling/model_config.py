@@ -94,6 +94,12 @@ class BertConfig:
   # (its padding mode) instead of the dense [batch, 1, len, len] mask, which it would turn
   # into a bias. Set by the run (train_core.model_config_from); packed rows keep the mask.
   one_example_per_row: bool = False
+  # A compute layout (never saved; the params keep vocab_size rows): the tied MLM decoder
+  # multiplies by the word embeddings padded with zero rows to a multiple of this many, so
+  # its GEMM has an aligned width (GPU tensor-core and TPU MXU tiles), and cuts the logits
+  # back to vocab_size. The padded columns are never predicted and never counted; the
+  # logits equal the unpadded ones. 1: no padding.
+  vocab_pad_multiple: int = 1
 
   def __post_init__(self):
     for f in ARCH_FIELDS:
@@ -110,6 +116,8 @@ class BertConfig:
       raise ValueError(f"position_offset must be an int >= 0, got {self.position_offset!r}")
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+    if not isinstance(self.vocab_pad_multiple, int) or self.vocab_pad_multiple < 1:
+      raise ValueError(f"vocab_pad_multiple must be an int >= 1, got {self.vocab_pad_multiple!r}")
     if self.attention_impl not in _ATTENTION_IMPLS:
       raise ValueError(f"attention_impl {self.attention_impl!r} not in {_ATTENTION_IMPLS}")
     if self.remat not in _REMAT:
@@ -156,9 +164,10 @@ class BertConfig:
     return {f: getattr(self, f) for f in ARCH_FIELDS}
 
   def to_dict(self) -> dict[str, Any]:
-    """The saved fields: all but one_example_per_row, which describes a run's rows."""
+    """The saved fields: all but one_example_per_row (a property of a run's rows) and
+    vocab_pad_multiple (a run's compute layout: the params are the same)."""
     d = dataclasses.asdict(self)
-    del d["one_example_per_row"]
+    del d["one_example_per_row"], d["vocab_pad_multiple"]
     return d
 
   @classmethod

@@ -110,9 +110,10 @@ def check_model(m: ml_collections.ConfigDict) -> None:
   for key in ("dropout_rate", "attention_dropout_rate"):
     if not 0.0 <= m[key] < 1.0:
       raise ValueError(f"bad config: model.{key} must be in [0, 1), got {m[key]}")
+  from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top
   if "prng_impl" in m:
-    from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top
     train_core.prng_impl(m)  # raises naming the key
+  train_core.vocab_pad_multiple(m, "cpu")  # likewise
 
 
 def check_minimums(config: ml_collections.ConfigDict, minimums: dict) -> None:

@@ -238,6 +238,24 @@ def compute_dtype(name: str, platform: Optional[str] = None) -> str:
   return "float32" if (platform or jax.devices()[0].platform) == "cpu" else "bfloat16"
 
 
+# model.vocab_pad_multiple=0 (auto) on accelerators. On the CPU it stays 1: the padded GEMM
+# rounds the logits differently there, and CPU losses stay those of every earlier run.
+ACCELERATOR_VOCAB_PAD = 128
+
+
+def vocab_pad_multiple(model_section: Any, platform: Optional[str] = None) -> int:
+  """model.vocab_pad_multiple with 0 (auto) resolved for `platform` (default this process's
+  devices'): 128 on GPU/TPU, 1 on the CPU; a section without the key (fine-tuning, whose
+  models have no MLM decoder): 1."""
+  n = model_section.get("vocab_pad_multiple", 1)
+  if not isinstance(n, int) or n < 0:
+    raise ValueError(f"bad config: model.vocab_pad_multiple must be an int >= 0 (0: auto), "
+                     f"got {n!r}")
+  if n:
+    return n
+  return 1 if (platform or jax.devices()[0].platform) == "cpu" else ACCELERATOR_VOCAB_PAD
+
+
 def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
                       one_example_per_row: bool = False) -> model_config_lib.BertConfig:
   """`base` (a checkpoint's or a variant's architecture) with a run's compute options.
@@ -255,7 +273,8 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
   return base.replace(dtype=compute_dtype(m.dtype), attention_impl=m.attention_impl,
                       scan_layers=m.scan_layers, remat=m.remat, dropout_rate=m.dropout_rate,
                       attention_dropout_rate=m.attention_dropout_rate,
-                      one_example_per_row=one_example_per_row)
+                      one_example_per_row=one_example_per_row,
+                      vocab_pad_multiple=vocab_pad_multiple(m))
 
 
 def check_attention_impl(model_section: Any, backend: Optional[str] = None) -> None:
