@@ -49,7 +49,6 @@ import optax  # noqa: E402
 
 from bert_jax import config_help  # noqa: E402
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
-from bert_jax.modeling import layers  # noqa: E402
 from bert_jax.modeling import model as model_lib  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
 from bert_jax.objectives import pretrain_setup  # noqa: E402
@@ -310,7 +309,7 @@ class Setup:
 
   def describe(self) -> str:
     m, a = self.model_cfg, self.args
-    padded = layers.padded_rows(m.vocab_size, m.vocab_pad_multiple)
+    padded = m.decoder_rows
     decoder = f" (decoder padded to {padded})" if padded != m.vocab_size else ""
     return (f"config: {self.config.variant} L{m.num_layers} H{m.hidden_size} A{m.num_heads} "
             f"I{m.intermediate_size} V{m.vocab_size}{decoder} | "

@@ -20,7 +20,6 @@ import ml_collections
 from bert_jax import cli
 from bert_jax.data import sources
 from bert_jax.modeling import flops as flops_lib
-from bert_jax.modeling import layers
 from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import pretrain_setup
 from bert_jax.runtime import compile_cache
@@ -269,9 +268,8 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
 
 def _decoder_padding(model_cfg) -> str:
   """' (MLM decoder padded to 30,592)' when model.vocab_pad_multiple pads it, else ''."""
-  v = model_cfg.vocab_size
-  padded = layers.padded_rows(v, model_cfg.vocab_pad_multiple)
-  return f" (MLM decoder padded to {padded:,})" if padded != v else ""
+  padded = model_cfg.decoder_rows
+  return f" (MLM decoder padded to {padded:,})" if padded != model_cfg.vocab_size else ""
 
 
 def _host_rows(batches, config):

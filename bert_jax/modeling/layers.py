@@ -154,15 +154,15 @@ class Embed(nn.Module):
     return jnp.take(self.embedding, ids, axis=0).astype(self.dtype)
 
   def attend(self, query: jax.Array, bias: Optional[jax.Array] = None,
-             pad_multiple: int = 1) -> jax.Array:
+             padded: int = 0) -> jax.Array:
     """query [..., features] -> logits [..., num_embeddings] (+ bias [num_embeddings]).
 
-    pad_multiple > 1: the product runs against the table padded with zero rows to a
-    multiple of pad_multiple (an aligned GEMM width), and the logits are cut back to
-    num_embeddings; the padded rows' gradient is dropped with them."""
+    padded > num_embeddings: the product runs against the table padded with zero rows to
+    that many (an aligned GEMM width), and the logits are cut back to num_embeddings; the
+    padded rows' gradient is dropped with them."""
     query, table = query.astype(self.dtype), self.embedding.astype(self.dtype)
     rows = self.num_embeddings
-    padded = padded_rows(rows, pad_multiple)
+    padded = max(padded, rows)
     if padded != rows:
       table = jnp.pad(table, ((0, padded - rows), (0, 0)))
       bias = None if bias is None else jnp.pad(bias, (0, padded - rows))
@@ -171,11 +171,6 @@ class Embed(nn.Module):
     else:
       logits = _tied_logits(query, table, bias.astype(self.dtype))
     return logits if padded == rows else logits[..., :rows]
-
-
-def padded_rows(rows: int, multiple: int) -> int:
-  """`rows` rounded up to a multiple of `multiple` (Embed.attend's padded table)."""
-  return -(-rows // multiple) * multiple
 
 
 @jax.custom_vjp

@@ -351,8 +351,8 @@ class BertModel(nn.Module):
 
   def attend(self, x: Array, bias: Optional[Array] = None) -> Array:
     """Logits over the vocabulary with the tied word embeddings (+ an output bias), the
-    product padded to config.vocab_pad_multiple rows."""
-    return self.embeddings.word_embeddings.attend(x, bias, self.config.vocab_pad_multiple)
+    product config.decoder_rows wide."""
+    return self.embeddings.word_embeddings.attend(x, bias, self.config.decoder_rows)
 
 
 def default_position_ids(input_ids: Array, config: BertConfig) -> Array:

@@ -153,6 +153,11 @@ class BertConfig:
     return self.embedding_size or self.hidden_size
 
   @property
+  def decoder_rows(self) -> int:
+    """The MLM decoder's width: vocab_size rounded up to a multiple of vocab_pad_multiple."""
+    return -(-self.vocab_size // self.vocab_pad_multiple) * self.vocab_pad_multiple
+
+  @property
   def head_dim(self) -> int:
     return self.hidden_size // self.num_heads
 

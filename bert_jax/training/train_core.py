@@ -238,8 +238,8 @@ def compute_dtype(name: str, platform: Optional[str] = None) -> str:
   return "float32" if (platform or jax.devices()[0].platform) == "cpu" else "bfloat16"
 
 
-# model.vocab_pad_multiple=0 (auto) on accelerators. On the CPU it stays 1: the padded GEMM
-# rounds the logits differently there, and CPU losses stay those of every earlier run.
+# model.vocab_pad_multiple=0 (auto) on accelerators. On the CPU it stays 1: the padded program
+# rounds differently there in the last bits, and CPU losses stay those of every earlier run.
 ACCELERATOR_VOCAB_PAD = 128
 
 
