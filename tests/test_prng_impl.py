@@ -1,5 +1,5 @@
 """model.prng_impl: the dropout PRNG (issue 29). 'unsafe_rbg', the accelerators' default,
-resumes exactly; every key draws dropout 16 bits per element (issue 35)."""
+resumes exactly; threefry, the CPU's, is every earlier run's."""
 import os
 
 import pytest
@@ -37,15 +37,19 @@ def test_an_unknown_prng_impl_is_a_config_error(corpus, tmp_path):  # noqa: F811
   assert not os.path.exists(tmp_path / "checkpoints")
 
 
-def test_dropout_draws_16_bits_from_every_key_and_keeps_the_expectation():
+def test_dropout_masks_keep_flax_with_threefry_and_draw_16_bits_with_rbg():
   import flax.linen as nn
   import jax
   import jax.numpy as jnp
   from bert_jax.modeling import layers
+  x = jax.random.normal(jax.random.PRNGKey(1), (4, 9, 16), jnp.bfloat16)
+  for key in (jax.random.PRNGKey(3), jax.random.key(3)):  # raw and typed threefry keys
+    flax_out = nn.Dropout(0.1).apply({}, x, deterministic=False, rngs={"dropout": key})
+    ours = layers.Dropout(0.1).apply({}, x, deterministic=False, rngs={"dropout": key})
+    assert (flax_out == ours).all()
   ones = jnp.ones((999, 1001))  # odd size: the last word's second draw is unused
-  keys = [jax.random.PRNGKey(3)] + [jax.random.key(3, impl=impl)  # raw and typed keys
-                                    for impl in ("threefry2x32", "rbg", "unsafe_rbg")]
-  for key in keys:
+  for impl in ("rbg", "unsafe_rbg"):
+    key = jax.random.key(3, impl=impl)
     mask, keep_prob = jax.jit(lambda k: layers.keep_mask(k, 0.1, ones.shape))(key)
     assert keep_prob == 1 - 6554 / 65536
     assert abs(float(mask.mean()) - keep_prob) < 1e-3  # 1M draws: sd 3e-4
@@ -53,15 +57,5 @@ def test_dropout_draws_16_bits_from_every_key_and_keeps_the_expectation():
     assert abs(float(out.mean()) - 1.0) < 2e-3 and float(out.max()) == pytest.approx(1 / keep_prob)
     hlo = jax.jit(lambda k: layers.keep_mask(k, 0.1, ones.shape)[0]).lower(key).as_text()
     assert "tensor<500000xui32>" in hlo  # half as many words as elements (rounded up)
-    # a rate 65536ths cannot give to within 0.1% keeps flax's 32-bit draw, mask for mask
+    # a rate 65536ths cannot give to within 0.1% keeps flax's 32-bit draw
     assert layers.keep_mask(key, 1e-4, (8,))[1] == 1 - 1e-4
-    x = jax.random.normal(jax.random.PRNGKey(1), (4, 9, 16), jnp.bfloat16)
-    flax_out = nn.Dropout(1e-4).apply({}, x, deterministic=False, rngs={"dropout": key})
-    ours = layers.Dropout(1e-4).apply({}, x, deterministic=False, rngs={"dropout": key})
-    assert (flax_out == ours).all()
-  # threefry's 16-bit draw is not flax's 32-bit one: another mask from the same key
-  key = jax.random.PRNGKey(3)
-  x = jax.random.normal(jax.random.PRNGKey(1), (64, 128), jnp.float32)
-  flax_out = nn.Dropout(0.1).apply({}, x, deterministic=False, rngs={"dropout": key})
-  ours = layers.Dropout(0.1).apply({}, x, deterministic=False, rngs={"dropout": key})
-  assert not ((flax_out == 0) == (ours == 0)).all()

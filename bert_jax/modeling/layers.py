@@ -30,14 +30,19 @@ def constrain(x: jax.Array, names: Sequence[Optional[str]]) -> jax.Array:
   return nn.with_logical_constraint(x, tuple(names))
 
 
-# Dropout draws 16 bits per element, two from each 32-bit word of the key's generator
-# (threefry's, rbg's, unsafe_rbg's), when the rate is a multiple of 1/65536 to within 0.1%
-# (0.1 is 6554/65536); other rates draw as flax does (32 bits, jax.random.bernoulli).
+# Dropout with a key of the rbg family (rbg, unsafe_rbg: the accelerator default) draws 16
+# bits per element, two from each 32-bit word, when the rate is a multiple of 1/65536 to
+# within 0.1% (0.1 is 6554/65536); other keys, threefry's included, draw as flax does.
 _DRAW_BITS = 16
+_FAST_IMPLS = ("rbg", "unsafe_rbg")
 
 
-def _draw_threshold(rate: float) -> Optional[int]:
+def _fast_draw_threshold(rng: jax.Array, rate: float) -> Optional[int]:
   """The 16-bit threshold below which an element is dropped, or None to draw as flax does."""
+  if not jnp.issubdtype(rng.dtype, jax.dtypes.prng_key):
+    return None  # a raw key: the default implementation's (threefry unless set otherwise)
+  if str(jax.random.key_impl(rng)) not in _FAST_IMPLS:
+    return None
   threshold = round(rate * 2**_DRAW_BITS)
   if not 0 < threshold < 2**_DRAW_BITS or abs(threshold / 2**_DRAW_BITS - rate) > 1e-3 * rate:
     return None
@@ -47,14 +52,13 @@ def _draw_threshold(rate: float) -> Optional[int]:
 def keep_mask(rng: jax.Array, rate: float, shape: Sequence[int]) -> tuple[jax.Array, float]:
   """(boolean keep mask of `shape`, the keep probability to divide the kept values by).
 
-  With a rate that is a multiple of 1/65536 to within 0.1%: half as many 32-bit words as
-  elements, each split into two 16-bit draws; an element is dropped when its draw is below
-  round(rate * 65536), so the keep probability returned is the one drawn (1 - 6554/65536 for
-  0.1) and the kept values' scale keeps the expectation exact. Half the generator's work of
-  flax's draw (threefry on a CPU: 5-8% of a fine-tuning step, benchmarks/README.md). Other
-  rates: jax.random.bernoulli(rng, 1 - rate, shape), flax's own draw.
+  With a threefry or raw key: jax.random.bernoulli(rng, 1 - rate, shape), flax's own draw
+  (bit for bit). With an rbg-family key and a rate that is a multiple of 1/65536 to within
+  0.1%: half as many 32-bit words, each split into two 16-bit draws; an element is dropped
+  when its draw is below round(rate * 65536), so the keep probability returned is the one
+  drawn (1 - 6554/65536 for 0.1) and the kept values' scale keeps the expectation exact.
   """
-  threshold = _draw_threshold(rate)
+  threshold = _fast_draw_threshold(rng, rate)
   if threshold is None:
     return jax.random.bernoulli(rng, 1.0 - rate, shape), 1.0 - rate
   n = int(np.prod(shape))
@@ -66,8 +70,8 @@ def keep_mask(rng: jax.Array, rate: float, shape: Sequence[int]) -> tuple[jax.Ar
 
 
 class Dropout(nn.Dropout):
-  """flax's Dropout (same names, same rngs) drawing its mask with keep_mask: 16 bits per
-  element."""
+  """flax's Dropout (same names, same rngs, same masks from a threefry key) drawing its mask
+  with keep_mask: 16 bits per element from an rbg-family key."""
 
   @nn.compact
   def __call__(self, inputs, deterministic: Optional[bool] = None,

@@ -83,8 +83,8 @@ def model() -> ml_collections.ConfigDict:
   m.attention_impl = "auto"
   # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
   # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.training.train_core.prng_impl).
-  # Dropout draws 16 bits per element from it (a rate within 0.1% of a multiple of 1/65536,
-  # 0.1 -> 6554/65536; bert_jax.modeling.layers.keep_mask).
+  # With 'rbg'/'unsafe_rbg' dropout draws 16 bits per element (a rate within 0.1% of a multiple
+  # of 1/65536, 0.1 -> 6554/65536; bert_jax.modeling.layers.keep_mask).
   m.prng_impl = "auto"
   # Dropout on hidden states (and a fine-tuning head's input), as in BERT.
   m.dropout_rate = 0.1
@@ -145,7 +145,7 @@ def optimizer() -> ml_collections.ConfigDict:
   o.eps = 1e-6
   # Decoupled weight decay; never applied to LayerNorm params and biases.
   o.weight_decay = 0.01
-  # Global-norm gradient clipping (0 disables): every gradient times min(1, this / global norm).
+  # Global-norm gradient clipping (0 disables).
   o.grad_clip_norm = 1.0
   # Keep Adam moments in bfloat16 to save memory.
   o.bf16_moments = False

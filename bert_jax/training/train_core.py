@@ -51,10 +51,9 @@ PRNG_IMPLS = (THREEFRY, "rbg", "unsafe_rbg")
 def prng_impl(model_section: Any, backend: Optional[str] = None) -> str:
   """The dropout PRNG of a run: model.prng_impl, 'auto' resolved for the backend.
 
-  'auto' is threefry on the CPU (the faster step there: XLA:CPU's RngBitGenerator made a
-  fine-tuning step 7-10% slower, benchmarks/README.md) and 'unsafe_rbg' on accelerators
-  (XLA's RngBitGenerator: the hardware generator on a TPU, Philox on a GPU, instead of about
-  0.6G threefry draws a step at base; MaxText's choice).
+  'auto' is threefry on the CPU (the losses of every earlier CPU run, bit for bit) and
+  'unsafe_rbg' on accelerators (XLA's RngBitGenerator: the hardware generator on a TPU,
+  Philox on a GPU, instead of about 0.6G threefry draws a step at base; MaxText's choice).
   Only the state's key follows it: params are initialised with threefry either way.
   """
   name = model_section.prng_impl
