@@ -22,26 +22,6 @@ def decay_mask(params: Any) -> Any:
   return jax.tree_util.tree_map_with_path(lambda p, _: _leaf_name(p) in _DECAYED_LEAVES, params)
 
 
-def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
-  """Scales all updates by min(1, max_norm / their global norm), one multiply per element.
-
-  The clip of Google's BERT (`tf.clip_by_global_norm`) and of PyTorch's `clip_grad_norm_`:
-  the factor is computed once and every element is multiplied by it. optax's own
-  `clip_by_global_norm` divides every element by the norm instead; XLA does not repeat a
-  divide for each of AdamW's two moments, so there the clipped gradient is written out and
-  read again, 14 passes over each parameter-sized array where this takes 10 (the update 33%
-  faster on a CPU, benchmarks/README.md). Updates under the norm are returned bit for bit;
-  clipped ones differ from optax's in the last bit at most. A non-finite norm gives
-  non-finite updates, as optax's does.
-  """
-  def update_fn(updates, state, params=None):
-    del params
-    norm = optax.tree.norm(updates)
-    scale = jnp.where(norm < max_norm, 1.0, max_norm / norm)
-    return jax.tree.map(lambda t: t * scale.astype(t.dtype), updates), state
-  return optax.GradientTransformation(optax.init_empty_state, update_fn)
-
-
 # Learning-rate shapes after the linear warmup.
 SCHEDULES = ("linear", "polynomial", "constant")
 
@@ -122,7 +102,7 @@ def make_optimizer(opt: Any, learning_rate: float, warmup_steps: int,
   else:
     raise ValueError(f"optimizer.name {opt.name!r} not in ['adamw', 'lamb']")
   if opt.grad_clip_norm > 0:
-    core = optax.chain(clip_by_global_norm(opt.grad_clip_norm), core)
+    core = optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), core)
   return core, schedule
 
 
