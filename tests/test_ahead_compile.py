@@ -38,7 +38,7 @@ def test_results_are_the_jitted_functions_and_each_shape_compiles_once():
   step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(16)))
   step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(16)))  # known: not again
   step.program(state, _batch(16))  # waits for the background thread's program
-  assert len(threads) == 1 and threads[0].startswith("bert_jax-ahead-compile")
+  assert len(threads) == 1 and threads[0].startswith("bert_jax-ahead-lower")
   assert clock.background_seconds > background  # its compilation counted apart
   want_state, want_out = {"w": jnp.ones(())}, []
   for length in (8, 16, 8):
@@ -108,4 +108,74 @@ def test_without_background_ahead_queues_nothing_and_calls_compile_where_they_ar
   assert names == []
   step(state, _batch(8))
   assert names == [threading.current_thread().name]
+  step.close()
+
+
+def _lowered_ahead():
+  """Waits until everything queued so far is lowered (one lowering thread, in queue order)."""
+  ahead_compile._pool("lower").submit(lambda: None).result(timeout=60)
+
+
+def test_every_steps_queued_programs_are_lowered_by_one_thread_in_queue_order():
+  order = []
+
+  def tracing(name):
+    @contextlib.contextmanager
+    def context():
+      order.append((name, threading.current_thread().name))
+      yield
+    return context
+
+  train = ahead_compile.AheadCompiled(jax.jit(_step), tracing("train"))
+  predict = ahead_compile.AheadCompiled(jax.jit(lambda s, b: _step(s, b)[1]), tracing("eval"))
+  state = {"w": jnp.ones(())}
+  for step, name in ((train, "train"), (predict, "eval")):
+    for length in (5, 6):
+      step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(length)))
+  _lowered_ahead()
+  assert [name for name, _ in order] == ["train", "train", "eval", "eval"]
+  assert len({thread for _, thread in order}) == 1
+  assert order[0][1].startswith("bert_jax-ahead-lower")
+  for length in (5, 6):  # compiled in the other stage: waited for, not compiled here
+    np.testing.assert_array_equal(predict.program(state, _batch(length))(state, _batch(length)),
+                                  _step(state, _batch(length))[1])
+  assert len(order) == 4
+  train.close()
+  predict.close()
+
+
+def test_then_queues_the_next_shapes_once_the_callers_program_is_lowered():
+  events = []
+
+  @contextlib.contextmanager
+  def context():
+    events.append(("trace", threading.current_thread().name))
+    yield
+
+  class Recorded:
+    """jax.jit(_step) whose lowering is recorded, to see what `then` runs after."""
+    jitted = jax.jit(_step)
+
+    def lower(self, *args):
+      lowered = self.jitted.lower(*args)
+      events.append(("lowered", threading.current_thread().name))
+      return lowered
+
+  step = ahead_compile.AheadCompiled(Recorded(), context)
+  state = {"w": jnp.ones(())}
+
+  def queue():
+    events.append(("then", threading.current_thread().name))
+    step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(12)))
+
+  here = threading.current_thread().name
+  program = step.program(state, _batch(10), then=queue)
+  np.testing.assert_array_equal(program(state, _batch(10))[1], jax.jit(_step)(state, _batch(10))[1])
+  _lowered_ahead()
+  step.program(state, _batch(12))  # compiled in the background: waited for
+  assert events[:3] == [("trace", here), ("lowered", here), ("then", here)]
+  assert [e for e, _ in events[3:]] == ["trace", "lowered"] and events[3][1] != here
+  calls = []
+  step.program(state, _batch(10), then=lambda: calls.append(1))  # known: `then` runs at once
+  assert calls == [1]
   step.close()

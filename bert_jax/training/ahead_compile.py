@@ -1,7 +1,7 @@
 """A jitted step's executables, one per input shape, compiled ahead of their first use.
 
     step = AheadCompiled(jax.jit(fn, ...), context=lambda: sharding.mesh_context(mesh, rules))
-    step.ahead(state_spec, batch_spec)   # queued: compiled by one background thread
+    step.ahead(state_spec, batch_spec)   # queued: compiled in background threads
     state, out = step(state, batch)      # the executable for these shapes
 
 A fine-tuning run with length buckets runs one train program and one eval program per
@@ -9,6 +9,15 @@ length, and it knows every length of the epoch before its first step. Compiled w
 are first used, each program stops the run for its compilation; queued here in the order
 of first use, they compile while the steps before them run (on an accelerator the host is
 idle then; on a CPU the compiler's one thread takes what the step leaves).
+
+Queued programs go through two stages, shared by every step of the process: one thread
+traces and lowers them, one at a time, in the order they were queued (the train step's lengths
+before the eval step's), and two threads compile what it has lowered. Tracing holds Python's
+GIL, so two traces at once each take about twice as long; XLA's compilation (and a load from
+the persistent cache) does not, so two of them keep both cores of a small host busy while the
+caller waits for one. The first program of a run is the one the run waits for:
+`program(..., then=queue_the_rest)` queues the others only once that one is lowered, so that
+they trace while XLA compiles it (or loads it from the cache), not beside its tracing.
 
 A call runs the executable compiled for its arguments' shapes and dtypes: it waits for one
 being compiled, compiles one still queued itself (taking it from the queue), and compiles
@@ -34,6 +43,19 @@ from typing import Any, Callable, ContextManager, Optional
 import jax
 
 from bert_jax.runtime import time_split
+
+_pools_lock = threading.Lock()
+_pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+
+
+def _pool(stage: str) -> concurrent.futures.ThreadPoolExecutor:
+  """The process's threads of a stage, 'lower' (one) or 'compile' (two): see the docstring."""
+  with _pools_lock:
+    if stage not in _pools:
+      _pools[stage] = concurrent.futures.ThreadPoolExecutor(
+          max_workers=1 if stage == "lower" else 2,
+          thread_name_prefix=f"bert_jax-ahead-{stage}")
+    return _pools[stage]
 
 
 def spec(tree: Any) -> Any:
@@ -66,11 +88,32 @@ class AheadCompiled:
     self._background = background
     self._programs: dict[tuple, concurrent.futures.Future] = {}
     self._lock = threading.Lock()
-    self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+    self._closed = False
 
-  def _compile(self, args: tuple):
+  def _compile(self, args: tuple, then: Optional[Callable[[], None]] = None):
     with self._context():
-      return self._jitted.lower(*args).compile()
+      lowered = self._jitted.lower(*args)
+      if then is not None:
+        then()
+      return lowered.compile()
+
+  def _lower_ahead(self, args: tuple, future: concurrent.futures.Future) -> None:
+    """The 'lower' stage of a queued program: lowers it and hands it to the 'compile' stage."""
+    if not future.set_running_or_notify_cancel():  # taken by a caller, or dropped by close()
+      return
+    try:
+      with self._context():
+        lowered = self._jitted.lower(*args)
+    except BaseException as e:  # raised at the call that needs it
+      future.set_exception(e)
+      return
+
+    def compile_it():
+      try:
+        future.set_result(lowered.compile())
+      except BaseException as e:
+        future.set_exception(e)
+    _pool("compile").submit(compile_it)
 
   def ahead(self, *specs) -> None:
     """Queues the program for arguments of these shapes (`spec` of them), unless it is known."""
@@ -80,15 +123,17 @@ class AheadCompiled:
       return
     key = _signature(specs)
     with self._lock:
-      if key in self._programs:
+      if key in self._programs or self._closed:
         return
-      if self._pool is None:
-        self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="bert_jax-ahead-compile")
-      self._programs[key] = self._pool.submit(self._compile, specs)
+      future = self._programs[key] = concurrent.futures.Future()
+    _pool("lower").submit(self._lower_ahead, specs, future)
 
-  def program(self, *args):
-    """The executable for `args` (arrays or specs): compiled, waited for, or compiled here."""
+  def program(self, *args, then: Optional[Callable[[], None]] = None):
+    """The executable for `args` (arrays or specs): compiled, waited for, or compiled here.
+
+    `then` (None: nothing) is called once, as soon as no tracing of this call is left:
+    after lowering the program here, else before waiting for it or returning it.
+    """
     key = _signature(args)
     with self._lock:
       future = self._programs.get(key)
@@ -99,13 +144,16 @@ class AheadCompiled:
         mine = False
     if mine:
       try:
-        future.set_result(self._compile(args))
+        future.set_result(self._compile(args, then))
       except BaseException as e:  # the next call with these shapes raises it again
         future.set_exception(e)
         with self._lock:
           del self._programs[key]
         raise
-    elif not future.done():
+      return future.result()
+    if then is not None:
+      then()
+    if not future.done():
       start = time.time()
       concurrent.futures.wait([future])
       time_split.compile_clock().waited(time.time() - start)
@@ -115,10 +163,9 @@ class AheadCompiled:
     return self.program(*args)(*args)
 
   def close(self) -> None:
-    """Drops the queued compilations (a running one finishes); later calls compile here."""
+    """Drops this step's queued compilations (a running one finishes); later calls compile
+    here, and `ahead` queues nothing more."""
     with self._lock:
-      pool, self._pool = self._pool, None
+      self._closed = True
       for key in [k for k, f in self._programs.items() if f.cancel()]:
         del self._programs[key]
-    if pool is not None:
-      pool.shutdown(wait=False, cancel_futures=True)
