@@ -41,6 +41,7 @@ the CPU. A checkpoint saved with other settings is refused in one line
 (RESUME_MAY_CHANGE lists what may change).
 """
 import dataclasses
+import functools
 import json
 import time
 from typing import Any, Optional, Sequence
@@ -320,9 +321,12 @@ class SeedRun:
         epoch_start, epoch_first_step = time.time(), step
         batches = list(epoch_batches(c, self.train_lengths, self.n_train, seed, epoch,
                                      self.task.sort_by_length, self.buckets))
-        self.compile_ahead(state, batches, skip if epoch == first_epoch else 0,
-                           self.total_steps - step)
-        for index in range(skip if epoch == first_epoch else 0, len(batches)):
+        start = skip if epoch == first_epoch else 0
+        # The later shapes are queued once the first step's program is lowered (see
+        # ahead_compile): queue_ahead is called once, by the first step or after the loop.
+        queue_ahead = functools.partial(self.compile_ahead, state, batches, start,
+                                        self.total_steps - step)
+        for index in range(start, len(batches)):
           if step >= self.total_steps:
             break
           if loop.stop_requested(preempt=(seed, step) == self.preempt_at):
@@ -334,7 +338,10 @@ class SeedRun:
                                      self.pack)
           self.compiled_lengths.add(shape)
           with sharding.mesh_context(self.mesh, self.rules):
-            state, metrics = self.train_step(state, sharding.host_to_global(batch, self.mesh))
+            batch = sharding.host_to_global(batch, self.mesh)
+            program = self.train_step.program(state, batch, then=queue_ahead)
+            queue_ahead = None
+            state, metrics = program(state, batch)
           step += 1
           loop.add(metrics)
           if training_loop.due(step, c.log_every, self.total_steps):
@@ -346,6 +353,8 @@ class SeedRun:
                 prefix=f"seed{seed}_train_", steps_per_sec=window.steps / window.seconds)
           if training_loop.due(step, c.checkpoint_every) and step < self.total_steps:
             self.save(seed, state, epoch, index + 1, per_seed, loop)
+        if queue_ahead is not None:  # no step ran (the epoch was done): the eval programs
+          queue_ahead()
         jax.block_until_ready(state.step)
         seconds = time.time() - epoch_start
         examples = (step - epoch_first_step) * c.batch_size

@@ -300,9 +300,11 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
   params = jax.device_put(params)
   fn = make_embed_fn(config, pooling, tuple(layers), combine, bool(normalize), layer_weights)
   keys = ("input_ids", "input_mask", "segment_ids")
-  for batch in length_buckets.first_of_each_length(batches)[1:]:  # compiled while others run
-    fn.ahead(*ahead_compile.spec((params,) + tuple(length_buckets.cut(arrays, batch, keys)[k]
-                                                   for k in keys)))
+
+  def queue_ahead():  # the later lengths, compiled while others run (after the first's lowering)
+    for batch in length_buckets.first_of_each_length(batches)[1:]:
+      fn.ahead(*ahead_compile.spec((params,) + tuple(length_buckets.cut(arrays, batch, keys)[k]
+                                                     for k in keys)))
   out = []
   precision = "float32" if dtype == "float32" else "default"  # as make_embed_fn traces
   shown = train_log.Progress(progress, n, "sequences" if chunk_stride else "texts",
@@ -311,7 +313,9 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
     for batch in batches:
       cut = length_buckets.cut(arrays, batch, keys)
       cut["input_mask"][batch.rows < 0, 0] = 1  # padding rows: one "real" token, no 0 / 0
-      out.append(fn(params, cut["input_ids"], cut["input_mask"], cut["segment_ids"]))
+      args = (params, cut["input_ids"], cut["input_mask"], cut["segment_ids"])
+      out.append(fn.program(*args, then=queue_ahead)(*args))
+      queue_ahead = None
       if progress and len(out) > 1:  # counted when done, one batch behind the dispatch
         out[-2] = np.asarray(out[-2])
         shown.update(int((batches[len(out) - 2].rows >= 0).sum()))
