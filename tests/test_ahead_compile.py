@@ -179,3 +179,35 @@ def test_then_queues_the_next_shapes_once_the_callers_program_is_lowered():
   step.program(state, _batch(10), then=lambda: calls.append(1))  # known: `then` runs at once
   assert calls == [1]
   step.close()
+
+
+def test_close_during_a_lowering_drops_its_compilation_and_a_later_call_compiles_here():
+  entered, release = threading.Event(), threading.Event()
+  compiled = []
+
+  class Held:
+    """jax.jit(_step) whose background lowering waits for `release` and whose compilations
+    are recorded by thread."""
+    jitted = jax.jit(_step)
+
+    def lower(self, *args):
+      if threading.current_thread() is not threading.main_thread():
+        entered.set()
+        release.wait(10)
+      lowered = self.jitted.lower(*args)
+
+      class Lowered:
+        def compile(self):
+          compiled.append(threading.current_thread().name)
+          return lowered.compile()
+      return Lowered()
+
+  step = ahead_compile.AheadCompiled(Held())
+  state = {"w": jnp.ones(())}
+  step.ahead(ahead_compile.spec(state), ahead_compile.spec(_batch(8)))
+  assert entered.wait(10)
+  step.close()  # while the background thread lowers
+  release.set()
+  _, out = step(state, _batch(8))  # waits for the lowering, then compiles here
+  np.testing.assert_array_equal(out, jax.jit(_step)(state, _batch(8))[1])
+  assert compiled == [threading.current_thread().name]

@@ -27,8 +27,8 @@ A compilation that fails raises at the call that needs it, as it did before. Tim
 caller spends waiting counts as compile time in the run's time split
 (bert_jax.runtime.time_split), and the background compilations count apart.
 
-`close()` drops what is still queued; a compilation already running finishes (XLA cannot
-stop one), so a process exits at most one compilation later.
+`close()` drops what is still queued; a lowering or compilation already running finishes
+(XLA cannot stop one), so a process exits at most one lowering and two compilations later.
 
 Not on a GPU: there XLA autotunes a program by timing its kernels on the device, which beside
 a running step would time them against that step and take device memory from it. There
@@ -97,7 +97,7 @@ class AheadCompiled:
         then()
       return lowered.compile()
 
-  def _lower_ahead(self, args: tuple, future: concurrent.futures.Future) -> None:
+  def _lower_ahead(self, key: tuple, args: tuple, future: concurrent.futures.Future) -> None:
     """The 'lower' stage of a queued program: lowers it and hands it to the 'compile' stage."""
     if not future.set_running_or_notify_cancel():  # taken by a caller, or dropped by close()
       return
@@ -109,6 +109,13 @@ class AheadCompiled:
       return
 
     def compile_it():
+      with self._lock:
+        dropped = self._closed and self._programs.get(key) is future
+        if dropped:  # close() came after its lowering: not compiled, a later call compiles
+          del self._programs[key]
+      if dropped:
+        future.set_exception(concurrent.futures.CancelledError())
+        return
       try:
         future.set_result(lowered.compile())
       except BaseException as e:
@@ -126,7 +133,7 @@ class AheadCompiled:
       if key in self._programs or self._closed:
         return
       future = self._programs[key] = concurrent.futures.Future()
-    _pool("lower").submit(self._lower_ahead, specs, future)
+    _pool("lower").submit(self._lower_ahead, key, specs, future)
 
   def program(self, *args, then: Optional[Callable[[], None]] = None):
     """The executable for `args` (arrays or specs): compiled, waited for, or compiled here.
@@ -157,6 +164,8 @@ class AheadCompiled:
       start = time.time()
       concurrent.futures.wait([future])
       time_split.compile_clock().waited(time.time() - start)
+    if future.cancelled() or isinstance(future.exception(), concurrent.futures.CancelledError):
+      return self.program(*args)  # dropped by close() after its lowering: compiled here
     return future.result()
 
   def __call__(self, *args):
