@@ -38,24 +38,29 @@ import concurrent.futures
 import contextlib
 import threading
 import time
+import weakref
 from typing import Any, Callable, ContextManager, Optional
 
 import jax
 
 from bert_jax.runtime import time_split
 
+# The stages' executors, shared by the steps that hold them: when the last of those steps is
+# gone, so are its threads (an executor's threads end once it is garbage).
 _pools_lock = threading.Lock()
-_pools: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+_pools: "weakref.WeakValueDictionary[str, concurrent.futures.ThreadPoolExecutor]" = (
+    weakref.WeakValueDictionary())
 
 
 def _pool(stage: str) -> concurrent.futures.ThreadPoolExecutor:
-  """The process's threads of a stage, 'lower' (one) or 'compile' (two): see the docstring."""
+  """The threads of a stage, 'lower' (one) or 'compile' (two): see the module docstring."""
   with _pools_lock:
-    if stage not in _pools:
-      _pools[stage] = concurrent.futures.ThreadPoolExecutor(
+    pool = _pools.get(stage)
+    if pool is None:
+      pool = _pools[stage] = concurrent.futures.ThreadPoolExecutor(
           max_workers=1 if stage == "lower" else 2,
           thread_name_prefix=f"bert_jax-ahead-{stage}")
-    return _pools[stage]
+    return pool
 
 
 def spec(tree: Any) -> Any:
@@ -89,6 +94,7 @@ class AheadCompiled:
     self._programs: dict[tuple, concurrent.futures.Future] = {}
     self._lock = threading.Lock()
     self._closed = False
+    self._stages: tuple = ()  # the 'lower' and 'compile' executors, once it queues
 
   def _compile(self, args: tuple, then: Optional[Callable[[], None]] = None):
     with self._context():
@@ -120,7 +126,7 @@ class AheadCompiled:
         future.set_result(lowered.compile())
       except BaseException as e:
         future.set_exception(e)
-    _pool("compile").submit(compile_it)
+    self._stages[1].submit(compile_it)
 
   def ahead(self, *specs) -> None:
     """Queues the program for arguments of these shapes (`spec` of them), unless it is known."""
@@ -133,7 +139,8 @@ class AheadCompiled:
       if key in self._programs or self._closed:
         return
       future = self._programs[key] = concurrent.futures.Future()
-    _pool("lower").submit(self._lower_ahead, key, specs, future)
+      self._stages = self._stages or (_pool("lower"), _pool("compile"))
+    self._stages[0].submit(self._lower_ahead, key, specs, future)
 
   def program(self, *args, then: Optional[Callable[[], None]] = None):
     """The executable for `args` (arrays or specs): compiled, waited for, or compiled here.
