@@ -10,7 +10,7 @@ are first used, each program stops the run for its compilation; queued here in t
 of first use, they compile while the steps before them run (on an accelerator the host is
 idle then; on a CPU the compiler's one thread takes what the step leaves).
 
-Queued programs go through two stages, shared by every step of the process: one thread
+Queued programs go through two stages, shared by the steps that are alive: one thread
 traces and lowers them, one at a time, in the order they were queued (the train step's lengths
 before the eval step's), and two threads compile what it has lowered. Tracing holds Python's
 GIL, so two traces at once each take about twice as long; XLA's compilation (and a load from
