@@ -584,20 +584,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   impl = train_core.prng_impl(config.model)
   init_fn = lambda rng: train_core.init_state(params_init, tx, rng, impl)  # noqa: E731
 
-  # -- Jitted steps (compiled once, shared by every seed) ------------------------------
-  _, state_shardings = sharding.abstract_state(init_fn, mesh, rules, jax.random.PRNGKey(0))
-  batch_shard = sharding.batch_sharding(mesh)
-  # Each compiled per batch shape, those known ahead in a background thread (SeedRun).
-  trace_context = lambda: sharding.mesh_context(mesh, rules)  # noqa: E731
-  train_step = ahead_compile.AheadCompiled(jax.jit(
-      train_core.make_train_step(task_lib.objective(task), tx, schedule,
-                                 config.optimizer.grad_accum_steps, prng_impl=impl),
-      in_shardings=(state_shardings, batch_shard), out_shardings=(state_shardings, None),
-      donate_argnums=(0,)), trace_context)
-  predict_step = ahead_compile.AheadCompiled(jax.jit(
-      task_lib.predict_fn(task_model), in_shardings=(state_shardings.params, batch_shard)),
-      trace_context)
-
   # -- One run per seed: initial state (or this workdir's checkpoint), epochs, eval ------
   keys = task_lib.MODEL_INPUTS + task.label_keys
   fresh_heads = () if config.eval_only else bundle.TASK_HEADS
@@ -615,7 +601,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
       str(out_dir / workdir_owner.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
-  state, _, meta, how = ckpt_lib.initial_state(
+  state, state_shardings, meta, how = ckpt_lib.initial_state(
       init_fn, tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
       pretrained=pretrained, fresh_heads=fresh_heads, run_config=config_record,
       check=ckpt_lib.config_resume_check(
@@ -623,6 +609,20 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
           RESUME_MAY_CHANGE + tuple(k.strip() for k in config.resume_allow_changes.split(",")
                                     if k.strip()),
           ("batch_size",), "the init_checkpoint's vocab"))
+  # -- Jitted steps (compiled once, shared by every seed) ------------------------------
+  # The state's shardings are initial_state's (from the init function's shapes, traced once).
+  batch_shard = sharding.batch_sharding(mesh)
+  # Each compiled per batch shape, those known ahead in a background thread (SeedRun).
+  trace_context = lambda: sharding.mesh_context(mesh, rules)  # noqa: E731
+  train_step = ahead_compile.AheadCompiled(jax.jit(
+      train_core.make_train_step(task_lib.objective(task), tx, schedule,
+                                 config.optimizer.grad_accum_steps, prng_impl=impl),
+      in_shardings=(state_shardings, batch_shard), out_shardings=(state_shardings, None),
+      donate_argnums=(0,)), trace_context)
+  predict_step = ahead_compile.AheadCompiled(jax.jit(
+      task_lib.predict_fn(task_model), in_shardings=(state_shardings.params, batch_shard)),
+      trace_context)
+
   # Where training goes on: the checkpoint's seed, epoch and batch, and the results of the
   # seeds it finished; else the first seed from its start.
   per_seed = list(meta["per_seed"]) if meta else []
