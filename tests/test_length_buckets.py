@@ -16,12 +16,14 @@ def _mask(lengths, seq_len):
 
 
 def test_bucket_lengths_are_few_and_end_at_the_max():
-  assert length_buckets.bucket_lengths(128) == (8, 16, 24, 32, 48, 64, 96, 128)
-  assert length_buckets.bucket_lengths(100) == (8, 16, 24, 32, 48, 64, 96, 100)
+  assert length_buckets.bucket_lengths(128) == (8, 12, 16, 24, 32, 48, 64, 96, 128)
+  assert length_buckets.bucket_lengths(100) == (8, 12, 16, 24, 32, 48, 64, 96, 100)
   assert length_buckets.bucket_lengths(8) == (8,)
   buckets = length_buckets.bucket_lengths(128)
-  assert [length_buckets.bucket_of(n, buckets) for n in (1, 8, 9, 33, 97, 128)] == [
-      8, 8, 16, 48, 128, 128]
+  assert [length_buckets.bucket_of(n, buckets) for n in (1, 8, 9, 13, 33, 97, 128)] == [
+      8, 8, 12, 16, 48, 128, 128]
+  every = length_buckets.bucket_lengths(2048)
+  assert all(b <= 1.5 * a for a, b in zip(every, every[1:]))  # padding to at most 1.5x
   with pytest.raises(ValueError, match="129 tokens exceeds the longest bucket 128"):
     length_buckets.bucket_of(129, buckets)
 
@@ -171,7 +173,7 @@ def test_chosen_buckets_are_the_cheapest_subset():
   longest row fits) costs less in padded row-tokens plus shapes x cost."""
   import itertools  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
-  candidates = length_buckets.bucket_lengths(64)  # 8 16 24 32 48 64
+  candidates = length_buckets.bucket_lengths(64)  # 8 12 16 24 32 48 64
   for trial in range(30):
     groups = [(rng.integers(1, 65 if trial % 3 else 30, size=rng.integers(1, 60)), 2.0),
               (rng.integers(1, 40, size=rng.integers(0, 20)), 1 / 3)]
@@ -187,7 +189,7 @@ def test_chosen_buckets_are_the_cheapest_subset():
 
 def test_no_shape_cost_keeps_every_needed_length_and_a_large_one_keeps_one():
   lengths = np.array([3, 9, 9, 17, 30, 41])
-  assert length_buckets.choose_buckets([(lengths, 1.0)], 64, 0.0) == (8, 16, 24, 32, 48)
+  assert length_buckets.choose_buckets([(lengths, 1.0)], 64, 0.0) == (8, 12, 24, 32, 48)
   assert length_buckets.choose_buckets([(lengths, 1.0)], 64, 1e9) == (48,)  # not 64
   assert length_buckets.choose_buckets([(np.zeros(0, int), 1.0)], 64, 5.0) == (8,)
   with pytest.raises(ValueError, match="a row of 70 tokens exceeds the max length 64"):
@@ -210,7 +212,7 @@ def test_a_cpu_run_keeps_several_lengths_where_a_gpu_run_keeps_one():
 
 def test_the_length_buckets_key():
   assert length_buckets.parse_buckets("auto", 64) == "auto"
-  assert length_buckets.parse_buckets("all", 64) == (8, 16, 24, 32, 48, 64)
+  assert length_buckets.parse_buckets("all", 64) == (8, 12, 16, 24, 32, 48, 64)
   assert length_buckets.parse_buckets("16, 32,64", 64) == (16, 32, 64)
   for bad in ("16,8,64", "16,32", "0,64", "x", "", "16,32,128"):
     with pytest.raises(ValueError, match="give 'auto', 'all', or ascending lengths ending at "

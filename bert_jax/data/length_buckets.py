@@ -6,7 +6,8 @@ cut to the smallest length of a small fixed set (`bucket_lengths`) that holds it
 longest row, so a jitted step compiles at most once per length (and the count
 is logged).
 
-  bucket_lengths    the fixed set for a max length: multiples of 8, each at most 1.5x the last
+  bucket_lengths    the fixed set for a max length: 8, 12, then multiples of 8, each at most
+                    1.5x the last
   choose_buckets    the subset of it a run uses: each extra length must save more padded
                     tokens than its compilation costs (`shape_cost`, in row-tokens)
   parse_buckets     the `length_buckets` config key: 'auto', 'all', or explicit lengths
@@ -26,8 +27,10 @@ import dataclasses
 import jax
 import numpy as np
 
-# Lengths a bucket may take (those up to the max length, and the max length itself).
-_LENGTHS = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
+# Lengths a bucket may take (those up to the max length, and the max length itself): each at
+# most 1.5x the one before, so a row of more than 8 tokens is padded to less than 1.5x that.
+# 12 matters on a CPU: 69% of CoLA's training rows hold 5 to 12 tokens ([CLS] and [SEP] too).
+_LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048)
 # Training batches are formed within windows of this many batches of the permutation,
 # sorted by length: rows of a batch are alike in length, batches still random.
 WINDOW_BATCHES = 64

@@ -105,9 +105,11 @@ def peak_flops_for_kind(kind: str, dtype: str = "float32") -> float:
 # What one more sequence length (a bucket) costs a fine-tuning run, per platform: its train
 # and eval programs' compile seconds, a + b x layers, and the effective rate of the step in
 # FLOP/s. Fixed guesses of the right order, never measurements, so that a run's buckets (and
-# so its batches) are the same on every machine of a platform. CPU: MiniLM's train and eval
-# programs took about 10 s to compile on the project's 2-core machine.
-SHAPE_COMPILE_SECONDS = {"cpu": (2.0, 1.2), "gpu": (5.0, 1.5), "tpu": (10.0, 3.0)}
+# so its batches) are the same on every machine of a platform. CPU: the run's time one more
+# length costs MiniLM on the project's 2-core machine, halfway between a cold compile (about
+# 10 s: its train and eval programs compile beside the steps, bert_jax.training.ahead_compile)
+# and a load from the compilation cache that is on by default (about 2-3 s).
+SHAPE_COMPILE_SECONDS = {"cpu": (1.5, 0.8), "gpu": (5.0, 1.5), "tpu": (10.0, 3.0)}
 STEP_FLOPS_PER_SECOND = {"cpu": 5e10, "gpu": 2e14, "tpu": 1e14}
 
 
