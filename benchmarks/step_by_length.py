@@ -14,6 +14,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax, jax.numpy as jnp, numpy as np, optax
+from bert_jax.data import length_buckets
 from bert_jax.modeling import model_config, flops
 from bert_jax.tasks import glue_task, task as task_lib
 from bert_jax.training import train_core
@@ -29,7 +30,7 @@ step = jax.jit(train_core.make_train_step(task_lib.objective(task), tx, optax.co
                                           prng_impl="threefry2x32"), donate_argnums=(0,))
 B = 32
 rows = []
-for L in (8, 16, 24, 32, 48, 64):
+for L in length_buckets.bucket_lengths(64):  # the fixed lengths a bucket may take
   rng = np.random.default_rng(L)
   batch = {"input_ids": jnp.asarray(rng.integers(1000, 30000, (B, L)), jnp.int32),
            "input_mask": jnp.ones((B, L), jnp.int32), "segment_ids": jnp.zeros((B, L), jnp.int32),
