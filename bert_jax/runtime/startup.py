@@ -25,6 +25,7 @@ from typing import Sequence
 
 from absl import logging
 
+from bert_jax.runtime import host_malloc
 from bert_jax.runtime import xla_flags
 
 def verbose_requested(argv: Sequence[str]) -> bool:
@@ -155,3 +156,5 @@ def _quiet_failed_saves() -> None:
 
 _quiet_start_up()
 xla_flags.apply()  # before any backend starts: XLA reads XLA_FLAGS once
+# before JAX starts its threads: an arena is a thread's from its first malloc on
+HOST_MALLOC = host_malloc.apply(xla_flags.cpu_only_machine())
