@@ -1,35 +1,40 @@
-"""glibc's malloc told to keep what a CPU run frees, so each step reuses its buffers' pages.
+"""On a CPU machine, a step's buffers come back from freed memory instead of fresh pages.
 
-XLA:CPU takes a step's buffers from malloc and frees them when the step ends. With glibc's
-defaults the memory goes back to the kernel: blocks above the mmap threshold are unmapped on
-free, a thread arena's heap is unmapped once it is all free, and the heaps' free tops are
-trimmed. So every step maps its buffers afresh, and the kernel zeroes each page at its first
-touch. A MiniLM fine-tuning run on a 2-core CPU (CoLA, 4,000 rows, warm compilation cache;
+XLA:CPU takes a step's buffers from malloc and frees them when the step ends. By default they
+went back to the kernel: JAX ran each computation on a thread of its own, glibc gives such a
+thread an arena of its own, and an arena's blocks above 64 MiB (a step's temporaries are one
+buffer, hundreds of MiB at MiniLM's size) are always mapped on their own and unmapped on free.
+So every step mapped its buffers afresh, and the kernel zeroed each page at its first touch: a
+MiniLM fine-tuning run on a 2-core CPU (CoLA, 4,000 rows, warm compilation cache;
 benchmarks/README.md, 2026-11-27) took 6.9 million page faults and 15 s of system time in 48 s.
 
-On a machine with no accelerator, program start-up (bert_jax.runtime.startup, before JAX starts
-its threads) sets with mallopt:
+On a machine with no accelerator, program start-up (bert_jax.runtime.startup, before JAX's
+backend starts) sets:
 
-  M_ARENA_MAX 1           one arena: XLA's worker threads allocate from the main heap
-  M_MMAP_MAX 0            no block is mmapped on its own: large buffers come from the heap too
-  M_TRIM_THRESHOLD 2 GiB  the heap keeps up to 2 GiB of free memory at its top
-  M_TOP_PAD 256 MiB       the heap grows 256 MiB at a time (address space: pages are touched
-                          when used)
+  jax_cpu_enable_async_dispatch False  a one-device computation runs on the calling thread,
+                                       whose allocations come from glibc's main heap
+  mallopt M_MMAP_MAX 0                 no block is mapped on its own: large ones come from
+                                       the heap too, and are reused once freed
+  mallopt M_TRIM_THRESHOLD 2 GiB       the heap keeps up to 2 GiB of free memory at its top
+  mallopt M_TOP_PAD 256 MiB            the heap grows 256 MiB at a time (address space; pages
+                                       are touched when used)
 
-Each is needed: without the first three together the page faults stayed at 3.1-6.9 million.
-The same run with them: 0.56 million page faults, 2.7 s of system time, 44 s. The price is that
-the process keeps its peak heap for reuse instead of returning it. Results are unchanged (the
-same programs on the same data). On an accelerator host, or with another C library, nothing is
-set. BERT_JAX_HOST_MALLOC=default keeps glibc's defaults.
+The same run: 0.6 million page faults, 2.5 s of system time, 44 s; each part alone changed
+nothing. The compilations' threads keep their own arenas (one shared arena did as well for the
+steps, but made a cold run's compilations 50% slower). The price: the process keeps its peak
+heap for reuse instead of returning it (a cold run's peak resident memory 3.2 GB instead of
+2.8 GB), and the host waits for each step before preparing the next (what it does between
+steps is a few milliseconds). Results are unchanged: the same programs on the same data. On an
+accelerator host, or without glibc, nothing is set. BERT_JAX_HOST_MALLOC=default keeps JAX's
+and glibc's defaults.
 """
 import ctypes
 import os
 import sys
 
 # mallopt's parameter numbers (glibc's malloc.h).
-_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -2, -4, -8
-SETTINGS = ((_M_ARENA_MAX, 1), (_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1),
-            (_M_TOP_PAD, 256 << 20))
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+SETTINGS = ((_M_MMAP_MAX, 0), (_M_TRIM_THRESHOLD, 2**31 - 1), (_M_TOP_PAD, 256 << 20))
 ENV = "BERT_JAX_HOST_MALLOC"
 
 
@@ -48,10 +53,14 @@ def keep_freed_memory() -> bool:
 
 
 def apply(cpu_only: bool, environ=os.environ) -> bool:
-  """keep_freed_memory() on a machine with no accelerator unless BERT_JAX_HOST_MALLOC=default;
-  whether it was set."""
+  """On a machine with no accelerator (`cpu_only`), unless BERT_JAX_HOST_MALLOC=default: the
+  settings above; whether they were set."""
   setting = environ.get(ENV, "")
   if setting not in ("", "default"):
-    raise SystemExit(f"{ENV}={setting!r}: the one value it takes is 'default' (glibc's own "
-                     "malloc settings)")
-  return cpu_only and setting != "default" and keep_freed_memory()
+    raise SystemExit(f"{ENV}={setting!r}: the one value it takes is 'default' (JAX's and "
+                     "glibc's defaults)")
+  if not cpu_only or setting == "default" or not keep_freed_memory():
+    return False
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update("jax_cpu_enable_async_dispatch", False)
+  return True

@@ -156,5 +156,5 @@ def _quiet_failed_saves() -> None:
 
 _quiet_start_up()
 xla_flags.apply()  # before any backend starts: XLA reads XLA_FLAGS once
-# before JAX starts its threads: an arena is a thread's from its first malloc on
+# before the backend starts: it reads jax_cpu_enable_async_dispatch once
 HOST_MALLOC = host_malloc.apply(xla_flags.cpu_only_machine())
