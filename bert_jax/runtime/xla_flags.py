@@ -22,6 +22,7 @@ this at start-up (bert_jax.cli, imported before any backend starts), the step be
 XLA reads XLA_FLAGS once, when the GPU backend starts, so later changes do nothing. The
 run header says which flags were added (`describe`).
 """
+import functools
 import os
 from typing import MutableMapping
 
@@ -62,6 +63,7 @@ def _has_nvidia_gpu() -> bool:
     return False
 
 
+@functools.cache  # about 150 ms of PCI probes, asked by every part of start-up
 def cpu_only_machine() -> bool:
   """True when the machine has no TPU chip and no NVIDIA or AMD GPU (JAX's own PCI / device
   checks); False when they cannot be made."""
