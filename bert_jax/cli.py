@@ -29,6 +29,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from bert_jax.runtime import distributed
+from bert_jax.runtime import python_gc
 from bert_jax.runtime import startup  # first: quiet start-up  # pylint: disable=g-bad-import-order
 
 _HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
@@ -277,7 +278,8 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   writer = jax.process_index() == 0
   try:
     with workdir_lock.hold(workdir_path) if writer else contextlib.nullcontext():
-      return run(config.value, workdir_path)
+      with python_gc.tuned():
+        return run(config.value, workdir_path)
   except (checkpoint.ResumeMismatchError, checkpoint.CheckpointSaveError,
           workdir_lock.WorkdirInUseError, train_core.NonFiniteLossError,
           write_errors.OutputWriteError, checkpoint.UnreadableCheckpointsError) as e:

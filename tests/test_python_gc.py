@@ -1,0 +1,30 @@
+"""The garbage collector's settings while a program runs (bert_jax.runtime.python_gc)."""
+import gc
+
+from bert_jax.runtime import python_gc
+
+
+def test_tuned_raises_the_young_threshold_freezes_and_restores_both():
+  before = gc.get_threshold()
+  gc.set_threshold(700, 10, 10)
+  try:
+    kept = [object() for _ in range(10)]
+    with python_gc.tuned():
+      assert gc.get_threshold() == (python_gc.YOUNG_THRESHOLD, 10, 10)
+      assert gc.get_freeze_count() > 0  # what was alive at the start is frozen
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
+    del kept
+  finally:
+    gc.set_threshold(*before)
+
+
+def test_tuned_leaves_automatic_collection_off_when_it_was_off():
+  before = gc.get_threshold()
+  gc.set_threshold(0)
+  try:
+    with python_gc.tuned():
+      assert gc.get_threshold()[0] == 0
+    assert gc.get_threshold()[0] == 0
+  finally:
+    gc.set_threshold(*before)
