@@ -42,3 +42,24 @@ def test_auto_caches_in_the_user_cache_dir_and_off_caches_nothing(tmp_path):
   assert _run(str(other), env) == str(other) and list(other.iterdir())
   env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path / "env")  # 'auto' keeps the user's choice
   assert _run("auto", env) == str(tmp_path / "env")
+
+
+_MIN_TIME_SCRIPT = """
+import sys, jax
+from bert_jax.runtime import compile_cache
+compile_cache.enable(sys.argv[1])
+print(jax.config.jax_persistent_cache_min_compile_time_secs)
+"""
+
+
+def test_programs_of_a_fifth_of_a_second_are_cached_unless_the_environment_says(tmp_path):
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+  env["PYTHONPATH"] = str(ROOT)
+
+  def min_seconds(environ):
+    out = subprocess.run([sys.executable, "-c", _MIN_TIME_SCRIPT, str(tmp_path / "c")],
+                         capture_output=True, text=True, env=environ, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return float(out.stdout.strip().splitlines()[-1])
+  assert min_seconds(env) == 0.2  # JAX's own default is 1 s
+  assert min_seconds(dict(env, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.7")) == 0.7
