@@ -643,8 +643,9 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   if task.zero_shot and not config.eval_only and not meta:
     baselines = zero_shot(config, predict_step, state, task, buckets, mesh, rules, split,
                           is_writer)
-  run = SeedRun(config, train_step, predict_step, schedule, ckpts, logger, split, task, keys,
-                pack, train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
+  # The logged learning rate: one compiled program, not the schedule's operations one by one.
+  run = SeedRun(config, train_step, predict_step, jax.jit(schedule), ckpts, logger, split, task,
+                keys, pack, train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
                 dict(description, config=config_record, zero_shot=baselines), preempt_at)
   stop = stop_signals.StopSignals()
   failed = True
