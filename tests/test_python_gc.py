@@ -8,13 +8,11 @@ def test_tuned_raises_the_young_threshold_freezes_and_restores_both():
   before = gc.get_threshold()
   gc.set_threshold(700, 10, 10)
   try:
-    kept = [object() for _ in range(10)]
     with python_gc.tuned():
       assert gc.get_threshold() == (python_gc.YOUNG_THRESHOLD, 10, 10)
       assert gc.get_freeze_count() > 0  # what was alive at the start is frozen
     assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_freeze_count() == 0
-    del kept
   finally:
     gc.set_threshold(*before)
 
@@ -28,3 +26,14 @@ def test_tuned_leaves_automatic_collection_off_when_it_was_off():
     assert gc.get_threshold()[0] == 0
   finally:
     gc.set_threshold(*before)
+
+
+def test_tuned_leaves_a_callers_own_freeze_in_place():
+  gc.freeze()
+  try:
+    frozen = gc.get_freeze_count()
+    with python_gc.tuned():
+      pass
+    assert gc.get_freeze_count() == frozen
+  finally:
+    gc.unfreeze()
