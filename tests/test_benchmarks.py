@@ -206,7 +206,11 @@ def test_gpu_suite_names_missing_packages_in_one_line_before_writing(tmp_path, m
 
 
 def test_step_variants_parse_environment_words_and_refuse_bad_names():
-  import step_variants  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, str(ROOT / "benchmarks" / "experiments"))
+  try:
+    import step_variants  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.remove(str(ROOT / "benchmarks" / "experiments"))
   v = step_variants.parse_variant(
       "combo=XLA_FLAGS='--a=1 --b=2' USE_X=1 --drop_mask --set model.prng_impl=rbg")
   assert v == dict(name="combo", env={"XLA_FLAGS": "--a=1 --b=2", "USE_X": "1"},

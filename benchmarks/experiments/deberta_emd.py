@@ -1,7 +1,14 @@
 r"""DeBERTa's enhanced mask decoder on and off: tiny recipe=deberta pretraining, MLM accuracy.
 
-  python benchmarks/deberta_emd.py --files .../corpus/books/war_and_peace.pg2600.txt \
-      [--seeds 0,1] [--steps 300] [--workdir /tmp/bert_jax_emd]
+What it showed (War and Peace, 300 steps, seeds 0 and 1, 2026-11-24): the EMD raised the
+held-out MLM accuracy by 0.018 and 0.015 (0.2392 against 0.2215, 0.2483 against 0.2329; a
+standard error near 0.004) and lowered the held-out loss by 0.21 in both seeds, which is why
+recipe=deberta turns it on.
+
+  python benchmarks/experiments/deberta_emd.py --files BOOK.txt \
+      [--seeds 0,1] [--steps 300] [--workdir DIR]
+
+War and Peace is Project Gutenberg's book 2600 (plain text).
 
 Runs `python -m bert_jax.pretrain --config configs/pretrain.py:tiny,recipe=deberta` with
 `--config.emd=true` and `--config.emd=false` for each seed, the same data stream, and an
@@ -17,7 +24,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 
 
 def _records(workdir):
@@ -30,7 +37,7 @@ def main():
   parser.add_argument("--files", required=True, help="training text (sentence per line)")
   parser.add_argument("--seeds", default="0,1")
   parser.add_argument("--steps", type=int, default=300)
-  parser.add_argument("--workdir", default="/tmp/bert_jax_emd")
+  parser.add_argument("--workdir", default=os.path.join(os.getcwd(), "deberta_emd_runs"))
   args, extra = parser.parse_known_args()
   print("emd | seed | train mlm_accuracy (last 5 logs) | eval mlm_accuracy | eval mlm_loss | wall")
   for seed in args.seeds.split(","):

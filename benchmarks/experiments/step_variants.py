@@ -1,6 +1,13 @@
 r"""Variants of one train step, each in its own process, in one table: which change pays.
 
-  python benchmarks/step_variants.py [--out DIR] [--budget_s 300] \
+What it showed (base, batch 256 x seq 128, bf16, configs/pretrain.py:base,fused_attention,
+on an NVIDIA H100 80GB HBM3, 2026-11-26): cuBLAS for every GEMM
+(XLA_FLAGS=--xla_gpu_enable_triton_gemm=false) was 2.8 % faster than XLA's Triton GEMM
+fusions and compiled in two thirds of the time (21.5 s against 32.0 s); dropping the dense
+attention mask (--drop_mask, every token real) was 2.3 % faster. Both became defaults on a
+machine with an NVIDIA GPU (cuBLAS GEMMs; cuDNN attention masked by key lengths).
+
+  python benchmarks/experiments/step_variants.py [--out DIR] [--budget_s 300] \
       --common "--config configs/pretrain.py:base,fused_attention --batch_size 256 \
                 --seq_len 128 --dtype bfloat16 --steps 10 --rounds 3" \
       --variant "baseline=" \
@@ -25,7 +32,7 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/
 ENV_WORD = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 
 
@@ -96,7 +103,8 @@ def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--common", default="", help="train_step.py flags every variant gets")
   p.add_argument("--variant", action="append", default=[], help="NAME=[VAR=VALUE ...] FLAGS")
-  p.add_argument("--out", default=os.environ.get("OUT") or tempfile.mkdtemp(prefix="variants_"))
+  p.add_argument("--out", default=os.path.join(os.getcwd(), "step_variants_out"),
+                 help="where variants.json, variants.md and variants.log go")
   p.add_argument("--budget_s", type=float, default=300.0, help="all variants together")
   args = p.parse_args(argv)
   if not args.variant:
