@@ -1,10 +1,27 @@
 r"""Named-entity recognition on CoNLL-format files: `configs/ner.py`.
 
-DIR holds train.txt, valid.txt and optionally test.txt (CoNLL-2003 layout:
-word first, tag last, `-DOCSTART-` and blank lines; IOB1 or IOB2 tags):
+$CONLL_DIR holds train.txt, valid.txt and optionally test.txt (the CoNLL-2003 shared task's
+English files in their original layout: word first, tag last, `-DOCSTART-` and blank lines;
+IOB1 or IOB2 tags). CKPT is any bert_jax checkpoint.
+
+The CPU recipe: all-MiniLM-L6-v2 (converted to /tmp/minilm as the README's "Fine-tune"
+section shows), the first 2,000 training sentences for two epochs:
+
+  python -m bert_jax.finetune --config configs/ner.py --workdir /tmp/ner_minilm \
+      --config.init_checkpoint=/tmp/minilm --config.data_dir=$CONLL_DIR \
+      --config.max_train_examples=2000 --config.max_seq_length=64 \
+      --config.learning_rate=1e-4 --config.num_epochs=2
+
+Expected (seed 0, 124 steps of batch 32): the loss falls from about 2.2 (ln 9: nine tags) to
+about 0.2; valid entity F1 (conlleval) 0.690 (PER 0.876, LOC 0.757, MISC 0.466, ORG 0.409) and
+word accuracy 0.949, against a model that tags every word `O` (F1 0, accuracy 0.833). About 3.5
+to 11 minutes on a 2-core CPU. The whole training set (14,041 sentences) for 3 epochs scores
+higher and takes about ten times as long.
+
+BERT's recipe:
 
   python -m bert_jax.finetune --config configs/ner.py --workdir /tmp/ner \
-      --config.init_checkpoint=CKPT --config.data_dir=../shared/data/ner/conll2003
+      --config.init_checkpoint=CKPT --config.data_dir=$CONLL_DIR
 
 Files are IOB1 or IOB2, each detected and its predictions written in its own
 scheme; the labels are O, B-X and I-X of every entity type X of the training

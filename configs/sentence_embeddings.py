@@ -4,13 +4,13 @@ A siamese encoder (one set of weights for every sentence; mean or [CLS]
 pooling) trained with CoSENT, cosine-similarity MSE, in-batch-negative ranking
 (mnrl) or triplet loss, as sentence-transformers defines them; scored by the
 Spearman correlation between the cosine of each eval pair and its gold score.
-CoSENT on the STS Benchmark training pairs, from all-MiniLM-L6-v2 (converted
-with python -m bert_jax.convert):
+$STSB_DIR holds the STS Benchmark release files (sts-train.tsv, sts-dev.tsv, sts-test.tsv;
+GLUE's download keeps them in STS-B/original/). CoSENT on the training pairs, from
+all-MiniLM-L6-v2 (converted to /tmp/minilm as the README's "Fine-tune" section shows):
 
-  python -m bert_jax.finetune --config configs/sentence_embeddings.py --workdir /tmp/sts \
-      --config.init_checkpoint=/tmp/minilm \
-      --config.train_file=../shared/data/glue/STS-B/original/sts-train.tsv \
-      --config.eval_file=../shared/data/glue/STS-B/original/sts-test.tsv --config.loss=cosent
+  python -m bert_jax.finetune --config configs/sentence_embeddings.py --workdir /tmp/sts_cosent \
+      --config.init_checkpoint=/tmp/minilm --config.loss=cosent \
+      --config.train_file=$STSB_DIR/sts-train.tsv --config.eval_file=$STSB_DIR/sts-test.tsv
 
 Files: `sentence1<TAB>sentence2<TAB>score` (or the STS Benchmark release
 layout) for cosent / cosine and for eval_file; `anchor<TAB>positive` or
@@ -25,9 +25,9 @@ bundle.json records `embedding: {pooling, normalize}`; `python -m bert_jax.embed
 --checkpoint WORKDIR/export` embeds with them by default.
 Hyperparameters are sentence-transformers' STS-B example: batch 16, 1 epoch
 (the example runs 4), learning rate 2e-5, 10% warmup, AdamW with weight decay
-0.01. Measured (the command above, seed 0): all-MiniLM-L6-v2's STS-B test
+0.01. Expected (the command above, seed 0): all-MiniLM-L6-v2's STS-B test
 Spearman 0.8203 before (the run prints it as zero_shot_spearman), 0.8393 after one
-epoch (359 steps); 6.2 minutes on a quiet 2-core CPU machine.
+epoch (359 steps of batch 16); about 6 to 17 minutes on a 2-core CPU.
 
 Every key is declared here or, with its comment, in bert_jax/training/config_sections.py
 (`finetune`); `--config.a.b=v` overrides it, an unknown key is an error.

@@ -1,9 +1,28 @@
 r"""SQuAD fine-tuning configs: `configs/squad.py:version=1.1` or `version=2.0`.
 
-From the original JSON files (data_dir/train-v1.1.json, data_dir/dev-v1.1.json):
+$SQUAD_DIR holds the original JSON files as the SQuAD site publishes them (train-v1.1.json,
+dev-v1.1.json; train-v2.0.json, dev-v2.0.json). CKPT is any bert_jax checkpoint.
+
+The CPU recipe: all-MiniLM-L6-v2 (converted to /tmp/minilm as the README's "Fine-tune"
+section shows) on the dev file split by article: 2,000 questions of its first 18 articles for
+one epoch, scored on the next 6 (1,025 questions):
+
+  python -m bert_jax.finetune --config configs/squad.py:version=1.1 --workdir /tmp/squad_minilm \
+      --config.init_checkpoint=/tmp/minilm --config.data_dir=$SQUAD_DIR \
+      --config.train_file=dev-v1.1.json --config.train_articles=:18 \
+      --config.eval_file=dev-v1.1.json --config.eval_articles=18:24 \
+      --config.max_train_examples=2000 --config.max_seq_length=192 --config.doc_stride=64 \
+      --config.batch_size=16 --config.learning_rate=2e-4 --config.num_epochs=1
+
+Expected (seed 0, 2,645 windows, 165 steps of batch 16): before the first step the run scores
+its untrained span head (exact match 0.10, F1 6.42); the loss falls from about 4.9 to 2.7;
+exact match 22.6 and F1 34.9 on the 6 held-out articles. About 10 to 25 minutes on a 2-core CPU.
+
+Google's recipe (the defaults; 2 epochs over 88,000 questions at 384 tokens: an accelerator
+run, many hours on a CPU):
 
   python -m bert_jax.finetune --config configs/squad.py:version=1.1 --workdir /tmp/squad \
-      --config.init_checkpoint=CKPT --config.data_dir=DIR
+      --config.init_checkpoint=CKPT --config.data_dir=$SQUAD_DIR
 
 or from a prepared TFDS squad/v1.1 (`--config.data_source=tfds
 --config.tfds_data_dir=DIR`). Other files: `--config.train_file=PATH
@@ -67,7 +86,7 @@ def get_config(arg=None):
   # Evaluation JSON (its answers are the gold answers), absolute or relative to data_dir.
   c.eval_file = f"dev-v{version}.json"
   # Articles of train_file to train on, a Python slice 'start:stop' ('' = all). With
-  # eval_articles, one file split by article: a short recipe on ../shared/data's dev subset.
+  # eval_articles, one file split by article (the CPU recipe above trains and scores on dev).
   c.train_articles = ""
   # Articles of eval_file to evaluate on (scored against those articles only), as above.
   c.eval_articles = ""
