@@ -1,7 +1,10 @@
 r"""Exact resume of the pretraining input at a deep position, and what the resume costs.
 
-  python benchmarks/data_resume.py --input '../shared/data/corpus/books/war_and_peace.pg2600.txt' \
-      --vocab ../shared/data/vocab/bert-base-uncased/vocab.txt --batch_size 8 --position 10000
+  python benchmarks/data_resume.py --input BOOK.txt \
+      --vocab $DATA_DIR/vocab/bert-base-uncased/vocab.txt --batch_size 8 --position 10000
+
+(the figures in benchmarks/README.md read War and Peace, Project Gutenberg's book 2600, as
+plain text)
 
 Reads the stream from batch 0 up to `--position + --check` (the reference), then
 starts a fresh PretrainData at `--position` (what a restarted run does) and

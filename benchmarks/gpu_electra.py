@@ -1,19 +1,19 @@
-r"""ELECTRA against MLM at equal compute, on a GPU (issues 14 and 30), one part per device run.
+r"""ELECTRA against MLM at equal compute, on a machine with an NVIDIA GPU, one part per run.
 
   bash benchmarks/gpu_electra.sh --part electra [--out DIR]   # ELECTRA-small, held-out RTD
   bash benchmarks/gpu_electra.sh --part mlm [--out DIR]       # MLM, the same FLOPs
   bash benchmarks/gpu_electra.sh --part compare [--out DIR]   # STS-B from both exports
   bash benchmarks/gpu_electra.sh --dry_run [--out DIR]        # all three, tiny, on the CPU
 
-From the corpus prepared on a CPU machine (`python benchmarks/gpu_end_to_end.py --prepare`,
-.e2e/), both pretrain with `configs/pretrain.py:small` at seq 128, batch 128:
+From the corpus prepared on a machine with TensorFlow (`python benchmarks/gpu_end_to_end.py
+--prepare --glue_dir $GLUE_DIR`, .e2e/), both pretrain with `configs/pretrain.py:small` at seq 128, batch 128:
   electra   recipe=electra (its generator, replaced-token detection), --steps steps (default
             10,000), held-out eval every fifth: rtd_auc, rtd_replaced_recall, rtd_accuracy;
   mlm       objective=mlm on the same data, for as many steps as give the same training
             FLOPs (bert_jax/modeling/flops.py: ELECTRA's step costs both encoders);
   compare   STS-B (1 epoch from each export, the same settings): dev Pearson of each.
-Each part writes DIR/<part>.json and prints its table; each fits one device run of at most
-9 minutes on one H100 (`--steps` scales the two pretraining parts).
+Each part writes DIR/<part>.json (default ./gpu_electra_out) and prints its table; each part
+is sized to take at most 9 minutes on one H100 (`--steps` scales the two pretraining parts).
 """
 import argparse
 import json
@@ -66,15 +66,17 @@ def main(argv=None) -> int:
   p.add_argument("--dry_run", action="store_true")
   p.add_argument("--steps", type=int, default=10_000)
   p.add_argument("--batch", type=int, default=128)
-  p.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "gpu_electra_out"))
+  p.add_argument("--out", default=os.path.join(os.getcwd(), "gpu_electra_out"),
+                 help="where <part>.json, electra.log and the runs go (default ./gpu_electra_out)")
   p.add_argument("--data", default=e2e.DATA)
   args = p.parse_args(argv)
+  args.out = os.path.abspath(args.out)
   size = "tiny" if args.dry_run else "small"
   if args.dry_run:
     args.steps, args.batch = min(args.steps, 20), min(args.batch, 8)
   parts = [args.part] if args.part else (["electra", "mlm", "compare"] if args.dry_run else [])
   if not parts:
-    sys.exit("gpu_electra: give --part electra, mlm or compare (one device run each), or "
+    sys.exit("gpu_electra: give --part electra, mlm or compare (one run each), or "
              "--dry_run")
   data_dir = args.data
   if args.dry_run and not os.path.isdir(os.path.join(data_dir, "prepared")):

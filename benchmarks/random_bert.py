@@ -7,8 +7,8 @@ Writes DIR/hf (transformers' BertModel: config.json, model.safetensors, the bund
 bert-base-uncased vocab and tokenizer files), DIR/bundle (the same weights converted by
 `bert_jax.convert --from hf`) and, with --texts N, DIR/texts.txt: N sentences of 5 to 40
 whole words drawn from the vocab (seeded). The default shape is all-MiniLM-L6-v2's; speed
-does not depend on the weights, so a GPU machine that cannot download the real model (or
-carry its 90 MB) measures embedding speed on this one. Needs torch and transformers,
+does not depend on the weights, so a GPU machine that cannot download the real model (90 MB)
+measures embedding speed on this one. Needs torch and transformers,
 not TensorFlow.
 """
 import argparse
@@ -40,8 +40,8 @@ def save_tokenizer(hf_dir: str) -> None:
 
   The tokenizer is loaded from the directory, not built with `BertTokenizerFast(vocab_file=)`:
   transformers 5 ignores that keyword and saves a tokenizer with an empty vocabulary, which
-  maps every word to [UNK] (the fifth session's GPU embedding comparison differed by 2.26
-  because of it).
+  maps every word to [UNK], and an embedding comparison against such a tokenizer differs by
+  as much as the embeddings themselves.
   """
   import transformers  # pylint: disable=g-import-not-at-top
   shutil.copyfile(VOCAB, os.path.join(hf_dir, "vocab.txt"))

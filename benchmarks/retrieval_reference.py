@@ -1,7 +1,10 @@
 r"""bert_jax.retrieval_eval vs a transformers + pytrec_eval reference pipeline on a BEIR split.
 
   python benchmarks/retrieval_reference.py --model_dir HF_DIR --bundle BUNDLE \
-      --beir_dir ../shared/data/retrieval/scifact --split train [--max_length 256]
+      --beir_dir $BEIR_DIR/scifact --split train [--max_length 256]
+
+$BEIR_DIR/scifact is BEIR's SciFact (corpus.jsonl, queries.jsonl, qrels/; BEIR's download,
+https://github.com/beir-cellar/beir).
 
 HF_DIR is a Hugging Face BERT directory (e.g. all-MiniLM-L6-v2's `model/`), BUNDLE
 the same model converted with `python -m bert_jax.convert`. The reference embeds

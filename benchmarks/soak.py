@@ -1,14 +1,15 @@
 r"""Soak: many tiny pretraining runs (and optionally the test suite) under a concurrent CPU load.
 
   python benchmarks/soak.py [--runs 50] [--steps 30] [--load 2] [--devices 8] [--suite 0]
-                            [--timeout 900] [--out /tmp/soak]
+                            [--timeout 900] [--out DIR]
 
 Starts `--load` busy processes (pure-Python spin loops) for the whole soak, then runs
 `python -m bert_jax.pretrain --config configs/pretrain.py:tiny` `--runs` times, one after
 the other, each on a fresh workdir with TensorBoard, metrics.jsonl and checkpoints on (the
 default) and `--devices` CPU devices (XLA's --xla_force_host_platform_device_count, as the
 test suite uses 8: the data-parallel step then runs XLA:CPU's in-process collectives, where
-the abort of issue 32 happened). Then, with `--suite N`, the README's test command N times in
+a host that runs ahead of its devices can deadlock them
+and abort on XLA's rendezvous timeout, which is what the soak looks for). Then, with `--suite N`, the README's test command N times in
 a row under the same load. Each child's stdout and stderr go to files under --out; nothing
 is captured in memory.
 
@@ -66,7 +67,8 @@ def main():
   p.add_argument("--suite", type=int, default=0, help="times to run `pytest -q tests` after")
   p.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is a hang")
   p.add_argument("--suite_timeout", type=float, default=3600.0)
-  p.add_argument("--out", default="/tmp/bert_jax_soak")
+  p.add_argument("--out", default=os.path.join(os.getcwd(), "soak_out"),
+                 help="children's stdout and stderr (default ./soak_out; emptied first)")
   args = p.parse_args()
 
   out = pathlib.Path(args.out).resolve()

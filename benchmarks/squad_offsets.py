@@ -8,7 +8,12 @@ doc_stride 128) holds the answer and its row positions cut the same text; and
 whether the ids that come with the offsets are those of tokenize_to_ids on the
 whole context (SentencePiece's offsets tokenize word by word).
 
-  python benchmarks/squad_offsets.py [--squad FILE] [TOKENIZER_DIR ...]
+  python benchmarks/squad_offsets.py --squad $SQUAD_DIR/dev-v1.1.json \
+      $DATA_DIR/tokenizers/roberta-base $DATA_DIR/tokenizers/albert-base-v2 \
+      $DATA_DIR/tokenizers/deberta-v3-base
+
+Each TOKENIZER_DIR holds a tokenizer's files as Hugging Face publishes them (roberta-base's
+vocab.json and merges.txt, albert-base-v2's spiece.model, deberta-v3-base's spm.model).
 """
 import argparse
 import collections
@@ -18,8 +23,6 @@ import time
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.tasks import squad
 from bert_jax.tasks import squad_offsets
-
-_DATA = os.environ.get("BERT_JAX_SHARED_DATA", "/work/shared/data")
 
 
 def measure(tok, examples, max_seq_length=384, doc_stride=128):
@@ -83,10 +86,9 @@ def _fast_agreement(tok, contexts, encoded):
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--squad", default=os.path.join(_DATA, "squad", "dev-v1.1.part-a.json"))
-  parser.add_argument("tokenizers", nargs="*", default=[
-      os.path.join(_DATA, "tokenizers", n) for n in ("roberta-base", "albert-base-v2",
-                                                     "deberta-v3-base")])
+  parser.add_argument("--squad", required=True, help="a SQuAD JSON file (dev-v1.1.json)")
+  parser.add_argument("tokenizers", nargs="+", metavar="TOKENIZER_DIR",
+                      help="tokenizer directories, each loaded by kind from its files")
   args = parser.parse_args()
   examples, skipped = squad.read_squad_json(args.squad, is_training=True)
   examples = [ex for ex in examples if not ex.is_impossible]

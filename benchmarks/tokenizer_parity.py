@@ -1,9 +1,13 @@
 r"""Token-id parity of bert_jax's tokenizers with transformers' fast tokenizers.
 
-  python benchmarks/tokenizer_parity.py [--data_dir ../shared/data] [--unicode]
+  python benchmarks/tokenizer_parity.py --data_dir $DATA_DIR [--unicode]
       [--only wordpiece|family] [--backend tf-text|tokenizers]
 
-WordPiece: every line of the real text in the shared data folder goes through
+--data_dir is a folder laid out as benchmarks/README.md's "Data" section describes (GLUE,
+SQuAD, CoNLL-2003, BEIR SciFact, WikiText-2 and public-domain books, the vocabularies and the
+family's tokenizer files, each from its public source).
+
+WordPiece: every line of the real text in --data_dir goes through
 `python -m bert_jax.tokenize` (a subprocess, exactly as a user runs it) and
 through BertTokenizerFast (add_special_tokens=False), with the
 bert-base-uncased and bert-base-cased vocabs. `--backend tokenizers` runs the
@@ -229,7 +233,8 @@ def _bad(got, expected):
 def main():
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--data_dir", default=os.path.join(_ROOT, "..", "shared", "data"))
+  p.add_argument("--data_dir", required=True,
+                 help="the data folder (benchmarks/README.md, \"Data\")")
   p.add_argument("--unicode", action="store_true", help="also check every code point")
   p.add_argument("--only", choices=["wordpiece", "family"], help="one part of the check")
   p.add_argument("--backend", choices=["tf-text", "tokenizers"], default="tf-text",

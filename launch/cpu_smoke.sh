@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job on a CPU: pretrain the tiny variant on the built-in corpus (no
+# The quick start on a CPU: pretrain the tiny variant on the built-in corpus (no
 # download), save checkpoints, export a bundle and print a fill-mask example.
 usage="usage: launch/cpu_smoke.sh [WORKDIR] [--config.KEY=VALUE ...]
   Pretrains configs/pretrain.py:tiny into WORKDIR (default /tmp/bert_jax_tiny; a
