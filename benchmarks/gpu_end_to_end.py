@@ -1,12 +1,17 @@
-r"""The whole chain on an accelerator host, in one command (issue 30): pretrain from data
-prepared elsewhere, SIGKILL, resume, export, fine-tune STS-B from the export.
+r"""The whole chain on a machine with an NVIDIA GPU, in one command: pretrain from prepared
+data, SIGKILL, resume, export, fine-tune STS-B from the export.
 
-  # on a CPU machine with TensorFlow, once (writes .e2e/: a few MB, carried to the GPU):
-  python benchmarks/gpu_end_to_end.py --prepare
-  # on the GPU host (no TensorFlow needed), one device call (under 10 minutes):
+  # once, on a machine with TensorFlow (writes .e2e/, a few MB; copy it to the GPU machine):
+  python benchmarks/gpu_end_to_end.py --prepare --glue_dir $GLUE_DIR [--corpus 'BOOKS/*.txt']
+  # on the machine with an NVIDIA GPU (no TensorFlow needed; under 10 minutes):
   bash benchmarks/gpu_end_to_end.sh [--out DIR]
-  # the same chain, tiny and short, on this CPU (what tests/test_gpu_end_to_end.py runs):
-  bash benchmarks/gpu_end_to_end.sh --dry_run
+  # the same chain, tiny and short, on a CPU, from the built-in corpus and a synthetic STS-B
+  # (what tests/test_gpu_end_to_end.py runs; no data to download):
+  bash benchmarks/gpu_end_to_end.sh --dry_run [--out DIR]
+
+--glue_dir is the GLUE folder holding STS-B/train.tsv and STS-B/dev.tsv (GLUE's download
+script, or https://gluebenchmark.com/tasks); --corpus defaults to the package's built-in
+corpus (Python standard-library docstrings).
 
 Steps, each the real command line a user runs (subprocesses):
   1. step only    benchmarks/train_step.py on the same config, batch and sequence length:
@@ -20,7 +25,7 @@ Steps, each the real command line a user runs (subprocesses):
   4. fine-tune    python -m bert_jax.finetune configs/glue.py:task=stsb from the straight run's
                   export (tokenized without TensorFlow where it is missing); dev Pearson
                   against a constant prediction's (none: 0).
-Writes e2e.json and e2e.md to --out (default $OUT, else ./gpu_e2e_out) and prints the table.
+Writes e2e.json, e2e.md and e2e.log to --out (default ./gpu_e2e_out) and prints the table.
 On a GPU both pretraining runs use XLA's deterministic ops (the embedding gradients' scatter is
 otherwise reordered by atomics, and bitwise equality would not hold); the step-only figure is
 measured with the same flags, and once more without them.
@@ -37,17 +42,16 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA = os.path.join(ROOT, ".e2e")  # prepared corpus and STS-B, ignored by git, carried
-SHARED = os.path.join(os.path.dirname(ROOT), "shared", "data")
-CORPUS = "corpus/books/*.txt"  # three public-domain books, 5.5 MB of text
+DATA = os.path.join(ROOT, ".e2e")  # prepared corpus and STS-B, ignored by git
+DRY_RUN_CORPUS_CHARS = 1_100_000  # of the built-in corpus: about a megabyte of text
 DETERMINISTIC = "--xla_gpu_deterministic_ops=true"
 
 # (config, batch, steps, checkpoint_every, log_every, fine-tune train rows) per mode
 PLANS = {
     # Not fused_attention: cuDNN attention under --xla_gpu_deterministic_ops crashed XLA's
     # compile (IndexError raw_hash_map::at, jax 0.11.2, H200, 2026-11-26).
-    # 600 steps: on the H200 (2026-11-26) 1,000 deterministic steps took 0.12 s each, and the
-    # chain with two runs of them outlasted a 395 s device call before its fine-tune.
+    # 600 steps: on an H200 (2026-11-26) a deterministic step took 0.12 s, and with 1,000 steps
+    # the chain's two pretraining runs left no time for the fine-tune within 10 minutes.
     "gpu": dict(config="configs/pretrain.py:base", batch=256, steps=600,
                 log_every=50, step_only_steps=30, finetune_rows=0, finetune_epochs=2.0),
     "dry_run": dict(config="configs/pretrain.py:tiny", batch=16, steps=40, log_every=5,
@@ -66,25 +70,70 @@ def _run(cmd, log, env=None, check=True):
   return rc
 
 
-def prepare(data_dir: str = DATA, tiny: bool = False) -> None:
-  """Writes the prepared corpus and STS-B under data_dir (needs TensorFlow: a CPU machine)."""
-  files = os.path.join(SHARED, CORPUS)
+STSB_HEADER = ("index", "genre", "filename", "year", "old_index", "source1", "source2",
+               "sentence1", "sentence2", "score")
+
+
+def _dry_run_data(data_dir: str) -> str:
+  """A corpus file cut from the built-in corpus and a small synthetic STS-B; the corpus path.
+
+  The dry run needs no download: its figures check the chain, not the model. STS-B pairs are
+  a line with itself (score 5), with its words reversed (3), and with another line (0-1).
+  """
+  import random  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, ROOT)
+  from bert_jax.data import builtin_corpus  # pylint: disable=g-import-not-at-top
+  text = builtin_corpus.load_text()[:DRY_RUN_CORPUS_CHARS]
+  os.makedirs(data_dir, exist_ok=True)
+  corpus = os.path.join(data_dir, "corpus.txt")
+  with open(corpus, "w", encoding="utf-8") as f:
+    f.write(text[:text.rfind("\n") + 1])
+  lines = [l.strip() for l in text.splitlines()
+           if 4 <= len(l.split()) <= 30 and "\t" not in l]
+  rng = random.Random(0)
+  glue = os.path.join(data_dir, "glue", "STS-B")
+  os.makedirs(glue, exist_ok=True)
+  for split, n in (("train", 96), ("dev", 48)):
+    rows = ["\t".join(STSB_HEADER)]
+    for i in range(n):
+      a = rng.choice(lines)
+      kind = i % 3
+      b, score = ((a, 5.0) if kind == 0 else
+                  (" ".join(reversed(a.split())), 3.0) if kind == 1 else
+                  (rng.choice(lines), rng.uniform(0.0, 1.0)))
+      rows.append(f"{i}\tsynthetic\tnone\t2024\t{i:04d}\tnone\tnone\t{a}\t{b}\t{score:.3f}")
+    with open(os.path.join(glue, f"{split}.tsv"), "w", encoding="utf-8") as f:
+      f.write("\n".join(rows) + "\n")
+  return corpus
+
+
+def prepare(data_dir: str = DATA, glue_dir: str = "", corpus: str = "",
+            tiny: bool = False) -> None:
+  """Writes the prepared corpus and STS-B under data_dir (needs TensorFlow).
+
+  tiny: the dry run's data (_dry_run_data). Otherwise STS-B is copied from glue_dir, and the
+  corpus is the files of the `corpus` glob, or the built-in corpus when it is empty.
+  """
   if tiny:
-    files = os.path.join(SHARED, "corpus/books/tinyshakespeare.txt")
-  needed = [files] + [os.path.join(SHARED, "glue", "STS-B", x) for x in ("train.tsv", "dev.tsv")]
-  missing = [x for x in needed if not os.path.isfile(x)]
-  if missing:
-    sys.exit(f"gpu_end_to_end: {missing[0]} does not exist: the chain reads the repository's "
-             f"shared data beside it ({SHARED}); run it from a checkout next to shared/")
+    source = ["--config.data.source=files", f"--config.data.files={_dry_run_data(data_dir)}"]
+  else:
+    if not glue_dir:
+      sys.exit("gpu_end_to_end: --prepare needs --glue_dir (or $GLUE_DIR): the GLUE folder with "
+               "STS-B/train.tsv and STS-B/dev.tsv")
+    needed = [os.path.join(glue_dir, "STS-B", x) for x in ("train.tsv", "dev.tsv")]
+    missing = [x for x in needed if not os.path.isfile(x)]
+    if missing:
+      sys.exit(f"gpu_end_to_end: {missing[0]}: no such file")
+    glue = os.path.join(data_dir, "glue", "STS-B")
+    os.makedirs(glue, exist_ok=True)
+    for path in needed:
+      shutil.copy(path, glue)
+    source = (["--config.data.source=files", f"--config.data.files={corpus}"] if corpus else
+              ["--config.data.source=builtin"])
   out = os.path.join(data_dir, "prepared")
   shutil.rmtree(out, ignore_errors=True)
   subprocess.run([sys.executable, "-m", "bert_jax.prepare_data", "--config",
-                  "configs/pretrain.py:tiny", "--config.data.source=files",
-                  f"--config.data.files={files}", "--out", out], cwd=ROOT, check=True)
-  glue = os.path.join(data_dir, "glue", "STS-B")
-  os.makedirs(glue, exist_ok=True)
-  for split in ("train.tsv", "dev.tsv"):
-    shutil.copy(os.path.join(SHARED, "glue", "STS-B", split), glue)
+                  "configs/pretrain.py:tiny", *source, "--out", out], cwd=ROOT, check=True)
 
 
 def _losses(workdir: str) -> dict[int, float]:
@@ -144,13 +193,20 @@ def _step_only(plan, log, env, label) -> float:
 def main(argv=None) -> int:
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-  p.add_argument("--prepare", action="store_true", help="write .e2e/ (a CPU machine with TF)")
+  p.add_argument("--prepare", action="store_true",
+                 help="write the prepared data to --data (a machine with TensorFlow)")
   p.add_argument("--dry_run", action="store_true", help="tiny and short, on this CPU")
-  p.add_argument("--out", default=os.environ.get("OUT") or os.path.join(ROOT, "gpu_e2e_out"))
-  p.add_argument("--data", default=DATA, help="where --prepare wrote (default .e2e/)")
+  p.add_argument("--out", default=os.path.join(os.getcwd(), "gpu_e2e_out"),
+                 help="where e2e.json, e2e.md, e2e.log and the runs go (default ./gpu_e2e_out)")
+  p.add_argument("--data", default=DATA, help="where --prepare writes (default .e2e/)")
+  p.add_argument("--glue_dir", default=os.environ.get("GLUE_DIR", ""),
+                 help="--prepare: the GLUE folder with STS-B/ (default $GLUE_DIR)")
+  p.add_argument("--corpus", default="",
+                 help="--prepare: pretraining text files, a glob (default: the built-in corpus)")
   args = p.parse_args(argv)
+  args.out = os.path.abspath(args.out)
   if args.prepare:
-    prepare(args.data)
+    prepare(args.data, args.glue_dir, args.corpus)
     return 0
   sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
   import gpu_suite  # pylint: disable=g-import-not-at-top
@@ -165,7 +221,8 @@ def main(argv=None) -> int:
     prepare(data_dir, tiny=True)
   if not os.path.isfile(os.path.join(data_dir, "prepared", "prepared.json")):
     sys.exit(f"gpu_end_to_end: no prepared data in {data_dir}: run "
-             "`python benchmarks/gpu_end_to_end.py --prepare` on a machine with TensorFlow first")
+             "`python benchmarks/gpu_end_to_end.py --prepare --glue_dir $GLUE_DIR` on a machine "
+             "with TensorFlow first")
   os.makedirs(args.out, exist_ok=True)
   log = os.path.join(args.out, "e2e.log")
   dev = jax.devices()[0]
@@ -239,7 +296,7 @@ def main(argv=None) -> int:
       f.write(md)
     print(md)
     print(json.dumps(result))
-  report(step_only)  # written first, so that a short lease still gets the chain's results
+  report(step_only)  # written first, so that a run stopped early still has the chain's results
   if dev.platform == "gpu":  # the step without deterministic ops
     report(_step_only(plan, log, env, "default"))
   return 0 if resumed_equal else 1
