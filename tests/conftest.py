@@ -44,6 +44,8 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs",
 
 # Tiny BPE and SentencePiece tokenizer files (trained once per worker on first use).
 from tests.tokenizer_fixtures import albert_dir, bpe_dir, deberta_dir  # noqa: E402,F401
+from tests.fixtures import finetuning  # noqa: E402
+from tests.fixtures import pretraining  # noqa: E402
 
 SHARED_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -54,3 +56,31 @@ def shared_data():
   if not SHARED_DATA.is_dir():
     pytest.skip(f"needs the real-data folder {SHARED_DATA} (not part of the core suite)")
   return SHARED_DATA
+
+
+# Data and a pretraining run that several test files use. Session-scoped: each xdist worker builds
+# them once, on first use, for every file it runs (--dist loadfile), and no test writes into them.
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory):
+  """A small Google-layout pretraining corpus (tests/fixtures/pretraining.py); its path."""
+  return pretraining.write_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt")
+
+
+@pytest.fixture(scope="session")
+def pretrained(tmp_path_factory):
+  """A pretraining workdir after 3 steps of the tiny variant (seq 32, batch 8)."""
+  return finetuning.pretrain_tiny(tmp_path_factory.mktemp("pretrain"))
+
+
+@pytest.fixture(scope="session")
+def glue_dir(tmp_path_factory):
+  """GLUE TSV layout with MRPC (BOM on train, 32 / 13 / 11 rows)."""
+  return finetuning.write_glue_dir(tmp_path_factory.mktemp("glue"))
+
+
+@pytest.fixture(scope="session")
+def squad_dir(tmp_path_factory):
+  """SQuAD v1.1 train and dev files and a v2.0 dev file of two paragraphs."""
+  return finetuning.write_squad_dir(tmp_path_factory.mktemp("squad"))

@@ -8,6 +8,7 @@ import pytest
 from bert_jax.modeling import layers
 from bert_jax.modeling import model_config
 from bert_jax.training import train_core
+from tests.fixtures.pretraining import small_config
 
 
 def _qkv(seed=0, batch=2, length=8, heads=2, head_dim=8):
@@ -105,7 +106,6 @@ def test_splash_attention_computes_the_dense_masks_attention(packed, monkeypatch
 ])
 def test_a_kernel_the_run_cannot_use_is_a_config_error_naming_the_keys(impl, rate, message,
                                                                        backend_that_can):
-  from tests.test_pretrain import small_config  # pylint: disable=g-import-not-at-top
   config = small_config("unused")
   config.model.attention_impl = impl
   config.model.attention_dropout_rate = rate
@@ -201,7 +201,6 @@ def test_one_example_per_row_computes_the_same_model_on_the_cpu(scan):
 
 def test_one_example_per_row_follows_the_data_and_is_never_saved():
   from bert_jax.objectives import pretrain_setup  # pylint: disable=g-import-not-at-top
-  from tests.test_pretrain import small_config  # pylint: disable=g-import-not-at-top
   config = small_config("unused")
   for packing in (False, True):
     config.data.packing = packing

@@ -9,10 +9,7 @@ import pytest
 
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib
-from bert_jax.modeling.model_config import BertConfig
-
-CONFIG = BertConfig(vocab_size=24, hidden_size=16, num_layers=2, num_heads=2,
-                    intermediate_size=32, max_position_embeddings=32)
+from tests.fixtures.tiny_encoder import BUNDLE_CONFIG as CONFIG
 
 
 @pytest.fixture(scope="module")

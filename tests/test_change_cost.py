@@ -24,10 +24,8 @@ from bert_jax.objectives import registry as objective_registry
 from bert_jax import pretrain
 from bert_jax.tasks import registry as task_registry
 from bert_jax.training import checkpoint as ckpt_lib
-from tests import test_finetune
-from tests import test_pretrain
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from tests.fixtures import finetuning
+from tests.fixtures import pretraining
 
 # A new objective: MLM with label smoothing, its own loss and its own logged metric.
 TOY_OBJECTIVE = '''
@@ -241,7 +239,7 @@ def _corpus(directory: pathlib.Path) -> pathlib.Path:
   """30 documents of 5 sentences of 8 words."""
   corpus = directory / "corpus.txt"
   rng = np.random.default_rng(0)
-  words = " ".join(test_pretrain.WORDS).split()
+  words = " ".join(pretraining.WORDS).split()
   corpus.write_text("\n\n".join(
       "\n".join(" ".join(rng.choice(words, 8)) + " ." for _ in range(5)) for _ in range(30)),
       encoding="utf-8")
@@ -252,7 +250,7 @@ def test_a_new_objective_is_one_module(tmp_path, monkeypatch):
   monkeypatch.setattr(objective_registry, "SPECS", dict(objective_registry.SPECS))
   _import_from(tmp_path, "toy_smoothed_mlm", TOY_OBJECTIVE)
   corpus = _corpus(tmp_path)
-  config = test_pretrain.small_config(str(corpus), objective="smoothed_mlm",
+  config = pretraining.small_config(str(corpus), objective="smoothed_mlm",
                                       total_steps=3, checkpoint_every=3)
   config.data.mode = "full_sentences"
   workdir = tmp_path / "run"
@@ -266,7 +264,7 @@ def test_a_new_objective_is_one_module(tmp_path, monkeypatch):
   assert (workdir / "export" / "bundle.json").is_file()
   # A name no module serves is still one line naming the registered ones.
   with pytest.raises(ValueError, match=r"objective 'smoothed' not in \[.*'smoothed_mlm'\]"):
-    pretrain.train(test_pretrain.small_config(str(corpus), objective="smoothed"),
+    pretrain.train(pretraining.small_config(str(corpus), objective="smoothed"),
                    str(tmp_path / "bad"))
 
 
@@ -279,14 +277,14 @@ def test_a_new_task_is_one_module_and_its_config(tmp_path, monkeypatch):
   data = tmp_path / "data"
   data.mkdir()
   rng = np.random.default_rng(0)
-  words = " ".join(test_finetune.SENTENCES).split()
+  words = " ".join(finetuning.SENTENCES).split()
   for name, n in (("train.tsv", 48), ("dev.tsv", 16)):
     rows = []
     for _ in range(n):
       k = int(rng.integers(2, 12))
       rows.append(f"{int(k > 6)}\t{' '.join(rng.choice(words, k))}")
     (data / name).write_text("\n".join(rows) + "\n", encoding="utf-8")
-  init = test_finetune._random_bundle(tmp_path / "init")  # pylint: disable=protected-access
+  init = finetuning.random_bundle(tmp_path / "init")
   workdir = tmp_path / "run"
   # The command line, as a user runs it: the config file imports the task module.
   finetune.main(["--config", str(tmp_path / "toy_task_config.py"), "--workdir", str(workdir),
@@ -304,7 +302,7 @@ def test_a_new_member_is_one_module(tmp_path, monkeypatch):
   _import_from(tmp_path, "toy_relu_bert", TOY_MEMBER)
   corpus = _corpus(tmp_path)
   # Pretraining builds the member from the variant's sizes.
-  config = test_pretrain.small_config(str(corpus), model_type="toy-relu-bert", total_steps=3,
+  config = pretraining.small_config(str(corpus), model_type="toy-relu-bert", total_steps=3,
                                       checkpoint_every=3)
   workdir = tmp_path / "run"
   pretrain.train_and_export(config, str(workdir))
@@ -332,12 +330,12 @@ def test_a_new_source_is_one_module(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(source_registry, "SOURCES", dict(source_registry.SOURCES))
   toy = _import_from(tmp_path, "toy_jsonl_source", TOY_SOURCE)
   rng = np.random.default_rng(0)
-  words = " ".join(test_pretrain.WORDS).split()
+  words = " ".join(pretraining.WORDS).split()
   docs = [" ".join(" ".join(rng.choice(words, 8)).capitalize() + "." for _ in range(5))
           for _ in range(30)]
   corpus = tmp_path / "corpus.jsonl"
   corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
-  config = test_pretrain.small_config(str(corpus), total_steps=3, checkpoint_every=3)
+  config = pretraining.small_config(str(corpus), total_steps=3, checkpoint_every=3)
   config.data.source = "jsonl"
   workdir = tmp_path / "run"
   pretrain.train_and_export(config, str(workdir))

@@ -265,14 +265,14 @@ def test_glue_finetuning_from_the_converted_bundle(deberta_dir, tmp_path_factory
   """MRPC (tiny, its SentencePiece pairs) fine-tunes from the DeBERTa-v3 bundle end to end:
   the pooler and classifier start fresh (one padded length: one train and one eval compile)."""
   from bert_jax import finetune  # pylint: disable=g-import-not-at-top
-  from tests.test_finetune import MRPC_HEADER, _glue_config, _mrpc_rows  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.finetuning import MRPC_HEADER, glue_config, mrpc_rows  # pylint: disable=g-import-not-at-top
   _, _, _, dst = _build(0, deberta_dir, tmp_path_factory)
   glue_dir = tmp_path / "glue"
   (glue_dir / "MRPC").mkdir(parents=True)
-  for split, rows in (("train", _mrpc_rows(8, 0)), ("dev", _mrpc_rows(8, 1))):
+  for split, rows in (("train", mrpc_rows(8, 0)), ("dev", mrpc_rows(8, 1))):
     (glue_dir / "MRPC" / f"{split}.tsv").write_text("\n".join([MRPC_HEADER] + rows) + "\n")
   workdir = str(tmp_path / "run")
-  results = finetune.finetune(_glue_config(str(glue_dir), dst, length_bucketing=False,
+  results = finetune.finetune(glue_config(str(glue_dir), dst, length_bucketing=False,
                                            packing=False, eval_batch_size=8, max_seq_length=48), workdir)
   assert 0.0 <= results["accuracy"] <= 1.0 and np.isfinite(results["f1"])
   losses = [json.loads(line)["seed0_train_loss"] for line in open(os.path.join(workdir,

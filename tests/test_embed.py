@@ -5,7 +5,6 @@ looked up in the vocab by hand), so padding, batching and pooling are checked
 independently of embed's own code. The optional all-MiniLM-L6-v2 test needs
 BERT_JAX_MINILM_DIR (see its skip reason).
 """
-from flax import traverse_util
 import os
 
 import jax
@@ -17,25 +16,13 @@ from bert_jax import embed
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib
-from bert_jax.modeling.model_config import BertConfig
 from bert_jax.training import checkpoint as ckpt_lib
+from tests.fixtures.tiny_encoder import CONFIG
+from tests.fixtures.tiny_encoder import VOCAB
+from tests.fixtures.tiny_encoder import random_params
+from tests.fixtures.tiny_encoder import token_ids
 
-WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", ".", "hello", "world",
-         "##s", "big", "red"]
-VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
-CONFIG = BertConfig(vocab_size=len(VOCAB), hidden_size=16, num_layers=2, num_heads=2,
-                    intermediate_size=32, max_position_embeddings=32)
 TEXTS = ["the cat sat on the mat .", "hello world", "a big red dog ran far"]
-
-
-def _random_params(config, seed=0, heads=("pooler",)):
-  rng = np.random.default_rng(seed)
-  flat = {k: (rng.normal(0, 0.3, s) + k.endswith("scale")).astype(np.float32)
-          for k, s in bundle.pretraining_shapes(config).items()}
-  keep = lambda k: ((not k.startswith("bert/pooler") or "pooler" in heads)  # noqa: E731
-                    and (not k.startswith("mlm") or "mlm" in heads)
-                    and (not k.startswith("nsp") or "nsp" in heads))
-  return traverse_util.unflatten_dict({k: v for k, v in flat.items() if keep(k)}, sep="/")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +30,7 @@ def ckpt(tmp_path_factory):
   d = tmp_path_factory.mktemp("embed")
   (d / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
   path = str(d / "bundle")
-  bundle.save_bundle(path, _random_params(CONFIG), CONFIG, str(d / "vocab.txt"), lowercase=True)
+  bundle.save_bundle(path, random_params(CONFIG), CONFIG, str(d / "vocab.txt"), lowercase=True)
   return path
 
 
@@ -59,16 +46,12 @@ def _encoder(params, ids, seg):
                                            seg, output_hidden_states=True)
 
 
-def _ids(text):
-  return [2] + [VOCAB.index(w) for w in text.split()] + [3]
-
-
 @pytest.fixture(scope="module")
 def alone(loaded):
   """Hidden states and pooled output of each text run alone, unpadded."""
   out = []
   for text in TEXTS:
-    ids = np.array([_ids(text)], np.int32)
+    ids = np.array([token_ids(text)], np.int32)
     r = _encoder(loaded.params["bert"], ids, np.zeros_like(ids))
     out.append(jax.tree.map(lambda x: np.asarray(x)[0], r))
   return out
@@ -103,7 +86,7 @@ def test_pairs_use_segment_ids(loaded):
   pairs = [("the cat", "sat on the mat"), ("hello", "world")]
   got, _ = embedding.embed(loaded, pairs, pooling="mean")
   for (a, b), row in zip(pairs, got):
-    ids = np.array([_ids(a) + _ids(b)[1:]], np.int32)
+    ids = np.array([token_ids(a) + token_ids(b)[1:]], np.int32)
     seg = np.array([[0] * (len(a.split()) + 2) + [1] * (len(b.split()) + 1)], np.int32)
     ref = _encoder(loaded.params["bert"], ids, seg)["sequence_output"]
     np.testing.assert_allclose(row, np.asarray(ref)[0].mean(0), atol=2e-5)
@@ -229,7 +212,7 @@ def test_pretraining_workdir_is_accepted(loaded, tmp_path):
 def test_pooler_needs_a_pooler(tmp_path):
   (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
   path = str(tmp_path / "b")
-  bundle.save_bundle(path, _random_params(CONFIG, heads=()), CONFIG, str(tmp_path / "vocab.txt"),
+  bundle.save_bundle(path, random_params(CONFIG, heads=()), CONFIG, str(tmp_path / "vocab.txt"),
                      lowercase=True)
   with pytest.raises(ValueError, match="no pooler"):
     embed.main(["--checkpoint", path, "--input", "x", "--output", "o.npy", "--pooling", "pooler"])
@@ -272,7 +255,7 @@ def test_minilm_matches_transformers(tmp_path, capsys):
 def test_a_recorded_embedding_default_of_the_wrong_type_is_refused(recorded, tmp_path):
   """Issue 37: a hand-edited bundle.json `"normalize": "false"` (a string) was read as true."""
   path = str(tmp_path / "b")
-  bundle.save_bundle(path, _random_params(CONFIG), CONFIG, VOCAB, lowercase=True,
+  bundle.save_bundle(path, random_params(CONFIG), CONFIG, VOCAB, lowercase=True,
                      info={"embedding": recorded})
   (tmp_path / "in.txt").write_text("hello world\n")
   with pytest.raises(ValueError, match=r"bundle.json: 'embedding' must be \{\"pooling\": one of "

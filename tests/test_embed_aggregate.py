@@ -12,10 +12,10 @@ from bert_jax.inference import aggregate
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle
 from bert_jax.training import checkpoint as ckpt_lib
-from tests.test_embed import CONFIG
-from tests.test_embed import VOCAB
-from tests.test_embed import WORDS
-from tests.test_embed import _random_params
+from tests.fixtures.tiny_encoder import CONFIG
+from tests.fixtures.tiny_encoder import VOCAB
+from tests.fixtures.tiny_encoder import WORDS
+from tests.fixtures.tiny_encoder import random_params
 
 LONG = " ".join(WORDS[i % 11] for i in range(20))  # 20 one-piece words
 TEXTS = ["the cat sat", LONG, "hello world ."]
@@ -28,7 +28,7 @@ def ckpts(tmp_path_factory):
   paths = []
   for seed in (0, 1):
     paths.append(str(d / f"bundle{seed}"))
-    bundle.save_bundle(paths[-1], _random_params(CONFIG, seed), CONFIG, str(d / "vocab.txt"),
+    bundle.save_bundle(paths[-1], random_params(CONFIG, seed), CONFIG, str(d / "vocab.txt"),
                        lowercase=True)
   return paths
 

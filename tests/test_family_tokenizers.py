@@ -22,16 +22,7 @@ from bert_jax import tokenize as tokenize_cli
 from configs import pretrain as pretrain_config
 
 from tests.tokenizer_fixtures import _TRICKY, _WORDS, _corpus, _train_spm
-
-
-def _reference(kind, directory):
-  transformers = pytest.importorskip("transformers")
-  if kind == "roberta":
-    return transformers.RobertaTokenizerFast(vocab_file=str(directory / "vocab.json"),
-                                             merges_file=str(directory / "merges.txt"))
-  if kind == "albert":
-    return transformers.AlbertTokenizerFast(vocab_file=str(directory / "spiece.model"))
-  return transformers.DebertaV2TokenizerFast(vocab_file=str(directory / "spm.model"))
+from tests.tokenizer_fixtures import reference_tokenizer
 
 
 def _assert_parity(ours, ref, lines):
@@ -53,7 +44,7 @@ def _assert_parity(ours, ref, lines):
 def test_tiny_tokenizers_match_transformers_fast(kind, bpe_dir, albert_dir, deberta_dir):
   directory = {"roberta": bpe_dir, "albert": albert_dir, "deberta": deberta_dir}[kind]
   ours = tokenizer_lib.tokenizer_from_path(str(directory))
-  ref = _reference(kind, directory)
+  ref = reference_tokenizer(kind, directory)
   assert ours.kind == ("bpe" if kind == "roberta" else "sentencepiece")
   assert ours.vocab_size == len(ref)
   assert [ours.pad_id, ours.unk_id, ours.cls_id, ours.sep_id, ours.mask_id] == [
@@ -257,7 +248,7 @@ def test_real_tokenizers_match_transformers_fast(shared_data, name, kind):
   if not directory.is_dir():
     pytest.skip(f"needs the tokenizer files in {directory}")
   ours = tokenizer_lib.tokenizer_from_path(str(directory))
-  ref = _reference(kind, directory)
+  ref = reference_tokenizer(kind, directory)
   lines = _real_lines(shared_data) + _TRICKY
   assert len(lines) > 1_500
   assert ours.vocab_size == len(ref)
@@ -272,7 +263,7 @@ def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
   from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
   directory = bpe_dir if kind == "roberta" else albert_dir
   ours = tokenizer_lib.tokenizer_from_path(str(directory))
-  fast = _reference(kind, directory)
+  fast = reference_tokenizer(kind, directory)
   pairs = [("the quick brown fox jumps over lazy dogs.", "seven wizards hum."),
            ("a", "jumping " * 30), ("Café naïve towns 1,000 and 9, 12", None)]
   examples = [glue.GlueExample(f"t:{i}", a, b, 0, i) for i, (a, b) in enumerate(pairs)]

@@ -19,9 +19,8 @@ import pytest
 from bert_jax import pretrain
 from bert_jax.runtime import train_log
 from bert_jax.training import checkpoint as ckpt_lib
-from tests.test_pretrain import corpus  # noqa: F401  (the fixture)
-from tests.test_pretrain import ROOT
-from tests.test_pretrain import small_config
+from tests.fixtures.pretraining import small_config
+from tests.fixtures.repo import ROOT
 
 
 def _config(corpus_file, **overrides):

@@ -1,13 +1,13 @@
 """Fine-tuning end to end: pretraining steps -> checkpoint -> GLUE / SQuAD -> eval_results.json.
 
-One tiny pretraining run (3 steps, seq 32) is shared by the module; fine-tuning
-runs on tiny GLUE (MRPC layout) and SQuAD fixtures written to temp dirs.
+One tiny pretraining run (3 steps, seq 32; conftest.py's `pretrained`, built once per worker)
+is the starting point; fine-tuning runs on tiny GLUE (MRPC layout) and SQuAD folders written to
+temp dirs (conftest.py's `glue_dir` and `squad_dir`).
 """
 import json
 import math
 import os
 import re
-import pathlib
 import statistics
 
 from flax import traverse_util
@@ -16,13 +16,10 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax import config_help
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib
-from bert_jax.modeling.model_config import BertConfig
-from bert_jax import pretrain
 from bert_jax.tasks import glue
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import squad_metrics
@@ -31,148 +28,24 @@ from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import sharding
 from bert_jax.training import train_core
+from tests.fixtures.finetuning import MRPC_HEADER
+from tests.fixtures.finetuning import glue_config
+from tests.fixtures.finetuning import mrpc_rows
+from tests.fixtures.finetuning import random_bundle
+from tests.fixtures.finetuning import squad_config
+from tests.fixtures.finetuning import squad_json
+from tests.fixtures.repo import load_config
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SENTENCES = ("the old man walked to the river and saw a boat near the house . "
-             "she said that the war was over , and they went home in the evening . "
-             "a small dog ran across the field while the children played by the trees . "
-             "many people lived in the city , but few of them knew the king . "
-             "the king built a tower in the city in the year 1850 . "
-             "the river flows north to the sea past the old town").split(" . ")
-MRPC_HEADER = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"
-
-
-def _config(name: str, arg: str):
-  return config_help.load_module(ROOT / "configs" / f"{name}.py").get_config(arg)
-
-
-def _write_vocab(path: pathlib.Path) -> str:
-  words = sorted({w for s in SENTENCES for w in s.split()} | {"what", "who", "where", "when",
-                                                               "did", "does", "?"})
-  letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + list("0123456789.,?'")
-  tokens = (list(tokenizer_lib.SPECIAL_TOKENS) + words
-            + [c for c in letters if c not in words] + ["##" + c for c in letters])
-  path.write_text("\n".join(tokens) + "\n", encoding="utf-8")
-  return str(path)
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-  """A pretraining workdir after 3 steps of the tiny variant (seq 32, batch 8)."""
-  root = tmp_path_factory.mktemp("pretrain")
-  vocab = _write_vocab(root / "vocab.txt")
-  rng = np.random.default_rng(0)
-  lines = []
-  for _ in range(40):
-    lines += [SENTENCES[i] + " ." for i in rng.choice(len(SENTENCES), int(rng.integers(3, 6)))]
-    lines.append("")
-  (root / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
-  c = _config("pretrain", "tiny")
-  c.seq_len, c.batch_size, c.total_steps, c.warmup_steps = 32, 8, 3, 1
-  c.log_every, c.checkpoint_every = 1, 3
-  c.data.source, c.data.files, c.data.vocab_file = "files", str(root / "corpus.txt"), vocab
-  c.data.max_predictions_per_seq = 5
-  c.fill_mask_example = ""
-  workdir = str(root / "run")
-  summary = pretrain.train(c, workdir)
-  assert summary["step"] == 3
-  return workdir
-
-
-def _mrpc_rows(n: int, seed: int, test: bool = False) -> list:
-  rng = np.random.default_rng(seed)
-  rows = []
-  for i in range(n):
-    a, b = rng.choice(len(SENTENCES), 2)
-    label = int(a == b or rng.random() < 0.5)
-    first = f"{i}" if test else f"{label}"
-    rows.append(f"{first}\t{100 + i}\t{200 + i}\t{SENTENCES[a]} .\t{SENTENCES[b]} .")
-  return rows
-
-
-@pytest.fixture(scope="module")
-def glue_dir(tmp_path_factory):
-  """GLUE TSV layout with MRPC (BOM on train, 32 / 13 / 11 rows)."""
-  root = tmp_path_factory.mktemp("glue")
-  (root / "MRPC").mkdir()
-  (root / "MRPC" / "train.tsv").write_text(
-      "\ufeff" + "\n".join([MRPC_HEADER] + _mrpc_rows(32, 0)) + "\n", encoding="utf-8")
-  (root / "MRPC" / "dev.tsv").write_text(
-      "\n".join([MRPC_HEADER] + _mrpc_rows(13, 1)) + "\n", encoding="utf-8")
-  (root / "MRPC" / "test.tsv").write_text(
-      "\n".join(["index\t#1 ID\t#2 ID\t#1 String\t#2 String"] + _mrpc_rows(11, 2, test=True))
-      + "\n", encoding="utf-8")
-  return str(root)
-
-
-def _squad_json(version: str, bad_start: bool = False, copies: int = 1) -> dict:
-  """Two paragraphs (`copies` times); correct answer_starts, one wrong on request."""
-  ctx1 = f"{SENTENCES[0]} . {SENTENCES[4]} ."
-  ctx2 = f"{SENTENCES[2]} . {SENTENCES[5]} ."
-
-  def qa(qid, question, ctx, answer, offset=None, impossible=False):
-    start = ctx.index(answer) if offset is None else offset
-    entry = {"id": qid, "question": question,
-             "answers": [] if impossible else [{"text": answer, "answer_start": start}]}
-    if version == "2.0":
-      entry["is_impossible"] = impossible
-    return entry
-  qas1 = [qa("q1", "who walked to the river ?", ctx1, "the old man"),
-          qa("q2", "what did the king build ?", ctx1, "a tower"),
-          qa("q3", "when did the king build a tower ?", ctx1, "1850")]
-  qas2 = [qa("q4", "what ran across the field ?", ctx2, "a small dog"),
-          qa("q5", "where does the river flow ?", ctx2, "north to the sea")]
-  if bad_start:  # the text is not at this offset: skipped and counted, as run_squad does
-    qas2.append(qa("q6", "who played by the trees ?", ctx2, "the children", offset=3))
-  if version == "2.0":
-    qas2.append(qa("q7", "who is the queen ?", ctx2, "", impossible=True))
-  articles = [{"title": "t", "paragraphs": [
-      {"context": ctx1, "qas": qas1}, {"context": ctx2, "qas": qas2}]}]
-  for k in range(1, copies):
-    articles.append({"title": f"t{k}", "paragraphs": [
-        {"context": p["context"],
-         "qas": [dict(q, id=f"{q['id']}_{k}") for q in p["qas"] if q["id"] != "q6"]}
-        for p in articles[0]["paragraphs"]]})
-  return {"version": version, "data": articles}
-
-
-@pytest.fixture(scope="module")
-def squad_dir(tmp_path_factory):
-  root = tmp_path_factory.mktemp("squad")
-  for name, version, bad, copies in (("train-v1.1.json", "1.1", True, 2),
-                                     ("dev-v1.1.json", "1.1", False, 1),
-                                     ("dev-v2.0.json", "2.0", False, 1)):
-    (root / name).write_text(json.dumps(_squad_json(version, bad, copies)), encoding="utf-8")
-  return str(root)
-
-
-def _glue_config(glue_dir, init, **overrides):
-  c = _config("glue", "task=mrpc")
-  c.data_dir, c.init_checkpoint = glue_dir, init
-  c.max_seq_length, c.batch_size, c.eval_batch_size = 32, 8, 16
-  c.num_epochs, c.log_every, c.learning_rate = 1.0, 1, 1e-4
-  for k, v in overrides.items():
-    c[k] = v
-  return c
-
-
-def _squad_config(squad_dir, init, version="1.1", **overrides):
-  c = _config("squad", f"version={version}")
-  c.data_dir, c.init_checkpoint = squad_dir, init
-  c.train_file = "train-v1.1.json"
-  c.max_seq_length, c.doc_stride, c.max_query_length = 48, 16, 12
-  c.batch_size, c.eval_batch_size, c.num_epochs, c.log_every = 8, 8, 4.0, 1
-  c.n_best_size, c.max_answer_length = 5, 8
-  for k, v in overrides.items():
-    c[k] = v
-  return c
+# test_readme_walkthrough.py still reads these two from this module.
+from tests.fixtures.finetuning import SENTENCES  # noqa: E402,F401  pylint: disable=unused-import
+_squad_json = squad_json
 
 
 @pytest.fixture(scope="module")
 def mrpc_run(pretrained, glue_dir, tmp_path_factory):
   """MRPC fine-tuned with 2 seeds from the pretraining workdir (its latest checkpoint)."""
   workdir = str(tmp_path_factory.mktemp("mrpc"))
-  results = finetune.finetune(_glue_config(glue_dir, pretrained, seeds=2), workdir)
+  results = finetune.finetune(glue_config(glue_dir, pretrained, seeds=2), workdir)
   return workdir, results
 
 
@@ -184,7 +57,7 @@ def test_glue_end_to_end_from_pretraining_workdir(mrpc_run):
   metrics = {"accuracy", "f1", "accuracy_and_f1"}
   assert set(written) - {"warning"} == (metrics | {m + "_std" for m in metrics}
                                         | {"majority_baseline", "constant_prediction"})
-  dev_labels = [int(row[0]) for row in _mrpc_rows(13, 1)]
+  dev_labels = [int(row[0]) for row in mrpc_rows(13, 1)]
   assert written["majority_baseline"] == max(dev_labels.count(0), dev_labels.count(1)) / 13
   # Mean and std over the 2 seeds of the per-seed results.
   with open(os.path.join(workdir, "eval_results_per_seed.json")) as f:
@@ -218,7 +91,7 @@ def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_di
   workdir, _ = mrpc_run
   with open(os.path.join(workdir, "eval_results_per_seed.json")) as f:
     last_seed = json.load(f)[-1]  # the export holds the last seed's params
-  c = _glue_config(glue_dir, os.path.join(workdir, "export"), eval_only=True,
+  c = glue_config(glue_dir, os.path.join(workdir, "export"), eval_only=True,
                    predict_test=False, seeds=3)
   again = finetune.finetune(c, str(tmp_path))
   assert set(again) == set(last_seed)  # one run (no _std): seeds do not apply to eval_only
@@ -228,7 +101,7 @@ def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_di
 
 
 def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_path):
-  c = _squad_config(squad_dir, os.path.join(pretrained, "checkpoints"))
+  c = squad_config(squad_dir, os.path.join(pretrained, "checkpoints"))
   results = finetune.finetune(c, str(tmp_path))
   assert set(results) == {"exact_match", "f1", "zero_shot_exact_match", "zero_shot_f1"}
   with open(tmp_path / "predictions.json") as f:
@@ -254,7 +127,7 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
       [r[1] for r in records], [r[2] for r in records], batch_size=4)
   assert answers == [preds[r[0]] for r in records]
   # SQuAD 2.0 keys, evaluating the exported bundle (its qa_outputs head) without training.
-  c2 = _squad_config(squad_dir, str(tmp_path / "export"), version="2.0",
+  c2 = squad_config(squad_dir, str(tmp_path / "export"), version="2.0",
                      eval_file="dev-v2.0.json", eval_only=True)
   results2 = finetune.finetune(c2, str(tmp_path / "v2"))
   assert {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1",
@@ -268,7 +141,7 @@ def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_di
                                                              capsys):
   # With a learning rate of 1e-30 training changes no prediction: the end scores are the
   # zero-shot ones.
-  c = _squad_config(squad_dir, pretrained, learning_rate=1e-30, num_epochs=1.0)
+  c = squad_config(squad_dir, pretrained, learning_rate=1e-30, num_epochs=1.0)
   results = finetune.finetune(c, str(tmp_path))
   assert results["zero_shot_f1"] == results["f1"]
   assert results["zero_shot_exact_match"] == results["exact_match"]
@@ -280,14 +153,14 @@ def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_di
 def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_dir, tmp_path):
   init = ckpt_lib.load_pretrained(pretrained)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
-  task = task_registry.build(_squad_config(squad_dir, pretrained), tok, init.config)
+  task = task_registry.build(squad_config(squad_dir, pretrained), tok, init.config)
   assert task.data_stats["train_skipped_answer_mismatch"] == 1
   assert task.data_stats["train_examples"] == 10  # 11 questions, q6 skipped
   assert task.data_stats["eval_examples"] == 5
 
 
 def test_training_starts_task_heads_fresh_and_eval_only_keeps_them(tmp_path):
-  pretrained = ckpt_lib.load_pretrained(_random_bundle(tmp_path / "b"))  # 3-label classifier
+  pretrained = ckpt_lib.load_pretrained(random_bundle(tmp_path / "b"))  # 3-label classifier
   mesh = sharding.make_mesh((-1, 1, 1))
   rules = sharding.logical_rules("data_parallel")
   tx = optax.adamw(1e-3)
@@ -314,82 +187,67 @@ def test_training_starts_task_heads_fresh_and_eval_only_keeps_them(tmp_path):
     start(2, ())
 
 
-def _random_bundle(path) -> str:
-  """A 1-layer bundle with a 3-label classifier; random params from eval_shape (no compile)."""
-  cfg = BertConfig(vocab_size=40, hidden_size=16, num_layers=1, num_heads=2,
-                   intermediate_size=32, max_position_embeddings=64)
-  model = model_lib.BertForSequenceClassification(cfg, num_labels=3)
-  shapes = jax.eval_shape(lambda: model_lib.init_params(model, jax.random.PRNGKey(0)))
-  rng = np.random.default_rng(0)
-  params = jax.tree.map(lambda s: rng.normal(0, 0.02, s.shape).astype(np.float32), shapes)
-  vocab = path.parent / f"{path.name}_vocab.txt"
-  tokens = list(tokenizer_lib.SPECIAL_TOKENS) + [f"w{i}" for i in range(35)]
-  vocab.write_text("\n".join(tokens) + "\n", encoding="utf-8")
-  bundle.save_bundle(str(path), params, cfg, str(vocab), True)
-  return str(path)
-
-
 def test_checkpoints_that_do_not_fit_get_clear_errors(glue_dir, squad_dir, tmp_path):
-  good = _random_bundle(tmp_path / "good")
+  good = random_bundle(tmp_path / "good")
   # Sequences longer than the checkpoint's position table.
   with pytest.raises(ValueError, match=r"max_seq_length 128 does not fit .*64 entries"):
-    finetune.finetune(_glue_config(glue_dir, good, max_seq_length=128), str(tmp_path / "a"))
+    finetune.finetune(glue_config(glue_dir, good, max_seq_length=128), str(tmp_path / "a"))
   # A checkpoint whose params are of another size than its config says.
   config_file = tmp_path / "good" / bundle.CONFIG_FILE
   cfg = json.loads(config_file.read_text())
   config_file.write_text(json.dumps(dict(cfg, hidden_size=32, intermediate_size=64)))
   with pytest.raises(ValueError, match=r"shape mismatches.*word_embeddings"):
-    finetune.finetune(_glue_config(glue_dir, good), str(tmp_path / "b"))
+    finetune.finetune(glue_config(glue_dir, good), str(tmp_path / "b"))
   config_file.write_text(json.dumps(cfg))
   # Eval-only with a head of another task (3 labels for MRPC's 2), or with no head.
   with pytest.raises(ValueError, match=r"'classifier' head with 3 outputs .* needs 2"):
-    finetune.finetune(_glue_config(glue_dir, good, eval_only=True), str(tmp_path / "c"))
+    finetune.finetune(glue_config(glue_dir, good, eval_only=True), str(tmp_path / "c"))
   with pytest.raises(ValueError, match=r"no 'qa_outputs' head .*'pooler', 'classifier'"):
-    finetune.finetune(_squad_config(squad_dir, good, eval_only=True), str(tmp_path / "d"))
+    finetune.finetune(squad_config(squad_dir, good, eval_only=True), str(tmp_path / "d"))
   # Not a checkpoint at all.
   with pytest.raises(ValueError, match="neither a bert_jax bundle"):
-    finetune.finetune(_glue_config(glue_dir, str(tmp_path)), str(tmp_path / "e"))
+    finetune.finetune(glue_config(glue_dir, str(tmp_path)), str(tmp_path / "e"))
 
 
 def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
-  good = _random_bundle(tmp_path / "b")
+  good = random_bundle(tmp_path / "b")
   init = ckpt_lib.load_pretrained(good)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
-  c = _glue_config(glue_dir, good)
+  c = glue_config(glue_dir, good)
   with c.unlocked():
     c.task = "mrcp"
   with pytest.raises(ValueError, match=r"unknown GLUE task 'mrcp'; known tasks: \['ax', 'cola'"):
     task_registry.build(c, tok, init.config)
   with pytest.raises(ValueError, match=r"known tasks: \['ax', 'cola'"):
-    _config("glue", "task=mrcp")
+    load_config("glue", "task=mrcp")
   # A malformed row: the error names the file and line.
   bad_dir = tmp_path / "glue"
   (bad_dir / "MRPC").mkdir(parents=True)
-  rows = _mrpc_rows(6, 0)
+  rows = mrpc_rows(6, 0)
   rows[3] = rows[3].rsplit("\t", 1)[0]  # a missing column on line 5 (header is line 1)
   (bad_dir / "MRPC" / "train.tsv").write_text("\n".join([MRPC_HEADER] + rows) + "\n")
-  (bad_dir / "MRPC" / "dev.tsv").write_text("\n".join([MRPC_HEADER] + _mrpc_rows(3, 1)) + "\n")
+  (bad_dir / "MRPC" / "dev.tsv").write_text("\n".join([MRPC_HEADER] + mrpc_rows(3, 1)) + "\n")
   with pytest.raises(glue.GlueFormatError, match=r"MRPC/train\.tsv:5: expected 5"):
-    finetune.finetune(_glue_config(str(bad_dir), good), str(tmp_path / "w"))
+    finetune.finetune(glue_config(str(bad_dir), good), str(tmp_path / "w"))
   # predict_ax belongs to MNLI.
   with pytest.raises(ValueError, match="predict_ax applies to task mnli only"):
-    task_registry.build(_glue_config(glue_dir, good, predict_ax=True), tok, init.config)
+    task_registry.build(glue_config(glue_dir, good, predict_ax=True), tok, init.config)
   # A negative or zero learning rate (was: accepted, the loss climbed, the model was exported).
   for lr in (-2e-5, 0.0):
     with pytest.raises(ValueError, match="learning_rate must be positive"):
-      finetune.finetune(_glue_config(glue_dir, good, learning_rate=lr), str(tmp_path / "lr"))
+      finetune.finetune(glue_config(glue_dir, good, learning_rate=lr), str(tmp_path / "lr"))
   # Values out of range (were: negative dropout scaled activations, -5 dropped 5 rows).
   for override, message in (({"model.dropout_rate": -0.5}, r"model.dropout_rate must be in"),
                             ({"model.attention_dropout_rate": 1.0}, "attention_dropout_rate"),
                             ({"max_train_examples": -5}, "max_train_examples must be >= 0")):
-    c = _glue_config(glue_dir, good)
+    c = glue_config(glue_dir, good)
     c.update_from_flattened_dict(override)
     with pytest.raises(ValueError, match=message):
       finetune.finetune(c, str(tmp_path / "range"))
 
 
 def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
-  good = _random_bundle(tmp_path / "b")
+  good = random_bundle(tmp_path / "b")
   init = ckpt_lib.load_pretrained(good)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
   header = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tgold_label"
@@ -403,7 +261,7 @@ def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
       "index\tsentence1\tsentence2\n" + "".join(f"{i}\tw{i}\tw3\n" for i in range(3)))
   ax = tmp_path / "glue" / "AX.tsv"
   ax.write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\tw4\tw{i}\n" for i in range(7)))
-  c = _config("glue", "task=mnli")
+  c = load_config("glue", "task=mnli")
   c.data_dir, c.init_checkpoint, c.max_seq_length = str(tmp_path / "glue"), good, 16
   task = task_registry.build(c, tok, init.config)
   # test_mismatched.tsv is absent: skipped (reported), not an error.
@@ -429,9 +287,9 @@ def test_constant_predictions_are_flagged_printed_and_recorded(mrpc_run, glue_di
   params["classifier"]["bias"] = np.array([0.0, 1.0], np.float32)
   constant = str(tmp_path / "constant")
   bundle.save_bundle(constant, params, exported.config, exported.vocab_file, exported.lowercase)
-  results = finetune.finetune(_glue_config(glue_dir, constant, eval_only=True,
+  results = finetune.finetune(glue_config(glue_dir, constant, eval_only=True,
                                            predict_test=False), str(tmp_path / "eval"))
-  dev_labels = [int(row[0]) for row in _mrpc_rows(13, 1)]
+  dev_labels = [int(row[0]) for row in mrpc_rows(13, 1)]
   assert results["accuracy"] == pytest.approx(dev_labels.count(1) / 13)
   assert results["constant_prediction"] is True
   assert "every one of the 13 predictions is class 1" in results["warning"]
@@ -486,7 +344,7 @@ def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrain
   row, on a task objective (no dropout; the same batches: no length bucketing, no packing
   but in the packed run)."""
   def configured(name, **nested):
-    c = _glue_config(glue_dir, pretrained, predict_test=False, batch_size=16,  # 2 microbatches of 8
+    c = glue_config(glue_dir, pretrained, predict_test=False, batch_size=16,  # 2 microbatches of 8
                      length_bucketing=False, packing=False)
     c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
     for key, value in nested.items():
@@ -517,7 +375,7 @@ def test_python_api_classifies_as_the_run_predicted(mrpc_run, glue_dir):
   workdir, _ = mrpc_run
   enc = Encoder.load(os.path.join(workdir, "export"))
   assert enc.task == "mrpc" and "classifier" in enc.heads
-  rows = [r.split("\t") for r in _mrpc_rows(11, 2, test=True)]
+  rows = [r.split("\t") for r in mrpc_rows(11, 2, test=True)]
   got = enc.classify([(r[3], r[4]) for r in rows], max_length=32, batch_size=4)
   with open(os.path.join(workdir, "predictions", "MRPC.tsv")) as f:
     written = [line.rstrip("\n").split("\t")[1] for line in f][1:]

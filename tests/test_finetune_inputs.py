@@ -5,7 +5,8 @@ import math
 import pytest
 
 from bert_jax import finetune
-from tests import test_finetune as ft
+from tests.fixtures.finetuning import random_bundle
+from tests.fixtures.repo import load_config
 
 
 def _stsb_dir(root, dev_scores):
@@ -22,7 +23,7 @@ def _stsb_dir(root, dev_scores):
 
 
 def _stsb_config(data_dir, init, **overrides):
-  c = ft._config("glue", "task=stsb")
+  c = load_config("glue", "task=stsb")
   c.data_dir, c.init_checkpoint = data_dir, init
   c.max_seq_length, c.batch_size, c.eval_batch_size = 16, 8, 8
   c.num_epochs, c.log_every, c.predict_test = 1.0, 1, False
@@ -33,7 +34,7 @@ def _stsb_config(data_dir, init, **overrides):
 
 def test_log_every_zero_is_a_config_error(tmp_path):
   """Issue 36: ZeroDivisionError at the first step."""
-  init = ft._random_bundle(tmp_path / "b")
+  init = random_bundle(tmp_path / "b")
   data = _stsb_dir(tmp_path / "glue", [1.0, 2.0])
   with pytest.raises(ValueError, match="bad config: log_every must be >= 1.*got 0"):
     finetune.finetune(_stsb_config(data, init, log_every=0), str(tmp_path / "w"))
@@ -45,7 +46,7 @@ def test_log_every_zero_is_a_config_error(tmp_path):
 
 def test_undefined_metric_is_written_as_null_with_a_warning(tmp_path, capsys):
   """Issue 37: an all-equal STS-B dev file wrote a bare NaN into eval_results.json."""
-  init = ft._random_bundle(tmp_path / "b")
+  init = random_bundle(tmp_path / "b")
   data = _stsb_dir(tmp_path / "glue", [2.5] * 8)
   workdir = tmp_path / "w"
   results = finetune.finetune(_stsb_config(data, init), str(workdir))

@@ -12,25 +12,23 @@ import sys
 import numpy as np
 
 from bert_jax import finetune
-from tests.test_finetune import _config
-from tests.test_finetune import glue_dir  # noqa: F401  (fixtures)
-from tests.test_finetune import pretrained  # noqa: F401
-from tests.test_multihost import LAUNCH
-from tests.test_multihost import ROOT
-from tests.test_multihost import _env
+from tests.fixtures.repo import LAUNCH
+from tests.fixtures.repo import ROOT
+from tests.fixtures.repo import child_env
+from tests.fixtures.repo import load_config
 
 
 def test_two_process_glue_run_reaches_the_end_and_matches_one_process(
-    pretrained, glue_dir, tmp_path):  # noqa: F811
+    pretrained, glue_dir, tmp_path):
   workdir = tmp_path / "two_processes"
   args = [str(LAUNCH), "2", sys.executable, "-m", "bert_jax.finetune",
           "--config", "configs/glue.py:task=mrpc", "--workdir", str(workdir),
           f"--config.init_checkpoint={pretrained}", f"--config.data_dir={glue_dir}"]
-  proc = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+  proc = subprocess.Popen(args, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
 
   # Meanwhile: the same run in this process (8 devices).
-  c = _config("glue", "task=mrpc")
+  c = load_config("glue", "task=mrpc")
   c.data_dir, c.init_checkpoint = glue_dir, pretrained
   want = finetune.finetune(c, str(tmp_path / "one_process"))
 

@@ -11,11 +11,9 @@ import pytest
 from bert_jax import finetune
 from bert_jax.modeling import bundle
 from bert_jax.training import checkpoint as ckpt_lib
-from tests.test_finetune import _glue_config  # noqa: F401  pylint: disable=unused-import
-from tests.test_finetune import _squad_config
-from tests.test_finetune import glue_dir  # noqa: F401  (fixtures)
-from tests.test_finetune import pretrained  # noqa: F401
-from tests.test_finetune import squad_dir  # noqa: F401
+from tests.fixtures.finetuning import glue_config
+from tests.fixtures.finetuning import squad_config
+from tests.fixtures.repo import ROOT
 
 
 def _outputs(workdir: pathlib.Path) -> tuple:
@@ -48,9 +46,9 @@ def _kill_after_a_checkpoint_resumes(config, killed: pathlib.Path, stop_at: tupl
 
 
 def test_glue_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same_results(
-    pretrained, glue_dir, tmp_path, capsys):  # noqa: F811
+    pretrained, glue_dir, tmp_path, capsys):
   # 32 training rows in batches of 8: 4 steps an epoch, 8 a seed, 2 seeds.
-  config = lambda: _glue_config(glue_dir, pretrained, seeds=2, num_epochs=2.0,  # noqa: E731
+  config = lambda: glue_config(glue_dir, pretrained, seeds=2, num_epochs=2.0,  # noqa: E731
                                 checkpoint_every=3)
   straight = tmp_path / "straight"
   want = finetune.finetune(config(), str(straight))
@@ -70,8 +68,8 @@ def test_glue_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same
 
 
 def test_squad_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same_results(
-    pretrained, squad_dir, tmp_path):  # noqa: F811
-  config = lambda: _squad_config(squad_dir, pretrained, num_epochs=3.0,  # noqa: E731
+    pretrained, squad_dir, tmp_path):
+  config = lambda: squad_config(squad_dir, pretrained, num_epochs=3.0,  # noqa: E731
                                  checkpoint_every=1)
   straight = tmp_path / "straight"
   want = finetune.finetune(config(), str(straight))
@@ -86,18 +84,18 @@ def test_squad_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_sam
 
 
 def test_a_resume_with_other_settings_is_refused_in_one_line_and_nothing_moves(
-    pretrained, glue_dir, tmp_path):  # noqa: F811
+    pretrained, glue_dir, tmp_path):
   workdir = tmp_path / "run"
-  finetune.finetune(_glue_config(glue_dir, pretrained), str(workdir), preempt_at=(0, 2))
+  finetune.finetune(glue_config(glue_dir, pretrained), str(workdir), preempt_at=(0, 2))
   before = sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*"))
   with pytest.raises(ckpt_lib.ResumeMismatchError,
                      match=r"was saved with other settings \(learning_rate 0.0001 -> 0.001\); "
                            r"to change them on purpose pass "
                            r"--config.resume_allow_changes=learning_rate"):
-    finetune.finetune(_glue_config(glue_dir, pretrained, learning_rate=1e-3), str(workdir))
+    finetune.finetune(glue_config(glue_dir, pretrained, learning_rate=1e-3), str(workdir))
   assert sorted(str(p.relative_to(workdir)) for p in workdir.rglob("*")) == before
   # Changing how often to log is allowed.
-  results = finetune.finetune(_glue_config(glue_dir, pretrained, log_every=2), str(workdir))
+  results = finetune.finetune(glue_config(glue_dir, pretrained, log_every=2), str(workdir))
   assert "accuracy" in results
   assert json.loads((workdir / "eval_results.json").read_text()) == results
 
@@ -105,7 +103,6 @@ def test_a_resume_with_other_settings_is_refused_in_one_line_and_nothing_moves(
 def test_checkpoint_keys_with_eval_only_are_refused_as_unread():
   from bert_jax import config_help  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import config_reads  # pylint: disable=g-import-not-at-top
-  from tests.test_finetune import ROOT  # pylint: disable=g-import-not-at-top
   module = config_help.load_module(ROOT / "configs" / "glue.py")
   config = module.get_config("task=mrpc")
   config.eval_only = True

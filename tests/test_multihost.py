@@ -25,9 +25,10 @@ from bert_jax import pretrain
 from bert_jax.runtime import distributed
 from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
+from tests.fixtures.repo import LAUNCH
+from tests.fixtures.repo import ROOT
+from tests.fixtures.repo import child_env
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-LAUNCH = ROOT / "launch" / "local_multiprocess.sh"
 STEPS = 5
 # The default config otherwise, fill-mask example included: every process must reach the end.
 OVERRIDES = dict(total_steps=STEPS, seq_len=32, batch_size=8, log_every=1, checkpoint_every=STEPS)
@@ -74,12 +75,6 @@ def _write_corpus(path: pathlib.Path, docs: int = 40, sentences: int = 8) -> Non
       f.write("\n")
 
 
-def _env(**extra):
-  env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), XLA_FLAGS="")
-  env.update(extra)
-  return env
-
-
 def _restore_on_one_device(path):
   """A checkpoint's full state as saved, on one device, whatever topology wrote it."""
   ckptr = ocp.StandardCheckpointer()
@@ -101,7 +96,7 @@ def test_two_processes_match_one_process(tmp_path):
           "--config.data.source=files", f"--config.data.files={corpus}"]
   args += [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
   start = time.time()
-  proc = subprocess.Popen(args, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+  proc = subprocess.Popen(args, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
 
   # Meanwhile: the same run in this process, 8 devices, real 1-host pipeline.
@@ -157,7 +152,7 @@ def test_launcher_stops_everyone_when_one_process_fails(tmp_path):
   '''))
   start = time.time()
   res = subprocess.run([str(LAUNCH), "2", sys.executable, str(script)], capture_output=True,
-                       text=True, timeout=60, env=_env())
+                       text=True, timeout=60, env=child_env())
   assert res.returncode == 3, res
   assert time.time() - start < 30
   assert "[1] up 1" in res.stdout

@@ -17,8 +17,11 @@ from bert_jax.tasks import ner
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 from bert_jax.training import checkpoint as ckpt_lib
-from tests.test_finetune import _config
-from tests.test_finetune import _random_bundle
+from tests.fixtures.finetuning import conll
+from tests.fixtures.finetuning import random_bundle
+from tests.fixtures.repo import load_config
+
+_conll = conll  # test_readme_walkthrough.py still reads it from this module
 
 # (gold, predicted) sentence lists: IOB1 (CoNLL-2003's I- starts) and IOB2 edge cases.
 EDGE_CASES = [
@@ -136,8 +139,8 @@ def test_schemes_convert_keeping_entities_and_roundtrip():
 
 def _twin_files(tmp_path, rng):
   """IOB1 train.txt (no B- tag) and valid.txt (one B-LOC), and their IOB2 twins in iob2/."""
-  _write(tmp_path / "train.txt", _conll(rng, 8))
-  _write(tmp_path / "valid.txt", _conll(rng, 4, adjacent=True))
+  _write(tmp_path / "train.txt", conll(rng, 8))
+  _write(tmp_path / "valid.txt", conll(rng, 4, adjacent=True))
   (tmp_path / "iob2").mkdir()
   for name in ("train.txt", "valid.txt"):
     sentences = ner.read_conll(str(tmp_path / name))
@@ -223,7 +226,7 @@ def test_first_piece_labels_and_windows_predict_every_word_once(tmp_path):
 
 
 def _ner_config(data_dir, init, **overrides):
-  c = _config("ner", None)
+  c = load_config("ner", None)
   c.data_dir, c.init_checkpoint = str(data_dir), init
   c.max_seq_length, c.batch_size, c.eval_batch_size = 8, 8, 8
   c.num_epochs, c.log_every, c.learning_rate = 1.0, 1, 1e-3
@@ -232,25 +235,9 @@ def _ner_config(data_dir, init, **overrides):
   return c
 
 
-def _conll(rng, n, labeled=True, adjacent=False):
-  """IOB1 sentences of w<i> words; w1 w2 is a PER, w3 a LOC; some longer than a window.
-
-  adjacent: the last sentence has two LOCs in a row, `w3 I-LOC` `w3 B-LOC` (the only B-)."""
-  out = []
-  for i in range(n):
-    words = [f"w{i}" for i in rng.integers(4, 30, rng.integers(1, 9))]
-    at = int(rng.integers(0, len(words) + 1))
-    words[at:at] = ["w1", "w2"] if rng.random() < 0.5 else ["w3"]
-    tags = ["I-PER" if w in ("w1", "w2") else "I-LOC" if w == "w3" else "O" for w in words]
-    if adjacent and i == n - 1:
-      words, tags = words + ["w3", "w3"], tags + ["I-LOC", "B-LOC"]
-    out += [f"{w} X {t}" if labeled else w for w, t in zip(words, tags)] + [""]
-  return "-DOCSTART- -X- O\n\n" + "\n".join(out)
-
-
 def _random_init(tmp_path):
   """A random 1-layer bundle, its loaded checkpoint and tokenizer."""
-  init = _random_bundle(tmp_path / "init")
+  init = random_bundle(tmp_path / "init")
   loaded = ckpt_lib.load_pretrained(init)
   return init, loaded, tokenizer_lib.cached_tokenizer("wordpiece", loaded.vocab, loaded.lowercase)
 
@@ -258,8 +245,8 @@ def _random_init(tmp_path):
 def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
   init, loaded, tok = _random_init(tmp_path)
   rng = np.random.default_rng(0)
-  _write(tmp_path / "train.txt", _conll(rng, 8))
-  _write(tmp_path / "valid.txt", _conll(rng, 4) + "\nw5 X B-ORG\n")
+  _write(tmp_path / "train.txt", conll(rng, 8))
+  _write(tmp_path / "valid.txt", conll(rng, 4) + "\nw5 X B-ORG\n")
   with pytest.raises(ValueError, match=r"valid.txt:\d+: tag 'B-ORG' is not in the training "
                                        r"file's labels \['O', 'B-LOC', 'B-PER', 'I-LOC', "
                                        r"'I-PER'\] \(entity type 'ORG' never occurs in it\)"):
@@ -271,8 +258,8 @@ def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
   with pytest.raises(ValueError, match="data_dir is required for NER"):
     task_registry.task_model(_ner_config("", init), loaded.config)
   # An unlabeled test file is predicted, not scored.
-  _write(tmp_path / "valid.txt", _conll(rng, 4))
-  _write(tmp_path / "test.txt", _conll(rng, 3, labeled=False))
+  _write(tmp_path / "valid.txt", conll(rng, 4))
+  _write(tmp_path / "test.txt", conll(rng, 3, labeled=False))
   task = task_registry.build(_ner_config(tmp_path, init), tok, loaded.config)
   test = task.eval_sets[1]
   logits = np.zeros(test.arrays["input_ids"].shape + (5,), np.float32)
@@ -282,12 +269,12 @@ def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
 
 
 def test_ner_end_to_end(tmp_path):
-  init = _random_bundle(tmp_path / "init")
+  init = random_bundle(tmp_path / "init")
   rng = np.random.default_rng(1)
   data = tmp_path / "conll"
   data.mkdir()
   for name, n in (("train.txt", 24), ("valid.txt", 6), ("test.txt", 5)):  # IOB1; only valid
-    _write(data / name, _conll(rng, n, adjacent=name != "train.txt"))  # and test have B-LOC
+    _write(data / name, conll(rng, n, adjacent=name != "train.txt"))  # and test have B-LOC
   workdir = tmp_path / "run"
   results = finetune.finetune(_ner_config(data, init), str(workdir))
   written = json.loads((workdir / "eval_results.json").read_text())
@@ -332,8 +319,8 @@ def test_ner_end_to_end(tmp_path):
 def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):
   init, loaded, tok = _random_init(tmp_path)
   rng = np.random.default_rng(2)
-  _write(tmp_path / "train.txt", _conll(rng, 8))
-  _write(tmp_path / "valid.txt", _conll(rng, 2))
+  _write(tmp_path / "train.txt", conll(rng, 8))
+  _write(tmp_path / "valid.txt", conll(rng, 2))
   task = task_registry.build(_ner_config(tmp_path, init, test_file=""), tok, loaded.config)
   batch = {k: task.train_arrays[k][:4] for k in task_lib.MODEL_INPUTS + task.label_keys}
   params = nn.unbox(jax.jit(task_lib.init_fn(task.model, 8))(jax.random.PRNGKey(0)))

@@ -13,58 +13,16 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import config_help
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import bundle
 from bert_jax import pretrain
 from bert_jax.runtime import checksum
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import train_core
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-WORDS = ("the old man walked to the river and saw a boat near the house . "
-         "she said that the war was over , and they went home in the evening . "
-         "a small dog ran across the field while the children played by the trees . "
-         "many people lived in the city , but few of them knew the king .").split(" . ")
-
-
-def _config_module():
-  return config_help.load_module(ROOT / "configs" / "pretrain.py")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-  """A small Google-layout corpus: sentences per line, blank line between documents."""
-  rng = np.random.default_rng(0)
-  lines = []
-  for _ in range(60):
-    for _ in range(int(rng.integers(3, 8))):
-      words = " ".join(WORDS[i] for i in rng.choice(len(WORDS), 2)).split()
-      lines.append(" ".join(words[:int(rng.integers(6, len(words) + 1))]) + " .")
-    lines.append("")
-  path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
-  path.write_text("\n".join(lines), encoding="utf-8")
-  return str(path)
-
-
-def small_config(corpus, **overrides):
-  c = _config_module().get_config("tiny")
-  c.seq_len = 32
-  c.batch_size = 8
-  c.total_steps = 6
-  c.warmup_steps = 2
-  c.log_every = 1
-  c.checkpoint_every = 3
-  c.data.source = "files"
-  c.data.files = corpus
-  c.data.max_predictions_per_seq = 5
-  c.update_from_flattened_dict(overrides)
-  return c
-
-
-def _losses(workdir):
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    return {r["step"]: r["loss"] for r in map(json.loads, f) if "loss" in r}
+from tests.fixtures.pretraining import WORDS
+from tests.fixtures.pretraining import logged_losses
+from tests.fixtures.pretraining import small_config
+from tests.fixtures.repo import ROOT
 
 
 class _Compiles(logging.Handler):
@@ -178,7 +136,7 @@ def test_resume_after_preemption_is_exact(objective, corpus, tmp_path_factory, t
   assert first["step"] == 4  # preempted: checkpoint written at step 4
   assert "4" in os.listdir(os.path.join(workdir, "checkpoints"))
   pretrain.train(small_config(corpus, **overrides), workdir)
-  a, b = _losses(straight), _losses(workdir)
+  a, b = logged_losses(straight), logged_losses(workdir)
   for step in (5, 6):
     assert a[step] == b[step], (step, a[step], b[step])
 
@@ -228,7 +186,7 @@ def test_metrics_hold_each_step_once_after_a_resume(corpus, straight_run, tmp_pa
   pretrain.train(small_config(corpus, total_steps=7), str(workdir))
   records = [json.loads(l) for l in (workdir / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in records] == [1, 2, 3, 4, 5, 6, 7]
-  straight = _losses(straight_run[0])
+  straight = logged_losses(straight_run[0])
   assert all(r["loss"] == straight[r["step"]] for r in records if r["step"] <= 6)
 
 
@@ -298,7 +256,7 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
     signal.signal(signal.SIGXFSZ, previous)
   # It stopped at the first log step after the failure, not at the next checkpoint (step 9).
-  assert max(_losses(workdir)) < 9
+  assert max(logged_losses(workdir)) < 9
   assert sorted(os.listdir(workdir / "checkpoints"))[0] == "3"
   assert ckpt_lib.load_pretrained(str(workdir / "checkpoints")).source.endswith("/3")
 

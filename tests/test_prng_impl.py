@@ -6,22 +6,23 @@ import pytest
 
 from bert_jax import pretrain
 from bert_jax.training import train_core
-from tests.test_pretrain import _losses, corpus, small_config  # noqa: F401  (corpus: a fixture)
+from tests.fixtures.pretraining import logged_losses
+from tests.fixtures.pretraining import small_config
 
 
-def test_unsafe_rbg_dropout_resumes_exactly_and_is_not_threefry(corpus, tmp_path):  # noqa: F811
+def test_unsafe_rbg_dropout_resumes_exactly_and_is_not_threefry(corpus, tmp_path):
   rbg = {"model.prng_impl": "unsafe_rbg", "model.dropout_rate": 0.1}
   straight = str(tmp_path / "straight")
   pretrain.train(small_config(corpus, **rbg), straight)
   resumed = str(tmp_path / "resumed")
   assert pretrain.train(small_config(corpus, **rbg), resumed, preempt_at_step=4)["step"] == 4
   pretrain.train(small_config(corpus, **rbg), resumed)
-  a, b = _losses(straight), _losses(resumed)
+  a, b = logged_losses(straight), logged_losses(resumed)
   assert [a[s] for s in (5, 6)] == [b[s] for s in (5, 6)]
   threefry = str(tmp_path / "threefry")
   pretrain.train(small_config(corpus, **{"model.prng_impl": "threefry2x32",
                                          "model.dropout_rate": 0.1}), threefry)
-  assert _losses(threefry)[1] != a[1]  # another dropout draw from the same initial params
+  assert logged_losses(threefry)[1] != a[1]  # another dropout draw from the same initial params
 
 
 def test_auto_is_threefry_on_the_cpu_and_rbg_on_accelerators():
@@ -31,7 +32,7 @@ def test_auto_is_threefry_on_the_cpu_and_rbg_on_accelerators():
   assert train_core.prng_impl(Model(), "gpu") == train_core.prng_impl(Model(), "tpu") == "unsafe_rbg"
 
 
-def test_an_unknown_prng_impl_is_a_config_error(corpus, tmp_path):  # noqa: F811
+def test_an_unknown_prng_impl_is_a_config_error(corpus, tmp_path):
   with pytest.raises(ValueError, match=r"^bad config: model.prng_impl 'philox' not in"):
     pretrain.train(small_config(corpus, **{"model.prng_impl": "philox"}), str(tmp_path))
   assert not os.path.exists(tmp_path / "checkpoints")

@@ -18,7 +18,12 @@ from bert_jax import fill_mask
 from bert_jax import finetune
 from bert_jax.modeling import bundle
 from bert_jax import pretrain
-from tests import test_finetune as ft
+from tests.fixtures.finetuning import MRPC_HEADER
+from tests.fixtures.finetuning import SENTENCES
+from tests.fixtures.finetuning import mrpc_rows
+from tests.fixtures.finetuning import write_vocab
+from tests.fixtures.repo import ROOT
+from tests.fixtures.tiny_encoder import BUNDLE_CONFIG
 
 
 def test_absolute_leaves_urls_and_empty_values():
@@ -34,14 +39,14 @@ def in_tmp(tmp_path, monkeypatch):
 
 
 def test_every_program_with_relative_paths(in_tmp, capsys):
-  vocab = ft._write_vocab(in_tmp / "vocab.txt")
+  vocab = write_vocab(in_tmp / "vocab.txt")
   rng = np.random.default_rng(0)
   lines = []
   for _ in range(30):
-    lines += [ft.SENTENCES[i] + " ." for i in rng.choice(len(ft.SENTENCES), 4)] + [""]
+    lines += [SENTENCES[i] + " ." for i in rng.choice(len(SENTENCES), 4)] + [""]
   (in_tmp / "corpus.txt").write_text("\n".join(lines), encoding="utf-8")
   assert os.path.basename(vocab) == "vocab.txt"
-  config = str(ft.ROOT / "configs" / "pretrain.py") + ":tiny"
+  config = str(ROOT / "configs" / "pretrain.py") + ":tiny"
   pretrain.main(["--config", config, "--workdir", "runs/base", "--config.seq_len=32",
                  "--config.batch_size=8", "--config.total_steps=2", "--config.warmup_steps=1",
                  "--config.checkpoint_every=2", "--config.data.source=files",
@@ -61,9 +66,9 @@ def test_every_program_with_relative_paths(in_tmp, capsys):
 
   glue = in_tmp / "glue" / "MRPC"
   glue.mkdir(parents=True)
-  for name, rows in (("train.tsv", ft._mrpc_rows(16, 0)), ("dev.tsv", ft._mrpc_rows(8, 1))):
-    (glue / name).write_text("\n".join([ft.MRPC_HEADER] + rows) + "\n", encoding="utf-8")
-  finetune.main(["--config", str(ft.ROOT / "configs" / "glue.py") + ":task=mrpc",
+  for name, rows in (("train.tsv", mrpc_rows(16, 0)), ("dev.tsv", mrpc_rows(8, 1))):
+    (glue / name).write_text("\n".join([MRPC_HEADER] + rows) + "\n", encoding="utf-8")
+  finetune.main(["--config", str(ROOT / "configs" / "glue.py") + ":task=mrpc",
                  "--workdir", "relft", "--config.init_checkpoint=rel_bundle",
                  "--config.data_dir=glue", "--config.max_seq_length=32",
                  "--config.batch_size=8", "--config.eval_batch_size=8",
@@ -74,16 +79,15 @@ def test_every_program_with_relative_paths(in_tmp, capsys):
 
 
 def test_save_bundle_takes_a_relative_path(in_tmp):
-  from tests.test_bundle import CONFIG  # pylint: disable=g-import-not-at-top
   from flax import traverse_util  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   params = traverse_util.unflatten_dict(
       {k: rng.normal(size=s).astype(np.float32)
-       for k, s in bundle.pretraining_shapes(CONFIG).items()}, sep="/")
-  tokens = [f"t{i}" for i in range(CONFIG.vocab_size)]
-  bundle.save_bundle("rel/b", params, CONFIG, tokens, lowercase=True)
+       for k, s in bundle.pretraining_shapes(BUNDLE_CONFIG).items()}, sep="/")
+  tokens = [f"t{i}" for i in range(BUNDLE_CONFIG.vocab_size)]
+  bundle.save_bundle("rel/b", params, BUNDLE_CONFIG, tokens, lowercase=True)
   loaded = bundle.load_bundle("rel/b")
-  assert loaded.config == CONFIG
+  assert loaded.config == BUNDLE_CONFIG
 
 
 def test_an_unreachable_remote_path_is_one_line_at_the_start(monkeypatch, capsys):
@@ -106,7 +110,7 @@ def test_an_unreachable_remote_path_is_one_line_at_the_start(monkeypatch, capsys
                      r"Error executing an HTTP request: .*hostname' \(no Google Cloud credentials "
                      r"found: set GOOGLE_APPLICATION_CREDENTIALS"):
     fill_mask.main(["--checkpoint", "gs://b/ckpt", "a [MASK] ."])
-  config = str(ft.ROOT / "configs" / "pretrain.py") + ":tiny"
+  config = str(ROOT / "configs" / "pretrain.py") + ":tiny"
   for flag in ("--workdir=gs://b/run", "--config.init_checkpoint=gs://b/init",
                "--config.data.files=gs://b/corpus/*.txt"):
     argv = ["--config", config, "--workdir=/tmp/unused_local_run", flag]

@@ -7,7 +7,9 @@ import pytest
 from bert_jax.inference import retrieval_metrics
 from bert_jax.modeling import bundle
 from bert_jax import retrieval_eval
-from tests.test_embed import CONFIG, VOCAB, _random_params
+from tests.fixtures.tiny_encoder import CONFIG
+from tests.fixtures.tiny_encoder import VOCAB
+from tests.fixtures.tiny_encoder import random_params
 
 
 def test_metrics_by_hand():
@@ -62,7 +64,7 @@ def _beir(tmp_path, texts, qrels_lines, queries=None):
 def ckpt(tmp_path_factory):
   d = tmp_path_factory.mktemp("retrieval")
   path = str(d / "bundle")
-  bundle.save_bundle(path, _random_params(CONFIG), CONFIG, VOCAB, lowercase=True)
+  bundle.save_bundle(path, random_params(CONFIG), CONFIG, VOCAB, lowercase=True)
   return path
 
 

@@ -19,8 +19,8 @@ from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import sentence_pairs
 from bert_jax.training import checkpoint as ckpt_lib
-from tests.test_embed import _random_params
-from tests.test_finetune import _config
+from tests.fixtures.repo import load_config
+from tests.fixtures.tiny_encoder import random_params
 
 CONFIG = BertConfig(vocab_size=35, hidden_size=16, num_layers=1, num_heads=2,
                     intermediate_size=32, max_position_embeddings=32)
@@ -31,7 +31,7 @@ def _random_bundle(path) -> str:
   vocab = path.parent / f"{path.name}_vocab.txt"
   tokens = list(tokenizer_lib.SPECIAL_TOKENS) + [f"w{i}" for i in range(30)]
   vocab.write_text("\n".join(tokens) + "\n", encoding="utf-8")
-  bundle.save_bundle(str(path), _random_params(CONFIG), CONFIG, str(vocab), True)
+  bundle.save_bundle(str(path), random_params(CONFIG), CONFIG, str(vocab), True)
   return str(path)
 
 
@@ -44,7 +44,7 @@ def _scored(rng, n):
 
 
 def _se_config(init, train, evaluation, **overrides):
-  c = _config("sentence_embeddings", None)
+  c = load_config("sentence_embeddings", None)
   c.init_checkpoint, c.train_file, c.eval_file = init, str(train), str(evaluation)
   c.max_seq_length, c.batch_size, c.eval_batch_size = 8, 8, 8  # one bucket: one compilation
   c.log_every, c.learning_rate = 1, 1e-3

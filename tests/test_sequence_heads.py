@@ -139,9 +139,10 @@ def test_encoder_classifies_with_the_head_the_export_records(tmp_path):
   """A layers_attention export: Encoder.classify builds that head (bundle.json's head)."""
   from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import bundle
-  from tests.test_embed import CONFIG as SMALL, VOCAB, _ids, _random_params
+  from tests.fixtures.tiny_encoder import CONFIG as SMALL  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.tiny_encoder import VOCAB, random_params, token_ids  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(3)
-  params = {**_random_params(SMALL, heads=()),
+  params = {**random_params(SMALL, heads=()),
             "aggregation": {"query": rng.normal(0, 1, (SMALL.hidden_size,)).astype(np.float32)},
             "classifier": {"kernel": rng.normal(0, 1, (SMALL.hidden_size, 2)).astype(np.float32),
                            "bias": np.zeros(2, np.float32)}}
@@ -153,7 +154,7 @@ def test_encoder_classifies_with_the_head_the_export_records(tmp_path):
   apply = jax.jit(glue_task.sequence_model(SMALL, 2, "layers_attention", 2).apply)
   for (a, b), (label, prob) in zip(pairs, got):  # each pair alone, padding masked out
     ids, mask, seg = np.zeros((3, 1, 16), np.int32)
-    pieces = _ids(a) + _ids(b)[1:]
+    pieces = token_ids(a) + token_ids(b)[1:]
     ids[0, :len(pieces)], mask[0, :len(pieces)] = pieces, 1
     seg[0, len(a.split()) + 2:len(pieces)] = 1
     logits = np.asarray(apply({"params": params}, ids, mask, seg))[0]

@@ -10,9 +10,10 @@ from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import squad
 from bert_jax.tasks import squad_offsets
 from bert_jax.training import checkpoint as ckpt_lib
-from tests.test_embed import _random_params
-from tests.test_family_tokenizers import _reference
-from tests.test_finetune import _squad_config, _squad_json
+from tests.fixtures.finetuning import squad_config
+from tests.fixtures.finetuning import squad_json
+from tests.fixtures.tiny_encoder import random_params
+from tests.tokenizer_fixtures import reference_tokenizer
 
 _CONTEXT = ("The quick brown fox jumps over lazy dogs while seven wizards quietly hum "
             "jazzy tunes (about running animals) in 1,000 towns.")
@@ -32,7 +33,7 @@ def test_offset_features_are_the_fast_tokenizers_rows_and_cut_the_gold_answers(
     kind, bpe_dir, albert_dir):
   directory = bpe_dir if kind == "roberta" else albert_dir
   tok = tokenizer_lib.tokenizer_from_path(str(directory))
-  fast = _reference(kind, directory)
+  fast = reference_tokenizer(kind, directory)
   examples = _examples()
   arrays, features = squad_offsets.convert_examples_to_features(
       tok, examples, max_seq_length=160, doc_stride=32, max_query_length=16, is_training=True)
@@ -55,7 +56,7 @@ def test_roberta_offsets_equal_transformers_next_to_tabs_newlines_and_no_break_s
   (trim_offsets) trims only the ordinary space."""
   from tests.tokenizer_fixtures import _TRICKY  # pylint: disable=g-import-not-at-top
   tok = tokenizer_lib.tokenizer_from_path(str(bpe_dir))
-  fast = _reference("roberta", bpe_dir)
+  fast = reference_tokenizer("roberta", bpe_dir)
   texts = ["the\tfox", "the\nfox", "the\u00a0fox", "the \t fox\n\nran", "x  \u00a0 y ",
            "\tjumps\r\nover\u00a0\u00a0lazy\u3000dogs\u2009.", " \n", "a <mask>\tb"] + _TRICKY
   for text, (ids, spans) in zip(texts, tok.tokenize_with_offsets(texts)):
@@ -103,15 +104,15 @@ def test_squad_finetunes_a_roberta_checkpoint_end_to_end(tmp_path, bpe_dir):
   config = BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_layers=1, num_heads=2,
                       intermediate_size=32, max_position_embeddings=64)
   init = str(tmp_path / "init")
-  bundle.save_bundle(init, _random_params(config, heads=()), config, tok.inv_vocab, False,
+  bundle.save_bundle(init, random_params(config, heads=()), config, tok.inv_vocab, False,
                      tokenizer_file=str(bpe_dir / "vocab.json"))
   assert tokenizer_lib.for_checkpoint(ckpt_lib.load_pretrained(init)).kind == "bpe"
   squad_dir = tmp_path / "squad"
   squad_dir.mkdir()
   for name, copies in (("train-v1.1.json", 2), ("dev-v1.1.json", 1)):
-    (squad_dir / name).write_text(json.dumps(_squad_json("1.1", False, copies)),
+    (squad_dir / name).write_text(json.dumps(squad_json("1.1", False, copies)),
                                   encoding="utf-8")
-  results = finetune.finetune(_squad_config(str(squad_dir), init, num_epochs=1.0),
+  results = finetune.finetune(squad_config(str(squad_dir), init, num_epochs=1.0),
                               str(tmp_path / "ft"))
   assert set(results) == {"exact_match", "f1", "zero_shot_exact_match", "zero_shot_f1"}
   preds = json.loads((tmp_path / "ft" / "predictions.json").read_text())

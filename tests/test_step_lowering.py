@@ -14,14 +14,14 @@ from bert_jax.modeling import model_config
 from bert_jax.objectives import mlm_nsp
 from bert_jax.training import optimizer
 from bert_jax.training import train_core
-from tests.test_train_step import _opt_config
+from tests.fixtures.optimizer import opt_config
 
 
 def _lowered_step(variant="base", batch=8, seq=128, predictions=20, dtype="bfloat16",
                   guard="select"):
   cfg = model_config.variant(variant, 30522, dtype=dtype)
   model = model_lib.BertForPreTraining(cfg, with_nsp=True)
-  tx, sched = optimizer.make_optimizer(_opt_config("adamw"), 1e-4, 10, 100)
+  tx, sched = optimizer.make_optimizer(opt_config("adamw"), 1e-4, 10, 100)
   state = jax.eval_shape(lambda r: nn.unbox(train_core.init_state(
       mlm_nsp.init_fn(model, seq, predictions), tx, r)), jax.random.PRNGKey(0))
   i32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.int32)  # noqa: E731

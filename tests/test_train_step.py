@@ -2,7 +2,6 @@
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 import pytest
 
@@ -11,13 +10,7 @@ from bert_jax.modeling import model_config
 from bert_jax.objectives import mlm_nsp
 from bert_jax.training import optimizer
 from bert_jax.training import train_core
-
-
-def _opt_config(name):
-  c = ml_collections.ConfigDict(dict(
-      name=name, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01, grad_clip_norm=1.0,
-      bf16_moments=False, schedule="linear", poly_power=1.0, grad_accum_steps=1))
-  return c
+from tests.fixtures.optimizer import opt_config
 
 
 def _batch(rng, b=32, L=16, P=3, vocab=64):
@@ -37,7 +30,7 @@ def _setup(name):
                                 intermediate_size=64, max_position_embeddings=32,
                                 dropout_rate=0.0, attention_dropout_rate=0.0)
   model = model_lib.BertForPreTraining(cfg)
-  tx, sched = optimizer.make_optimizer(_opt_config(name), 1e-3, 0, 10)  # no warmup: lr > 0 at once
+  tx, sched = optimizer.make_optimizer(opt_config(name), 1e-3, 0, 10)  # no warmup: lr > 0 at once
   state = jax.jit(lambda r: nn.unbox(train_core.init_state(mlm_nsp.init_fn(model, 16, 3), tx, r)))(
       jax.random.PRNGKey(0))
   return model, tx, sched, state

@@ -4,7 +4,6 @@ Fine-tuning with --workdir equal to the pretraining workdir it started from repl
 pretraining export and mixed both runs in metrics.jsonl; `convert --from hf --overwrite`
 deleted everything in --dst (notes, another bundle).
 """
-import json
 import os
 
 import numpy as np
@@ -18,8 +17,8 @@ from bert_jax import finetune
 from bert_jax.modeling import bundle
 from bert_jax import pretrain
 from bert_jax.training import workdir_owner
-from tests.test_bundle import CONFIG
-from tests.test_finetune import ROOT
+from tests.fixtures.repo import ROOT
+from tests.fixtures.tiny_encoder import BUNDLE_CONFIG as CONFIG
 
 
 @pytest.fixture(scope="module")

@@ -80,3 +80,14 @@ def deberta_dir(tmp_path_factory):
              eos_id=2, eos_piece="[SEP]", unk_id=3, unk_piece="[UNK]", byte_fallback=True,
              vocab_size=450)
   return out
+
+
+def reference_tokenizer(kind, directory):
+  """transformers' fast tokenizer for a family's files: RoBERTa, ALBERT or DeBERTa-v2."""
+  transformers = pytest.importorskip("transformers")
+  if kind == "roberta":
+    return transformers.RobertaTokenizerFast(vocab_file=str(directory / "vocab.json"),
+                                             merges_file=str(directory / "merges.txt"))
+  if kind == "albert":
+    return transformers.AlbertTokenizerFast(vocab_file=str(directory / "spiece.model"))
+  return transformers.DebertaV2TokenizerFast(vocab_file=str(directory / "spm.model"))
