@@ -3,7 +3,7 @@
 Reads the XSpace (`*.xplane.pb`) that `jax.profiler.trace` writes, through
 `jax.profiler.ProfileData`. Device events are, on a GPU or TPU, the kernels on the
 device planes' stream lines ("/device:GPU:0", "Stream #..."); on the CPU, the XLA:CPU
-thunks on host threads (the events that carry an `hlo_op` statistic). Nested events
+thunks on host threads (the events that have an `hlo_op` statistic). Nested events
 (a `while` thunk around its body's) count their own time only.
 
 Each event's category comes from its HLO instruction in the compiled module's text

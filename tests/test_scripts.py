@@ -49,3 +49,19 @@ def test_finetune_speed_extrapolates_a_partial_reference_epoch(tmp_path):
                            for s in (10, 20, 30)) + "\n")
   assert finetune_speed.hf_epoch_seconds(str(log), 100) == 30 + 2 * 90
   assert finetune_speed.hf_epoch_seconds(str(log), 30) == 70  # the whole epoch was run
+
+
+def test_benchmarks_that_read_real_data_ask_for_it_by_name():
+  proc = _run(sys.executable, "benchmarks/embed_speed.py", "--model_dir", "m", "--bundle", "b")
+  assert proc.returncode == 2 and "give --sts_train" in proc.stderr
+  env = {k: v for k, v in os.environ.items() if k != "GLUE_DIR"}
+  proc = subprocess.run([sys.executable, "benchmarks/gpu_end_to_end.py", "--prepare",
+                         "--data", "/nonexistent/never_written"], cwd=ROOT, capture_output=True,
+                        text=True, timeout=60, check=False, env=env)
+  assert proc.returncode == 1 and "--prepare needs --glue_dir" in proc.stderr
+
+
+def test_moved_experiments_still_start_from_the_repository_root():
+  for script in ("step_variants", "deberta_emd"):
+    proc = _run(sys.executable, f"benchmarks/experiments/{script}.py", "--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage:"), proc.stderr[-2000:]
