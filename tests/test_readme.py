@@ -1,15 +1,17 @@
-"""Every `python -m bert_jax.X` command of the README names real flags and config keys.
+"""The README and docs/ say what the code does: commands, figures, links, wording.
 
-The commands are taken from the README's bash blocks as written (placeholders
-such as CKPT or DIR stay). For each: the program's --help lists every flag the
-command gives; a --config command's config file loads, its --config.* overrides
-name keys, and the program's config check passes (e.g. fine-tuning on TSV files
-needs --config.data_dir). Running every command for real is the closing check of
-a release (a fresh clone and virtualenv), too slow for the suite.
+Every `python -m bert_jax.X` command of the README's and docs/*.md's bash blocks is checked as
+written (placeholders such as CKPT or $GLUE_DIR stay): the program's --help lists every flag
+it gives; a --config command's config file loads, its --config.* overrides name keys, and the
+program's config check passes up to paths that a user fills in or an earlier command writes.
+The quick start is the two commands CI runs the second of; each fine-tuning recipe of the
+README is its config's docstring recipe, with the same figures; every relative link resolves.
+tests/test_readme_walkthrough.py runs the README's commands in order on stand-in data.
 """
 import contextlib
 import importlib
 import io
+import os
 import pathlib
 import re
 import shlex
@@ -22,36 +24,89 @@ from bert_jax import config_help
 from bert_jax.training import sharding
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+PAGES = [README] + DOCS
+# The placeholders a user fills in; docs/finetuning.md says where to get each.
+PLACEHOLDERS = {"GLUE_DIR", "SQUAD_DIR", "CONLL_DIR", "STSB_DIR", "BEIR_DIR", "HOME"}
 
 
-def readme_commands() -> list[list[str]]:
-  """argv of every `python -m bert_jax.X ...` command in the README's bash blocks."""
-  text = (ROOT / "README.md").read_text(encoding="utf-8")
-  commands = []
+def _text(path: pathlib.Path) -> str:
+  return path.read_text(encoding="utf-8")
+
+
+def shell_lines(text: str) -> list[str]:
+  """Every command line of a page's bash blocks, continuation lines joined."""
+  lines = []
   for block in re.findall(r"```bash\n(.*?)```", text, re.S):
-    for line in re.sub(r"\\\n\s*", " ", block).splitlines():
-      words = shlex.split(line, comments=True)
-      parts, part = [], []
-      for w in words + ["&&"]:
-        if w in ("&&", "||", ";"):
-          parts.append(part)
-          part = []
-        else:
-          part.append(w)
-      for part in parts:
-        if "-m" in part[:-1] and part[part.index("-m") + 1].startswith("bert_jax."):
-          commands.append(part[part.index("-m") + 1:])
+    lines += [l for l in re.sub(r"\\\n\s*", " ", block).splitlines() if l.strip()
+              and not l.lstrip().startswith("#")]
+  return lines
+
+
+def split_chain(line: str) -> list[list[str]]:
+  """The commands of one line, `&&`, `||` and `;` chains split."""
+  parts, part = [], []
+  for w in shlex.split(line, comments=True) + ["&&"]:
+    if w in ("&&", "||", ";"):
+      if part:
+        parts.append(part)
+      part = []
+    else:
+      part.append(w)
+  return parts
+
+
+def bert_jax_commands(text: str) -> list[list[str]]:
+  """argv (from `bert_jax.X` on) of every `python -m bert_jax.X ...` command of a page."""
+  commands = []
+  for line in shell_lines(text):
+    for part in split_chain(line):
+      if "-m" in part[:-1] and part[part.index("-m") + 1].startswith("bert_jax."):
+        commands.append(part[part.index("-m") + 1:])
   return commands
 
 
-COMMANDS = readme_commands()
+def sections(text: str) -> dict[str, str]:
+  """`## title` -> the section's text."""
+  parts = re.split(r"^## ", text, flags=re.M)[1:]
+  return {p.split("\n", 1)[0].strip(): p for p in parts}
 
 
-def test_the_readme_has_the_documented_commands():
+COMMANDS = bert_jax_commands(_text(README))
+ALL_COMMANDS = [(page.relative_to(ROOT).as_posix(), argv) for page in PAGES
+                for argv in bert_jax_commands(_text(page))]
+
+
+def test_the_readme_is_a_front_page_with_a_section_per_use():
+  text = _text(README)
+  assert len(text.splitlines()) <= 250
+  assert {"Install", "Quick start", "Pretrain", "Fine-tune: GLUE, SQuAD, NER",
+          "Sentence embeddings and retrieval", "Convert to and from Hugging Face",
+          "Pods and multi-host", "From Python", "Documentation"} <= set(sections(text))
   programs = {c[0] for c in COMMANDS}
   assert {"bert_jax.pretrain", "bert_jax.finetune", "bert_jax.convert", "bert_jax.embed",
-          "bert_jax.fill_mask", "bert_jax.tokenize", "bert_jax.build_vocab",
-          "bert_jax.config_help"} <= programs
+          "bert_jax.retrieval_eval", "bert_jax.config_help"} <= programs
+  configs = {a.split(":")[0] for c in COMMANDS for a in c if a.startswith("configs/")}
+  assert {"configs/pretrain.py", "configs/glue.py", "configs/squad.py", "configs/ner.py",
+          "configs/sentence_embeddings.py"} <= configs
+  for extra in ("[gpu]", "[tpu]", "[ann]", "[test]"):
+    assert f"pip install -e '.{extra}'" in text
+
+
+def test_the_quick_start_is_the_two_commands_ci_runs_the_second_of():
+  block = re.findall(r"```bash\n(.*?)```", sections(_text(README))["Quick start"], re.S)
+  assert len(block) == 1
+  lines = block[0].strip().splitlines()
+  assert len(lines) == 2
+  first, second = (split_chain(l) for l in lines)
+  assert first[0] == ["pip", "install", "-e", "."]
+  assert first[1][:3] == ["python", "-m", "bert_jax.pretrain"]
+  assert "configs/pretrain.py:tiny" in first[1]
+  assert second == [["pip", "install", "-e", ".[test]"], ["pytest", "-q", "tests"]]
+  ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+  assert lines[1] in ci.splitlines(), ".ci/run no longer runs the README's test command"
+  assert 'pytest -q -m "not slow" tests' in _text(README)
 
 
 def _help_text(module) -> str:
@@ -70,26 +125,28 @@ def _flag_names(args: list[str]) -> list[str]:
   return names
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=[" ".join(c)[:80] for c in COMMANDS])
-def test_readme_command_is_valid_as_written(argv):
+@pytest.mark.parametrize("page,argv", ALL_COMMANDS,
+                         ids=[f"{p}: {' '.join(c)[:70]}" for p, c in ALL_COMMANDS])
+def test_every_command_is_valid_as_written(page, argv):
   name, args = argv[0], argv[1:]
   module = importlib.import_module(name)
   if name == "bert_jax.config_help":
     loaded = config_help.load(str(ROOT / args[0]))
-    assert config_help.flatten(loaded.config)
+    keys = config_help.flatten(loaded.config)
+    assert all(any(k.startswith(p) for k in keys) for p in args[1:]), (page, args)
     return
   help_text = _help_text(module)
   for flag in _flag_names(args):
     plain = flag[2:] if flag.startswith("no") and f"--[no]{flag[2:]}" in help_text else flag
     assert f"--{plain}" in help_text or f"--[no]{plain}" in help_text, (
-        f"{' '.join(argv)}: {name} has no flag --{flag}")
+        f"{page}: {' '.join(argv)}: {name} has no flag --{flag}")
   spec = cli._config_spec(args)  # pylint: disable=protected-access
   if spec is None:
     return
   spec = str(ROOT / spec)
   overrides = [a for a in args if a.startswith("--config.")]
   loaded = config_help.load(spec)
-  assert config_help.unknown_override(loaded.config, overrides) is None
+  assert config_help.unknown_override(loaded.config, overrides) is None, (page, argv)
   values = flags.FlagValues()
   holder = cli.define_config(values, "config", ["--config", spec] + overrides)
   values(["prog", "--config", spec] + overrides)
@@ -105,17 +162,107 @@ def test_readme_command_is_valid_as_written(argv):
            else importlib.import_module("bert_jax.objectives.pretrain_setup").check_config)
   try:
     check(config, mesh)
-  except (ValueError, FileNotFoundError) as e:  # placeholder paths, or outputs of earlier commands
+  except (ValueError, FileNotFoundError) as e:  # placeholders, or outputs of earlier commands
     assert "does not exist" in str(e) or "matches no file" in str(e), str(e)
 
 
-def test_every_path_the_python_examples_load_is_written_by_a_readme_command():
-  """Issue 33: the API examples load exactly what the README's commands write (a workdir, its
-  export/, or a conversion's --dst), not paths no command produces."""
-  text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_command_check_can_fail():
+  """A misspelled key and an unknown flag are caught by the checks above."""
+  loaded = config_help.load(str(ROOT / "configs/glue.py:task=stsb"))
+  assert config_help.unknown_override(loaded.config, ["--config.data_dri=x"])
+  help_text = _help_text(importlib.import_module("bert_jax.embed"))
+  assert "--checkpoint" in help_text and "--no_such_flag" not in help_text
+
+
+def test_placeholders_are_the_documented_ones_and_never_a_machine_path():
+  finetuning = _text(ROOT / "docs" / "finetuning.md")
+  for page in PAGES:
+    for line in shell_lines(_text(page)):
+      for name in re.findall(r"\$\{?([A-Z_]+)", line):
+        assert name in PLACEHOLDERS, f"{page.name}: ${name} in {line!r}"
+        assert name == "HOME" or f"`${name}`" in finetuning, f"${name} is not explained"
+
+
+# Wording that speaks of one machine, one workplace or a tracker, not of the product.
+FORBIDDEN = (r"\.\./shared", r"/work/", r"\bissue \d+", r"\bissues? #?\d+", r"\bsession\b",
+             r"\bround\b", r"main job", r"\(was:", r"pip install bert_jax")
+
+
+@pytest.mark.parametrize("page", PAGES + sorted((ROOT / "configs").glob("*.py")),
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_the_pages_and_configs_speak_of_the_product(page):
+  text = _text(page)
+  for pattern in FORBIDDEN:
+    found = re.search(pattern, text, re.I)
+    assert not found, f"{page.relative_to(ROOT)}: {found.group(0)!r}"
+
+
+def _slug(heading: str) -> str:
+  """GitHub's anchor of a heading."""
+  s = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+  return s.replace(" ", "-")
+
+
+def _anchors(path: pathlib.Path) -> set[str]:
+  text = re.sub(r"```.*?```", "", _text(path), flags=re.S)
+  return {_slug(h) for h in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def test_every_relative_link_resolves():
+  checked = 0
+  for page in PAGES:
+    text = re.sub(r"```.*?```", "", _text(page), flags=re.S)
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+      if re.match(r"[a-z]+://", target):
+        continue
+      file, _, anchor = target.partition("#")
+      path = (page.parent / file).resolve() if file else page
+      assert path.exists(), f"{page.relative_to(ROOT)}: link to {target}: no such file"
+      if anchor and path.suffix == ".md":
+        assert anchor in _anchors(path), f"{page.relative_to(ROOT)}: no heading for {target}"
+      checked += 1
+  assert checked >= 20
+
+
+def test_the_anchor_check_can_fail():
+  assert _slug("Multi-host: TPU pods and GPU clusters") == "multi-host-tpu-pods-and-gpu-clusters"
+  assert "no-such-heading" not in _anchors(README)
+
+
+def _docstring_commands(config: pathlib.Path) -> list[list[str]]:
+  doc = config_help.load_module(config).__doc__
+  joined = re.sub(r"\\\n\s*", " ", doc)
+  return [shlex.split(l.strip()) for l in joined.splitlines()
+          if l.strip().startswith("python -m bert_jax.")]
+
+
+def test_the_readme_recipes_are_their_configs_recipes_with_the_same_figures():
+  """Each README pretraining / fine-tuning command is a recipe of its config's docstring, and
+  each figure the README states after a fine-tuning command is the docstring's."""
+  text = _text(README)
+  compared = 0
+  for block, after in re.findall(r"```bash\n(.*?)```\n(.*?)(?=```|\n## )", text, re.S):
+    for line in shell_lines(f"```bash\n{block}```"):
+      for part in split_chain(line):
+        if part[:3] not in (["python", "-m", "bert_jax.pretrain"],
+                            ["python", "-m", "bert_jax.finetune"]):
+          continue
+        config = ROOT / part[part.index("--config") + 1].split(":")[0]
+        assert part in _docstring_commands(config), (
+            f"README: {' '.join(part)} is not a recipe in {config.name}'s docstring")
+        compared += 1
+        if part[2] == "bert_jax.finetune":
+          doc = config_help.load_module(config).__doc__
+          for figure in re.findall(r"(?<![\w.])-?\d+\.\d+", after.strip().split("\n\n")[0]):
+            assert figure in doc, f"README's {figure} after {config.name}'s recipe is not in it"
+  assert compared >= 6
+
+
+def test_the_python_example_loads_only_what_readme_commands_write():
+  text = _text(README)
   python = "\n".join(re.findall(r"```python\n(.*?)```", text, re.S))
   loaded = set(re.findall(r'Encoder\.load\("([^"]+)"\)', python))
-  assert len(loaded) >= 4, loaded
+  assert len(loaded) >= 3, loaded
   written = set()
   for argv in COMMANDS:
     for flag in ("--workdir", "--dst", "--output"):
@@ -124,3 +271,11 @@ def test_every_path_the_python_examples_load_is_written_by_a_readme_command():
   for path in sorted(loaded):
     base = path[:-len("/export")] if path.endswith("/export") else path
     assert base in written, f"README's Python example loads {path}; no README command writes {base}"
+
+
+def test_the_config_reference_and_every_guide_are_linked_from_the_readme():
+  text = _text(README)
+  for page in DOCS:
+    assert f"(docs/{page.name})" in text, f"README does not link docs/{page.name}"
+  assert "(benchmarks/README.md)" in text
+  assert os.path.exists(ROOT / "docs" / "configuration.md")
