@@ -60,7 +60,7 @@ def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
   config.mesh.update(dict(shape=(1, -1, 1), preset="fsdp"))
   assert config.model.dtype == "auto" and config.model.prng_impl == "auto"
   out = aot_compile.compile_train_step(config, devices, vocab_size=30522)
-  # 'auto' resolved for the TPU, not for this CPU host (issue 29): bf16 compute, rbg dropout
+  # 'auto' resolved for the TPU, not for this CPU host: bf16 compute, rbg dropout
   assert out["model_config"].dtype == "bfloat16"
   assert out["model_config"].vocab_pad_multiple == 128  # the decoder's GEMM: 30,592 wide
   assert out["state"].rng.shape == (4,)  # an rbg key's raw data (threefry's: 2 words)

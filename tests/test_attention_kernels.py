@@ -1,4 +1,4 @@
-"""Attention kernels: none accepts an attention dropout it does not apply (issue 29), and
+"""Attention kernels: none accepts an attention dropout it does not apply, and
 'auto' picks the kernel the run header names."""
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,8 @@ def _attend(impl, rng, deterministic=False, rate=0.5):
 
 @pytest.mark.parametrize("impl", ["auto", "einsum", "xla", "cudnn", "splash"])
 def test_no_kernel_accepts_an_attention_dropout_it_does_not_apply(impl):
-  """Was: 'xla' and 'cudnn' returned the undropped attention, silently."""
+  """A fused kernel asked for attention dropout is an error: it would return the undropped
+  attention silently."""
   if impl in layers.FUSED_KERNELS:
     with pytest.raises(ValueError, match=f"attention_impl '{impl}' does not apply attention dropout"):
       _attend(impl, jax.random.PRNGKey(1))

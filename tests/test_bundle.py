@@ -179,8 +179,9 @@ def test_checksums_see_every_bit_and_position():
     ({"num_layers": 500}, r"declares num_layers 500 but the params hold 2 encoder layers"),
 ])
 def test_a_crafted_config_is_refused_before_anything_is_built(saved, tmp_path, changes, message):
-  """Issue 36: a model_config.json claiming 20,000 layers hung fill_mask/embed/finetune (the
-  model's shapes were traced before they were compared with the arrays on disk)."""
+  """A model_config.json claiming 20,000 layers is refused before the model's shapes are traced
+  (tracing them first would hang fill_mask, embed and finetune): the declared sizes are compared
+  with CONFIG_LIMITS and with the arrays on disk."""
   d = str(tmp_path / "b")
   _copy(saved, d)
   path = os.path.join(d, "model_config.json")

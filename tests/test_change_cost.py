@@ -1,7 +1,7 @@
 """Adding an objective, a task, a family member or an input source is one module (and its
 config), with no edit to the package.
 
-Issue 31's change-cost test: each test writes a module of its own into a folder
+Each test writes a module of its own into a folder
 outside the package, imports it (it registers itself with the registry), and
 trains with it end to end through the real entry points.
 """

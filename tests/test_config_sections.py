@@ -92,7 +92,7 @@ def test_parse_arg_errors_name_the_known_options(arg, message):
 def test_pretrain_config_arguments():
   get_config = _config_module("pretrain.py").get_config
   assert get_config("tiny").variant == "tiny" and get_config("tiny").seq_len == 128
-  for arg in (None, "", "recipe=roberta"):  # issue 33: was a full tiny run nobody asked for
+  for arg in (None, "", "recipe=roberta"):  # a size is asked for, not a tiny run assumed
     with pytest.raises(ValueError, match=r"^configs/pretrain.py needs the model size: "
                        r"configs/pretrain.py:VARIANT, VARIANT one of \['tiny', 'mini'"):
       get_config(arg)

@@ -1,4 +1,4 @@
-"""conlleval scoring against seqeval, and the refusal of tags that are not IOB (issue 32)."""
+"""conlleval scoring against seqeval, and the refusal of tags that are not IOB."""
 import warnings
 
 import pytest

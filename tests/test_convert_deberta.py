@@ -1,4 +1,4 @@
-"""DeBERTa-v2/v3 (issue 13): disentangled attention, conversion and parity with transformers.
+"""DeBERTa-v2/v3: disentangled attention, conversion and parity with transformers.
 
 transformers has no Flax DeBERTa, so the reference is its PyTorch DebertaV2ForMaskedLM
 (torch is in the `test` extra): 2 layers, hidden 32, relative attention with 8 log

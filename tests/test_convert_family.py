@@ -1,4 +1,4 @@
-"""The BERT family (issue 13): RoBERTa, DistilBERT, ELECTRA (encoder with its embedding
+"""The BERT family: RoBERTa, DistilBERT, ELECTRA (encoder with its embedding
 projection, generator, discriminator) and ALBERT (one shared layer, SOP) from transformers:
 parity and round trips.
 

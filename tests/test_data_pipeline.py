@@ -294,7 +294,7 @@ def test_prepared_parts_give_the_text_stream(tmp_path, capsys):
   out = str(tmp_path / "prepared")
   info = prepare_data.prepare(text, out, quiet=False)
   assert len(info["parts"]) > 3  # part-01.txt in blocks
-  shown = capsys.readouterr().out  # issue 33: a header, progress from the start, the parts
+  shown = capsys.readouterr().out  # a header, progress from the start, the parts
   assert shown.startswith("bert_jax.prepare_data: tokenize a corpus into numpy parts\n")
   assert "preparing: 0/" in shown and re.search(r"preparing: [\d,]+ KiB in 0:", shown)
   assert f"  out      {out} (a part per shard" in shown
@@ -344,7 +344,8 @@ def test_bad_config_and_input_are_refused_up_front(tmp_path):
 def test_binary_and_truncated_shards_are_refused_before_any_is_read(tmp_path):
   paths = _write_corpus(tmp_path, num_files=3)
   glob = str(tmp_path / "part-*")
-  # A truncated .gz that is not the first shard (it used to crash at its turn, on every restart).
+  # A truncated .gz that is not the first shard: refused up front, not a crash when its turn
+  # comes (on every restart).
   gz = gzip.compress(paths[2].read_bytes())
   paths[2].unlink()
   (tmp_path / "part-02.txt.gz").write_bytes(gz[:len(gz) // 2])
@@ -352,7 +353,7 @@ def test_binary_and_truncated_shards_are_refused_before_any_is_read(tmp_path):
     _data(_config(tmp_path, glob))
   (tmp_path / "part-02.txt.gz").write_bytes(gz)
   assert next(_data(_config(tmp_path, glob)).train_iterator())["input_ids"].shape == (4, 32)
-  # A binary file among the text (was: one warning, then its bytes trained on).
+  # A binary file among the text: refused, not warned about and then trained on.
   (tmp_path / "part-03.bin").write_bytes(np.random.default_rng(0).bytes(5000))
   with pytest.raises(ValueError, match=r"part-03\.bin is not a text file \(NUL bytes"):
     _data(_config(tmp_path, glob))
@@ -519,8 +520,8 @@ print("exiting", flush=True)
 
 def test_a_program_exits_while_a_dataset_iterator_is_still_running(tmp_path):
   """Finalization deletes an open tf.data iterator, which waits for its numpy functions in
-  flight; those can no longer take the GIL then (the exit hung). The atexit hook refuses new
-  calls and lets running ones finish first."""
+  flight; those can no longer take the GIL then, so the exit would hang. The atexit hook refuses
+  new calls and lets running ones finish first."""
   import pathlib  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
@@ -532,7 +533,8 @@ def test_a_program_exits_while_a_dataset_iterator_is_still_running(tmp_path):
 
 
 def test_whitespace_only_files_skipped_and_a_whitespace_corpus_refused(tmp_path, caplog):
-  """Issue 36: 40 KB of spaces, tabs and blank lines ended in a TensorFlow traceback."""
+  """40 KB of spaces, tabs and blank lines: one line before the pipeline starts (not a
+  TensorFlow traceback from inside it)."""
   (tmp_path / "blank.txt").write_text(" \t\n" * 13_000 + "\n\n", encoding="utf-8")
   with pytest.raises(ValueError, match=r"every matched file is empty or only whitespace"):
     _data(_config(tmp_path, str(tmp_path / "*.txt")))

@@ -1,4 +1,4 @@
-"""DeBERTa's enhanced mask decoder (bert_jax.modeling.emd, issue 13).
+"""DeBERTa's enhanced mask decoder (bert_jax.modeling.emd).
 
 The reference is transformers' PyTorch DebertaV2 layer driven as microsoft/DeBERTa's
 EnhancedMaskDecoder drives it (DeBERTa/apps/models/masked_language_model.py):

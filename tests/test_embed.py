@@ -102,7 +102,7 @@ def test_batch_size_does_not_change_results(loaded):
 def test_length_buckets_keep_input_order_and_results(loaded, monkeypatch):
   texts = ["hello", "the cat sat on the mat . " * 3, "a dog", "big red dog ran far . " * 2,
            "the cat", "world"] * 2
-  # 12 texts: a second length saves less padding than its compilation costs (issue 35)
+  # 12 texts: a second length saves less padding than its compilation costs
   _, few = embedding.embed(loaded, texts, pooling="mean", batch_size=4)
   assert few.lengths == [24]
   from bert_jax.modeling import flops  # pylint: disable=g-import-not-at-top
@@ -142,7 +142,7 @@ def test_cli_reports_truncation_and_invalid_utf8(ckpt, tmp_path, capsys):
   assert header[4].split() == ["output", str(out)]
   assert "truncated 1 of 3 texts to --max_length 8" in err
   assert "1 lines had invalid UTF-8, replaced with U+FFFD (lines 2)" in err
-  # Issue 33: progress from the start (0 of 3) to the end, off with --quiet.
+  # Progress from the start (0 of 3) to the end, off with --quiet.
   assert err.splitlines()[5] == "embedding: 0/3 texts" and "\nembedding: 3 texts in 0:00:" in err
   emb = np.load(out)
   assert emb.shape == (3, 16)
@@ -253,7 +253,7 @@ def test_minilm_matches_transformers(tmp_path, capsys):
 @pytest.mark.parametrize("recorded", [{"pooling": "mean", "normalize": "false"},
                                       {"pooling": "avg", "normalize": False}])
 def test_a_recorded_embedding_default_of_the_wrong_type_is_refused(recorded, tmp_path):
-  """Issue 37: a hand-edited bundle.json `"normalize": "false"` (a string) was read as true."""
+  """A hand-edited bundle.json `"normalize": "false"` (a string, which is truthy) is refused."""
   path = str(tmp_path / "b")
   bundle.save_bundle(path, random_params(CONFIG), CONFIG, VOCAB, lowercase=True,
                      info={"embedding": recorded})

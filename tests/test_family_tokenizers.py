@@ -56,8 +56,8 @@ def test_tiny_tokenizers_match_transformers_fast(kind, bpe_dir, albert_dir, debe
 
 
 def test_deberta_lower_cased_keeps_unk_typed_in_text_atomic_as_transformers_fast(deberta_dir):
-  """Issue 32: DebertaV2TokenizerFast(do_lower_case=True) matches its [UNK] (a normalized added
-  token) in the normalised text in its own normalised form, '[unk]'; it was split."""
+  """DebertaV2TokenizerFast(do_lower_case=True) matches its [UNK] (a normalized added token) in
+  the normalised text in its own normalised form, '[unk]': one id, not split."""
   transformers = pytest.importorskip("transformers")
   ours = tokenizer_lib.tokenizer_from_path(str(deberta_dir), lowercase=True)
   ref = transformers.DebertaV2TokenizerFast(vocab_file=str(deberta_dir / "spm.model"),

@@ -1,4 +1,4 @@
-"""Pretraining faults around checkpoints and outputs (issues 36, 37).
+"""Pretraining faults around checkpoints and outputs.
 
 A write that fails (metrics, TensorBoard, checkpoint, export) ends the program non-zero in
 one line; a workdir whose checkpoints are all unreadable, or whose export has no checkpoint,

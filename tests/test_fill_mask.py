@@ -116,7 +116,7 @@ def test_pretraining_workdir_is_accepted(ckpt, tmp_path, capsys):
 
 
 def test_a_crafted_config_in_a_workdir_is_refused_in_one_line(ckpt, tmp_path, capsys):
-  """Issue 36: the checkpoint's declared config against its (scanned) arrays, before building."""
+  """The checkpoint's declared config against its (scanned) arrays, before building."""
   b = ckpt_lib.load_pretrained(ckpt)
   workdir = tmp_path / "run"
   ckpts = ckpt_lib.TrainCheckpoints(str(workdir / "checkpoints"), async_save=False)
@@ -134,7 +134,7 @@ def test_a_crafted_config_in_a_workdir_is_refused_in_one_line(ckpt, tmp_path, ca
 
 def test_an_input_file_runs_in_batches_with_progress_and_the_same_predictions(ckpt, tmp_path,
                                                                              capsys):
-  """Issue 33: many lines from --input, in batches of --batch_size (the last padded), progress
+  """Many lines from --input, in batches of --batch_size (the last padded), progress
   on stderr, predictions equal to one batch of all of them; --quiet prints nothing there."""
   texts = [f"the [MASK] of {w} ." for w in ("paris", "the city", "france", "capital", "big")]
   path = tmp_path / "texts.txt"

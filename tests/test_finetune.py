@@ -232,7 +232,8 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
   # predict_ax belongs to MNLI.
   with pytest.raises(ValueError, match="predict_ax applies to task mnli only"):
     task_registry.build(glue_config(glue_dir, good, predict_ax=True), tok, init.config)
-  # A negative or zero learning rate (was: accepted, the loss climbed, the model was exported).
+  # A negative or zero learning rate: refused (accepted, the loss would climb and the model be
+  # exported).
   for lr in (-2e-5, 0.0):
     with pytest.raises(ValueError, match="learning_rate must be positive"):
       finetune.finetune(glue_config(glue_dir, good, learning_rate=lr), str(tmp_path / "lr"))
@@ -297,7 +298,7 @@ def test_constant_predictions_are_flagged_printed_and_recorded(mrpc_run, glue_di
     assert json.load(f)["constant_prediction"] is True
   out = capsys.readouterr().out
   assert "WARNING: mrpc dev: every one of the 13 predictions is class 1" in out
-  # Issue 35: where the command's time went, the last line.
+  # Where the command's time went, the last line.
   assert re.search(r"\ntime: compile \d+ s \(\d+ programs(; \d+ s more compiled ahead, beside the "
                    r"work)?\), data \d+ s, train \d+ s, eval \d+ s, other \d+ s; total \d+ s\n$",
                    out), out[-500:]

@@ -1,4 +1,4 @@
-"""Fine-tuning inputs checked before the work, and results that stay valid JSON (issues 36, 37)."""
+"""Fine-tuning inputs checked before the work, and results that stay valid JSON."""
 import json
 import math
 
@@ -33,19 +33,19 @@ def _stsb_config(data_dir, init, **overrides):
 
 
 def test_log_every_zero_is_a_config_error(tmp_path):
-  """Issue 36: ZeroDivisionError at the first step."""
+  """One line before the work, not a ZeroDivisionError at the first step."""
   init = random_bundle(tmp_path / "b")
   data = _stsb_dir(tmp_path / "glue", [1.0, 2.0])
   with pytest.raises(ValueError, match="bad config: log_every must be >= 1.*got 0"):
     finetune.finetune(_stsb_config(data, init, log_every=0), str(tmp_path / "w"))
   c = _stsb_config(data, init)
-  c.model.attention_impl = "cudnn"  # issue 36: "cuDNN is not detected" traceback on a CPU
+  c.model.attention_impl = "cudnn"  # one line, not JAX's "cuDNN is not detected" traceback
   with pytest.raises(ValueError, match="attention_impl='cudnn' needs an NVIDIA GPU; JAX runs on cpu"):
     finetune.finetune(c, str(tmp_path / "w"))
 
 
 def test_undefined_metric_is_written_as_null_with_a_warning(tmp_path, capsys):
-  """Issue 37: an all-equal STS-B dev file wrote a bare NaN into eval_results.json."""
+  """An all-equal STS-B dev file: Pearson is undefined, written as null (a bare NaN is not JSON)."""
   init = random_bundle(tmp_path / "b")
   data = _stsb_dir(tmp_path / "glue", [2.5] * 8)
   workdir = tmp_path / "w"

@@ -1,4 +1,4 @@
-"""Fine-tuning survives preemption (issue 31): SIGTERM mid-epoch and a kill after a checkpoint
+"""Fine-tuning survives preemption: SIGTERM mid-epoch and a kill after a checkpoint
 both resume to the uninterrupted run's results, bitwise on the CPU, for GLUE and SQuAD."""
 import json
 import pathlib

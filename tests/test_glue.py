@@ -402,8 +402,8 @@ def test_submission_files(tmp_path, glue_dir):
 
 
 def test_header_only_file_and_sts_b_scores_outside_0_to_5_name_file_and_line(tmp_path):
-  """Issue 37: a header-only dev file failed after the training ("cannot reshape array of
-  size 0"); STS-B scores 7.5 and -3 were trained on as targets."""
+  """A header-only dev file and STS-B scores of 7.5 and -3 are refused when the files are read,
+  before training (not "cannot reshape array of size 0" after it, nor trained on as targets)."""
   d = tmp_path / "glue"
   _write(d / "RTE" / "dev.tsv", ["index\tsentence1\tsentence2\tlabel"])
   with pytest.raises(glue.GlueFormatError, match=r"RTE.dev\.tsv: no rows after the header"):

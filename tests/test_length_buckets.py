@@ -169,7 +169,7 @@ def _padded_cost(groups, buckets, shape_cost):
 
 
 def test_chosen_buckets_are_the_cheapest_subset():
-  """Issue 35: choose_buckets is exact: no subset of the fixed lengths (ending where the
+  """choose_buckets is exact: no subset of the fixed lengths (ending where the
   longest row fits) costs less in padded row-tokens plus shapes x cost."""
   import itertools  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)

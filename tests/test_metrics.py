@@ -167,8 +167,8 @@ def test_constant_prediction_warning():
 
 
 def test_a_nan_or_inf_makes_every_metric_nan_with_a_warning():
-  # Issue 32: predictions 0..48 and NaN against labels 0..49 scored spearman 1.0 (NaN ranked
-  # largest); scipy gives NaN.
+  # Predictions 0..48 and NaN against labels 0..49: ranking NaN as the largest would score
+  # spearman 1.0; scipy gives NaN, and so does bert_jax.
   labels = np.arange(50.0)
   nan_last = np.append(np.arange(49.0), np.nan)
   with warnings.catch_warnings():

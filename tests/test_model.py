@@ -126,7 +126,7 @@ def test_last_layer_on_head_rows_equals_full_sequence_when_packed(setup):
 
 def test_scanned_layers_prune_the_last_one_to_the_asked_rows_and_train(setup):
   """Scanned, every layer but the last runs in the loop and the last computes only the
-  masked rows (was: every row, then a gather): its MLP is [batch, Q, intermediate]. The
+  masked rows (not every row, then a gather): its MLP is [batch, Q, intermediate]. The
   gradients equal the unrolled model's; with dropout the scanned step runs and draws."""
   config, params = setup
   ids, mask, seg, positions = _inputs()

@@ -177,9 +177,9 @@ def test_iob1_files_train_on_the_closure_and_score_in_iob1(tmp_path, label_schem
 
 
 def test_training_targets_do_not_depend_on_the_files_scheme(tmp_path):
-  """Issue 34: the same CoNLL data in IOB1 and in IOB2 trains on the same targets, IOB1's
-  by default (an IOB2-converted copy scored 9 F1 below the reference, which learned the
-  IOB1 file's tags), and an IOB2 file's predictions are written in IOB2."""
+  """The same CoNLL data in IOB1 and in IOB2 trains on the same targets, IOB1's by default (the
+  reference learns the IOB1 file's tags; training on an IOB2-converted copy's B-/I- targets scores
+  about 9 F1 below it), and an IOB2 file's predictions are written in IOB2."""
   init, loaded, tok = _random_init(tmp_path)
   _twin_files(tmp_path, np.random.default_rng(4))
   tasks = [task_registry.build(_ner_config(d, init, test_file=""), tok, loaded.config)

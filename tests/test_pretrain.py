@@ -220,8 +220,8 @@ def test_resume_with_a_changed_config_is_an_error_that_moves_nothing(
 
 
 def test_diverged_state_stops_the_run_and_is_never_saved(corpus, tmp_path):
-  # learning_rate 1e30 (issue 17): step 1 runs at lr 0 (warmup), step 2's update makes every
-  # param ~1e30, finite but diverged; its loss and gradients were finite.
+  # learning_rate 1e30: step 1 runs at lr 0 (warmup), step 2's update makes every param ~1e30,
+  # finite but diverged, while its loss and gradients are finite: the state check stops it.
   workdir = tmp_path / "diverged"
   config = small_config(corpus, learning_rate=1e30, checkpoint_every=1)
   with pytest.raises(train_core.NonFiniteLossError, match="diverged") as e:
@@ -354,8 +354,8 @@ def test_cli_rejects_unknown_config_key(tmp_path):
 
 
 def test_convert_to_hf_takes_a_pretraining_workdir_and_its_checkpoints(straight_run, tmp_path):
-  """Issue 33: `convert --to hf` refused a workdir ("has no model_config.json") that every
-  other tool accepts."""
+  """`convert --to hf` takes a pretraining workdir and its checkpoints folder, as every other
+  tool does, not only a bundle."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
   from bert_jax import convert  # pylint: disable=g-import-not-at-top
   from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top

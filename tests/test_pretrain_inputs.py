@@ -1,4 +1,4 @@
-"""Pretraining inputs that used to fail only after the work are refused at the start (issue 37)."""
+"""Pretraining inputs that the run would use only after the work are checked at its start."""
 import logging
 import os
 
@@ -13,7 +13,7 @@ from tests.fixtures.pretraining import small_config
      r"bad config: fill_mask_example 'no mask here' has no \[MASK\]"),
     ({"eval_every": 2, "data.eval_every_nth_document": 0},
      r"bad config: eval_every 2 needs held-out data: data.eval_every_nth_document is 0"),
-    ({"model.attention_impl": "cudnn"},  # issue 36: JAX's "cuDNN is not detected" traceback
+    ({"model.attention_impl": "cudnn"},  # one line, not JAX's "cuDNN is not detected" traceback
      r"bad config: model.attention_impl='cudnn' needs an NVIDIA GPU; JAX runs on cpu here"),
 ])
 def test_inputs_used_after_the_work_are_checked_first(corpus, tmp_path, override, message):
@@ -23,7 +23,7 @@ def test_inputs_used_after_the_work_are_checked_first(corpus, tmp_path, override
 
 
 def test_eval_every_without_held_out_documents_fails_before_the_first_step(corpus, tmp_path):
-  """Was: the run trained to step eval_every, then failed."""
+  """Checked before the first step, not when the run reaches step eval_every."""
   config = small_config(corpus, eval_every=2, **{"data.eval_every_nth_document": 1000})
   with pytest.raises(ValueError, match="no held-out examples"):
     pretrain.train(config, str(tmp_path))
@@ -31,7 +31,7 @@ def test_eval_every_without_held_out_documents_fails_before_the_first_step(corpu
 
 
 def test_the_fallback_warning_of_a_truncated_state_file_is_one_line(tmp_path, capsys, caplog):
-  """Issue 36: the warning carried TensorStore's multi-line spec dump."""
+  """The warning is the cause's first line, without TensorStore's multi-line spec dump."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top

@@ -1,4 +1,4 @@
-"""model.prng_impl: the dropout PRNG (issue 29). 'unsafe_rbg', the accelerators' default,
+"""model.prng_impl: the dropout PRNG. 'unsafe_rbg', the accelerators' default,
 resumes exactly; threefry, the CPU's, is every earlier run's."""
 import os
 

@@ -1,4 +1,4 @@
-"""train_log.Progress: what long programs print while they work (issue 33)."""
+"""train_log.Progress: what long programs print while they work."""
 import io
 import re
 

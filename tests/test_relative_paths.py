@@ -1,9 +1,9 @@
-"""Every program takes relative paths (issue 37): they are made absolute once, at its start.
+"""Every program takes relative paths: they are made absolute once, at its start.
 
-Orbax refuses relative paths; before, `--workdir runs/base` trained to the end and then lost the
-export ("Checkpoint path should be absolute"), and so did `finetune --workdir relft` and
-`convert --dst rel_bundle`. Here every program runs with the working directory a temp folder and
-every path relative to it.
+Orbax refuses relative paths ("Checkpoint path should be absolute"), so a relative path that
+reached it would lose the export of `--workdir runs/base` after the training, and likewise
+`finetune --workdir relft` and `convert --dst rel_bundle`. Here every program runs with the
+working directory a temp folder and every path relative to it.
 """
 import json
 import os
@@ -91,8 +91,8 @@ def test_save_bundle_takes_a_relative_path(in_tmp):
 
 
 def test_an_unreachable_remote_path_is_one_line_at_the_start(monkeypatch, capsys):
-  """Issue 36: gs:// workdir / init_checkpoint / corpus without credentials were TensorFlow's
-  FailedPreconditionError traceback, after the data was read."""
+  """A gs:// workdir, init_checkpoint or corpus without credentials is one line at the start, not
+  TensorFlow's FailedPreconditionError traceback after the data was read."""
   from etils import epath  # pylint: disable=g-import-not-at-top
 
   cls = type(epath.Path("gs://b/x"))

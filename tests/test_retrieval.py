@@ -155,7 +155,8 @@ def test_hnsw_without_faiss_is_one_line_before_embedding(ckpt, tmp_path, monkeyp
 def test_a_query_with_empty_judgements_is_dropped_as_pytrec_eval_drops_it():
   pytrec_eval = pytest.importorskip(
       "pytrec_eval", reason="needs pytrec-eval-terrier (the test extra): trec_eval's C code")
-  # q2's judgements are empty: dropped from every mean (issue 32: it counted as 0, ndcg 0.5).
+  # q2's judgements are empty: dropped from every mean, as pytrec_eval drops it (counting it as
+  # 0 would give ndcg 0.5).
   # q3 is judged with nothing relevant: pytrec_eval (and BEIR, which averages its output)
   # keeps it, scoring 0.
   results = {"q1": {"d1": 1.0, "d2": 0.5}, "q2": {"d1": 1.0}, "q3": {"d1": 1.0},
@@ -177,8 +178,9 @@ def test_a_query_with_empty_judgements_is_dropped_as_pytrec_eval_drops_it():
 
 
 def test_qrels_header_coverage_and_duplicate_ids(tmp_path, capsys):
-  """Issue 37: qrels without a header lost their first judgement; a corpus holding none of the
-  judged documents scored 0.0000 with exit 0; a duplicated _id replaced the earlier document."""
+  """qrels without a header keep their first judgement; a corpus holding none of the judged
+  documents is an error (not a score of 0.0000 with exit 0); a duplicated _id is an error naming
+  both lines (not a silent replacement of the earlier document)."""
   beir = _beir(tmp_path, ["hello world", "red mat"], ["q0\td0\t1", "q1\td1\t1"])
   (tmp_path / "qrels" / "test.tsv").write_text("q0\td0\t1\nq1\td1\t2\n")  # no header
   _, _, qrels = retrieval_eval.read_beir(beir, "test")

@@ -135,7 +135,8 @@ def test_read_errors(tmp_path):
   path = _squad_file(tmp_path, [(_CONTEXT, [_qa("q", "Who?")])])
   with pytest.raises(ValueError, match="question 'q' has no answer"):
     squad.read_squad_json(path, is_training=True)
-  # A missing or non-integer answer_start (was: a bare KeyError / int() traceback).
+  # A missing or non-integer answer_start: one error naming it (not a bare KeyError or int()
+  # traceback).
   for start in ("missing", "12", 3.5, None):
     qa = _qa("q7", "Who led?", "John Smith")
     if start == "missing":

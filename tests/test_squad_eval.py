@@ -192,7 +192,8 @@ def test_cli_v1_and_v2(tmp_path, capsys):
 
 
 def test_cli_unscorable_inputs_are_one_line(tmp_path):
-  """Issue 36: no questions, a question without `answers`, a non-numeric na_prob (tracebacks)."""
+  """No questions, a question without `answers`, a non-numeric na_prob: one line each, no
+  traceback."""
   preds = tmp_path / "predictions.json"
   preds.write_text(json.dumps({"1": "Denver Broncos"}))
   data = tmp_path / "dev.json"

@@ -52,8 +52,8 @@ def test_offset_features_are_the_fast_tokenizers_rows_and_cut_the_gold_answers(
 
 
 def test_roberta_offsets_equal_transformers_next_to_tabs_newlines_and_no_break_spaces(bpe_dir):
-  """Issue 32: a piece of only a tab, newline or U+00A0 got an empty span; RobertaTokenizerFast
-  (trim_offsets) trims only the ordinary space."""
+  """A piece of only a tab, newline or U+00A0 keeps its character as its span (not an empty
+  one): RobertaTokenizerFast (trim_offsets) trims only the ordinary space."""
   from tests.tokenizer_fixtures import _TRICKY  # pylint: disable=g-import-not-at-top
   tok = tokenizer_lib.tokenizer_from_path(str(bpe_dir))
   fast = reference_tokenizer("roberta", bpe_dir)

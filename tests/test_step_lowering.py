@@ -1,4 +1,4 @@
-"""What the accelerator's train step is made of, read from its lowering on the CPU (issue 29):
+"""What the accelerator's train step is made of, read from its lowering on the CPU:
 no bfloat16 scatter-add (XLA:GPU runs one under contention as compare-and-swap loops, and it
 rounds each added gradient) and no conditional (XLA:GPU reads a conditional's predicate on the
 host, a synchronisation every step)."""

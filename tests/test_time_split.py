@@ -1,4 +1,4 @@
-"""The time-split line every fine-tuning run prints (issue 35)."""
+"""The time-split line every fine-tuning run prints."""
 import re
 import time
 

@@ -79,7 +79,7 @@ def test_ids_match_bert_tokenizer_fast_on_tricky_strings(vocab_file, uncased, ca
     assert g == e, (text, ref.convert_ids_to_tokens(e), tok.convert_ids_to_tokens(g))
 
 
-# Special-token literals typed in text (issue 32): one id each in BertTokenizerFast, matched in
+# Special-token literals typed in text: one id each, as in BertTokenizerFast, matched in
 # the raw text (`[mask]` and a literal broken by a removed character are not matched).
 _LITERALS = ["the [MASK] sat", "hello[MASK]world", "[CLS] a [SEP] b [SEP]", "[PAD][UNK][MASK]",
              "[mask] [Mask] [ MASK ]", "a [MA\x00SK] b \x00 [MASK]\x00", "[[MASK]]",
@@ -242,7 +242,7 @@ def test_build_vocab_says_why_it_wrote_fewer_tokens_than_asked(tmp_path, capsys)
   written = len((tmp_path / "vocab.txt").read_text(encoding="utf-8").splitlines())
   captured = capsys.readouterr()
   line = captured.out.strip()
-  # Issue 33: what it does, then each phase as it starts (stderr; stdout keeps the result).
+  # What it does, then each phase as it starts (stderr; stdout keeps the result).
   err = captured.err.splitlines()
   assert err[0] == "bert_jax.build_vocab: build a wordpiece vocab"
   assert err[4:6] == ["reading: 0/1 shards", err[5]] and err[5].startswith("reading: 1 shards in")

@@ -173,7 +173,7 @@ def test_mlm_xent_and_correct_match_the_textbook_forms():
 
 def test_metric_sums_bound_the_steps_in_flight_and_sum_as_eager_adds():
   """train_core.MetricSums: the host never runs more than max_in_flight steps ahead (a full
-  launch queue deadlocked XLA:CPU with several devices, issue 32), and its sums are bitwise
+  launch queue deadlocks XLA:CPU with several devices), and its sums are bitwise
   the eager jnp.add sums."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())

@@ -2,7 +2,7 @@
 and fine-tuning, embed and fill_mask (WordPiece on `tokenizers`) as with it, bitwise.
 
 The TF-free runs are subprocesses started through tests/without_tensorflow.py, where
-tensorflow, tensorflow_text and tensorflow_datasets cannot be imported (issue 30).
+tensorflow, tensorflow_text and tensorflow_datasets cannot be imported.
 """
 import json
 import os
@@ -269,7 +269,7 @@ def test_what_needs_tensorflow_is_one_line_without_it(prepared, tmp_path, args,
 
 
 def test_a_local_corpus_that_does_not_exist_is_named_before_the_input_pipeline_loads(tmp_path):
-  """Issue 33: the glob was checked by the pipeline, after TensorFlow's import (7 s); here
+  """The glob is checked before the input pipeline (and TensorFlow's 7 s import) loads; here
   TensorFlow is missing, so only a check made before the pipeline can name the glob."""
   proc = _without_tensorflow("bert_jax.pretrain", "--config", "configs/pretrain.py:tiny",
                              "--workdir", str(tmp_path / "w"), "--config.data.source=files",

@@ -87,7 +87,7 @@ def test_backends_agree_on_every_character_unchanged_since_unicode_3_2(lowercase
 
 def test_backend_choice_and_bad_backend():
   # A process that has not loaded TensorFlow tokenizes in Rust and does not load it (a
-  # fine-tune from TSV files, embed, the Encoder: issue 35's start-up time) ...
+  # fine-tune from TSV files, embed, the Encoder: TensorFlow's import is seconds of start-up) ...
   code = ("import sys; from bert_jax.data import tokenizer as t, wordpiece as w; "
           "tok = t.cached_tokenizer('wordpiece', w.default_vocab_file(), True); "
           "print(w.host_backend(), tok.backend, tok.tokenize_to_ids(['Hello, world!']), "

@@ -70,7 +70,7 @@ def test_pretrain_on_a_workdir_in_use_stops_at_once_with_one_line(tmp_path):
 
 
 def test_a_workdir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
-  """Issue 36: a read-only workdir (fresh, or holding a finished run) was an OSError traceback."""
+  """A read-only workdir (fresh, or holding a finished run) is one line, not an OSError traceback."""
   (tmp_path / "file").write_text("")
   with pytest.raises(workdir_lock.WorkdirNotWritableError,
                      match=r"--workdir .*/file/run cannot be written: Not a directory"):

@@ -1,8 +1,8 @@
-"""A workdir has one owner, and --overwrite replaces only a bundle (issue 37).
+"""A workdir has one owner, and --overwrite replaces only a bundle.
 
-Fine-tuning with --workdir equal to the pretraining workdir it started from replaced the
-pretraining export and mixed both runs in metrics.jsonl; `convert --from hf --overwrite`
-deleted everything in --dst (notes, another bundle).
+Fine-tuning with --workdir equal to the pretraining workdir it started from would replace the
+pretraining export and mix both runs in metrics.jsonl; `convert --from hf --overwrite` would
+delete everything in --dst (notes, another bundle). Both are refused before anything is read.
 """
 import os
 
