@@ -1,4 +1,4 @@
-"""The speed benchmarks (issue 29): peak table, step profile, torch peer, GPU suite's dry run."""
+"""The speed benchmarks: peak table, step profile, torch peer, GPU suite's dry run."""
 import json
 import os
 import re
@@ -86,6 +86,7 @@ def test_hlo_categories_of_a_compiled_program():
     assert c in found, (c, sorted(found))
 
 
+@pytest.mark.slow
 def test_profile_step_on_cpu_gives_a_table_whose_shares_sum_to_one(tmp_path, capsys):
   import profile_step  # pylint: disable=g-import-not-at-top
   s = profile_step.main(["--config", "configs/pretrain.py:tiny", "--batch_size", "2",
@@ -111,7 +112,7 @@ _NO_TF = ("import runpy, sys\n"
 def _run_without_tensorflow(*argv):
   """Runs a benchmark script where `import tensorflow` fails; xfails on the one known cause.
 
-  Known, owned by the data package (issue 30, being made lazy there): bert_jax.data's
+  Known, owned by the data package: bert_jax.data's
   modules import TensorFlow at import time (sources and tokenizer through
   bert_jax.runtime.cpu_tensorflow, wordpiece imports tensorflow_text); configs/pretrain.py and
   bert_jax.embed import those modules. A TensorFlow import anywhere else on the path fails
@@ -131,6 +132,7 @@ def _run_without_tensorflow(*argv):
   return proc
 
 
+@pytest.mark.slow
 def test_train_step_and_the_torch_peer_run_without_tensorflow(tmp_path):
   out = tmp_path / "r.json"
   proc = _run_without_tensorflow(
@@ -145,6 +147,7 @@ def test_train_step_and_the_torch_peer_run_without_tensorflow(tmp_path):
   assert "vs_reference: " in proc.stdout
 
 
+@pytest.mark.slow
 def test_embed_speed_runs_without_tensorflow(tmp_path):
   import random_bert  # pylint: disable=g-import-not-at-top
   assert random_bert.main(["--dst", str(tmp_path), "--layers", "1", "--hidden", "32", "--heads", "2",
@@ -157,6 +160,7 @@ def test_embed_speed_runs_without_tensorflow(tmp_path):
   assert json.loads((tmp_path / "e.json").read_text())["max_abs_diff"] < 1e-4
 
 
+@pytest.mark.slow
 def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
   proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "--dry_run", "--out", str(tmp_path),
                          "--work", str(tmp_path / "work")],
