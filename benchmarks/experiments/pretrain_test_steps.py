@@ -19,27 +19,15 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the repository root
 
 from bert_jax import pretrain  # noqa: E402
-from tests import test_pretrain as tp  # noqa: E402
-
-
-def _corpus(path: pathlib.Path) -> str:
-  import numpy as np  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(0)  # test_pretrain.corpus's generator
-  lines = []
-  for _ in range(60):
-    for _ in range(int(rng.integers(3, 8))):
-      words = " ".join(tp.WORDS[i] for i in rng.choice(len(tp.WORDS), 2)).split()
-      lines.append(" ".join(words[:int(rng.integers(6, len(words) + 1))]) + " .")
-    lines.append("")
-  path.write_text("\n".join(lines), encoding="utf-8")
-  return str(path)
+from tests import test_pretrain as tp  # noqa: E402  (OBJECTIVES: the tests' overrides)
+from tests.fixtures import pretraining as fx  # noqa: E402  (the tests' corpus and config)
 
 
 def main():
   root = pathlib.Path(tempfile.mkdtemp())
-  corpus = _corpus(root / "corpus.txt")
+  corpus = fx.write_corpus(root / "corpus.txt")
   teacher = str(root / "teacher")
-  pretrain.train(tp.small_config(corpus), teacher)  # warm-up, and distill's teacher
+  pretrain.train(fx.small_config(corpus), teacher)  # warm-up, and distill's teacher
   total = 0.0
   for objective in sys.argv[1:] or list(tp.OBJECTIVES):
     overrides = dict(tp.OBJECTIVES[objective][0])
@@ -47,7 +35,7 @@ def main():
       overrides["teacher_checkpoint"] = teacher
     wall = {}
     for steps, every in ((6, 3), (50, 25)):
-      c = tp.small_config(corpus, **overrides)
+      c = fx.small_config(corpus, **overrides)
       c.total_steps, c.checkpoint_every = steps, every
       t0 = time.perf_counter()
       pretrain.train(c, str(root / f"{objective}_{steps}"))
