@@ -27,6 +27,8 @@ from bert_jax.training import checkpoint as ckpt_lib
 from tests.fixtures import finetuning
 from tests.fixtures import pretraining
 
+pytestmark = pytest.mark.slow  # each test trains end to end through the real entry points
+
 # A new objective: MLM with label smoothing, its own loss and its own logged metric.
 TOY_OBJECTIVE = '''
 """Toy objective 'smoothed_mlm': masked LM with label smoothing 0.1."""

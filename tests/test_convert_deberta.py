@@ -261,6 +261,7 @@ def test_configs_bert_jax_does_not_compute_are_refused_in_one_line(key, value, m
     from_hf_dict(d, source="c.json")
 
 
+@pytest.mark.slow
 def test_glue_finetuning_from_the_converted_bundle(deberta_dir, tmp_path_factory, tmp_path):
   """MRPC (tiny, its SentencePiece pairs) fine-tunes from the DeBERTa-v3 bundle end to end:
   the pooler and classifier start fresh (one padded length: one train and one eval compile)."""

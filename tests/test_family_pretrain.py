@@ -94,6 +94,7 @@ def _pretrain_config(recipe, overrides, corpus, tokenizer):
   return c
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("member", list(MEMBERS))
 def test_member_pretrains_50_steps_and_finetunes_glue(member, corpus, vocab_file, glue_dir,
                                                         tmp_path, request):

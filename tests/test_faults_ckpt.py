@@ -94,6 +94,7 @@ pretrain.main(sys.argv[2:])
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writer,named", [
     ("metrics", r"writing \S+/metrics.jsonl failed \(OSError: File too large\)"),
     ("tensorboard", r"writing TensorBoard events to \S+/tensorboard failed \(OSError: No space "
@@ -141,6 +142,7 @@ def test_a_tensorboard_thread_failure_is_raised_at_close(tmp_path, monkeypatch):
 
 # -- 2. No readable checkpoint: stop, nothing moved ------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init", [False, True])
 def test_a_workdir_whose_checkpoints_are_all_unreadable_stops_with_nothing_moved(
     corpus, finished, tmp_path, init):
@@ -157,6 +159,7 @@ def test_a_workdir_whose_checkpoints_are_all_unreadable_stops_with_nothing_moved
   assert _snapshot(workdir) == before  # metrics.jsonl, export/, checkpoints: byte for byte
 
 
+@pytest.mark.slow
 def test_start_over_sets_the_earlier_run_aside_and_trains_anew(corpus, finished, tmp_path):
   workdir = _copy(finished, tmp_path)
   _damage(workdir, 3, 6)
@@ -169,6 +172,7 @@ def test_start_over_sets_the_earlier_run_aside_and_trains_anew(corpus, finished,
   assert json.loads((workdir / "export" / "bundle.json").read_text())["step"] == 6
 
 
+@pytest.mark.slow
 def test_the_fallback_from_one_unreadable_checkpoint_stays(corpus, finished, tmp_path, capsys):
   workdir = _copy(finished, tmp_path)
   _damage(workdir, 6)
@@ -178,6 +182,7 @@ def test_the_fallback_from_one_unreadable_checkpoint_stays(corpus, finished, tmp
   assert os.listdir(workdir / "checkpoints_unreadable") == ["6"]
 
 
+@pytest.mark.slow
 def test_an_export_without_a_checkpoint_is_never_overwritten(corpus, finished, tmp_path):
   workdir = _copy(finished, tmp_path)
   shutil.rmtree(workdir / "checkpoints")
@@ -190,6 +195,7 @@ def test_an_export_without_a_checkpoint_is_never_overwritten(corpus, finished, t
 
 # -- 3. Resume compares the whole config and the vocabulary ----------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override,named", [
     ({"optimizer.b1": 0.5}, "optimizer.b1 0.8 -> 0.5"),
     ({"optimizer.weight_decay": 0.1}, "optimizer.weight_decay 0.01 -> 0.1"),
@@ -211,6 +217,7 @@ def test_resume_with_another_setting_of_the_same_shapes_is_refused(
   assert _snapshot(workdir) == before
 
 
+@pytest.mark.slow
 def test_resume_allow_changes_lets_a_named_key_change(corpus, finished, tmp_path):
   workdir = _copy(finished, tmp_path)
   summary = pretrain.train(_config(corpus, total_steps=7, **{
@@ -233,6 +240,7 @@ def _permuted_vocab(tmp_path):
   return str(path)
 
 
+@pytest.mark.slow
 def test_a_permuted_vocab_is_refused_on_resume_and_as_init_checkpoint(corpus, finished,
                                                                       tmp_path):
   vocab = _permuted_vocab(tmp_path)
@@ -250,6 +258,7 @@ def test_a_permuted_vocab_is_refused_on_resume_and_as_init_checkpoint(corpus, fi
 
 # -- 4. A workdir resolves to its newest state -----------------------------------------------
 
+@pytest.mark.slow
 def test_a_workdir_resolves_to_a_checkpoint_newer_than_its_export(finished, tmp_path, capsys):
   assert ckpt_lib.load_pretrained(str(finished)).source == str(finished / "export")
   assert "note:" not in capsys.readouterr().err
@@ -265,6 +274,7 @@ def test_a_workdir_resolves_to_a_checkpoint_newer_than_its_export(finished, tmp_
 
 # -- 5. Ctrl-C saves like SIGTERM ------------------------------------------------------------
 
+@pytest.mark.slow
 def test_sigint_saves_a_checkpoint_and_exits_130(corpus, tmp_path, monkeypatch, capsys):
   original = train_log.RunLogger.log
 

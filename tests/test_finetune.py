@@ -49,6 +49,7 @@ def mrpc_run(pretrained, glue_dir, tmp_path_factory):
   return workdir, results
 
 
+@pytest.mark.slow
 def test_glue_end_to_end_from_pretraining_workdir(mrpc_run):
   workdir, results = mrpc_run
   with open(os.path.join(workdir, "eval_results.json")) as f:
@@ -87,6 +88,7 @@ def test_glue_end_to_end_from_pretraining_workdir(mrpc_run):
   assert exported.params["classifier"]["kernel"].shape == (128, 2)
 
 
+@pytest.mark.slow
 def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_dir, tmp_path):
   workdir, _ = mrpc_run
   with open(os.path.join(workdir, "eval_results_per_seed.json")) as f:
@@ -100,6 +102,7 @@ def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_di
   assert not os.path.exists(tmp_path / "export")  # nothing trained, nothing exported
 
 
+@pytest.mark.slow
 def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_path):
   c = squad_config(squad_dir, os.path.join(pretrained, "checkpoints"))
   results = finetune.finetune(c, str(tmp_path))
@@ -137,6 +140,7 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
     assert sorted(json.load(f)) == ["q1", "q2", "q3", "q4", "q5", "q7"]
 
 
+@pytest.mark.slow
 def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_dir, tmp_path,
                                                              capsys):
   # With a learning rate of 1e-30 training changes no prediction: the end scores are the
@@ -150,6 +154,7 @@ def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_di
   assert "f1 " + f"{results['f1']:.4f} against the baselines: zero_shot_exact_match" in out
 
 
+@pytest.mark.slow
 def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_dir, tmp_path):
   init = ckpt_lib.load_pretrained(pretrained)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
@@ -279,6 +284,7 @@ def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   assert dev[task_lib.WARNINGS] == []  # 5 dev rows, predictions of 3 classes
 
 
+@pytest.mark.slow
 def test_constant_predictions_are_flagged_printed_and_recorded(mrpc_run, glue_dir, tmp_path,
                                                                capsys):
   """A classifier that always answers 1 (zero kernel, bias for 1) is at the majority baseline."""
@@ -339,6 +345,7 @@ def test_layerwise_scales_agree_between_layouts():
                              [0.125, 0.25, 0.5])
 
 
+@pytest.mark.slow
 def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrained, glue_dir,
                                                                        tmp_path):
   """2 microbatches = 1 batch, scanned layers = unrolled, and packed rows = one example per
@@ -370,6 +377,7 @@ def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrain
     assert diff <= 1e-5, diff
 
 
+@pytest.mark.slow
 def test_python_api_classifies_as_the_run_predicted(mrpc_run, glue_dir):
   """`Encoder.load(export).classify` gives the labels the run wrote for the test split."""
   from bert_jax import Encoder  # pylint: disable=g-import-not-at-top

@@ -10,12 +10,16 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from bert_jax import finetune
 from tests.fixtures.repo import LAUNCH
 from tests.fixtures.repo import ROOT
 from tests.fixtures.repo import child_env
 from tests.fixtures.repo import load_config
+
+# Two fine-tuning processes and one in this process: an end-to-end run.
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
 
 
 def test_two_process_glue_run_reaches_the_end_and_matches_one_process(

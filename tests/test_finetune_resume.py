@@ -45,6 +45,7 @@ def _kill_after_a_checkpoint_resumes(config, killed: pathlib.Path, stop_at: tupl
   _assert_same(_outputs(killed), _outputs(straight))
 
 
+@pytest.mark.slow
 def test_glue_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same_results(
     pretrained, glue_dir, tmp_path, capsys):
   # 32 training rows in batches of 8: 4 steps an epoch, 8 a seed, 2 seeds.
@@ -67,6 +68,7 @@ def test_glue_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same
   _kill_after_a_checkpoint_resumes(config, tmp_path / "killed", (0, 5), 3, want, straight)
 
 
+@pytest.mark.slow
 def test_squad_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_same_results(
     pretrained, squad_dir, tmp_path):
   config = lambda: squad_config(squad_dir, pretrained, num_epochs=3.0,  # noqa: E731
@@ -83,6 +85,7 @@ def test_squad_sigterm_mid_epoch_and_a_kill_after_a_checkpoint_resume_to_the_sam
   _kill_after_a_checkpoint_resumes(config, tmp_path / "killed", (0, 2), 1, want, straight)
 
 
+@pytest.mark.slow
 def test_a_resume_with_other_settings_is_refused_in_one_line_and_nothing_moves(
     pretrained, glue_dir, tmp_path):
   workdir = tmp_path / "run"

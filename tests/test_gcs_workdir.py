@@ -24,6 +24,8 @@ import time
 import numpy as np
 import pytest
 
+pytestmark = pytest.mark.slow  # pretraining and fine-tuning end to end against an emulator
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 gcsfs = pytest.importorskip("gcsfs", reason="needs gcsfs (the `test` extra) for gs:// paths")
 pytest.importorskip("gcp_storage_emulator",

@@ -124,6 +124,7 @@ def test_last_layer_on_head_rows_equals_full_sequence_when_packed(setup):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_scanned_layers_prune_the_last_one_to_the_asked_rows_and_train(setup):
   """Scanned, every layer but the last runs in the loop and the last computes only the
   masked rows (not every row, then a gather): its MLP is [batch, Q, intermediate]. The

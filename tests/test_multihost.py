@@ -85,6 +85,8 @@ def _restore_on_one_device(path):
   return ckptr.restore(path, target)
 
 
+@pytest.mark.slow
+@pytest.mark.multiprocess
 def test_two_processes_match_one_process(tmp_path):
   worker = tmp_path / "same_batch_pretrain.py"
   worker.write_text(_WORKER)

@@ -268,6 +268,7 @@ def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
   assert all(len(l.split()) == 2 and l.split()[1] == "O" for l in lines if l)
 
 
+@pytest.mark.slow
 def test_ner_end_to_end(tmp_path):
   init = random_bundle(tmp_path / "init")
   rng = np.random.default_rng(1)

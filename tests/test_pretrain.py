@@ -90,6 +90,7 @@ def straight_run(corpus, tmp_path_factory):
   return _straight_run("mlm_nsp", corpus, tmp_path_factory)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", list(OBJECTIVES))
 def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   workdir, summary = _straight_run(objective, corpus, tmp_path_factory)
@@ -127,6 +128,7 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
 # mlm_sop and mlm use mlm_nsp's objective code; their data streams' resume is exact in
 # test_data_pipeline. ELECTRA has its own state (two models, one optimizer); distillation
 # a teacher outside the state, loaded again on resume.
+@pytest.mark.slow
 @pytest.mark.parametrize("objective", ["mlm_nsp", "electra", "distill"])
 def test_resume_after_preemption_is_exact(objective, corpus, tmp_path_factory, tmp_path):
   straight, _ = _straight_run(objective, corpus, tmp_path_factory)
@@ -141,6 +143,7 @@ def test_resume_after_preemption_is_exact(objective, corpus, tmp_path_factory, t
     assert a[step] == b[step], (step, a[step], b[step])
 
 
+@pytest.mark.slow
 def test_unreadable_latest_checkpoint_falls_back(corpus, straight_run, tmp_path, capsys):
   workdir = str(tmp_path / "copy")
   shutil.copytree(straight_run[0], workdir)
@@ -157,6 +160,7 @@ def test_unreadable_latest_checkpoint_falls_back(corpus, straight_run, tmp_path,
   assert summary["step"] == 7
 
 
+@pytest.mark.slow
 def test_a_flipped_byte_in_array_data_is_detected_by_the_checksums(corpus, straight_run, tmp_path,
                                                                    capsys):
   workdir = tmp_path / "flipped"
@@ -176,6 +180,7 @@ def test_a_flipped_byte_in_array_data_is_detected_by_the_checksums(corpus, strai
   assert (workdir / "checkpoints_unreadable" / "6").is_dir() and summary["step"] == 7
 
 
+@pytest.mark.slow
 def test_metrics_hold_each_step_once_after_a_resume(corpus, straight_run, tmp_path):
   workdir = tmp_path / "killed"
   shutil.copytree(straight_run[0], workdir)
@@ -190,6 +195,7 @@ def test_metrics_hold_each_step_once_after_a_resume(corpus, straight_run, tmp_pa
   assert all(r["loss"] == straight[r["step"]] for r in records if r["step"] <= 6)
 
 
+@pytest.mark.slow
 def test_unreadable_checkpoint_is_never_moved_into_an_earlier_one(corpus, straight_run, tmp_path):
   workdir = tmp_path / "again"
   shutil.copytree(straight_run[0], workdir)
@@ -204,6 +210,7 @@ def test_unreadable_checkpoint_is_never_moved_into_an_earlier_one(corpus, straig
   assert (workdir / "checkpoints_unreadable" / "6.1" / "state").is_dir()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("override,changed", [
     ({"optimizer.name": "adamw"}, "optimizer.name 'lamb' -> 'adamw'"),
     ({"variant": "mini"}, "variant 'tiny' -> 'mini'"),
@@ -219,6 +226,7 @@ def test_resume_with_a_changed_config_is_an_error_that_moves_nothing(
   assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_diverged_state_stops_the_run_and_is_never_saved(corpus, tmp_path):
   # learning_rate 1e30: step 1 runs at lr 0 (warmup), step 2's update makes every param ~1e30,
   # finite but diverged, while its loss and gradients are finite: the state check stops it.
@@ -232,6 +240,7 @@ def test_diverged_state_stops_the_run_and_is_never_saved(corpus, tmp_path):
   assert max(float(np.abs(x).max()) for x in params) < 10.0
 
 
+@pytest.mark.slow
 def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
     corpus, tmp_path, monkeypatch):
   # A full disk from the second checkpoint on: files may not grow past 64 KiB (RLIMIT_FSIZE;
@@ -309,6 +318,7 @@ def test_bad_configs_fail_fast(corpus, tmp_path, override, message):
     pretrain.train(small_config(corpus, **override), str(tmp_path))
 
 
+@pytest.mark.slow
 def test_init_checkpoint_of_another_size_is_refused_before_the_data_is_read(
     corpus, straight_run, tmp_path):
   config = small_config(corpus, variant="mini", init_checkpoint=straight_run[0])
@@ -318,6 +328,7 @@ def test_init_checkpoint_of_another_size_is_refused_before_the_data_is_read(
     pretrain.train(config, str(tmp_path / "w"))
 
 
+@pytest.mark.slow
 def test_distillation_teacher_of_another_vocab_is_refused_before_training(
     corpus, straight_run, tmp_path):
   vocab = tmp_path / "vocab.txt"
@@ -353,6 +364,7 @@ def test_cli_rejects_unknown_config_key(tmp_path):
   assert "no_such_key" in proc.stderr
 
 
+@pytest.mark.slow
 def test_convert_to_hf_takes_a_pretraining_workdir_and_its_checkpoints(straight_run, tmp_path):
   """`convert --to hf` takes a pretraining workdir and its checkpoints folder, as every other
   tool does, not only a bundle."""

@@ -10,6 +10,7 @@ from tests.fixtures.pretraining import logged_losses
 from tests.fixtures.pretraining import small_config
 
 
+@pytest.mark.slow
 def test_unsafe_rbg_dropout_resumes_exactly_and_is_not_threefry(corpus, tmp_path):
   rbg = {"model.prng_impl": "unsafe_rbg", "model.dropout_rate": 0.1}
   straight = str(tmp_path / "straight")

@@ -38,6 +38,7 @@ def in_tmp(tmp_path, monkeypatch):
   return tmp_path
 
 
+@pytest.mark.slow
 def test_every_program_with_relative_paths(in_tmp, capsys):
   vocab = write_vocab(in_tmp / "vocab.txt")
   rng = np.random.default_rng(0)

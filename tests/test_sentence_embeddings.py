@@ -128,6 +128,7 @@ def test_bad_config_and_scores_fail_before_training(tmp_path):
   assert task.train_arrays["input_mask"].sum(-1).tolist() == [[4, 4, 3], [3, 4, 5]]
 
 
+@pytest.mark.slow
 def test_cosent_end_to_end_and_embed_uses_the_bundle(tmp_path):
   init = _random_bundle(tmp_path / "init")
   rng = np.random.default_rng(1)

@@ -97,6 +97,7 @@ def test_offset_windows_hold_the_answer_where_it_fits_and_predictions_cut_the_co
   assert preds == {ex.qas_id: ex.orig_answer_text for ex in examples}
 
 
+@pytest.mark.slow
 def test_squad_finetunes_a_roberta_checkpoint_end_to_end(tmp_path, bpe_dir):
   """A tiny random checkpoint with RoBERTa's tokenizer fine-tunes on SQuAD; answers are
   context text."""

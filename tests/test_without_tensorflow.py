@@ -208,6 +208,7 @@ def _losses(workdir):
     return {r["step"]: r["loss"] for r in map(json.loads, f) if "loss" in r}
 
 
+@pytest.mark.slow
 def test_pretraining_without_tensorflow_equals_the_tf_data_run(prepared, tmp_path):
   _, out = prepared
   free = str(tmp_path / "without_tf")
@@ -335,6 +336,7 @@ _STSB_ARGS = ["--config", "configs/glue.py:task=stsb", "--config.max_seq_length=
               "--config.log_every=1", "--config.learning_rate=1e-3"]
 
 
+@pytest.mark.slow
 def test_glue_finetuning_without_tensorflow_equals_the_run_with_it(stsb, tmp_path):
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax import finetune  # pylint: disable=g-import-not-at-top
