@@ -24,9 +24,9 @@ import sys
 from typing import Optional, Sequence
 
 from absl import flags
-from etils import epath
 
 from bert_jax import cli
+from bert_jax.runtime import atomic_files
 
 SPECIALS_AFTER_UNUSED = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
@@ -150,7 +150,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.type == "wordpiece":
       with learning:
         vocab = build_wordpiece(sentences, args.vocab_size, args.num_unused, args.min_count)
-      epath.Path(args.output).write_text("".join(t + "\n" for t in vocab), encoding="utf-8")
+      atomic_files.write_text(args.output, "".join(t + "\n" for t in vocab))
       print(f"wrote {len(vocab):,} tokens to {args.output}" + (
           "" if len(vocab) == args.vocab_size else
           f" (--vocab_size {args.vocab_size:,} is a maximum: the WordPiece learner searches "

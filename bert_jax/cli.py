@@ -21,6 +21,8 @@ the start-up before TensorFlow or JAX load.
 import contextlib
 import os
 import sys
+import threading
+import time
 from typing import Any, Callable, Optional, Sequence
 
 from absl import flags
@@ -307,8 +309,53 @@ def run_tool(main: Callable[[], Optional[int]]) -> None:
   Bad input is a missing file, an output that exists, or a bad value
   (FileNotFoundError, FileExistsError, ValueError): no traceback for those.
   """
+  def checked() -> Optional[int]:
+    try:
+      return main()
+    except (FileNotFoundError, FileExistsError, ValueError) as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+  exit_program(checked)
+
+
+# Seconds a failing program waits for its background threads before it exits without them.
+THREAD_GRACE_SECONDS = 5.0
+
+
+def exit_program(main: Callable[[], Any]) -> None:
+  """Runs `main` as the process and exits with its status; a failing program never hangs.
+
+  A program that fails (a non-zero status, or SystemExit's message: printed, status 1)
+  gives its non-daemon threads THREAD_GRACE_SECONDS to end, then exits without waiting
+  for the rest: a failed asynchronous checkpoint save leaves Orbax's signalling threads
+  waiting for a signal that never comes, and the interpreter would wait for them for ever.
+  """
+  before = set(threading.enumerate())  # a caller's own threads are not the program's
   try:
-    sys.exit(main())
-  except (FileNotFoundError, FileExistsError, ValueError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    status = main()
+  except SystemExit as e:
+    status = e.code
+  if status is None:
+    status = 0
+  elif not isinstance(status, int):
+    print(status, file=sys.stderr)
+    status = 1
+  if status:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    deadline = time.monotonic() + THREAD_GRACE_SECONDS
+    for thread in _foreground_threads(before):
+      try:  # (Orbax's threads raise TimeoutError from a join that times out)
+        thread.join(max(0.0, deadline - time.monotonic()))
+      except Exception:  # pylint: disable=broad-except
+        pass
+    if _foreground_threads(before):
+      logging.flush()
+      os._exit(status)  # pylint: disable=protected-access
+  sys.exit(status)
+
+
+def _foreground_threads(before: set) -> list[threading.Thread]:
+  """The live threads started since `before` that the interpreter waits for at exit."""
+  return [t for t in threading.enumerate()
+          if t.is_alive() and not t.daemon and t not in before]

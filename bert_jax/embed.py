@@ -50,6 +50,7 @@ from bert_jax import cli
 from bert_jax.inference import aggregate
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
 from bert_jax.training import checkpoint as ckpt_lib
 
@@ -144,7 +145,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       pooling=args.pooling, layers=layers, max_length=args.max_length, batch_size=args.batch_size,
       dtype=args.dtype, length_bucketing=args.length_bucketing, chunk_stride=args.chunk_stride,
       progress="" if args.quiet else "embedding")
-  with epath.Path(args.output).open("wb") as f:  # exactly this path (np.save would add .npy)
+  # Exactly this path (np.save would add .npy), written whole or not at all.
+  with atomic_files.replacing(args.output) as tmp, tmp.open("wb") as f:
     np.save(f, emb)
   stats = all_stats[0]
   print(f"embedded {stats.num_texts} {kind} -> {args.output} {list(emb.shape)} float32 "

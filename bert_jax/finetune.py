@@ -34,11 +34,20 @@ predictions/eval_cosine.txt), metrics.jsonl,
 TensorBoard logs, and the fine-tuned bundle in workdir/export (prediction files and export are of the last seed).
 
 Preemption: the training state is saved to workdir/finetune_checkpoints every
-`checkpoint_every` steps and on SIGTERM / SIGINT (the run then stops after the save);
-the same command resumes from the newest checkpoint (seed, epoch, batch within it,
-dropout key, the finished seeds' results) to the uninterrupted run's results, bitwise on
-the CPU. A checkpoint saved with other settings is refused in one line
-(RESUME_MAY_CHANGE lists what may change).
+`checkpoint_every` steps, at the end of each seed's training (before its evaluation) and
+on SIGTERM / SIGINT (the run then stops after the save, with exit status 128 + the
+signal's number: 143 and 130); a signal during an evaluation stops it within a batch,
+the end-of-training checkpoint kept; one that arrives while the results and the export
+are written lets them finish. So a signal at any moment leaves either the finished
+export or a checkpoint, and the same command resumes from the newest checkpoint (seed,
+epoch, batch within it, dropout key, the finished seeds' results) to the uninterrupted
+run's results, bitwise on the CPU. A checkpoint saved with other settings is refused in
+one line (RESUME_MAY_CHANGE lists what may change).
+
+The workdir records its run in run.json (bert_jax.training.workdir_owner): given again
+once the run has finished, the same command prints the results and does nothing else;
+another config is refused in one line unless `--config.start_over=True` sets the earlier
+run's files aside (before_start_over/) first.
 """
 import dataclasses
 import functools
@@ -60,6 +69,7 @@ from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax.modeling import bundle
 from bert_jax.modeling import flops
 from bert_jax.modeling import model as model_lib
+from bert_jax.runtime import atomic_files
 from bert_jax.runtime import compile_cache
 from bert_jax.runtime import json_file
 from bert_jax.runtime import optional_tensorflow
@@ -217,8 +227,13 @@ def predict_batches(arrays: dict, batch_size: int, bucketing: bool,
   return length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
 
 
+class EvaluationStopped(Exception):
+  """A stop signal arrived during an evaluation (which then stops within a batch)."""
+
+
 def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
-            bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None) -> dict:
+            bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None,
+            stop: Optional[stop_signals.StopSignals] = None) -> dict:
   """Model outputs for every row of `arrays` (padded to whole batches, never dropped).
 
   Args:
@@ -231,15 +246,21 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
     bucketing: rows sorted by length and each batch cut to its bucket length
       (outputs must then be per example, [batch, ...] of no token axis).
     buckets: the bucket lengths (default: every fixed length up to the arrays' length).
+    stop: the run's stop signals, checked before each batch.
 
   Returns:
     Outputs gathered on every host as numpy, [n, ...] for the n rows, in row order.
+
+  Raises:
+    EvaluationStopped: a stop signal arrived.
   """
   n = arrays["input_ids"].shape[0]
   batches = predict_batches(arrays, batch_size, bucketing, buckets)
   pi, pc = jax.process_index(), jax.process_count()
   chunks = []
   for batch in batches:
+    if stop is not None and stop.name:
+      raise EvaluationStopped(stop.name)
     local = length_buckets.cut(arrays, length_buckets.host_share(batch, pi, pc),
                                task_lib.MODEL_INPUTS)
     with sharding.mesh_context(mesh, rules):
@@ -253,8 +274,13 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
 # cache, the attention kernel and rematerialisation: the same math). Others need
 # config.resume_allow_changes; batch_size never changes (the position counts its batches).
 RESUME_MAY_CHANGE = ("log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size",
-                     "resume_allow_changes", "compile_cache", "mesh.", "model.attention_impl",
-                     "model.remat")
+                     "resume_allow_changes", "start_over", "compile_cache", "mesh.",
+                     "model.attention_impl", "model.remat")
+# What a fine-tuning run leaves in its workdir (set aside whole by --config.start_over).
+RUN_FILES = ("eval_results.json", "eval_results_per_seed.json", "predictions",
+             "predictions.json", "nbest_predictions.json", "null_odds.json", "metrics.jsonl",
+             "tensorboard", "export", workdir_owner.FINETUNE_CHECKPOINTS,
+             workdir_owner.RUN_FILE)
 
 
 @dataclasses.dataclass
@@ -287,10 +313,16 @@ class SeedRun:
   compiled_lengths: set = dataclasses.field(default_factory=set)  # the train step's shapes
 
   def save(self, seed: int, state, epoch: int, batch: int, per_seed: list, loop) -> None:
-    """Checkpoints `state` with the position of the next batch (numbered across seeds)."""
+    """Checkpoints `state` with the position of the next batch (numbered across seeds).
+
+    A seed's step 0 has the number of the previous seed's end of training: that checkpoint
+    is kept (resumed, it evaluates the previous seed again, to the same results)."""
     step = int(state.step)
+    number = (seed - self.config.seed) * self.total_steps + step
+    if number in self.ckpts.all_steps():
+      return
     loop.check(state, step)  # never a non-finite state
-    self.ckpts.save((seed - self.config.seed) * self.total_steps + step, state,
+    self.ckpts.save(number, state,
                     dict(self.meta, seed=seed, epoch=epoch, batch=batch, per_seed=per_seed))
 
   def compile_ahead(self, state, batches: list, start: int, steps: int) -> None:
@@ -364,17 +396,20 @@ class SeedRun:
           print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
                 f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
                 flush=True)
+    if self.ckpts is not None:  # the trained state outlives a stop during the evaluation
+      self.save(seed, state, int(np.ceil(c.num_epochs)), 0, per_seed, loop)
     return state
 
 
 def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
-                    workdir: Optional[str]) -> tuple[dict, list, bool]:
+                    workdir: Optional[str], stop=None) -> tuple[dict, list, bool]:
   """(results of every eval set, their warnings, whether the task checks for constant
   predictions); every process scores, files are written to `workdir` unless None."""
   results, warnings, checked = {}, [], False
   for eval_set in task.eval_sets:
     outputs = predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
-                      mesh, rules, bucketing=config.length_bucketing, buckets=buckets)
+                      mesh, rules, bucketing=config.length_bucketing, buckets=buckets,
+                      stop=stop)
     scores = eval_set.score(outputs, workdir)
     checked |= task_lib.WARNINGS in scores
     warnings += scores.pop(task_lib.WARNINGS, [])
@@ -383,11 +418,15 @@ def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
 
 
 def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
-              split: time_split.TimeSplit, is_writer: bool) -> dict:
-  """The eval sets' scores of the state before training, as `zero_shot_<metric>` (printed)."""
-  with split.phase("eval"):
-    results = score_eval_sets(config, predict_step, state.params, task, buckets, mesh, rules,
-                              None)[0]
+              split: time_split.TimeSplit, is_writer: bool, stop=None) -> Optional[dict]:
+  """The eval sets' scores of the state before training, as `zero_shot_<metric>` (printed);
+  None when a stop signal ended the evaluation (the first step then saves and stops)."""
+  try:
+    with split.phase("eval"):
+      results = score_eval_sets(config, predict_step, state.params, task, buckets, mesh,
+                                rules, None, stop)[0]
+  except EvaluationStopped:
+    return None
   results = {f"zero_shot_{k}": v for k, v in results.items()}
   if is_writer:
     print("zero-shot (the init checkpoint before training): " + ", ".join(
@@ -396,15 +435,20 @@ def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
 
 
 def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, rules, logger,
-                  split: time_split.TimeSplit, workdir: str, is_writer: bool) -> dict:
-  """Scores every eval set with `state`'s params; the seed's results (logged and printed)."""
+                  split: time_split.TimeSplit, workdir: str, is_writer: bool,
+                  stop=None) -> dict:
+  """Scores every eval set with `state`'s params; the seed's results (logged and printed).
+
+  Raises:
+    EvaluationStopped: a stop signal arrived (checked before each batch).
+  """
   if is_writer:
     print(f"seed {seed}: evaluating " + ", ".join(
         f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
   with split.phase("eval"):
     results, warnings, checked = score_eval_sets(config, predict_step, state.params, task,
                                                  buckets, mesh, rules,
-                                                 workdir if is_writer else None)
+                                                 workdir if is_writer else None, stop)
   logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
              prefix=f"seed{seed}_eval_")
   if checked:
@@ -482,10 +526,10 @@ def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg
     if undefined:
       print(f"WARNING: {', '.join(undefined)} undefined (NaN: constant predictions or labels?); "
             "written as null", flush=True)
-    (out_dir / "eval_results.json").write_text(text)
+    atomic_files.write_text(out_dir / "eval_results.json", text)
     if runs > 1:
-      (out_dir / "eval_results_per_seed.json").write_text(
-          json_file.dumps_defined(per_seed, indent=2)[0])
+      atomic_files.write_text(out_dir / "eval_results_per_seed.json",
+                              json_file.dumps_defined(per_seed, indent=2)[0])
   if not config.eval_only:
     bundle.save_bundle(str(out_dir / "export"), model_lib.unstack_layers(params),
                        model_cfg.replace(scan_layers=False), pretrained.vocab,
@@ -537,6 +581,14 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   mesh = sharding.mesh_from_config(config.mesh)
   rules = sharding.logical_rules(config.mesh.preset)
   check_config(config, mesh)
+  config_record = json.loads(config.to_json_best_effort())  # in run.json and each checkpoint
+  if workdir_owner.finished_run(workdir, config_record, RESUME_MAY_CHANGE, config.start_over):
+    return already_finished(out_dir, is_writer)
+  if config.start_over:
+    if is_writer:
+      workdir_owner.set_earlier_run_aside(workdir, RUN_FILES)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("bert_jax.finetune.start_over")
   compile_cache.enable(config.compile_cache)
 
   # -- The checkpoint: model config, vocab, params (read only) ------------------------
@@ -600,7 +652,6 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
     shape_limit = 1
   ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
       str(out_dir / workdir_owner.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
-  config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       init_fn, tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
       pretrained=pretrained, fresh_heads=fresh_heads, run_config=config_record,
@@ -637,19 +688,23 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   if meta and is_writer:
     print(f"{how}: seed {first_seed}, epoch {position[0] + 1}, batch {position[1]}; "
           f"{len(per_seed)} seed(s) done before it", flush=True)
-  # The baseline a task whose init checkpoint is already its model must beat: scored once,
-  # before the first step, and kept in every checkpoint's meta.
-  baselines = dict(meta.get("zero_shot", {})) if meta else {}
-  if task.zero_shot and not config.eval_only and not meta:
-    baselines = zero_shot(config, predict_step, state, task, buckets, mesh, rules, split,
-                          is_writer)
-  # The logged learning rate: one compiled program, not the schedule's operations one by one.
-  run = SeedRun(config, train_step, predict_step, jax.jit(schedule), ckpts, logger, split, task,
-                keys, pack, train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
-                dict(description, config=config_record, zero_shot=baselines), preempt_at)
   stop = stop_signals.StopSignals()
   failed = True
   try:
+    # The baseline a task whose init checkpoint is already its model must beat: scored once,
+    # before the first step, and kept in every checkpoint's meta (None there: a stop signal
+    # ended the zero-shot evaluation, and the first step saved and stopped).
+    baselines = meta.get("zero_shot", {}) if meta else None
+    if task.zero_shot and not config.eval_only and baselines is None:
+      baselines = zero_shot(config, predict_step, state, task, buckets, mesh, rules, split,
+                            is_writer, stop)
+    # The logged learning rate: one compiled program, not the schedule's operations one by one.
+    run = SeedRun(config, train_step, predict_step, jax.jit(schedule), ckpts, logger, split, task,
+                  keys, pack, train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
+                  dict(description, config=config_record, zero_shot=baselines), preempt_at)
+    if is_writer:  # from before the first step to after the export: what the workdir holds
+      workdir_owner.record_run(workdir, "finetune", "training", config_record, task=task.name,
+                               init_checkpoint=config.init_checkpoint)
     for seed in range(first_seed, config.seed + runs):
       if seed != first_seed:  # the first seed's state is the one made or resumed above
         state, _, _, how = ckpt_lib.initial_state(
@@ -666,8 +721,20 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
         what, on = ("packed row counts", "packing on: ") if pack else ("sequence lengths", "")
         print(f"seed {seed}: {on}the train step is compiled for {len(run.compiled_lengths)} "
               f"{what} (at most {shape_limit}): {sorted(run.compiled_lengths)}", flush=True)
-      per_seed.append(evaluate_seed(config, seed, predict_step, state, task, buckets, mesh,
-                                    rules, logger, split, workdir, is_writer))
+      try:
+        per_seed.append(evaluate_seed(config, seed, predict_step, state, task, buckets, mesh,
+                                      rules, logger, split, workdir, is_writer, stop))
+      except EvaluationStopped as e:
+        failed = False
+        return stopped_in_evaluation(str(e), ckpts, seed, int(state.step), is_writer)
+
+    # -- Results and the fine-tuned bundle (the stop signals still caught: a signal now
+    # lets them finish, so the run ends with its export or with its last checkpoint) ------
+    summary = write_results(config, out_dir, per_seed, state.params, model_cfg, pretrained,
+                            task, task_model, is_writer, baselines or {})
+    if is_writer:
+      workdir_owner.record_run(workdir, "finetune", "finished", config_record, task=task.name,
+                               init_checkpoint=config.init_checkpoint)
     failed = False
   finally:
     train_step.close()
@@ -675,12 +742,38 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
     stop.restore()
     train_log.close_all([logger.close] + ([ckpts.close] if ckpts else []),
                         raise_first=not failed)
-
-  # -- Results and the fine-tuned bundle ------------------------------------------------
-  summary = write_results(config, out_dir, per_seed, state.params, model_cfg, pretrained, task,
-                          task_model, is_writer, baselines)
   if is_writer:
+    if stop.name:
+      print(f"{stop.name} arrived while the results were written; they are complete",
+            flush=True)
     print(split.line(), flush=True)
+  return summary
+
+
+def stopped_in_evaluation(signal_name: str, ckpts, seed: int, step: int,
+                          is_writer: bool) -> dict:
+  """Says where a run stopped by a signal during an evaluation can go on from."""
+  if is_writer:
+    if ckpts is None:
+      where = "nothing was trained (eval_only); the same command evaluates again"
+    else:
+      ckpts.wait()
+      where = (f"the checkpoint at the end of its training is kept "
+               f"({ckpts.describe_latest()}); the same command evaluates it")
+    print(f"{signal_name}: stopped evaluating seed {seed}; {where}", flush=True)
+  return {"stopped_by": signal_name, "seed": seed, "step": step}
+
+
+def already_finished(out_dir: epath.Path, is_writer: bool) -> dict:
+  """The results of the workdir's finished run of this config (nothing is run again)."""
+  summary = json_file.read_json(out_dir / "eval_results.json",
+                                missing=f"{out_dir} says its run finished but holds no "
+                                        "eval_results.json; --config.start_over=True runs it "
+                                        "anew (the earlier files are set aside)")
+  if is_writer:
+    print(f"{out_dir} holds this run, finished: eval_results: "
+          f"{json.dumps(summary, sort_keys=True)}; nothing to do (--config.start_over=True "
+          "sets it aside and trains anew)", flush=True)
   return summary
 
 
@@ -690,13 +783,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                          "configs/glue.py:task=TASK, configs/squad.py:version=V, configs/ner.py or "
                          "configs/sentence_embeddings.py.",
                          "Output directory.")
-  if result.get("stopped_by") == "SIGINT":
-    raise SystemExit(130)  # the shell's status for Ctrl-C; the checkpoint line is printed
+  if result.get("stopped_by"):  # 128 + the signal's number, after the checkpoint line
+    raise SystemExit(stop_signals.exit_status(result["stopped_by"]))
 
 
 def run() -> None:
   """The program on sys.argv (what `python -m bert_jax.finetune` and launch scripts run)."""
-  main()
+  cli.exit_program(main)
 
 
 if __name__ == "__main__":

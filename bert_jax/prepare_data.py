@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 from absl import flags
 
 from bert_jax import cli
+from bert_jax.runtime import atomic_files
 
 
 def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
@@ -81,8 +82,7 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
           "source": {k: data_config[k] for k in ("source", "files", "format", "tfds_name",
                                                  "tfds_split", "block_mb")},
           "parts": parts}
-  epath.Path(out_dir, prepared_data.INFO_FILE).write_text(json.dumps(info, indent=1),
-                                                         encoding="utf-8")
+  atomic_files.write_text(epath.Path(out_dir, prepared_data.INFO_FILE), json.dumps(info, indent=1))
   print(f"bert_jax.prepare_data: {len(parts)} parts, {total:,} tokens in {out_dir} "
         f"({time.time() - t0:.0f} s)", flush=True)
   return info

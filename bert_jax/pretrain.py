@@ -95,7 +95,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                       "pass --config.start_over=True (they are then moved to "
                       "checkpoints_unreadable/, export/ and metrics.jsonl to before_start_over/)")
   if meta is None and config.start_over and is_writer:
-    _set_earlier_run_aside(workdir)
+    workdir_owner.set_earlier_run_aside(workdir, _EARLIER_RUN)
   data_position = int(meta["data_position"]) if meta else 0
   start_step = int(state.step)
   if is_writer:
@@ -214,23 +214,6 @@ def _check_export_has_checkpoints(config, workdir: str, ckpts) -> None:
         "before_start_over/ first); nothing was moved or written")
 
 
-def _set_earlier_run_aside(workdir: str) -> None:
-  """Moves an earlier run's export/, metrics.jsonl, tensorboard/ to before_start_over[.N]/."""
-  root = epath.Path(workdir)
-  found = [root / name for name in _EARLIER_RUN if (root / name).exists()]
-  if not found:
-    return
-  aside, n = root / "before_start_over", 0
-  while aside.exists():
-    n += 1
-    aside = root / f"before_start_over.{n}"
-  aside.mkdir(parents=True)
-  for path in found:
-    path.rename(aside / path.name)
-  print(f"starting over: moved the earlier run's {', '.join(p.name for p in found)} to {aside}",
-        flush=True)
-
-
 def _load_init_checkpoint(config, model_cfg, vocab):
   """config.init_checkpoint's params; its vocabulary must be the data's, token for token."""
   pretrained = ckpt_lib.load_pretrained(config.init_checkpoint, expect=model_cfg)
@@ -301,8 +284,8 @@ def train_and_export(config: ml_collections.ConfigDict, workdir: str) -> None:
   """The whole program after start-up: trains, exports and demos."""
   summary = train(config, workdir)
   export_and_demo(summary, config, workdir)
-  if summary["stopped_by"] == "SIGINT":
-    raise SystemExit(130)  # the shell's status for Ctrl-C; the checkpoint line is printed
+  if summary["stopped_by"]:  # 128 + the signal's number, after the checkpoint line
+    raise SystemExit(stop_signals.exit_status(summary["stopped_by"]))
 
 
 def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[str]:
@@ -345,7 +328,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
 
 def run() -> None:
   """The program on sys.argv (what `python -m bert_jax.pretrain` and launch scripts run)."""
-  main()
+  cli.exit_program(main)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ product of the embeddings (cosine with --normalize, the default, as BEIR's
 `cos_sim`), searched exactly by matmul top-k in blocks of queries (`--index exact`,
 the default) or approximately with a faiss HNSW graph (`--index hnsw`: search time
 grows about logarithmically with the corpus instead of linearly; the vectors
-stay in memory; needs faiss-cpu, `pip install bert_jax[ann]`); a document
+stay in memory; needs faiss-cpu, `pip install -e '.[ann]'`); a document
 whose id equals the query's is dropped from its results (BEIR's
 ignore_identical_ids). Metrics are `retrieval_metrics` (trec_eval's
 definitions): nDCG@1/3/5/10/100, MAP@10, Recall@10/100, P@10 and MRR@10,
@@ -31,6 +31,7 @@ from bert_jax import cli
 from bert_jax.inference import embedding
 from bert_jax.inference import retrieval_metrics
 from bert_jax.modeling import bundle
+from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
 from bert_jax.training import checkpoint as ckpt_lib
 
@@ -153,7 +154,7 @@ def _faiss():
     import faiss  # pylint: disable=g-import-not-at-top
   except ImportError:
     raise ValueError("--index hnsw needs faiss, which is not installed: pip install faiss-cpu "
-                     "(or bert_jax[ann])") from None
+                     "(from a clone: pip install -e '.[ann]')") from None
   return faiss
 
 
@@ -284,7 +285,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      batch_size=args.batch_size, top_k=args.top_k, index=args.index,
                      hnsw_ef_search=args.hnsw_ef_search, quiet=args.quiet)
   if args.output:
-    epath.Path(args.output).write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    atomic_files.write_text(args.output, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
   print(f"{metrics['queries']} queries, {metrics['documents']} documents "
         f"({metrics['truncated_documents']} truncated to {args.max_length} tokens), "
         f"{metrics['seconds']:.0f} s embedding")

@@ -28,6 +28,7 @@ from bert_jax.conversion import name_map
 from bert_jax.members import registry as members
 from bert_jax.modeling import bundle
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict, to_hf_dict
+from bert_jax.runtime import atomic_files
 from bert_jax.runtime.json_file import read_json
 
 SAFETENSORS = "model.safetensors"
@@ -365,14 +366,24 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   if out.exists() and any(out.iterdir()) and not overwrite:
     raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to write into it")
   b = checkpoint.load_pretrained(src)
-  written = params_to_hf(b.params, b.config, dst)
-  if b.tokenizer_file:  # BPE or SentencePiece files, as transformers reads them
-    for f in epath.Path(b.tokenizer_file).parent.iterdir():
-      (out / f.name).write_bytes(f.read_bytes())
-  else:
-    (out / "vocab.txt").write_text("".join(t + "\n" for t in b.vocab), encoding="utf-8")
-  tok = {"do_lower_case": b.lowercase,
-         "tokenizer_class": members.get(b.config.model_type).hf.tokenizer_class,
-         "model_max_length": b.config.max_position_embeddings}
-  (out / "tokenizer_config.json").write_text(json.dumps(tok, indent=2) + "\n")
+  # Written whole in a folder beside dst, then moved in file by file (each a rename): a
+  # full disk or a kill leaves dst as it was, never an empty folder or a truncated file.
+  tmp = atomic_files.temporary_sibling(out)
+  try:
+    written = params_to_hf(b.params, b.config, str(tmp))
+    if b.tokenizer_file:  # BPE or SentencePiece files, as transformers reads them
+      for f in epath.Path(b.tokenizer_file).parent.iterdir():
+        (tmp / f.name).write_bytes(f.read_bytes())
+    else:
+      (tmp / "vocab.txt").write_text("".join(t + "\n" for t in b.vocab), encoding="utf-8")
+    tok = {"do_lower_case": b.lowercase,
+           "tokenizer_class": members.get(b.config.model_type).hf.tokenizer_class,
+           "model_max_length": b.config.max_position_embeddings}
+    (tmp / "tokenizer_config.json").write_text(json.dumps(tok, indent=2) + "\n")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted(tmp.iterdir()):
+      f.rename(out / f.name)
+  finally:
+    if tmp.exists():
+      tmp.rmtree()
   return dict(written, config=b.config)

@@ -33,6 +33,7 @@ import numpy as np
 from bert_jax.data import segments
 from bert_jax.data import shard_spec
 from bert_jax.data import source_base
+from bert_jax.runtime import atomic_files
 from bert_jax.runtime import optional_tensorflow
 
 INFO_FILE = "prepared.json"
@@ -77,7 +78,7 @@ class Part(segments.Documents):
 
 def write_part(path: str, part: Part) -> None:
   """Writes a part as an uncompressed .npz of its arrays."""
-  with epath.Path(path).open("wb") as f:
+  with atomic_files.replacing(path) as tmp, tmp.open("wb") as f:
     np.savez(f, **{k: np.asarray(getattr(part, k), dtype) for k, dtype in _ARRAYS.items()})
 
 

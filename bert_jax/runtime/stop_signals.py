@@ -2,9 +2,17 @@
 
 Both entry points (bert_jax.pretrain, bert_jax.finetune) check `StopSignals.name` before
 each step: once a signal has arrived they save a checkpoint, wait for it, print where it
-is and return; the same command resumes.
+is and return; the same command resumes. The program then exits with 128 + the signal's
+number (SIGTERM 143, SIGINT 130), as a shell reports a process the signal ended: a job
+controller that restarts failed jobs (Kubernetes' OnFailure, Slurm's requeue) restarts a
+preempted run instead of taking it for finished.
 """
 import signal
+
+
+def exit_status(signal_name: str) -> int:
+  """The exit status of a run stopped by `signal_name` ('SIGTERM', 'SIGINT'): 128 + its number."""
+  return 128 + int(signal.Signals[signal_name])
 
 
 class StopSignals:

@@ -37,6 +37,8 @@ from typing import Optional, Sequence, Union
 from etils import epath
 import numpy as np
 
+from bert_jax.runtime import atomic_files
+
 Label = Union[int, float, None]
 
 
@@ -575,5 +577,5 @@ def write_submission(task: GlueTask, split: str, examples: Sequence[GlueExample]
     rows.append(f"{ex.index}\t{value}\n")
   epath.Path(output_dir).mkdir(parents=True, exist_ok=True)
   path = epath.Path(output_dir) / task.submission_files[split]
-  path.write_text("".join(rows), encoding="utf-8")
+  atomic_files.write_text(path, "".join(rows))
   return str(path)

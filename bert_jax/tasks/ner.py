@@ -27,6 +27,8 @@ from typing import Optional, Sequence
 from etils import epath
 import numpy as np
 
+from bert_jax.runtime import atomic_files
+
 # Tags read: O, B-TYPE, I-TYPE (IOB1 and IOB2).
 _TAG = re.compile(r"^(O|[BI]-\S+)$")
 DOCSTART = "-DOCSTART-"
@@ -271,4 +273,4 @@ def write_predictions(path: str, sentences: Sequence[Sentence],
     out.append("")
   p = epath.Path(path)
   p.parent.mkdir(parents=True, exist_ok=True)
-  p.write_text("\n".join(out), encoding="utf-8")
+  atomic_files.write_text(p, "\n".join(out))

@@ -15,6 +15,7 @@ import numpy as np
 
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.modeling import pooling
+from bert_jax.runtime import atomic_files
 from bert_jax.tasks import metrics as metrics_lib
 from bert_jax.tasks import sentence_pairs
 from bert_jax.tasks import task as task_lib
@@ -101,7 +102,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
     if workdir is not None:
       out = epath.Path(workdir) / "predictions" / "eval_cosine.txt"
       out.parent.mkdir(parents=True, exist_ok=True)
-      out.write_text("".join(f"{c:.6f}\n" for c in cos))
+      atomic_files.write_text(out, "".join(f"{c:.6f}\n" for c in cos))
     return {"spearman": metrics_lib.spearman(cos, gold), "pearson": metrics_lib.pearson(cos, gold)}
 
   label_keys = ("scores",) if "scores" in train_arrays else ()

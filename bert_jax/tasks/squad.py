@@ -46,6 +46,8 @@ from typing import Optional, Sequence
 from etils import epath
 import numpy as np
 
+from bert_jax.runtime import atomic_files
+
 # Google's starting null score; also the null odds of a v2.0 question whose
 # n-best holds no span at all (Google's code fails there).
 _NO_NULL_SCORE = 1e6
@@ -770,5 +772,5 @@ def write_prediction_files(output_dir: str, predictions: dict, nbest: dict,
     paths["null_odds"] = str(out / "null_odds.json")
     contents["null_odds"] = null_odds
   for kind, path in paths.items():
-    epath.Path(path).write_text(json.dumps(contents[kind], indent=4) + "\n", encoding="utf-8")
+    atomic_files.write_text(path, json.dumps(contents[kind], indent=4) + "\n")
   return paths

@@ -247,6 +247,10 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   # Comma-separated config keys a resumed run may change besides those that change no step
   # (bert_jax.finetune.RESUME_MAY_CHANGE).
   c.resume_allow_changes = ""
+  # Train anew in a workdir that holds a run: its files (results, predictions, export,
+  # checkpoints, logs) are moved to before_start_over/ first, kept. Without it a finished
+  # run of another config is refused, and given again the same config prints its results.
+  c.start_over = False
   compile_cache(c)
   c.model = model()
   c.optimizer = optimizer()

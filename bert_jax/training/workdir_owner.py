@@ -2,22 +2,35 @@
 
 A pretraining workdir holds checkpoints/ and an export/ whose bundle.json says
 "source": "pretrain"; a fine-tuning workdir holds finetune_checkpoints/,
-eval_results.json and an export/ saying "source": "finetune". Fine-tuning with --workdir equal to the
-pretraining workdir it starts from replaced that run's export with the task
-model and mixed both runs in metrics.jsonl (issue 37). A run now refuses, in
-one line and before anything is read or written, a workdir that holds the other
-program's run, or that is itself a bundle (a converted model, not a run).
+eval_results.json and an export/ saying "source": "finetune". Fine-tuning into
+the pretraining workdir it starts from would replace that run's export with the task
+model and mix both runs in metrics.jsonl, so a run refuses, in one line and before
+anything is read or written, a workdir that holds the other program's run, that is
+itself a bundle (a converted model, not a run), or whose checkpoint or export folder
+is a file.
+
+A fine-tuning workdir also records its run in run.json from before its first step to
+after its export: the config it runs and whether it has finished. A finished run is
+never replaced by another run without `--config.start_over=True` (which sets its files
+aside first), and the same command given again reports the finished results.
 """
-from typing import Optional
+import json
+from typing import Any, Optional, Sequence
 
 from etils import epath
+from flax import traverse_util
 
 from bert_jax.modeling import bundle
+from bert_jax.runtime import atomic_files
 from bert_jax.runtime.json_file import read_json
 
 PROGRAMS = {"pretrain": "a pretraining run", "finetune": "a fine-tuning run"}
 # Fine-tuning's own checkpoints (never taken for a pretraining run's, nor loaded as a model).
 FINETUNE_CHECKPOINTS = "finetune_checkpoints"
+# What a fine-tuning workdir holds: its config and state ("training" or "finished").
+RUN_FILE = "run.json"
+# Folders a run writes into: one that is a file would fail the first save (or the export).
+_FOLDERS = ("checkpoints", FINETUNE_CHECKPOINTS, "export", "tensorboard")
 
 
 def owner(workdir: str) -> Optional[str]:
@@ -52,6 +65,11 @@ def check(workdir: str, program: str) -> None:
   Raises:
     ValueError: one line naming the workdir, what it holds and what to do.
   """
+  for name in _FOLDERS:
+    p = epath.Path(workdir) / name
+    if p.exists() and not p.is_dir():
+      raise ValueError(f"--workdir {workdir}: {p} is a file, where the run keeps a folder; "
+                       "move it away or give a new --workdir")
   found = owner(workdir)
   if found is None or found == program:
     return
@@ -60,3 +78,99 @@ def check(workdir: str, program: str) -> None:
           program == "finetune" else "")
   raise ValueError(f"--workdir {workdir} holds {what}; {PROGRAMS[program]} would mix its "
                    f"logs with it and replace its files: give a new --workdir{hint}")
+
+
+def read_run(workdir: str) -> Optional[dict]:
+  """The workdir's run record (run.json), or None."""
+  path = epath.Path(workdir) / RUN_FILE
+  if not path.exists():
+    return None
+  record = read_json(path, missing=f"{path} does not exist")
+  if not isinstance(record, dict):
+    raise ValueError(f"{path}: not a run record (a JSON object); move it away or give a new "
+                     "--workdir")
+  return record
+
+
+def record_run(workdir: str, program: str, state: str, config_record: dict,
+               **fields: Any) -> None:
+  """Writes run.json: the program, its state ('training' / 'finished'), its config."""
+  record = dict(fields, program=program, state=state, config=config_record)
+  atomic_files.write_text(epath.Path(workdir) / RUN_FILE,
+                          json.dumps(record, indent=2, sort_keys=True) + "\n")
+
+
+def changed_keys(saved: dict, current: dict, may_change: Sequence[str]) -> list[str]:
+  """The flattened config keys whose values differ, less those in `may_change` (a key
+  ending in '.' covers its section)."""
+  a = traverse_util.flatten_dict(saved, sep=".")
+  b = traverse_util.flatten_dict(current, sep=".")
+  return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) and not any(
+      k == m or (m.endswith(".") and k.startswith(m)) for m in may_change))
+
+
+def finished_run(workdir: str, config_record: dict, may_change: Sequence[str],
+                 start_over: bool) -> Optional[dict]:
+  """The workdir's finished fine-tuning run when it is this run (nothing left to do).
+
+  Args:
+    workdir: the run's --workdir.
+    config_record: this run's config (as JSON).
+    may_change: keys that do not make another run (how often to log, the mesh, ...).
+    start_over: the user asked to set a finished run aside and train anew.
+
+  Returns:
+    The finished run's record when it ran this config, else None (a new run, an
+    unfinished one to resume, or, with `start_over`, any run).
+
+  Raises:
+    ValueError: the workdir holds a finished run of another config (one line naming it
+      and the keys that differ), or one written without a run record.
+  """
+  root = epath.Path(workdir)
+  record = read_run(workdir)
+  legacy = record is None and (root / "eval_results.json").exists()
+  if start_over or not (legacy or (record and record.get("state") == "finished")):
+    return None
+  if legacy:
+    what, keys = "a finished fine-tuning run (its results and export)", []
+  else:
+    keys = changed_keys(record.get("config") or {}, config_record,
+                        tuple(may_change) + ("start_over",))
+    if not keys:
+      return record
+    keys.sort(key=lambda k: k != "task")  # a changed task is named first
+    task = record.get("task")
+    what = f"a finished fine-tuning run{f' of {task}' if task else ''}"
+  saved = traverse_util.flatten_dict((record or {}).get("config") or {}, sep=".")
+  now = traverse_util.flatten_dict(config_record, sep=".")
+  diff = "; ".join(f"{k} {saved.get(k)!r} -> {now.get(k)!r}" for k in keys[:4])
+  more = f" and {len(keys) - 4} more" if len(keys) > 4 else ""
+  raise ValueError(
+      f"--workdir {workdir} holds {what}" + (f" with other settings ({diff}{more})" if diff
+                                             else "") +
+      "; this run would replace its results and export: give a new --workdir, or pass "
+      "--config.start_over=True to set that run aside (in before_start_over/) and train "
+      "anew; nothing was moved or written")
+
+
+def set_earlier_run_aside(workdir: str, names: Sequence[str]) -> Optional[epath.Path]:
+  """Moves the earlier run's `names` (those present) to before_start_over[.N]/, kept whole.
+
+  Returns:
+    The folder they were moved to, or None when none was present.
+  """
+  root = epath.Path(workdir)
+  found = [root / name for name in names if (root / name).exists()]
+  if not found:
+    return None
+  aside, n = root / "before_start_over", 0
+  while aside.exists():
+    n += 1
+    aside = root / f"before_start_over.{n}"
+  aside.mkdir(parents=True)
+  for path in found:
+    path.rename(aside / path.name)
+  print(f"starting over: moved the earlier run's {', '.join(p.name for p in found)} to {aside}",
+        flush=True)
+  return aside
