@@ -50,6 +50,7 @@ def test_multislice_mesh_puts_slices_on_the_dcn_axis():
   assert slices[0].flat[0] != slices[1].flat[0]
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
   devices, chip = aot_compile.topology_devices("v5e:2x2")
@@ -81,6 +82,7 @@ def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
   assert 0.8 < out["hlo_flops_per_device"] / analytic < 1.25, (out["hlo_flops_per_device"], analytic)
 
 
+@pytest.mark.slow
 @needs_libtpu
 def test_the_fused_attention_recipe_compiles_splash_attention_for_a_tpu():
   """'auto' resolved for the TPU target: the encoder's full-length layers run Pallas splash
@@ -123,6 +125,7 @@ def test_family_analytic_flops_match_the_lowered_step(recipe):
   assert low < hlo / analytic < high, (hlo, analytic)
 
 
+@pytest.mark.slow
 def test_distill_step_compiles_with_the_teacher_as_a_sharded_input(tmp_path):
   """objective=distill: the frozen teacher is the step's third input (not in the train state),
   sharded as the same model's params; compiled here for 4 CPU devices under fsdp."""

@@ -282,6 +282,7 @@ def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
       assert emb_ids[i] == want["input_ids"] and emb_seg[i] == rows["segment_ids"][i, :n].tolist()
 
 
+@pytest.mark.slow
 def test_pretraining_with_bpe_exports_a_bundle_that_carries_it(tmp_path, bpe_dir):
   """A run with RoBERTa's tokenizer records its file in every checkpoint and copies it into
   export/tokenizer/; the fill-mask demo and load_pretrained then use it."""

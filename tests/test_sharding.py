@@ -297,6 +297,7 @@ def tiny_distill():
 # Every preset with BERT's objective; ELECTRA's two models and distillation's student and
 # teacher on the preset that shards the most (their params are sharded by the same rules;
 # the other presets take a minute more).
+@pytest.mark.slow
 @pytest.mark.parametrize("objective, preset, shape", [
     ("mlm_nsp", "data_parallel", (8, 1, 1)), ("mlm_nsp", "fsdp", (2, 4, 1)),
     ("mlm_nsp", "fsdp_tensor", (2, 2, 2)), ("electra", "fsdp_tensor", (2, 2, 2)),
@@ -335,6 +336,7 @@ def test_train_step_under_preset_matches_one_device(request, objective, preset, 
 # -- Elastic restore: saved on 8 devices, continued on 4 --------------------------------
 
 
+@pytest.mark.slow
 def test_checkpoint_from_8_devices_continues_on_4(tmp_path, tiny):
   rules = sharding.logical_rules("fsdp")
   init_fn, batches = tiny["init_fn"], tiny["batches"]
