@@ -28,6 +28,7 @@ from absl import flags
 
 from bert_jax import cli
 from bert_jax.runtime import atomic_files
+from bert_jax.runtime import workdir_lock
 
 
 def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
@@ -104,9 +105,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                      "flags)")
   cli.check_config_reads(config.value, argv, "bert_jax.prepare_data")
   cli.absolute_config_paths(config.value)
-  try:
-    prepare(config.value.data, out.value, quiet=quiet.value)
-  except (ValueError, FileNotFoundError) as e:
+  try:  # two runs into one directory would write the same parts at once
+    with workdir_lock.hold(out.value, "--out"):
+      prepare(config.value.data, out.value, quiet=quiet.value)
+  except (ValueError, FileNotFoundError, workdir_lock.WorkdirInUseError) as e:
     raise SystemExit(f"bert_jax.prepare_data: {e}") from None
 
 

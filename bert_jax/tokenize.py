@@ -52,12 +52,15 @@ def run(argv: Optional[Sequence[str]], stdin: BinaryIO, stdout: TextIO) -> int:
     Number of lines written.
   """
   args = _parse(argv)
+  from bert_jax.data import shard_tokens  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   if args.tokenizer:
     tok = tokenizer_lib.tokenizer_from_path(args.tokenizer, False if args.cased else None)
   else:
     tok = tokenizer_lib.cached_tokenizer("wordpiece" if args.vocab else "sentencepiece",
                                          args.vocab or args.spm_model, lowercase=not args.cased)
+    if args.vocab:  # the casing pretraining and fine-tuning check, before any text is read
+      shard_tokens.check_casing(tok.inv_vocab, tok.lowercase, args.vocab, "--cased")
   data = stdin.read()
   if not data:
     return 0

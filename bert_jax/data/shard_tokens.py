@@ -30,8 +30,16 @@ _THREADS = min(8, os.cpu_count() or 1)
 MAX_UNKNOWN_RATE = 0.2
 
 
-def check_casing(vocab: Sequence[str], lowercase: bool, name: str) -> None:
+def check_casing(vocab: Sequence[str], lowercase: bool, name: str,
+                 setting: str = "config.data.lowercase") -> None:
   """Refuses a cased vocab read lower-cased, and an uncased one read with capitals.
+
+  Args:
+    vocab: the tokens.
+    lowercase: whether the text is lower-cased.
+    name: the vocab's name in the message.
+    setting: the program's setting of `lowercase` (a config key taking True / False, or
+      `--cased`, the flag that turns it off).
 
   Raises:
     ValueError: naming the vocab, what it is, and the setting to change.
@@ -39,16 +47,20 @@ def check_casing(vocab: Sequence[str], lowercase: bool, name: str) -> None:
   regular = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
   capitalized = [t for t in regular if any(ch.isupper() for ch in t)]
   lower_words = sum(1 for t in regular if t.isalpha() and t.islower())
+  flag = setting.startswith("--")
   if lowercase and len(capitalized) >= max(10, 0.01 * len(regular)):
     raise ValueError(
         f"{name} is a cased vocab ({len(capitalized)} of its {len(regular)} tokens have "
-        f"capitals, e.g. {capitalized[:3]}) but config.data.lowercase=True would never produce "
-        "them; set config.data.lowercase=False")
+        f"capitals, e.g. {capitalized[:3]}) but " +
+        (f"without {setting} the text is lower-cased and would never produce them; pass "
+         f"{setting}" if flag else
+         f"{setting}=True would never produce them; set {setting}=False"))
   if not lowercase and len(capitalized) <= 0.001 * len(regular) and lower_words >= 1000:
     raise ValueError(
         f"{name} is an uncased vocab ({len(capitalized)} of its {len(regular)} tokens have "
-        f"capitals) but config.data.lowercase=False: "
-        "every capitalized word would become [UNK]; set config.data.lowercase=True")
+        f"capitals) but " + (f"{setting} keeps capitals" if flag else f"{setting}=False") +
+        ": every capitalized word would become [UNK]; " +
+        (f"leave out {setting}" if flag else f"set {setting}=True"))
 
 
 def check_unknown_rate(tokens: np.ndarray, tokenizer, name: str) -> None:

@@ -71,9 +71,9 @@ def _create(path: epath.Path, me: dict) -> bool:
   return True
 
 
-def _create_in(path: epath.Path, me: dict, workdir: str) -> bool:
-  """_create, after making the workdir; a workdir that cannot be written is one line (was: the
-  OSError's traceback, before anything else happened)."""
+def _create_in(path: epath.Path, me: dict, workdir: str, flag: str) -> bool:
+  """_create, after making the workdir; a workdir that cannot be written is one line, before
+  anything else happens."""
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     return _create(path, me)
@@ -82,13 +82,15 @@ def _create_in(path: epath.Path, me: dict, workdir: str) -> bool:
     if (not isinstance(cause, OSError) or isinstance(cause, FileExistsError)
         or cause.errno is None):
       raise
-    raise WorkdirNotWritableError(f"--workdir {workdir} cannot be written: {cause.strerror} "
+    raise WorkdirNotWritableError(f"{flag} {workdir} cannot be written: {cause.strerror} "
                                   f"({cause.filename})") from None
 
 
 @contextlib.contextmanager
-def hold(workdir: str) -> Iterator[None]:
+def hold(workdir: str, flag: str = "--workdir") -> Iterator[None]:
   """Holds `workdir/bert_jax.lock` while the block runs (call on the writing process).
+
+  `flag` names the directory's command-line flag in the messages.
 
   Raises:
     WorkdirInUseError: a live run holds the lock (its host, pid and start time
@@ -100,13 +102,13 @@ def hold(workdir: str) -> Iterator[None]:
   path = epath.Path(workdir) / LOCK_FILE
   me = {"host": socket.gethostname(), "pid": os.getpid(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-  while not _create_in(path, me, workdir):
+  while not _create_in(path, me, workdir, flag):
     holder = _holder(path)
     if not _is_stale(path, holder):
       raise WorkdirInUseError(
           f"{workdir} is in use by another run (host {holder.get('host')}, pid "
           f"{holder.get('pid')}, since {holder.get('started')}); wait for it to end or use "
-          f"another --workdir (if that run is gone, delete {path})")
+          f"another {flag} (if that run is gone, delete {path})")
     # Take the stale lock over: a rename succeeds for one taker only.
     aside = path.parent / f"{LOCK_FILE}.stale-{os.getpid()}"
     try:

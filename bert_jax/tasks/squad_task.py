@@ -48,8 +48,15 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   def read(name, split, is_training):
     if config.data_source == "tfds":
       return squad.read_squad_tfds(config.version, split, config.tfds_data_dir, is_training)
-    return squad.read_squad_json(_squad_path(config, name), is_training,
-                                 articles["train_articles" if is_training else "eval_articles"])
+    path = _squad_path(config, name)
+    examples, skipped = squad.read_squad_json(
+        path, is_training, articles["train_articles" if is_training else "eval_articles"])
+    unanswerable = sum(ex.is_impossible for ex in examples)
+    if unanswerable and not v2:  # v1.1 would train them toward [CLS] and never predict them
+      raise ValueError(f"{path}: {unanswerable} questions are marked is_impossible (SQuAD v2.0 "
+                       f"data) but the config is SQuAD {config.version}, which neither trains "
+                       "nor scores unanswerable questions; use configs/squad.py:version=2.0")
+    return examples, skipped
 
   train_arrays, stats = {}, {}
   if not config.eval_only:

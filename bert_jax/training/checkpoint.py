@@ -448,11 +448,35 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
       its latest checkpoint), or a `checkpoints/` directory (latest step).
     expect: when given, the checkpoint's architecture must match it.
   """
-  bundle_dir, ckpts, step = _locate(path)
-  if bundle_dir is not None:
-    b = bundle.load_bundle(str(bundle_dir), expect_config=expect)
-    return Pretrained(b.params, b.config, tuple(bundle.vocab_lines(b.vocab_file)), b.lowercase,
-                      str(bundle_dir), b.tokenizer_file)
+  # A run that is still training saves newer checkpoints and deletes older ones: one deleted
+  # while it was read is read again at the newest step (or the export, once there); a
+  # failure on a checkpoint that is still there and still the newest is its own.
+  located = _locate(path)
+  for attempt in range(READ_ATTEMPTS):
+    bundle_dir, ckpts, step = located
+    if bundle_dir is not None:
+      b = bundle.load_bundle(str(bundle_dir), expect_config=expect)
+      return Pretrained(b.params, b.config, tuple(bundle.vocab_lines(b.vocab_file)),
+                        b.lowercase, str(bundle_dir), b.tokenizer_file)
+    try:
+      return _load_checkpoint(ckpts, step, expect)
+    except Exception:  # pylint: disable=broad-except
+      if attempt == READ_ATTEMPTS - 1:
+        raise
+      located = _locate(path)
+      if located[1] is not None and located[2] == step and (
+          located[1].directory / str(step)).exists():
+        raise
+  raise AssertionError("unreachable")
+
+
+# Reads of a checkpoint that a training run deleted meanwhile (its rotation), before giving up.
+READ_ATTEMPTS = 4
+
+
+def _load_checkpoint(ckpts: "TrainCheckpoints", step: int,
+                     expect: Optional[BertConfig]) -> Pretrained:
+  """load_pretrained for checkpoint `step` of `ckpts`."""
   source = f"{ckpts.directory}/{step}"
   meta = ckpts.read_meta(step)
   config = BertConfig.from_dict(meta["model_config"], source=source)
