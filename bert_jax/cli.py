@@ -89,8 +89,8 @@ def _no_credentials_hint() -> str:
 def check_remote_paths(paths: Sequence[str], prog: str) -> None:
   """Probes each gs:// (any URL) path once, at the start.
 
-  Without credentials or network, a remote workdir, checkpoint or corpus was
-  TensorFlow's traceback after the data was read (issue 36); now it is one
+  Without credentials or network, a remote workdir, checkpoint or corpus would
+  fail deep in TensorFlow after the data was read; probed first, it is one
   line naming the path, the cause and the credentials found.
 
   Raises:

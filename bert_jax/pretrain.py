@@ -318,7 +318,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
     if primary and result is not None:
       print("fill-mask example from the new checkpoint:", flush=True)
       mask_filling.print_predictions([config.fill_mask_example], result)
-      if summary["step"] < 10_000:  # what to expect from a smoke run such as the main job
+      if summary["step"] < 10_000:  # what to expect from a smoke run such as the quick start
         print(f"  (a {config.variant} model after {summary['step']:,} steps: short runs mostly "
               "predict frequent words such as 'the', ',' or '.'"
               + ("; a fully trained bert-base answers 'paris'"

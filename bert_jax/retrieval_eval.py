@@ -70,7 +70,7 @@ def read_qrels(path: epath.Path) -> dict[str, dict[str, int]]:
   """qrels/SPLIT.tsv -> {query id: {document id: relevance}}.
 
   BEIR's files start with a header line (`query-id corpus-id score`); a first
-  line whose score is an integer is a judgement, not a header (was: dropped).
+  line whose score is an integer is a judgement, not a header (and is kept).
   """
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist (the split's judgements)")

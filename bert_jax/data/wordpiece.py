@@ -36,7 +36,7 @@ ops) where TensorFlow is already loaded in the process (pretraining's tf.data pi
 TFDS data) and tensorflow-text imports, else 'tokenizers' (wordpiece_rust.py:
 BertTokenizerFast's pipeline in Hugging Face's Rust `tokenizers`). A fine-tune from TSV
 files, embed and the `Encoder` never load TensorFlow for their tokenization: importing it
-took 4-6 s of a 60-120 s CoLA fine-tune on a 2-core machine (issue 35), while the Rust
+takes 4-6 s of a 60-120 s CoLA fine-tune on a 2-core CPU, while the Rust
 pipeline tokenizes 115,000 STS-B sentences in 2.6 s (tf-text: 0.7 s after its start-up).
 Their ids are the same on all the shared real text and on every
 character whose Unicode category is unchanged since Unicode 3.2

@@ -367,8 +367,8 @@ _BUNDLE_ENTRIES = (PARAMS_DIR, CONFIG_FILE, VOCAB_FILE, TOKENIZER_DIR, INFO_FILE
 
 
 def check_replaceable(path: str) -> None:
-  """Refuses to replace a directory that is not exactly a bundle (issue 37: `convert
-  --overwrite` deleted notes and another bundle kept in --dst).
+  """Refuses to replace a directory that is not exactly a bundle (`convert --overwrite`
+  must never delete notes or another bundle kept in --dst).
 
   Raises:
     FileExistsError: `path` holds a file or folder a bundle does not have, or is

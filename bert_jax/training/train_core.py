@@ -280,8 +280,8 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
 def check_attention_impl(model_section: Any, backend: Optional[str] = None) -> None:
   """The attention kernel can do what the config asks, on the run's devices.
 
-  model.attention_impl='cudnn' needs a GPU (was: JAX's "cuDNN is not detected" traceback
-  at the first step on a CPU or TPU machine), 'splash' a TPU, and the fused kernels ('xla',
+  model.attention_impl='cudnn' needs a GPU (elsewhere JAX fails at the first step with
+  "cuDNN is not detected"), 'splash' a TPU, and the fused kernels ('xla',
   'cudnn', 'splash') apply no attention dropout (they trained without it, silently, with a
   nonzero rate). `backend`: the platform of the run's devices (None: JAX's default backend;
   a TPU topology compiled ahead of time on a CPU host is 'tpu').
@@ -411,8 +411,8 @@ class MetricSums:
   program on its thread pool, where a launch blocks while that device has too many
   computations in flight; with every pool thread blocked in such launches or in a running
   step's all-reduce waiting for devices that no thread was left to run, XLA's collective
-  rendezvous timed out after 40 s and aborted the process (issue 32: seen under CPU load,
-  where the host outruns the devices). Bitwise the same sums as adding eagerly.
+  rendezvous timed out after 40 s and aborted the process (under CPU load, where the host
+  outruns the devices). Bitwise the same sums as adding eagerly.
   """
 
   def __init__(self, max_in_flight: int = 2):
