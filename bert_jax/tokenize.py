@@ -15,6 +15,7 @@ no special tokens; an empty line for a line without tokens. Invalid UTF-8 is
 replaced by U+FFFD (which BERT's cleaning then drops). `--tokens` prints the
 pieces instead of ids.
 """
+import os
 import sys
 from typing import BinaryIO, Optional, Sequence, TextIO
 
@@ -76,10 +77,17 @@ def run(argv: Optional[Sequence[str]], stdin: BinaryIO, stdout: TextIO) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
+  if sys.stdin is None:  # started with standard input closed (`<&-`)
+    sys.exit("error: standard input is closed: pipe or redirect the texts in, one a line")
   try:
     run(argv, sys.stdin.buffer, sys.stdout)
   except (ValueError, FileNotFoundError) as e:
     sys.exit(f"error: {e}")
+  except BrokenPipeError:
+    # The reader stopped early (`| head`): what it wanted was written. Python's own flush
+    # of stdout at exit would fail again, so stdout goes to /dev/null first.
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(141)  # 128 + SIGPIPE, as a shell reports a writer the pipe ended
 
 
 if __name__ == "__main__":

@@ -132,7 +132,9 @@ def test_python_loader_raises_a_stage_error_as_itself_and_stops_its_threads(prep
   for f in pathlib.Path(out).iterdir():
     (broken / f.name).write_bytes(f.read_bytes())
   part = sorted(broken.glob("part-*.npz"))[1]
-  part.write_bytes(part.read_bytes()[:100])  # truncated
+  damaged = bytearray(part.read_bytes())  # whole, but its array data damaged (bad CRC)
+  damaged[200:260] = bytes(60)
+  part.write_bytes(bytes(damaged))
   it = _data(str(broken), "python").train_iterator()
   with pytest.raises(ValueError, match=f"cannot read prepared part .*{part.name}"):
     for _ in range(1000):

@@ -71,6 +71,27 @@ def test_convert_to_hf_on_a_full_disk_leaves_no_folder_and_keeps_an_earlier_one(
   assert {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()} == before
 
 
+def test_a_prepared_part_cut_short_is_refused_before_the_run_starts(tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
+  parts = []
+  for i in range(2):
+    part = prepared_data.Part(np.arange(40, dtype=np.int32), np.array([0, 2], np.int64),
+                              lengths=np.array([15, 25], np.int64))
+    prepared_data.write_part(str(tmp_path / prepared_data.part_file(i)), part)
+    parts.append({"file": prepared_data.part_file(i), "size": 100})
+  (tmp_path / prepared_data.INFO_FILE).write_text(json.dumps(
+      {"version": prepared_data.VERSION, "parts": parts}))
+  config = ml_collections.ConfigDict({"prepared_dir": str(tmp_path)})
+  assert len(prepared_data.list_shards(config)) == 2
+  cut = tmp_path / prepared_data.part_file(1)
+  cut.write_bytes(cut.read_bytes()[:-40])
+  with pytest.raises(ValueError, match=rf"prepared part .*{cut.name} cannot be read .*cut short "
+                                       r"or damaged; prepare the corpus again"):
+    prepared_data.list_shards(config)
+
+
 def test_two_prepare_data_runs_into_one_directory_are_refused(tmp_path, capsys):
   out = tmp_path / "prepared"
   with workdir_lock.hold(str(out), "--out"):

@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import os
+import zipfile
 
 from etils import epath
 import numpy as np
@@ -154,10 +155,27 @@ def list_shards(data_config) -> list[shard_spec.ShardSpec]:
     if not epath.Path(path).exists():
       raise FileNotFoundError(f"config.data.prepared_dir: {path} is missing ({INFO_FILE} "
                               f"lists {len(info['parts'])} parts)")
+    _check_whole(path)
     shards.append(shard_spec.ShardSpec(i, path, "prepared", int(part["size"])))
   if not shards:
     raise ValueError(f"config.data.prepared_dir={d!r}: {INFO_FILE} lists no parts")
   return shards
+
+
+def _check_whole(path: str) -> None:
+  """Refuses a local numpy part that is cut short (a copy or a disk that failed), before the
+  run compiles: its zip directory, at the end of the file, must list arrays that fit."""
+  if "://" in path or not path.endswith(".npz"):
+    return
+  try:
+    with zipfile.ZipFile(path) as z:
+      size = os.path.getsize(path)
+      if any(i.header_offset + i.compress_size > size for i in z.infolist()):
+        raise zipfile.BadZipFile("an array runs past the end of the file")
+  except (zipfile.BadZipFile, OSError) as e:
+    raise ValueError(f"prepared part {path} cannot be read ({e}): it is cut short or "
+                     "damaged; prepare the corpus again (python -m bert_jax.prepare_data)"
+                     ) from None
 
 
 def check_tokenizer(data_config, tokenizer) -> None:

@@ -104,6 +104,9 @@ def read_vocab(vocab_file: str) -> list[str]:
   if not epath.Path(vocab_file).exists():
     raise FileNotFoundError(f"vocab file {vocab_file!r} does not exist")
   data = epath.Path(vocab_file).read_bytes()
+  if data.startswith(b"\xef\xbb\xbf"):
+    raise ValueError(f"vocab file {vocab_file!r} starts with a UTF-8 byte-order mark, which "
+                     "would be part of its first token (line 1); save it without one")
   try:
     text = data.decode("utf-8")
   except UnicodeDecodeError as e:

@@ -85,5 +85,22 @@ def initialize(flag_values: Optional[flags.FlagValues] = None) -> None:
     jax.distributed.initialize(coordinator, n, i, initialization_timeout=timeout)
   elif os.environ.get("BERT_JAX_DISTRIBUTED") == "auto" or _launcher_with_several_processes():
     jax.distributed.initialize(initialization_timeout=timeout)
+  _check_platform()
   logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+def _check_platform() -> None:
+  """Ends the program in one line when the platform JAX was asked for cannot be used here.
+
+  JAX_PLATFORMS=cuda on a host whose GPU (or CUDA plugin) JAX cannot see fails in JAX with
+  a RuntimeError, and on the next call with a bare AssertionError.
+  """
+  try:
+    jax.devices()
+  except (RuntimeError, AssertionError) as e:
+    asked = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or "the default"
+    cause = str(e).strip().splitlines()[0] if str(e).strip() else "no such backend"
+    raise SystemExit(f"bert_jax: JAX_PLATFORMS={asked}: JAX cannot use that platform on this "
+                     f"machine ({cause}); install its support (pip install -e '.[gpu]' or "
+                     "'.[tpu]'), or unset JAX_PLATFORMS") from None

@@ -28,6 +28,7 @@ from etils import epath
 import numpy as np
 
 from bert_jax.runtime import atomic_files
+from bert_jax.runtime import text_file
 
 # Tags read: O, B-TYPE, I-TYPE (IOB1 and IOB2).
 _TAG = re.compile(r"^(O|[BI]-\S+)$")
@@ -65,9 +66,7 @@ def read_conll(path: str) -> list[Sentence]:
       the file's first word line, or a tag that is not O / B-TYPE / I-TYPE; or
       a file without sentences.
   """
-  p = epath.Path(path)
-  if not p.exists():
-    raise FileNotFoundError(f"{path}: no such CoNLL file")
+  text = text_file.read_utf8(path, "CoNLL file")
   sentences, words, tags, lines, columns = [], [], [], [], None
 
   def close():
@@ -75,7 +74,10 @@ def read_conll(path: str) -> list[Sentence]:
       sentences.append(Sentence(list(words), list(tags) if columns > 1 else None, list(lines)))
       words.clear(), tags.clear(), lines.clear()
 
-  for number, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+  # Lines end at '\n' only: a token may hold U+2028 or another character str.splitlines
+  # would end a line at, and the line numbers are the file's.
+  for number, line in enumerate(text.split("\n"), 1):
+    line = line[:-1] if line.endswith("\r") else line
     fields = line.split()
     if not fields or fields[0] == DOCSTART:
       close()

@@ -7,6 +7,8 @@ bert_jax.training.sharding) is shared too. `finetune` adds the top-level keys th
 fine-tuning config has (read by bert_jax.finetune) and those sections. Sections
 hold BERT's defaults; a config file changes what differs after the call.
 """
+import math
+
 import ml_collections
 
 from bert_jax.runtime import config_reads
@@ -117,8 +119,17 @@ def check_model(m: ml_collections.ConfigDict) -> None:
 
 
 def check_minimums(config: ml_collections.ConfigDict, minimums: dict) -> None:
-  """Refuses a key below its minimum, naming it (a ValueError); keys the config lacks are
-  skipped, so one table serves every fine-tuning config."""
+  """Refuses a number that is not finite (NaN, inf) and a key below its minimum, naming it
+  (a ValueError); keys the config lacks are skipped, so one table serves every config."""
+  def leaves(d, prefix=""):
+    for k, v in d.items():
+      if isinstance(v, dict):
+        yield from leaves(v, f"{prefix}{k}.")
+      else:
+        yield prefix + k, v
+  for key, value in leaves(config.to_dict()):
+    if isinstance(value, float) and not math.isfinite(value):
+      raise ValueError(f"bad config: {key} must be a finite number, got {value}")
   for key, low in minimums.items():
     section, _, leaf = key.rpartition(".")
     holder = config.get(section) if section else config

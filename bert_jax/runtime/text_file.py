@@ -1,0 +1,29 @@
+"""Reading a UTF-8 text file with one clear error for each way it can fail."""
+from etils import epath
+
+
+def read_utf8(path, what: str = "file") -> str:
+  """The text of `path`, decoded as UTF-8 (a leading byte-order mark dropped).
+
+  Args:
+    path: a local or remote (gs://) file.
+    what: what the file is, for the messages ('CoNLL file', 'vocab file', ...).
+
+  Raises:
+    FileNotFoundError: the file does not exist.
+    ValueError: `path` is a directory, or a byte is not UTF-8 (naming the line and column).
+  """
+  p = epath.Path(path)
+  if not p.exists():
+    raise FileNotFoundError(f"{what} {path} does not exist")
+  if p.is_dir():
+    raise ValueError(f"{what} {path} is a directory, not a file")
+  data = p.read_bytes()
+  try:
+    return data.decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    line = data.count(b"\n", 0, e.start) + 1
+    column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+    raise ValueError(f"{path}:{line}: byte 0x{data[e.start]:02x} at column {column} is not "
+                     f"UTF-8 ({what}s are read as UTF-8: save it as UTF-8, e.g. with "
+                     "`iconv -f latin1 -t utf-8`)") from None
