@@ -6,7 +6,8 @@
 # Process i runs `CMD ARGS... --coordinator_address=localhost:PORT
 # --num_processes=N --process_id=i` (bert_jax.runtime.distributed reads these flags);
 # its output lines are prefixed with "[i] ". If any process fails, the others
-# are stopped and the script exits with the failing status; Ctrl-C stops all.
+# are stopped and the script exits with the failing status; Ctrl-C (or SIGTERM) stops
+# all: each process saves a checkpoint and exits before the script does (130 / 143).
 # PORT is a free local port, or $BERT_JAX_COORDINATOR_PORT when set.
 #
 # Example (2 CPU processes with one device each, collectives through gloo):
@@ -15,7 +16,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,15s/^# \{0,1\}//p' "$0" >&2
+  sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
   exit 2
 }
 
@@ -27,16 +28,32 @@ shift
 port=${BERT_JAX_COORDINATOR_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("localhost", 0)); print(s.getsockname()[1])')}
 export PYTHONUNBUFFERED=1
 
-# Each process gets its own process group, so stopping it stops its children too.
+# Each process gets its own process group: a terminal's Ctrl-C reaches this script alone,
+# which passes it on as SIGTERM to each process and waits while they save a checkpoint and
+# exit (their output filters stay, so every last line is printed). A second Ctrl-C kills them.
 set -m
 pids=()
-stop_all() {
+stopping=0
+signal_all() {
   local pid
   for pid in "${pids[@]}"; do
-    kill -TERM -- "-$pid" 2>/dev/null || true
+    kill "-$1" "$pid" 2>/dev/null || true
   done
 }
-trap 'stop_all; exit 130' INT TERM
+on_signal() {
+  if ((stopping)); then
+    signal_all KILL
+    exit "$1"
+  fi
+  stopping=1
+  echo "local_multiprocess: stopping every process (each saves a checkpoint first; Ctrl-C" \
+    "again to kill them at once)" >&2
+  signal_all TERM
+  wait 2>/dev/null || true
+  exit "$1"
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
 
 for ((i = 0; i < n; i++)); do
   "$@" --coordinator_address="localhost:$port" --num_processes="$n" --process_id="$i" \
@@ -55,7 +72,8 @@ while ((${#pids[@]})); do
     if ((rc != 0)); then
       echo "local_multiprocess: process $idx exited with status $rc; stopping the others" >&2
       status=$rc
-      stop_all
+      stopping=1
+      signal_all TERM
       wait 2>/dev/null || true
       exit "$status"
     fi
