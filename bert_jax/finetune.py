@@ -227,13 +227,18 @@ def predict_batches(arrays: dict, batch_size: int, bucketing: bool,
   return length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
 
 
+# An evaluation says how far it is every this many seconds (a long one is never silent).
+PROGRESS_SECONDS = 10.0
+
+
 class EvaluationStopped(Exception):
   """A stop signal arrived during an evaluation (which then stops within a batch)."""
 
 
 def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
             bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None,
-            stop: Optional[stop_signals.StopSignals] = None) -> dict:
+            stop: Optional[stop_signals.StopSignals] = None,
+            progress: Optional[str] = None) -> dict:
   """Model outputs for every row of `arrays` (padded to whole batches, never dropped).
 
   Args:
@@ -247,6 +252,7 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
       (outputs must then be per example, [batch, ...] of no token axis).
     buckets: the bucket lengths (default: every fixed length up to the arrays' length).
     stop: the run's stop signals, checked before each batch.
+    progress: a label: a line every PROGRESS_SECONDS says how many batches are done.
 
   Returns:
     Outputs gathered on every host as numpy, [n, ...] for the n rows, in row order.
@@ -258,9 +264,13 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
   batches = predict_batches(arrays, batch_size, bucketing, buckets)
   pi, pc = jax.process_index(), jax.process_count()
   chunks = []
-  for batch in batches:
+  start = said = time.time()
+  for done, batch in enumerate(batches):
     if stop is not None and stop.name:
       raise EvaluationStopped(stop.name)
+    if progress and time.time() - said >= PROGRESS_SECONDS:
+      said = time.time()
+      print(f"{progress}: {done} of {len(batches)} batches ({said - start:.0f} s)", flush=True)
     local = length_buckets.cut(arrays, length_buckets.host_share(batch, pi, pc),
                                task_lib.MODEL_INPUTS)
     with sharding.mesh_context(mesh, rules):
@@ -402,14 +412,16 @@ class SeedRun:
 
 
 def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
-                    workdir: Optional[str], stop=None) -> tuple[dict, list, bool]:
+                    workdir: Optional[str], stop=None,
+                    progress: Optional[str] = None) -> tuple[dict, list, bool]:
   """(results of every eval set, their warnings, whether the task checks for constant
-  predictions); every process scores, files are written to `workdir` unless None."""
+  predictions); every process scores, files are written to `workdir` unless None;
+  `progress`: the label of the progress lines (None: none)."""
   results, warnings, checked = {}, [], False
   for eval_set in task.eval_sets:
     outputs = predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
                       mesh, rules, bucketing=config.length_bucketing, buckets=buckets,
-                      stop=stop)
+                      stop=stop, progress=progress and f"{progress} {eval_set.name}")
     scores = eval_set.score(outputs, workdir)
     checked |= task_lib.WARNINGS in scores
     warnings += scores.pop(task_lib.WARNINGS, [])
@@ -421,10 +433,14 @@ def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
               split: time_split.TimeSplit, is_writer: bool, stop=None) -> Optional[dict]:
   """The eval sets' scores of the state before training, as `zero_shot_<metric>` (printed);
   None when a stop signal ended the evaluation (the first step then saves and stops)."""
+  if is_writer:
+    print("zero-shot: scoring the init checkpoint on " + ", ".join(
+        f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets)
+        + " before training", flush=True)
   try:
     with split.phase("eval"):
       results = score_eval_sets(config, predict_step, state.params, task, buckets, mesh,
-                                rules, None, stop)[0]
+                                rules, None, stop, "zero-shot" if is_writer else None)[0]
   except EvaluationStopped:
     return None
   results = {f"zero_shot_{k}": v for k, v in results.items()}
@@ -448,7 +464,9 @@ def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, r
   with split.phase("eval"):
     results, warnings, checked = score_eval_sets(config, predict_step, state.params, task,
                                                  buckets, mesh, rules,
-                                                 workdir if is_writer else None, stop)
+                                                 workdir if is_writer else None, stop,
+                                                 f"seed {seed}: evaluating" if is_writer
+                                                 else None)
   logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
              prefix=f"seed{seed}_eval_")
   if checked:

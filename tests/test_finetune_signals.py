@@ -119,3 +119,12 @@ def test_a_finished_workdir_is_never_replaced_by_another_run(pretrained, glue_di
   aside = workdir / "before_start_over"
   assert {k: v for k, v in _snapshot(aside).items()} == before
   assert json.loads((workdir / "run.json").read_text())["config"]["learning_rate"] == 1e-3
+
+
+def test_a_long_evaluation_says_how_far_it_is(pretrained, glue_dir, tmp_path, monkeypatch,
+                                              capsys):
+  monkeypatch.setattr(finetune, "PROGRESS_SECONDS", 0.0)  # every batch counts as long
+  finetune.finetune(glue_config(glue_dir, pretrained, eval_batch_size=8), str(tmp_path / "run"))
+  out = capsys.readouterr().out
+  assert "seed 0: evaluating dev: 1 of 2 batches (" in out  # 13 rows in batches of 8
+  assert "seed 0: evaluating test: 1 of 2 batches (" in out
