@@ -201,6 +201,7 @@ def _count(tree):
   return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_type,hf_config", [
     ("roberta", dict(vocab_size=50265, max_position_embeddings=514, type_vocab_size=1,
                      layer_norm_eps=1e-5, pad_token_id=1)),  # roberta-base

@@ -518,6 +518,7 @@ print("exiting", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_a_program_exits_while_a_dataset_iterator_is_still_running(tmp_path):
   """Finalization deletes an open tf.data iterator, which waits for its numpy functions in
   flight; those can no longer take the GIL then, so the exit would hang. The atexit hook refuses

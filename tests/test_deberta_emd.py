@@ -72,6 +72,7 @@ def _jit_logits(config, params, emd_on, ids, mask, positions):
   return jax.jit(lambda p: _logits(config, p, emd_on, ids, mask, positions))(params)
 
 
+@pytest.mark.slow
 def test_emd_matches_deberta_reference_through_transformers(tmp_path):
   config = _config()
   params = _params(config)

@@ -3,6 +3,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from bert_jax.modeling import model_config
 from bert_jax.objectives import electra
@@ -23,6 +24,7 @@ def test_generator_config_follows_electras_get_generator_config():
   assert g.embed_dim == d.embed_dim == 128 and g.num_layers == d.num_layers
 
 
+@pytest.mark.slow
 def test_embeddings_are_shared_and_no_gradient_flows_through_the_sample():
   m = _models(layers=1)
   params = nn.unbox(electra.init_fn(m, LEN, P)(jax.random.PRNGKey(0)))

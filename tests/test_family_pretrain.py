@@ -174,6 +174,7 @@ def test_base_variant_as_each_member_is_the_released_architecture(member):
     assert getattr(built, field) == getattr(released, field), (name, field)
 
 
+@pytest.mark.slow
 def test_roberta_packed_rows_read_positions_from_the_pad_id_on():
   """The pipeline's packed rows restart positions at 0; RoBERTa reads them from pad_id + 1
   (model.batch_position_ids), so two packed examples give the MLM logits each gives alone."""

@@ -241,6 +241,7 @@ def _real_lines(data_dir):
   return lines
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,kind", [("roberta-base", "roberta"), ("albert-base-v2", "albert"),
                                        ("deberta-v3-base", "deberta")])
 def test_real_tokenizers_match_transformers_fast(shared_data, name, kind):

@@ -44,6 +44,7 @@ def test_log_every_zero_is_a_config_error(tmp_path):
     finetune.finetune(c, str(tmp_path / "w"))
 
 
+@pytest.mark.slow
 def test_undefined_metric_is_written_as_null_with_a_warning(tmp_path, capsys):
   """An all-equal STS-B dev file: Pearson is undefined, written as null (a bare NaN is not JSON)."""
   init = random_bundle(tmp_path / "b")

@@ -62,6 +62,7 @@ def test_first_fit_decreasing_fills_rows_that_greedy_order_leaves_part_empty():
 
 # Each family and each head once: bert with cls, roberta (offset positions) with layers_attention,
 # deberta (relative positions count columns, the same within a packed example) with mean.
+@pytest.mark.slow
 @pytest.mark.parametrize("family,head", [("bert", "cls"), ("roberta", "layers_attention"),
                                          ("deberta", "mean")])
 def test_packed_and_unpacked_give_the_same_loss_and_gradients(family, head):

@@ -6,9 +6,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_a_hung_test_and_an_aborted_worker_fail_and_the_run_goes_on(tmp_path):
   tests = tmp_path / "tests"
   tests.mkdir()

@@ -364,6 +364,7 @@ def test_glue_finetuning_without_tensorflow_equals_the_run_with_it(stsb, tmp_pat
   assert len(losses[0]) == 6 and losses[0] == losses[1]
 
 
+@pytest.mark.slow
 def test_embed_and_fill_mask_without_tensorflow_equal_the_runs_with_them(stsb, tmp_path, capsys):
   from bert_jax import embed  # pylint: disable=g-import-not-at-top
   from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top

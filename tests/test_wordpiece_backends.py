@@ -131,6 +131,7 @@ def _shared_text(data_dir):
   return lines, contexts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["bert-base-uncased", "bert-base-cased"])
 def test_backends_agree_on_the_shared_real_text(shared_data, name):
   lines, contexts = _shared_text(shared_data)
