@@ -25,11 +25,13 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from absl import flags
-from flax import traverse_util
-
+# Conversion is host work: leave GPUs alone. Before JAX is imported (by flax), which reads
+# the variable then.
 if __name__ == "__main__":
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")  # conversion is host work: leave GPUs alone
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from absl import flags  # noqa: E402  pylint: disable=g-import-not-at-top
+from flax import traverse_util  # noqa: E402  pylint: disable=g-import-not-at-top
 
 from bert_jax import cli  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import hf  # noqa: E402  pylint: disable=g-import-not-at-top
