@@ -22,6 +22,7 @@ from bert_jax.data import sources
 from bert_jax.modeling import flops as flops_lib
 from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import pretrain_setup
+from bert_jax.objectives import registry as objective_registry
 from bert_jax.runtime import compile_cache
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import stop_signals
@@ -132,7 +133,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   description = ckpt_lib.model_description(
       model_cfg, tok.inv_vocab, data.lowercase,
       tokenizer_file=tok.vocab_file if tok.kind != "wordpiece" else None)
-  logger = train_log.RunLogger(workdir, config.total_steps, is_writer, resume_step=start_step)
+  logger = train_log.RunLogger(workdir, config.total_steps, is_writer, resume_step=start_step,
+                               console=objective_registry.get(config.objective).console_metrics)
   peak = flops_lib.device_peak_flops(model_cfg.dtype) * jax.device_count()
   spike_check = train_core.LossSpikeCheck(config.divergence_factor, start_step)
 

@@ -9,6 +9,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
 import sys
 import textwrap
 
@@ -35,6 +36,7 @@ TOY_OBJECTIVE = '''
 import functools
 
 import jax
+import re
 import jax.numpy as jnp
 
 from bert_jax.modeling import flops as flops_lib
@@ -88,7 +90,8 @@ def build(config, inputs):
       prng_impl=inputs.prng_impl)
 
 
-SPEC = base.Spec(data_modes={"smoothed_mlm": ("full_sentences",)}, build=build)
+SPEC = base.Spec(data_modes={"smoothed_mlm": ("full_sentences",)}, build=build,
+                 console_metrics=("smoothed_mlm_loss", "mlm_accuracy"))
 registry.register(SPEC)
 '''
 
@@ -248,7 +251,7 @@ def _corpus(directory: pathlib.Path) -> pathlib.Path:
   return corpus
 
 
-def test_a_new_objective_is_one_module(tmp_path, monkeypatch):
+def test_a_new_objective_is_one_module(tmp_path, monkeypatch, capsys):
   monkeypatch.setattr(objective_registry, "SPECS", dict(objective_registry.SPECS))
   _import_from(tmp_path, "toy_smoothed_mlm", TOY_OBJECTIVE)
   corpus = _corpus(tmp_path)
@@ -264,6 +267,10 @@ def test_a_new_objective_is_one_module(tmp_path, monkeypatch):
   assert all(abs(r["loss"] - r["smoothed_mlm_loss"]) < 1e-4 for r in logged)
   assert all(abs(r["loss"] - r["mlm_loss"]) > 1e-3 for r in logged)
   assert (workdir / "export" / "bundle.json").is_file()
+  # The console's progress line shows the metrics the objective declares, in its order.
+  progress = [x for x in capsys.readouterr().out.splitlines() if x.startswith("step 3/3 |")]
+  assert re.match(r"step 3/3 \| loss [\d.]+ \| smoothed_mlm_loss [\d.]+ \| mlm_accuracy [\d.]+ "
+                  r"\| learning_rate", progress[0]), progress
   # A name no module serves is still one line naming the registered ones.
   with pytest.raises(ValueError, match=r"objective 'smoothed' not in \[.*'smoothed_mlm'\]"):
     pretrain.train(pretraining.small_config(str(corpus), objective="smoothed"),

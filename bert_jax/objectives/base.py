@@ -86,6 +86,8 @@ class Spec:
     owns_model_types: model types only this objective trains (ELECTRA's).
     reads_teacher: whether it reads config.teacher_checkpoint.
     emd: whether DeBERTa's enhanced mask decoder can serve its MLM head.
+    console_metrics: the metrics (keys of `summarize`'s output) the console's progress
+      line shows after the loss; all of them go to metrics.jsonl and TensorBoard.
   """
   data_modes: dict
   build: Callable[[ml_collections.ConfigDict, BuildInputs], Pretraining]
@@ -94,3 +96,4 @@ class Spec:
   owns_model_types: tuple = ()
   reads_teacher: bool = False
   emd: bool = False
+  console_metrics: tuple = ("mlm_accuracy",)

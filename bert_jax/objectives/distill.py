@@ -246,4 +246,5 @@ def build(config, inputs: base.BuildInputs) -> base.Pretraining:
 
 
 SPEC = base.Spec(data_modes={"distill": ("nsp", "sop", "full_sentences")}, build=build,
-                 check_config=check_config, reads_teacher=True)
+                 check_config=check_config, reads_teacher=True,
+                 console_metrics=("student_mlm_accuracy",))

@@ -254,4 +254,5 @@ def build(config, inputs: base.BuildInputs) -> base.Pretraining:
 
 
 SPEC = base.Spec(data_modes={"electra": ("nsp", "sop", "full_sentences")}, build=build,
-                 check_config=check_config, owns_model_types=("electra",))
+                 check_config=check_config, owns_model_types=("electra",),
+                 console_metrics=("mlm_accuracy", "rtd_accuracy", "rtd_replaced_recall"))

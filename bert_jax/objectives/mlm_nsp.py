@@ -144,4 +144,5 @@ def build(config, inputs: base.BuildInputs) -> base.Pretraining:
 
 SPEC = base.Spec(data_modes={"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
                              "mlm": ("nsp", "sop", "full_sentences")},
-                 build=build, check_config=check_config, emd=True)
+                 build=build, check_config=check_config, emd=True,
+                 console_metrics=("mlm_accuracy", "nsp_accuracy", "sop_accuracy"))

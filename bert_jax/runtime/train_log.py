@@ -3,7 +3,7 @@ import json
 import sys
 import threading
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 from etils import epath
 import jax
@@ -238,9 +238,10 @@ class RunLogger:
   """
 
   def __init__(self, workdir: str, total_steps: int, is_writer: bool = True,
-               resume_step: Optional[int] = None):
+               resume_step: Optional[int] = None, console: Sequence[str] = ()):
     self.total_steps = total_steps
     self.is_writer = is_writer
+    self.console = tuple(console)  # the objective's metrics on the progress line, after loss
     self._jsonl = None
     self._tb = None
     if is_writer:
@@ -307,10 +308,9 @@ class RunLogger:
       self._tb.flush()
     label = f"{prefix.rstrip('_')} " if prefix else ""  # seed0_train_loss -> seed0_train ... loss
     parts = [f"{label}step {step}/{self.total_steps}" if self.total_steps else f"{label}step {step}"]
-    for key, fmt in (("loss", ".4f"), ("mlm_accuracy", ".4f"), ("student_mlm_accuracy", ".4f"),
-                     ("nsp_accuracy", ".4f"),
-                     ("learning_rate", ".3e"), ("tokens_per_second", ",.0f"),
-                     ("examples_per_second", ",.1f"), ("mfu", ".2%"), ("input_wait", ".1%")):
+    for key, fmt in ((("loss", ".4f"),) + tuple((k, ".4f") for k in self.console) +
+                     (("learning_rate", ".3e"), ("tokens_per_second", ",.0f"),
+                      ("examples_per_second", ",.1f"), ("mfu", ".2%"), ("input_wait", ".1%"))):
       if prefix + key in record:
         parts.append(f"{key} {record[prefix + key]:{fmt}}")
     if steps_per_sec and self.total_steps:
