@@ -76,6 +76,7 @@ from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
+from bert_jax.runtime import workdir_layout
 from bert_jax.tasks import packing
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
@@ -287,10 +288,10 @@ RESUME_MAY_CHANGE = ("log_every", "checkpoint_every", "keep_checkpoints", "eval_
                      "resume_allow_changes", "start_over", "compile_cache", "mesh.",
                      "model.attention_impl", "model.remat")
 # What a fine-tuning run leaves in its workdir (set aside whole by --config.start_over).
-RUN_FILES = ("eval_results.json", "eval_results_per_seed.json", "predictions",
-             "predictions.json", "nbest_predictions.json", "null_odds.json", "metrics.jsonl",
-             "tensorboard", "export", workdir_owner.FINETUNE_CHECKPOINTS,
-             workdir_owner.RUN_FILE)
+RUN_FILES = (workdir_layout.RESULTS, workdir_layout.RESULTS_PER_SEED, "predictions",
+             "predictions.json", "nbest_predictions.json", "null_odds.json",
+             workdir_layout.METRICS, workdir_layout.TENSORBOARD, workdir_layout.EXPORT,
+             workdir_layout.FINETUNE_CHECKPOINTS, workdir_layout.RUN_FILE)
 
 
 @dataclasses.dataclass
@@ -544,12 +545,12 @@ def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg
     if undefined:
       print(f"WARNING: {', '.join(undefined)} undefined (NaN: constant predictions or labels?); "
             "written as null", flush=True)
-    atomic_files.write_text(out_dir / "eval_results.json", text)
+    atomic_files.write_text(out_dir / workdir_layout.RESULTS, text)
     if runs > 1:
-      atomic_files.write_text(out_dir / "eval_results_per_seed.json",
+      atomic_files.write_text(out_dir / workdir_layout.RESULTS_PER_SEED,
                               json_file.dumps_defined(per_seed, indent=2)[0])
   if not config.eval_only:
-    bundle.save_bundle(str(out_dir / "export"), model_lib.unstack_layers(params),
+    bundle.save_bundle(str(out_dir / workdir_layout.EXPORT), model_lib.unstack_layers(params),
                        model_cfg.replace(scan_layers=False), pretrained.vocab,
                        pretrained.lowercase, overwrite=True,
                        info={"source": "finetune", "task": task.name,
@@ -567,9 +568,9 @@ def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg
     against = task_lib.baseline_line(summary, task.primary_metric)
     if against:
       print(against, flush=True)
-    print(f"wrote {out_dir / 'eval_results.json'}"
-          + ("" if config.eval_only else f" and the fine-tuned bundle {out_dir / 'export'}"),
-          flush=True)
+    bundle_dir = out_dir / workdir_layout.EXPORT
+    export = "" if config.eval_only else f" and the fine-tuned bundle {bundle_dir}"
+    print(f"wrote {out_dir / workdir_layout.RESULTS}{export}", flush=True)
   return summary
 
 
@@ -669,7 +670,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   else:
     shape_limit = 1
   ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
-      str(out_dir / workdir_owner.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
+      str(out_dir / workdir_layout.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       init_fn, tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
       pretrained=pretrained, fresh_heads=fresh_heads, run_config=config_record,
@@ -784,7 +785,7 @@ def stopped_in_evaluation(signal_name: str, ckpts, seed: int, step: int,
 
 def already_finished(out_dir: epath.Path, is_writer: bool) -> dict:
   """The results of the workdir's finished run of this config (nothing is run again)."""
-  summary = json_file.read_json(out_dir / "eval_results.json",
+  summary = json_file.read_json(out_dir / workdir_layout.RESULTS,
                                 missing=f"{out_dir} says its run finished but holds no "
                                         "eval_results.json; --config.start_over=True runs it "
                                         "anew (the earlier files are set aside)")

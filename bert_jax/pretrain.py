@@ -27,6 +27,7 @@ from bert_jax.runtime import compile_cache
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import train_log
+from bert_jax.runtime import workdir_layout
 from bert_jax.runtime import write_errors
 from bert_jax.runtime import xla_flags
 from bert_jax.training import checkpoint as ckpt_lib
@@ -79,7 +80,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
   # -- State: resume this workdir, or start from init_checkpoint (or the params the
   # objective starts from: a distillation student from its teacher), or scratch -----
-  ckpts = ckpt_lib.TrainCheckpoints(str(epath.Path(workdir) / "checkpoints"),
+  ckpts = ckpt_lib.TrainCheckpoints(str(epath.Path(workdir) / workdir_layout.CHECKPOINTS),
                                     max_to_keep=config.keep_checkpoints)
   _check_export_has_checkpoints(config, workdir, ckpts)
   pretrained = setup.start_from
@@ -202,12 +203,12 @@ def train(config: ml_collections.ConfigDict, workdir: str,
           "tokenizer_file": description.get("tokenizer_file")}
 
 
-_EARLIER_RUN = ("export", "metrics.jsonl", "tensorboard")
+_EARLIER_RUN = (workdir_layout.EXPORT, workdir_layout.METRICS, workdir_layout.TENSORBOARD)
 
 
 def _check_export_has_checkpoints(config, workdir: str, ckpts) -> None:
   """A workdir with an export/ and no checkpoint would be overwritten by a new model: refused."""
-  export = epath.Path(workdir) / "export"
+  export = epath.Path(workdir) / workdir_layout.EXPORT
   if ckpts.latest_step() is None and export.exists() and not config.start_over:
     raise ValueError(
         f"{workdir} holds {export} but no checkpoint to continue it from (a new run would "
@@ -296,7 +297,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
     return None
   from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
-  path = str(epath.Path(workdir) / "export")
+  path = str(epath.Path(workdir) / workdir_layout.EXPORT)
   params = model_lib.unstack_layers(summary["export_params"])
   with write_errors.writing(f"the export to {path}"):
     bundle.save_bundle(path, params, summary["model_config"].replace(scan_layers=False),

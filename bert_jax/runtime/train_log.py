@@ -9,6 +9,7 @@ from etils import epath
 import jax
 import numpy as np
 
+from bert_jax.runtime import workdir_layout
 from bert_jax.runtime import write_errors
 
 
@@ -246,8 +247,8 @@ class RunLogger:
     self._tb = None
     if is_writer:
       root = epath.Path(workdir)
-      self._jsonl_path = root / "metrics.jsonl"
-      self._tb_path = root / "tensorboard"
+      self._jsonl_path = root / workdir_layout.METRICS
+      self._tb_path = root / workdir_layout.TENSORBOARD
       with write_errors.writing(str(self._jsonl_path)):
         root.mkdir(parents=True, exist_ok=True)
         existing = self._jsonl_path.read_text() if self._jsonl_path.exists() else ""

@@ -34,6 +34,7 @@ from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.runtime import checksum
 from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime import workdir_layout
 from bert_jax.runtime import write_errors
 from bert_jax.training import sharding
 
@@ -361,8 +362,8 @@ def one_line_cause(e: BaseException, limit: int = 200) -> str:
 
 def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
   """`path/checkpoints`, or `path` itself when it holds step directories (finished or not)."""
-  if (path / "checkpoints").is_dir():
-    return path / "checkpoints"
+  if (path / workdir_layout.CHECKPOINTS).is_dir():
+    return path / workdir_layout.CHECKPOINTS
   if path.is_dir() and any(p.name.split(".")[0].isdigit() for p in path.iterdir()):
     return path
   return None
@@ -380,7 +381,7 @@ def _locate(path: str) -> tuple[Optional[epath.Path], Optional["TrainCheckpoints
   if bundle.is_bundle(str(root)):
     return root, None, -1
   ckpt_dir = _checkpoints_dir(root)
-  export = root / "export"
+  export = root / workdir_layout.EXPORT
   if bundle.is_bundle(str(export)):
     newer = _newer_than_export(export, ckpt_dir)
     if newer is None:

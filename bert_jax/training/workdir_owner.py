@@ -22,15 +22,13 @@ from flax import traverse_util
 
 from bert_jax.modeling import bundle
 from bert_jax.runtime import atomic_files
+from bert_jax.runtime import workdir_layout
 from bert_jax.runtime.json_file import read_json
 
 PROGRAMS = {"pretrain": "a pretraining run", "finetune": "a fine-tuning run"}
-# Fine-tuning's own checkpoints (never taken for a pretraining run's, nor loaded as a model).
-FINETUNE_CHECKPOINTS = "finetune_checkpoints"
-# What a fine-tuning workdir holds: its config and state ("training" or "finished").
-RUN_FILE = "run.json"
 # Folders a run writes into: one that is a file would fail the first save (or the export).
-_FOLDERS = ("checkpoints", FINETUNE_CHECKPOINTS, "export", "tensorboard")
+_FOLDERS = (workdir_layout.CHECKPOINTS, workdir_layout.FINETUNE_CHECKPOINTS,
+            workdir_layout.EXPORT, workdir_layout.TENSORBOARD)
 
 
 def owner(workdir: str) -> Optional[str]:
@@ -40,17 +38,17 @@ def owner(workdir: str) -> Optional[str]:
     return None
   if bundle.is_bundle(str(p)):
     return "bundle"
-  info = p / "export" / bundle.INFO_FILE
+  info = p / workdir_layout.EXPORT / bundle.INFO_FILE
   if info.exists():
     source = read_json(info, missing=f"{info} does not exist")
     source = source.get("source") if isinstance(source, dict) else None
     if source in PROGRAMS:
       return source
-  if (p / FINETUNE_CHECKPOINTS).is_dir():
+  if (p / workdir_layout.FINETUNE_CHECKPOINTS).is_dir():
     return "finetune"
-  if (p / "checkpoints").is_dir():
+  if (p / workdir_layout.CHECKPOINTS).is_dir():
     return "pretrain"
-  if (p / "eval_results.json").exists() or (p / "eval_results_per_seed.json").exists():
+  if (p / workdir_layout.RESULTS).exists() or (p / workdir_layout.RESULTS_PER_SEED).exists():
     return "finetune"
   return None
 
@@ -82,7 +80,7 @@ def check(workdir: str, program: str) -> None:
 
 def read_run(workdir: str) -> Optional[dict]:
   """The workdir's run record (run.json), or None."""
-  path = epath.Path(workdir) / RUN_FILE
+  path = epath.Path(workdir) / workdir_layout.RUN_FILE
   if not path.exists():
     return None
   record = read_json(path, missing=f"{path} does not exist")
@@ -96,7 +94,7 @@ def record_run(workdir: str, program: str, state: str, config_record: dict,
                **fields: Any) -> None:
   """Writes run.json: the program, its state ('training' / 'finished'), its config."""
   record = dict(fields, program=program, state=state, config=config_record)
-  atomic_files.write_text(epath.Path(workdir) / RUN_FILE,
+  atomic_files.write_text(epath.Path(workdir) / workdir_layout.RUN_FILE,
                           json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
@@ -129,7 +127,7 @@ def finished_run(workdir: str, config_record: dict, may_change: Sequence[str],
   """
   root = epath.Path(workdir)
   record = read_run(workdir)
-  legacy = record is None and (root / "eval_results.json").exists()
+  legacy = record is None and (root / workdir_layout.RESULTS).exists()
   if start_over or not (legacy or (record and record.get("state") == "finished")):
     return None
   if legacy:
