@@ -197,7 +197,7 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
+  from bert_jax.finetuning import batches as finetune_batches  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import task as task_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
@@ -231,8 +231,8 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   step = jax.jit(train_core.make_train_step(task_lib.objective(task), tx, schedule))
   keys = task_lib.MODEL_INPUTS + task.label_keys
   ours = []
-  for global_batch in finetune.epoch_batches(c, None, n, b.seed, 0)[:steps]:
-    batch, _ = finetune.train_batch(task.train_arrays, keys, global_batch, None)
+  for global_batch in finetune_batches.epoch_batches(c, None, n, b.seed, 0)[:steps]:
+    batch, _ = finetune_batches.train_batch(task.train_arrays, keys, global_batch, None)
     with sharding.mesh_context(mesh, rules):
       state, metrics = step(state, sharding.host_to_global(batch, mesh))
     ours.append(float(metrics["loss"]))

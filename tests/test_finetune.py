@@ -18,6 +18,7 @@ import pytest
 
 from bert_jax.data import tokenizer as tokenizer_lib
 from bert_jax import finetune
+from bert_jax.finetuning import evaluation
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib
 from bert_jax.tasks import glue
@@ -315,7 +316,7 @@ def test_predict_pads_every_row_and_keeps_order():
   ids = np.arange(13 * 4, dtype=np.int32).reshape(13, 4)
   arrays = {"input_ids": ids, "input_mask": np.ones_like(ids), "segment_ids": np.zeros_like(ids)}
   predict_step = jax.jit(lambda params, b: {"logits": b["input_ids"].sum(-1) + params})
-  out = finetune.predict(predict_step, 0, arrays, 8, mesh)
+  out = evaluation.predict(predict_step, 0, arrays, 8, mesh)
   np.testing.assert_array_equal(out["logits"], ids.sum(-1))  # 13 rows, not 8 or 16
 
 
@@ -323,12 +324,12 @@ def test_summary_is_mean_and_std_over_seeds():
   per_seed = [{"accuracy": 0.5, "f1": 0.6, "constant_prediction": False},
               {"accuracy": 0.7, "f1": 0.9, "constant_prediction": True, "warning": "w1"},
               {"accuracy": 0.6, "f1": 0.3, "constant_prediction": False}]
-  summary = finetune.mean_over_seeds(per_seed)
+  summary = evaluation.mean_over_seeds(per_seed)
   assert summary["accuracy"] == pytest.approx(statistics.mean([0.5, 0.7, 0.6]))
   assert summary["f1_std"] == pytest.approx(statistics.pstdev([0.6, 0.9, 0.3]))
   assert summary["constant_prediction"] is True and summary["warning"] == "w1"
-  assert "accuracy_std" not in finetune.mean_over_seeds(per_seed[:1])
-  assert finetune.mean_over_seeds(per_seed[:1])["constant_prediction"] is False
+  assert "accuracy_std" not in evaluation.mean_over_seeds(per_seed[:1])
+  assert evaluation.mean_over_seeds(per_seed[:1])["constant_prediction"] is False
 
 
 def test_layerwise_scales_agree_between_layouts():

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax import finetune
+from bert_jax.finetuning import evaluation
 from bert_jax.modeling import bundle
 from bert_jax.runtime import stop_signals
 from tests.fixtures.finetuning import glue_config
@@ -123,7 +124,7 @@ def test_a_finished_workdir_is_never_replaced_by_another_run(pretrained, glue_di
 
 def test_a_long_evaluation_says_how_far_it_is(pretrained, glue_dir, tmp_path, monkeypatch,
                                               capsys):
-  monkeypatch.setattr(finetune, "PROGRESS_SECONDS", 0.0)  # every batch counts as long
+  monkeypatch.setattr(evaluation, "PROGRESS_SECONDS", 0.0)  # every batch counts as long
   finetune.finetune(glue_config(glue_dir, pretrained, eval_batch_size=8), str(tmp_path / "run"))
   out = capsys.readouterr().out
   assert "seed 0: evaluating dev: 1 of 2 batches (" in out  # 13 rows in batches of 8

@@ -115,7 +115,7 @@ def test_the_library_imports_no_program():
 # The library's subpackages, lowest first: a module imports only from its own layer or
 # those below it (docs/DESIGN.md, "Layout").
 LAYERS = ("runtime", "data", "members", "modeling", "training", "conversion", "inference",
-          "objectives", "tasks")
+          "objectives", "tasks", "finetuning")
 
 
 def _layer(name: str) -> int:

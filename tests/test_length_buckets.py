@@ -5,7 +5,8 @@ import pytest
 
 from bert_jax import config_help
 from bert_jax.data import length_buckets
-from bert_jax import finetune
+from bert_jax.finetuning import evaluation
+from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.training import sharding
@@ -125,8 +126,8 @@ def test_bucketed_predictions_equal_the_padded_ones():
   step = jax.jit(lambda p, b: {"logits": model.apply({"params": p}, b["input_ids"],
                                                      b["input_mask"], b["segment_ids"])})
   mesh = sharding.make_mesh((-1, 1, 1))
-  padded = finetune.predict(step, params, arrays, 8, mesh)
-  bucketed = finetune.predict(step, params, arrays, 8, mesh, bucketing=True)
+  padded = evaluation.predict(step, params, arrays, 8, mesh)
+  bucketed = evaluation.predict(step, params, arrays, 8, mesh, bucketing=True)
   assert step._cache_size() == 3  # lengths 32 (padded path and last batch), 8 and 16
   np.testing.assert_allclose(bucketed["logits"], padded["logits"], atol=1e-5)
   np.testing.assert_array_equal(np.argmax(bucketed["logits"], -1), np.argmax(padded["logits"], -1))
@@ -145,7 +146,7 @@ def test_squad_and_accumulation_refuse_what_they_cannot_use():
   mesh = sharding.make_mesh((-1, 1, 1))
   glue_config = config("glue", "task=mrpc")
   assert glue_config.length_bucketing and not glue_config.packing
-  finetune.check_config(glue_config, mesh)
+  finetune_setup.check_config(glue_config, mesh)
   assert not config("squad", "version=1.1").length_bucketing
   for c, message in ((config("squad", "version=1.1", length_bucketing=True),
                       "length_bucketing applies to sequence-level tasks"),
@@ -158,7 +159,7 @@ def test_squad_and_accumulation_refuse_what_they_cannot_use():
     if message.startswith("packing needs"):
       c.optimizer.grad_accum_steps = 2
     with pytest.raises(ValueError, match=message):
-      finetune.check_config(c, mesh)
+      finetune_setup.check_config(c, mesh)
 
 
 def _padded_cost(groups, buckets, shape_cost):

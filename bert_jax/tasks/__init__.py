@@ -6,6 +6,6 @@ Modules:
   metrics  GLUE metrics (numpy) with per-example weights
   packing  packed fine-tuning batches (several examples to a row)
 
-Eval pads rather than drops (every example is scored): bert_jax.finetune.predict
+Eval pads rather than drops (every example is scored): bert_jax.finetuning.evaluation.predict
 fills the last batch with rows it drops again (bert_jax.data.length_buckets).
 """

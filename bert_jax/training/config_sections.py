@@ -256,7 +256,7 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   # How many of the newest fine-tuning checkpoints are kept.
   c.keep_checkpoints = 2
   # Comma-separated config keys a resumed run may change besides those that change no step
-  # (bert_jax.finetune.RESUME_MAY_CHANGE).
+  # (bert_jax.finetuning.setup.RESUME_MAY_CHANGE).
   c.resume_allow_changes = ""
   # Train anew in a workdir that holds a run: its files (results, predictions, export,
   # checkpoints, logs) are moved to before_start_over/ first, kept. Without it a finished

@@ -1,0 +1,84 @@
+"""Fine-tuning's batches: the bucket lengths of a run, each epoch's training batches, a
+process's share of one, and the batches an evaluation runs over."""
+from typing import Optional
+
+import jax
+import numpy as np
+
+from bert_jax.data import length_buckets
+from bert_jax.modeling import flops
+from bert_jax.tasks import packing
+
+
+def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_lengths,
+                epochs: float) -> Optional[tuple[int, ...]]:
+  """The bucket lengths of a length-bucketed run (None: not bucketed, or packed).
+
+  `length_buckets` 'auto' keeps a length only where the padding it saves outweighs its
+  compilations (flops.auto_buckets: length_buckets.choose_buckets at this platform's
+  cost): training rows count `epochs` times, eval rows a third (a forward pass).
+  Train and eval share the lengths, so the run compiles at most one train and one eval
+  program per length.
+  """
+  if config.packing or not config.length_bucketing:
+    return None
+  setting = length_buckets.parse_buckets(config.length_buckets, config.max_seq_length)
+  if setting != "auto":
+    return setting
+  groups = [(x, 1.0 / 3.0) for x in eval_lengths]
+  if train_lengths is not None:
+    groups.append((train_lengths, epochs))
+  return flops.auto_buckets(model_cfg, groups, config.max_seq_length)
+
+
+def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,
+                  epoch: int, sort_by_length: bool = True,
+                  buckets: Optional[tuple[int, ...]] = None) -> list[length_buckets.Batch]:
+  """The training batches of one epoch: a permutation seeded by (seed, epoch), remainder
+  dropped; with length_bucketing (and no packing), sorted within windows (within each
+  batch only, when not `sort_by_length`: the task's loss compares a batch's examples)
+  and cut to bucket lengths (`buckets`; default every fixed length)."""
+  order = np.random.default_rng([seed, epoch]).permutation(n_train)
+  if config.packing or not config.length_bucketing:  # packed rows are max_seq_length long
+    return length_buckets.sequential_batches(order, config.batch_size, config.max_seq_length,
+                                             pad_last=False)
+  return length_buckets.train_batches(
+      lengths, order, config.batch_size,
+      buckets or length_buckets.bucket_lengths(config.max_seq_length),
+      np.random.default_rng([seed, epoch, 1]),
+      length_buckets.WINDOW_BATCHES if sort_by_length else 1)
+
+
+def train_batch(arrays: dict, keys, batch: length_buckets.Batch,
+                pack: Optional[dict]) -> tuple[dict, int]:
+  """This process's share of a global training batch, and the shape it has.
+
+  Args:
+    arrays: the training arrays (the same on every process).
+    keys: the features to take.
+    batch: the global batch.
+    pack: None, or packing.pack_batch's keyword arguments (seq_len, step,
+      pad_id, position_offset): the global batch is packed on every process
+      alike and each takes its share of rows and of examples.
+
+  Returns:
+    (host-local batch, its sequence length or, packed, its global row count).
+  """
+  pi, pc = jax.process_index(), jax.process_count()
+  if pack is None:
+    return length_buckets.cut(arrays, length_buckets.host_share(batch, pi, pc), keys), batch.length
+  packed = packing.pack_batch(length_buckets.cut(arrays, batch, keys), **pack)
+  share = lambda x: x[pi * (len(x) // pc):(pi + 1) * (len(x) // pc)]  # noqa: E731
+  return jax.tree.map(share, packed), len(packed["input_ids"])
+
+
+def predict_batches(arrays: dict, batch_size: int, bucketing: bool,
+                    buckets: Optional[tuple[int, ...]]) -> list[length_buckets.Batch]:
+  """The global batches `evaluation.predict` runs over `arrays` (its arguments of the same
+  names)."""
+  n, seq_len = arrays["input_ids"].shape[0], arrays["input_ids"].shape[-1]  # [n, (k,) len]
+  if bucketing:
+    return length_buckets.eval_batches(length_buckets.row_lengths(arrays["input_mask"]),
+                                       batch_size,
+                                       buckets or length_buckets.bucket_lengths(seq_len))
+  return length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)

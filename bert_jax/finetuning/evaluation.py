@@ -1,0 +1,233 @@
+"""Fine-tuning's evaluation: predictions over every example, the eval sets' scores (zero-shot,
+per seed, their mean), and what is written or said at the end of a run."""
+import json
+import time
+from typing import Optional
+
+from etils import epath
+import jax
+from jax.experimental import multihost_utils
+import numpy as np
+
+from bert_jax.data import length_buckets
+from bert_jax.finetuning import batches as finetune_batches
+from bert_jax.modeling import bundle
+from bert_jax.modeling import model as model_lib
+from bert_jax.runtime import atomic_files
+from bert_jax.runtime import json_file
+from bert_jax.runtime import stop_signals
+from bert_jax.runtime import time_split
+from bert_jax.runtime import workdir_layout
+from bert_jax.tasks import task as task_lib
+from bert_jax.training import sharding
+
+
+# An evaluation says how far it is every this many seconds (a long one is never silent).
+PROGRESS_SECONDS = 10.0
+
+
+class EvaluationStopped(Exception):
+  """A stop signal arrived during an evaluation (which then stops within a batch)."""
+
+
+def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
+            bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None,
+            stop: Optional[stop_signals.StopSignals] = None,
+            progress: Optional[str] = None) -> dict:
+  """Model outputs for every row of `arrays` (padded to whole batches, never dropped).
+
+  Args:
+    predict_step: jitted fn(params, global batch) -> outputs.
+    params: the params.
+    arrays: feature arrays, all rows (the same on every host).
+    batch_size: global eval batch size.
+    mesh: the device mesh.
+    rules: logical -> mesh axis rules.
+    bucketing: rows sorted by length and each batch cut to its bucket length
+      (outputs must then be per example, [batch, ...] of no token axis).
+    buckets: the bucket lengths (default: every fixed length up to the arrays' length).
+    stop: the run's stop signals, checked before each batch.
+    progress: a label: a line every PROGRESS_SECONDS says how many batches are done.
+
+  Returns:
+    Outputs gathered on every host as numpy, [n, ...] for the n rows, in row order.
+
+  Raises:
+    EvaluationStopped: a stop signal arrived.
+  """
+  n = arrays["input_ids"].shape[0]
+  batches = finetune_batches.predict_batches(arrays, batch_size, bucketing, buckets)
+  pi, pc = jax.process_index(), jax.process_count()
+  chunks = []
+  start = said = time.time()
+  for done, batch in enumerate(batches):
+    if stop is not None and stop.name:
+      raise EvaluationStopped(stop.name)
+    if progress and time.time() - said >= PROGRESS_SECONDS:
+      said = time.time()
+      print(f"{progress}: {done} of {len(batches)} batches ({said - start:.0f} s)", flush=True)
+    local = length_buckets.cut(arrays, length_buckets.host_share(batch, pi, pc),
+                               task_lib.MODEL_INPUTS)
+    with sharding.mesh_context(mesh, rules):
+      out = predict_step(params, sharding.host_to_global(local, mesh))
+    chunks.append(multihost_utils.process_allgather(out, tiled=True))
+  return length_buckets.scatter_outputs(jax.device_get(chunks), batches, n)
+
+
+def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
+                    workdir: Optional[str], stop=None,
+                    progress: Optional[str] = None) -> tuple[dict, list, bool]:
+  """(results of every eval set, their warnings, whether the task checks for constant
+  predictions); every process scores, files are written to `workdir` unless None;
+  `progress`: the label of the progress lines (None: none)."""
+  results, warnings, checked = {}, [], False
+  for eval_set in task.eval_sets:
+    outputs = predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
+                      mesh, rules, bucketing=config.length_bucketing, buckets=buckets,
+                      stop=stop, progress=progress and f"{progress} {eval_set.name}")
+    scores = eval_set.score(outputs, workdir)
+    checked |= task_lib.WARNINGS in scores
+    warnings += scores.pop(task_lib.WARNINGS, [])
+    results.update(scores)
+  return results, warnings, checked
+
+
+def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
+              split: time_split.TimeSplit, is_writer: bool, stop=None) -> Optional[dict]:
+  """The eval sets' scores of the state before training, as `zero_shot_<metric>` (printed);
+  None when a stop signal ended the evaluation (the first step then saves and stops)."""
+  if is_writer:
+    print("zero-shot: scoring the init checkpoint on " + ", ".join(
+        f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets)
+        + " before training", flush=True)
+  try:
+    with split.phase("eval"):
+      results = score_eval_sets(config, predict_step, state.params, task, buckets, mesh,
+                                rules, None, stop, "zero-shot" if is_writer else None)[0]
+  except EvaluationStopped:
+    return None
+  results = {f"zero_shot_{k}": v for k, v in results.items()}
+  if is_writer:
+    print("zero-shot (the init checkpoint before training): " + ", ".join(
+        f"{k} {v:.4f}" for k, v in sorted(results.items())), flush=True)
+  return results
+
+
+def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, rules, logger,
+                  split: time_split.TimeSplit, workdir: str, is_writer: bool,
+                  stop=None) -> dict:
+  """Scores every eval set with `state`'s params; the seed's results (logged and printed).
+
+  Raises:
+    EvaluationStopped: a stop signal arrived (checked before each batch).
+  """
+  if is_writer:
+    print(f"seed {seed}: evaluating " + ", ".join(
+        f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
+  with split.phase("eval"):
+    results, warnings, checked = score_eval_sets(config, predict_step, state.params, task,
+                                                 buckets, mesh, rules,
+                                                 workdir if is_writer else None, stop,
+                                                 f"seed {seed}: evaluating" if is_writer
+                                                 else None)
+  logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
+             prefix=f"seed{seed}_eval_")
+  if checked:
+    results["constant_prediction"] = bool(warnings)
+  if warnings:
+    results["warning"] = "; ".join(warnings)
+    if is_writer:
+      print(f"WARNING seed {seed}: {results['warning']}", flush=True)
+  if is_writer:
+    print(f"seed {seed}: " + json.dumps(results, sort_keys=True), flush=True)
+  return results
+
+
+def mean_over_seeds(per_seed: list[dict]) -> dict:
+  """Mean over seeds of every numeric metric, plus `<key>_std` when there are several.
+
+  `constant_prediction` is true when it is for any seed, and `warning` holds the
+  warnings of every seed that has one.
+  """
+  summary = {}
+  keys = list(dict.fromkeys(k for r in per_seed for k in r))
+  for key in keys:
+    values = [r.get(key) for r in per_seed]
+    if key == "constant_prediction":
+      summary[key] = any(values)
+    elif key == "warning":
+      summary[key] = "; ".join(v for v in values if v)
+    elif all(isinstance(v, (int, float)) for v in values):
+      summary[key] = float(np.mean(values))
+      if len(per_seed) > 1 and not task_lib.is_baseline(key):  # same for every seed
+        summary[key + "_std"] = float(np.std(values))
+    else:
+      summary[key] = values[0]
+  return summary
+
+
+def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg, pretrained,
+                  task, task_model, is_writer: bool, baselines: Optional[dict] = None) -> dict:
+  """Writes eval_results.json (and per seed), the fine-tuned bundle; prints the summary
+  and the primary metric against the baselines (`baselines`: zero-shot scores)."""
+  runs = len(per_seed)
+  summary = dict(mean_over_seeds(per_seed), **(baselines or {}))
+  if is_writer:
+    text, undefined = json_file.dumps_defined(summary, indent=2, sort_keys=True)
+    if undefined:
+      print(f"WARNING: {', '.join(undefined)} undefined (NaN: constant predictions or labels?); "
+            "written as null", flush=True)
+    atomic_files.write_text(out_dir / workdir_layout.RESULTS, text)
+    if runs > 1:
+      atomic_files.write_text(out_dir / workdir_layout.RESULTS_PER_SEED,
+                              json_file.dumps_defined(per_seed, indent=2)[0])
+  if not config.eval_only:
+    bundle.save_bundle(str(out_dir / workdir_layout.EXPORT), model_lib.unstack_layers(params),
+                       model_cfg.replace(scan_layers=False), pretrained.vocab,
+                       pretrained.lowercase, overwrite=True,
+                       info={"source": "finetune", "task": task.name,
+                             "init_checkpoint": pretrained.source, **task_model.export_info},
+                       tokenizer_file=pretrained.tokenizer_file)
+  if runs > 1:
+    for key in per_seed[0]:
+      if key + "_std" in summary:
+        print(f"{key}: {summary[key]:.4f} ± {summary[key + '_std']:.4f} over {runs} seeds",
+              flush=True)
+  if is_writer:
+    print("eval_results: " + json.dumps(summary, sort_keys=True), flush=True)
+    if summary.get("warning"):
+      print(f"WARNING: {summary['warning']}", flush=True)
+    against = task_lib.baseline_line(summary, task.primary_metric)
+    if against:
+      print(against, flush=True)
+    bundle_dir = out_dir / workdir_layout.EXPORT
+    export = "" if config.eval_only else f" and the fine-tuned bundle {bundle_dir}"
+    print(f"wrote {out_dir / workdir_layout.RESULTS}{export}", flush=True)
+  return summary
+
+
+def stopped_in_evaluation(signal_name: str, ckpts, seed: int, step: int,
+                          is_writer: bool) -> dict:
+  """Says where a run stopped by a signal during an evaluation can go on from."""
+  if is_writer:
+    if ckpts is None:
+      where = "nothing was trained (eval_only); the same command evaluates again"
+    else:
+      ckpts.wait()
+      where = (f"the checkpoint at the end of its training is kept "
+               f"({ckpts.describe_latest()}); the same command evaluates it")
+    print(f"{signal_name}: stopped evaluating seed {seed}; {where}", flush=True)
+  return {"stopped_by": signal_name, "seed": seed, "step": step}
+
+
+def already_finished(out_dir: epath.Path, is_writer: bool) -> dict:
+  """The results of the workdir's finished run of this config (nothing is run again)."""
+  summary = json_file.read_json(out_dir / workdir_layout.RESULTS,
+                                missing=f"{out_dir} says its run finished but holds no "
+                                        "eval_results.json; --config.start_over=True runs it "
+                                        "anew (the earlier files are set aside)")
+  if is_writer:
+    print(f"{out_dir} holds this run, finished: eval_results: "
+          f"{json.dumps(summary, sort_keys=True)}; nothing to do (--config.start_over=True "
+          "sets it aside and trains anew)", flush=True)
+  return summary

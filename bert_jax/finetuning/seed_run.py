@@ -1,0 +1,138 @@
+"""The training of one fine-tuning seed: epochs of batches from a position, logs,
+checkpoints (periodic, at the end of training, on a stop signal)."""
+import dataclasses
+import functools
+import time
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+from bert_jax.data import length_buckets
+from bert_jax.finetuning import batches as finetune_batches
+from bert_jax.runtime import time_split
+from bert_jax.runtime import train_log
+from bert_jax.tasks import task as task_lib
+from bert_jax.training import ahead_compile
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import loop as training_loop
+from bert_jax.training import sharding
+
+
+@dataclasses.dataclass
+class SeedRun:
+  """The training of one seed: epochs of batches from a position, logs, checkpoints, signals.
+
+  `train` returns the trained state; after a stop signal (or `preempt_at`) it has saved
+  a checkpoint at the step it stopped before and sets `stopped_by`.
+  """
+  config: Any
+  train_step: ahead_compile.AheadCompiled
+  predict_step: ahead_compile.AheadCompiled
+  schedule: Any
+  ckpts: Optional[ckpt_lib.TrainCheckpoints]
+  logger: train_log.RunLogger
+  split: time_split.TimeSplit
+  task: Any
+  keys: tuple
+  pack: Optional[dict]
+  train_lengths: Optional[np.ndarray]
+  n_train: int
+  buckets: tuple
+  total_steps: int
+  is_writer: bool
+  mesh: Any
+  rules: Any
+  meta: dict  # what every checkpoint's meta holds (model description, config)
+  preempt_at: Optional[tuple[int, int]] = None
+  stopped_by: Optional[str] = None
+  compiled_lengths: set = dataclasses.field(default_factory=set)  # the train step's shapes
+
+  def save(self, seed: int, state, epoch: int, batch: int, per_seed: list, loop) -> None:
+    """Checkpoints `state` with the position of the next batch (numbered across seeds).
+
+    A seed's step 0 has the number of the previous seed's end of training: that checkpoint
+    is kept (resumed, it evaluates the previous seed again, to the same results)."""
+    step = int(state.step)
+    number = (seed - self.config.seed) * self.total_steps + step
+    if number in self.ckpts.all_steps():
+      return
+    loop.check(state, step)  # never a non-finite state
+    self.ckpts.save(number, state,
+                    dict(self.meta, seed=seed, epoch=epoch, batch=batch, per_seed=per_seed))
+
+  def compile_ahead(self, state, batches: list, start: int, steps: int) -> None:
+    """Queues the programs this seed will need next (bert_jax.training.ahead_compile): the
+    train step of each length of `batches[start:start + steps]` after the first one (packed
+    rows: their counts are known only once packed), then the eval step of each eval length.
+    They compile while the steps before them run."""
+    c = self.config
+    state_spec = ahead_compile.spec(state)
+    if self.pack is None:
+      for b in length_buckets.first_of_each_length(batches[start:start + steps])[1:]:
+        self.train_step.ahead(state_spec, sharding.global_batch_spec(
+            length_buckets.cut(self.task.train_arrays, b, self.keys), self.mesh))
+    for eval_set in self.task.eval_sets:
+      eval_batches = finetune_batches.predict_batches(eval_set.arrays, c.eval_batch_size,
+                                                      c.length_bucketing, self.buckets)
+      for b in length_buckets.first_of_each_length(eval_batches):
+        self.predict_step.ahead(state_spec.params, sharding.global_batch_spec(
+            length_buckets.cut(eval_set.arrays, b, task_lib.MODEL_INPUTS), self.mesh))
+
+  def train(self, seed: int, state, position: tuple[int, int], per_seed: list, stop):
+    c = self.config
+    step = int(state.step)
+    first_epoch, skip = position
+    loop = training_loop.Loop(self.ckpts, stop, "stop", self.is_writer)
+    with self.split.phase("train"):
+      for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
+        epoch_start, epoch_first_step = time.time(), step
+        batches = list(finetune_batches.epoch_batches(
+            c, self.train_lengths, self.n_train, seed, epoch, self.task.sort_by_length,
+            self.buckets))
+        start = skip if epoch == first_epoch else 0
+        # The later shapes are queued once the first step's program is lowered (see
+        # ahead_compile): queue_ahead is called once, by the first step or after the loop.
+        queue_ahead = functools.partial(self.compile_ahead, state, batches, start,
+                                        self.total_steps - step)
+        for index in range(start, len(batches)):
+          if step >= self.total_steps:
+            break
+          if loop.stop_requested(preempt=(seed, step) == self.preempt_at):
+            self.stopped_by = loop.stopped_by
+            self.save(seed, state, epoch, index, per_seed, loop)
+            loop.stopped(f"seed {seed} step {step}")
+            return state
+          batch, shape = finetune_batches.train_batch(self.task.train_arrays, self.keys,
+                                                      batches[index], self.pack)
+          self.compiled_lengths.add(shape)
+          with sharding.mesh_context(self.mesh, self.rules):
+            batch = sharding.host_to_global(batch, self.mesh)
+            program = self.train_step.program(state, batch, then=queue_ahead)
+            queue_ahead = None
+            state, metrics = program(state, batch)
+          step += 1
+          loop.add(metrics)
+          if training_loop.due(step, c.log_every, self.total_steps):
+            window = loop.take_window(state, step)
+            self.logger.log(step, {
+                "loss": float(window.sums["loss"] / window.sums["steps"]),
+                "learning_rate": float(self.schedule(step - 1)),
+                "examples_per_second": float(window.sums["examples"]) / window.seconds},
+                prefix=f"seed{seed}_train_", steps_per_sec=window.steps / window.seconds)
+          if training_loop.due(step, c.checkpoint_every) and step < self.total_steps:
+            self.save(seed, state, epoch, index + 1, per_seed, loop)
+        if queue_ahead is not None:  # no step ran (the epoch was done): the eval programs
+          queue_ahead()
+        jax.block_until_ready(state.step)
+        seconds = time.time() - epoch_start
+        examples = (step - epoch_first_step) * c.batch_size
+        self.logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
+                               examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
+        if self.is_writer:
+          print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
+                f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
+                flush=True)
+    if self.ckpts is not None:  # the trained state outlives a stop during the evaluation
+      self.save(seed, state, int(np.ceil(c.num_epochs)), 0, per_seed, loop)
+    return state

@@ -1,0 +1,128 @@
+"""Fine-tuning's setup: its config checks, what a resumed run may change, what a run leaves in
+its workdir, and the header it prints (pretraining's twin: bert_jax.objectives.pretrain_setup)."""
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import numpy as np
+
+from bert_jax.data import length_buckets
+from bert_jax.modeling import bundle
+from bert_jax.runtime import optional_tensorflow
+from bert_jax.runtime import train_log
+from bert_jax.runtime import workdir_layout
+from bert_jax.tasks import registry as task_registry
+from bert_jax.tasks import task as task_lib
+from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.training import config_sections
+from bert_jax.training import optimizer as opt_lib
+from bert_jax.training import train_core
+
+
+def check_config(config, mesh) -> None:
+  """Fails fast, with the offending key named, on configs that cannot run."""
+  def bad(msg):
+    raise ValueError(f"bad config: {msg}")
+  if not config.init_checkpoint:
+    bad("init_checkpoint is required (a bundle, a pretraining workdir or its checkpoints dir; "
+        "convert Hugging Face / Google checkpoints with python -m bert_jax.convert)")
+  if config.data_source == "tfds":
+    optional_tensorflow.require_tfds("bad config: data_source='tfds'")
+  train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
+  config_sections.check_model(config.model)
+  config_sections.check_minimums(config, config_sections.MINIMUMS)
+  if config.max_train_examples < 0:
+    bad(f"max_train_examples must be >= 0 (0: all), got {config.max_train_examples}")
+  train_core.check_attention_impl(config.model)
+  if config.num_epochs <= 0 and not config.eval_only:
+    bad(f"num_epochs must be positive, got {config.num_epochs}")
+  opt_lib.check_config(config.optimizer, config.learning_rate)
+  if not 0 <= config.warmup_fraction <= 1:
+    bad(f"warmup_fraction must be in [0, 1], got {config.warmup_fraction}")
+  if config.layerwise_lr_decay <= 0:
+    bad(f"layerwise_lr_decay must be positive (1.0: off), got {config.layerwise_lr_decay}")
+  if config.seeds <= 0:
+    bad(f"seeds must be positive, got {config.seeds}")
+  if config.log_every < 1:
+    bad(f"log_every must be >= 1 (steps between metrics lines), got {config.log_every}")
+  try:
+    length_buckets.parse_buckets(config.length_buckets, config.max_seq_length)
+  except ValueError as e:
+    bad(str(e))
+  if config.packing and config.optimizer.grad_accum_steps != 1:
+    bad(f"packing needs optimizer.grad_accum_steps 1 (got {config.optimizer.grad_accum_steps}): "
+        "packed rows do not split into microbatches; --config.packing=False to accumulate")
+  task_registry.check_config(config)
+
+
+def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrained,
+                    seq_len: int) -> None:
+  """Eval-only needs the task's own head in the checkpoint, with the task's outputs.
+
+  Runs before any data is read (abstract shapes only).
+
+  Raises:
+    ValueError: the head is missing, or has another number of outputs.
+  """
+  head = task_model.head
+  if not head:  # a model without a head (sentence embeddings) evaluates the encoder as it is
+    return
+  if head not in pretrained.params:
+    raise ValueError(f"eval_only: {pretrained.source} has no {head!r} head (its heads: "
+                     f"{list(bundle.heads_of(pretrained.params))}); evaluate a checkpoint "
+                     f"fine-tuned on {task_model.name} (the export/ folder of a fine-tuning "
+                     "workdir)")
+  shapes = jax.eval_shape(lambda: nn.unbox(task_lib.init_fn(task_model, seq_len)(
+      jax.random.PRNGKey(0))))
+  want = tuple(shapes[head]["kernel"].shape)
+  got = tuple(np.shape(pretrained.params[head]["kernel"]))
+  if want != got:
+    raise ValueError(f"eval_only: {pretrained.source} has a {head!r} head with {got[-1]} "
+                     f"outputs (kernel {got}) but task {task_model.name} needs {want[-1]} "
+                     f"(kernel {want})")
+
+
+# Config keys a resumed fine-tune may change without saying so: they change neither a step
+# nor the data order (how often to log or save, the eval batch, the mesh, the compilation
+# cache, the attention kernel and rematerialisation: the same math). Others need
+# config.resume_allow_changes; batch_size never changes (the position counts its batches).
+RESUME_MAY_CHANGE = ("log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size",
+                     "resume_allow_changes", "start_over", "compile_cache", "mesh.",
+                     "model.attention_impl", "model.remat")
+
+
+# What a fine-tuning run leaves in its workdir (set aside whole by --config.start_over).
+RUN_FILES = (workdir_layout.RESULTS, workdir_layout.RESULTS_PER_SEED, "predictions",
+             "predictions.json", "nbest_predictions.json", "null_odds.json",
+             workdir_layout.METRICS, workdir_layout.TENSORBOARD, workdir_layout.EXPORT,
+             workdir_layout.FINETUNE_CHECKPOINTS, workdir_layout.RUN_FILE)
+
+
+def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_per_epoch: int,
+                 workdir: str, buckets: Optional[tuple[int, ...]] = None) -> None:
+  """What the run will do: model, parameters, data, steps, where it writes."""
+  arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads", "vocab_size"))
+  params = train_log.count_params(pretrained.params)
+  source = (f"TFDS in {config.tfds_data_dir}" if config.data_source == "tfds"
+            else config.data_dir)
+  data = ", ".join(f"{k} {v}" for k, v in task.data_stats.items())
+  if config.eval_only:
+    steps = "none (eval_only: the checkpoint's own head is evaluated)"
+  else:
+    how = "chosen from the data" if config.length_buckets == "auto" else "length_buckets"
+    rows = ("packed several to a row" if config.packing
+            else f"length-bucketed to {', '.join(map(str, buckets or ()))} ({how})"
+            if config.length_bucketing else "padded to max_seq_length")
+    steps = (f"{total_steps} ({config.num_epochs:g} epochs of {steps_per_epoch} steps of batch "
+             f"{config.batch_size}, {rows}), learning rate {config.learning_rate:g}"
+             + (f", {config.seeds} seeds" if config.seeds > 1 else ""))
+  train_log.print_header(
+      "bert_jax.finetune", f"{'evaluate' if config.eval_only else 'fine-tune and evaluate'} "
+      f"{task.name}",
+      [("model", f"{arch}, {params / 1e6:.1f}M params, from {pretrained.source} (heads "
+                 f"{list(bundle.heads_of(pretrained.params))})"),
+       ("attention", train_core.describe_attention(model_cfg, training=not config.eval_only)),
+       ("data", f"{task.name}{f' from {source}' if source else ''}: {data}; max_seq_length "
+                f"{config.max_seq_length}"),
+       ("steps", steps),
+       ("workdir", workdir)])
