@@ -54,11 +54,8 @@ import json
 from typing import Any, Optional, Sequence
 
 from etils import epath
-import flax.linen as nn
 import jax
-from jax.experimental import multihost_utils
 import ml_collections
-import optax
 
 from bert_jax import cli
 from bert_jax.data import length_buckets
@@ -73,14 +70,10 @@ from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
-from bert_jax.tasks import packing
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
-from bert_jax.training import ahead_compile
 from bert_jax.training import checkpoint as ckpt_lib
-from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import sharding
-from bert_jax.training import train_core
 from bert_jax.training import workdir_owner
 
 time_split.compile_clock()  # compilations from here on count in the run's time split
@@ -105,47 +98,23 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   # -- Mesh and config checks -------------------------------------------------------
   split = time_split.TimeSplit()
   out_dir = epath.Path(workdir)
-  workdir_owner.check(workdir, "finetune")
   is_writer = jax.process_index() == 0
-  if is_writer:
-    out_dir.mkdir(parents=True, exist_ok=True)
   mesh = sharding.mesh_from_config(config.mesh)
   rules = sharding.logical_rules(config.mesh.preset)
-  finetune_setup.check_config(config, mesh)
   config_record = json.loads(config.to_json_best_effort())  # in run.json and each checkpoint
-  if workdir_owner.finished_run(workdir, config_record, finetune_setup.RESUME_MAY_CHANGE,
-                                config.start_over):
+  if finetune_setup.check_run(config, config_record, workdir, mesh, is_writer) == "finished":
     return evaluation.already_finished(out_dir, is_writer)
-  if config.start_over:
-    if is_writer:
-      workdir_owner.set_earlier_run_aside(workdir, finetune_setup.RUN_FILES)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices("bert_jax.finetune.start_over")
   compile_cache.enable(config.compile_cache)
 
   # -- The checkpoint: model config, vocab, params (read only) ------------------------
   pretrained = ckpt_lib.load_pretrained(config.init_checkpoint)
-  model_cfg = train_core.model_config_from(  # eval is never packed; training is as it says
-      config.model, pretrained.config, one_example_per_row=not config.packing)
-  if config.max_seq_length > model_cfg.max_position_embeddings:
-    raise ValueError(f"bad config: max_seq_length {config.max_seq_length} does not fit "
-                     f"{pretrained.source}: its position table has "
-                     f"{model_cfg.max_position_embeddings} entries")
-  task_model = task_registry.task_model(config, model_cfg)
-  if config.eval_only:
-    finetune_setup.check_eval_head(task_model, pretrained, config.max_seq_length)
+  model_cfg, task_model = finetune_setup.task_model_for(config, pretrained)
 
   # -- Task data (every split read and encoded before any training) --------------------
   with split.phase("data"):
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
     task = task_registry.build(config, tokenizer, model_cfg)
-  n_train = len(task.train_arrays["input_ids"]) if task.train_arrays else 0
-  steps_per_epoch = n_train // config.batch_size
-  total_steps = int(steps_per_epoch * config.num_epochs)
-  if not config.eval_only and total_steps <= 0:
-    raise ValueError(f"{task.name}: {n_train} training rows give no step of batch_size "
-                     f"{config.batch_size} over num_epochs {config.num_epochs}")
-  train_lengths = length_buckets.row_lengths(task.train_arrays["input_mask"]) if n_train else None
+  n_train, steps_per_epoch, total_steps, train_lengths = finetune_batches.steps(config, task)
   buckets = finetune_batches.run_buckets(
       config, model_cfg, train_lengths,
       [length_buckets.row_lengths(es.arrays["input_mask"]) for es in task.eval_sets],
@@ -155,56 +124,20 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
                                 steps_per_epoch, workdir, buckets)
 
   # -- Optimizer: AdamW, warmup_fraction linear warmup, linear decay, layer-wise decay ---
-  if config.eval_only:
-    tx, schedule = optax.set_to_zero(), optax.constant_schedule(0.0)
-  else:
-    tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
-                                          int(config.warmup_fraction * total_steps), total_steps)
-  params_init = task_lib.init_fn(task_model, config.max_seq_length)
-  if config.layerwise_lr_decay != 1.0 and not config.eval_only:
-    shapes = nn.unbox(jax.eval_shape(params_init, jax.random.PRNGKey(0)))
-    tx = optax.chain(tx, opt_lib.scale_updates(opt_lib.layerwise_scales(
-        shapes, model_cfg.num_layers, config.layerwise_lr_decay)))
-  impl = train_core.prng_impl(config.model)
-  init_fn = lambda rng: train_core.init_state(params_init, tx, rng, impl)  # noqa: E731
+  tx, schedule, init_fn, impl = finetune_setup.optimizer(config, task_model, model_cfg,
+                                                         total_steps)
 
-  # -- One run per seed: initial state (or this workdir's checkpoint), epochs, eval ------
-  keys = task_lib.MODEL_INPUTS + task.label_keys
+  # -- Initial state: this workdir's checkpoint, else the init checkpoint's params --------
   fresh_heads = () if config.eval_only else bundle.TASK_HEADS
-  runs = 1 if config.eval_only else config.seeds
-  pack = None
-  if config.packing:
-    shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    pack = dict(seq_len=config.max_seq_length, step=packing.row_step(config.batch_size, shards),
-                pad_id=tokenizer.pad_id, position_offset=model_cfg.position_offset)
-    shape_limit = -(-config.batch_size // pack["step"])
-  elif config.length_bucketing:
-    shape_limit = len(buckets)
-  else:
-    shape_limit = 1
   ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
       str(out_dir / workdir_layout.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       init_fn, tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
       pretrained=pretrained, fresh_heads=fresh_heads, run_config=config_record,
-      check=ckpt_lib.config_resume_check(
-          config_record, pretrained.vocab,
-          finetune_setup.RESUME_MAY_CHANGE + tuple(
-              k.strip() for k in config.resume_allow_changes.split(",") if k.strip()),
-          ("batch_size",), "the init_checkpoint's vocab"))
-  # -- Jitted steps (compiled once, shared by every seed) ------------------------------
-  # The state's shardings are initial_state's (from the init function's shapes, traced once).
-  batch_shard = sharding.batch_sharding(mesh)
-  # Each compiled per batch shape, those known ahead in a background thread (seed_run.SeedRun).
-  trace_context = lambda: sharding.mesh_context(mesh, rules)  # noqa: E731
-  train_step = ahead_compile.AheadCompiled(jax.jit(
-      train_core.make_train_step(task_lib.objective(task), tx, schedule,
-                                 config.optimizer.grad_accum_steps, prng_impl=impl),
-      in_shardings=(state_shardings, batch_shard), out_shardings=(state_shardings, None),
-      donate_argnums=(0,)), trace_context)
-  predict_step = ahead_compile.AheadCompiled(jax.jit(
-      task_lib.predict_fn(task_model), in_shardings=(state_shardings.params, batch_shard)),
-      trace_context)
+      check=finetune_setup.resume_check(config, config_record, pretrained))
+  # -- Jitted steps (compiled once per batch shape, shared by every seed) ----------------
+  train_step, predict_step = seed_run.jitted_steps(config, task, task_model, tx, schedule,
+                                                   impl, state_shardings, mesh, rules)
 
   # Where training goes on: the checkpoint's seed, epoch and batch, and the results of the
   # seeds it finished; else the first seed from its start.
@@ -220,6 +153,11 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   if meta and is_writer:
     print(f"{how}: seed {first_seed}, epoch {position[0] + 1}, batch {position[1]}; "
           f"{len(per_seed)} seed(s) done before it", flush=True)
+
+  # -- One run per seed: epochs, a checkpoint at the end of training, evaluation -----------
+  pack, shape_limit = finetune_batches.packing(config, mesh, tokenizer, model_cfg, buckets)
+  keys = task_lib.MODEL_INPUTS + task.label_keys
+  runs = 1 if config.eval_only else config.seeds
   stop = stop_signals.StopSignals()
   failed = True
   try:

@@ -7,7 +7,7 @@ import numpy as np
 
 from bert_jax.data import length_buckets
 from bert_jax.modeling import flops
-from bert_jax.tasks import packing
+from bert_jax.tasks import packing as packing_lib
 
 
 def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_lengths,
@@ -57,7 +57,7 @@ def train_batch(arrays: dict, keys, batch: length_buckets.Batch,
     arrays: the training arrays (the same on every process).
     keys: the features to take.
     batch: the global batch.
-    pack: None, or packing.pack_batch's keyword arguments (seq_len, step,
+    pack: None, or packing_lib.pack_batch's keyword arguments (seq_len, step,
       pad_id, position_offset): the global batch is packed on every process
       alike and each takes its share of rows and of examples.
 
@@ -67,7 +67,7 @@ def train_batch(arrays: dict, keys, batch: length_buckets.Batch,
   pi, pc = jax.process_index(), jax.process_count()
   if pack is None:
     return length_buckets.cut(arrays, length_buckets.host_share(batch, pi, pc), keys), batch.length
-  packed = packing.pack_batch(length_buckets.cut(arrays, batch, keys), **pack)
+  packed = packing_lib.pack_batch(length_buckets.cut(arrays, batch, keys), **pack)
   share = lambda x: x[pi * (len(x) // pc):(pi + 1) * (len(x) // pc)]  # noqa: E731
   return jax.tree.map(share, packed), len(packed["input_ids"])
 
@@ -82,3 +82,31 @@ def predict_batches(arrays: dict, batch_size: int, bucketing: bool,
                                        batch_size,
                                        buckets or length_buckets.bucket_lengths(seq_len))
   return length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
+
+
+def packing(config, mesh, tokenizer, model_cfg,
+            buckets: Optional[tuple[int, ...]]) -> tuple[Optional[dict], int]:
+  """(pack, shape_limit): packing_lib.pack_batch's keyword arguments (None: not packed), and the
+  most training batch shapes the run compiles (packed row counts, or bucket lengths)."""
+  if config.packing:
+    shards = mesh.shape["data"] * mesh.shape["fsdp"]
+    pack = dict(seq_len=config.max_seq_length, step=packing_lib.row_step(config.batch_size, shards),
+                pad_id=tokenizer.pad_id, position_offset=model_cfg.position_offset)
+    return pack, -(-config.batch_size // pack["step"])
+  return None, len(buckets) if config.length_bucketing else 1
+
+
+def steps(config, task) -> tuple[int, int, int, Optional[np.ndarray]]:
+  """(training rows, steps an epoch, steps in all, the training rows' lengths) of a run.
+
+  Raises:
+    ValueError: the training data gives no step (when the run trains).
+  """
+  n_train = len(task.train_arrays["input_ids"]) if task.train_arrays else 0
+  steps_per_epoch = n_train // config.batch_size
+  total_steps = int(steps_per_epoch * config.num_epochs)
+  if not config.eval_only and total_steps <= 0:
+    raise ValueError(f"{task.name}: {n_train} training rows give no step of batch_size "
+                     f"{config.batch_size} over num_epochs {config.num_epochs}")
+  train_lengths = length_buckets.row_lengths(task.train_arrays["input_mask"]) if n_train else None
+  return n_train, steps_per_epoch, total_steps, train_lengths

@@ -17,6 +17,7 @@ from bert_jax.training import ahead_compile
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import loop as training_loop
 from bert_jax.training import sharding
+from bert_jax.training import train_core
 
 
 @dataclasses.dataclass
@@ -136,3 +137,20 @@ class SeedRun:
     if self.ckpts is not None:  # the trained state outlives a stop during the evaluation
       self.save(seed, state, int(np.ceil(c.num_epochs)), 0, per_seed, loop)
     return state
+
+
+def jitted_steps(config, task, task_model, tx, schedule, impl, state_shardings, mesh, rules):
+  """The train and predict steps, jitted on the state's shardings (initial_state's, from the
+  init function's shapes); each compiles per batch shape, those known ahead in a background
+  thread (SeedRun.compile_ahead)."""
+  batch_shard = sharding.batch_sharding(mesh)
+  trace_context = lambda: sharding.mesh_context(mesh, rules)  # noqa: E731
+  train_step = ahead_compile.AheadCompiled(jax.jit(
+      train_core.make_train_step(task_lib.objective(task), tx, schedule,
+                                 config.optimizer.grad_accum_steps, prng_impl=impl),
+      in_shardings=(state_shardings, batch_shard), out_shardings=(state_shardings, None),
+      donate_argnums=(0,)), trace_context)
+  predict_step = ahead_compile.AheadCompiled(jax.jit(
+      task_lib.predict_fn(task_model), in_shardings=(state_shardings.params, batch_shard)),
+      trace_context)
+  return train_step, predict_step

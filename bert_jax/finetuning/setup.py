@@ -2,9 +2,12 @@
 its workdir, and the header it prints (pretraining's twin: bert_jax.objectives.pretrain_setup)."""
 from typing import Optional
 
+from etils import epath
 import flax.linen as nn
 import jax
+from jax.experimental import multihost_utils
 import numpy as np
+import optax
 
 from bert_jax.data import length_buckets
 from bert_jax.modeling import bundle
@@ -17,6 +20,7 @@ from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import config_sections
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import train_core
+from bert_jax.training import workdir_owner
 
 
 def check_config(config, mesh) -> None:
@@ -126,3 +130,72 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
                 f"{config.max_seq_length}"),
        ("steps", steps),
        ("workdir", workdir)])
+
+
+def optimizer(config, task_model: task_lib.TaskModel, model_cfg, total_steps: int):
+  """The run's optimizer, its schedule and its state's init function.
+
+  AdamW (or the configured optimizer) with warmup_fraction linear warmup and linear
+  decay, scaled per layer with layerwise_lr_decay; eval_only: no update.
+
+  Returns:
+    (tx, schedule, init_fn: rng -> TrainState, the dropout PRNG implementation).
+  """
+  if config.eval_only:
+    tx, schedule = optax.set_to_zero(), optax.constant_schedule(0.0)
+  else:
+    tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
+                                          int(config.warmup_fraction * total_steps), total_steps)
+  params_init = task_lib.init_fn(task_model, config.max_seq_length)
+  if config.layerwise_lr_decay != 1.0 and not config.eval_only:
+    shapes = nn.unbox(jax.eval_shape(params_init, jax.random.PRNGKey(0)))
+    tx = optax.chain(tx, opt_lib.scale_updates(opt_lib.layerwise_scales(
+        shapes, model_cfg.num_layers, config.layerwise_lr_decay)))
+  impl = train_core.prng_impl(config.model)
+  init_fn = lambda rng: train_core.init_state(params_init, tx, rng, impl)  # noqa: E731
+  return tx, schedule, init_fn, impl
+
+
+def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) -> str:
+  """Checks the workdir and the config before anything is read; 'finished' when the
+  workdir holds this run, finished (nothing to do), else 'run'.
+
+  The workdir must not hold another program's run or a bundle, nor a finished run of
+  another config (unless config.start_over, which sets that run's files aside first).
+  """
+  workdir_owner.check(workdir, "finetune")
+  if is_writer:
+    epath.Path(workdir).mkdir(parents=True, exist_ok=True)
+  check_config(config, mesh)
+  if workdir_owner.finished_run(workdir, config_record, RESUME_MAY_CHANGE, config.start_over):
+    return "finished"
+  if config.start_over:
+    if is_writer:
+      workdir_owner.set_earlier_run_aside(workdir, RUN_FILES)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices("bert_jax.finetune.start_over")
+  return "run"
+
+
+def task_model_for(config, pretrained: ckpt_lib.Pretrained):
+  """(model config, task model) of the run on `pretrained`; its sequences must fit the
+  checkpoint's position table, and eval_only needs the task's own head in it."""
+  model_cfg = train_core.model_config_from(  # eval is never packed; training is as it says
+      config.model, pretrained.config, one_example_per_row=not config.packing)
+  if config.max_seq_length > model_cfg.max_position_embeddings:
+    raise ValueError(f"bad config: max_seq_length {config.max_seq_length} does not fit "
+                     f"{pretrained.source}: its position table has "
+                     f"{model_cfg.max_position_embeddings} entries")
+  task_model = task_registry.task_model(config, model_cfg)
+  if config.eval_only:
+    check_eval_head(task_model, pretrained, config.max_seq_length)
+  return model_cfg, task_model
+
+
+def resume_check(config, config_record: dict, pretrained: ckpt_lib.Pretrained):
+  """The check of a checkpoint this run resumes: its settings and vocab are this run's,
+  but for RESUME_MAY_CHANGE and config.resume_allow_changes (batch_size never)."""
+  allowed = tuple(k.strip() for k in config.resume_allow_changes.split(",") if k.strip())
+  return ckpt_lib.config_resume_check(config_record, pretrained.vocab,
+                                      RESUME_MAY_CHANGE + allowed, ("batch_size",),
+                                      "the init_checkpoint's vocab")
