@@ -23,8 +23,8 @@ import time
 
 import numpy as np
 
+from bert_jax.inference import retrieval
 from bert_jax.inference import retrieval_metrics
-from bert_jax import retrieval_eval
 from bert_jax.training import checkpoint as ckpt_lib
 
 
@@ -76,14 +76,14 @@ def main():
   args = p.parse_args()
   import pytrec_eval  # pylint: disable=g-import-not-at-top
 
-  data = retrieval_eval.read_beir(args.beir_dir, args.split)
+  data = retrieval.read_beir(args.beir_dir, args.split)
   corpus, queries, qrels = data
   start = time.time()
   if args.results and os.path.exists(args.results):
     with open(args.results) as f:
       ours = json.load(f)
   else:
-    ours = retrieval_eval.evaluate(ckpt_lib.load_pretrained(args.bundle), data,
+    ours = retrieval.evaluate(ckpt_lib.load_pretrained(args.bundle), data,
                                    max_length=args.max_length, batch_size=args.batch_size,
                                    top_k=args.top_k)
     if args.results:
@@ -94,7 +94,7 @@ def main():
   doc_ids, query_ids = list(corpus), list(qrels)
   start = time.time()
   doc_emb = reference_embed(args.model_dir,
-                            [retrieval_eval.document_text(corpus[d]) for d in doc_ids],
+                            [retrieval.document_text(corpus[d]) for d in doc_ids],
                             args.max_length, args.batch_size)
   query_emb = reference_embed(args.model_dir, [queries[q]["text"] for q in query_ids],
                               args.max_length, args.batch_size)

@@ -24,216 +24,17 @@ import sys
 from typing import Optional, Sequence
 
 from absl import flags
-from etils import epath
-import numpy as np
 
 from bert_jax import cli
 from bert_jax.inference import embedding
-from bert_jax.inference import retrieval_metrics
+from bert_jax.inference import retrieval
 from bert_jax.modeling import bundle
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
 from bert_jax.training import checkpoint as ckpt_lib
 
-# Nearest-neighbour search: exact matmul top-k, or faiss's HNSW graph (approximate).
-INDEXES = ("exact", "hnsw")
-REPORTED = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "ndcg@100", "map@10", "recall@10",
-            "recall@100", "p@10", "mrr@10")
-
-
-def _read_jsonl(path: epath.Path, keys: Sequence[str]) -> dict[str, dict]:
-  if not path.exists():
-    raise FileNotFoundError(f"{path} does not exist (BEIR layout: corpus.jsonl, queries.jsonl, "
-                            "qrels/SPLIT.tsv)")
-  rows, first_line = {}, {}
-  with path.open("r", encoding="utf-8") as f:
-    for n, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{n}: not a JSON line ({e.msg})") from None
-      missing = [k for k in keys if not isinstance(row.get(k), str)]
-      if missing:
-        raise ValueError(f"{path}:{n}: missing string field(s) {missing}")
-      if row["_id"] in rows:  # was: the later row silently replaced the earlier one
-        raise ValueError(f"{path}:{n}: _id {row['_id']!r} again (first on line "
-                         f"{first_line[row['_id']]})")
-      rows[row["_id"]], first_line[row["_id"]] = row, n
-  if not rows:
-    raise ValueError(f"{path} holds no rows")
-  return rows
-
-
-def read_qrels(path: epath.Path) -> dict[str, dict[str, int]]:
-  """qrels/SPLIT.tsv -> {query id: {document id: relevance}}.
-
-  BEIR's files start with a header line (`query-id corpus-id score`); a first
-  line whose score is an integer is a judgement, not a header (and is kept).
-  """
-  if not path.exists():
-    raise FileNotFoundError(f"{path} does not exist (the split's judgements)")
-  qrels: dict[str, dict[str, int]] = {}
-  lines = path.read_text(encoding="utf-8").splitlines()
-  first = lines[0].split("\t") if lines else []
-  has_header = len(first) < 3 or not first[2].strip().lstrip("-").isdigit()
-  for n, line in enumerate(lines[1:] if has_header else lines, 2 if has_header else 1):
-    if not line.strip():
-      continue
-    parts = line.split("\t")
-    try:
-      query, doc, score = parts[0], parts[1], int(parts[2])
-    except (IndexError, ValueError):
-      raise ValueError(f"{path}:{n}: expected query-id<TAB>corpus-id<TAB>integer score, got "
-                       f"{line[:80]!r}") from None
-    qrels.setdefault(query, {})[doc] = score
-  if not qrels:
-    raise ValueError(f"{path} holds no judgements")
-  return qrels
-
-
-def read_beir(beir_dir: str, split: str):
-  """(corpus, queries, qrels) of a BEIR directory; qrels name only known ids."""
-  root = epath.Path(beir_dir)
-  qrels = read_qrels(root / "qrels" / f"{split}.tsv")
-  corpus = _read_jsonl(root / "corpus.jsonl", ("_id", "text"))
-  queries = _read_jsonl(root / "queries.jsonl", ("_id", "text"))
-  unknown = sorted(q for q in qrels if q not in queries)
-  if unknown:
-    raise ValueError(f"qrels/{split}.tsv judges {len(unknown)} query id(s) not in queries.jsonl, "
-                     f"e.g. {unknown[:3]}")
-  judged = {d for docs in qrels.values() for d in docs}
-  absent = sorted(judged - set(corpus))
-  if len(absent) == len(judged):  # was: scored 0.0000 with exit status 0
-    raise ValueError(f"corpus.jsonl holds none of the {len(judged)} documents qrels/{split}.tsv "
-                     f"judges (e.g. {absent[:3]}): another dataset's corpus?")
-  if absent:
-    print(f"warning: {len(absent)} of the {len(judged)} judged documents are not in corpus.jsonl "
-          f"(e.g. {absent[:3]}); they count as not retrieved", file=sys.stderr)
-  return corpus, queries, qrels
-
-
-def document_text(doc: dict) -> str:
-  """BEIR's SentenceBERT input: title and text joined by a space."""
-  return (doc.get("title", "") + " " + doc["text"]).strip()
-
-
-def search(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int,
-           block: int = 256) -> tuple[np.ndarray, np.ndarray]:
-  """Exact top-k by dot product, in blocks of queries.
-
-  Args:
-    query_emb: float32 [queries, dim].
-    doc_emb: float32 [docs, dim].
-    top_k: results per query (at most the number of documents).
-    block: queries per matmul.
-
-  Returns:
-    (scores float32 [queries, k], document indices int [queries, k]), best first.
-  """
-  k = min(top_k, len(doc_emb))
-  scores, index = [], []
-  for i in range(0, len(query_emb), block):
-    s = query_emb[i:i + block] @ doc_emb.T  # [block, docs]
-    top = np.argpartition(-s, k - 1, axis=1)[:, :k]
-    top_s = np.take_along_axis(s, top, 1)
-    order = np.argsort(-top_s, axis=1, kind="stable")
-    scores.append(np.take_along_axis(top_s, order, 1))
-    index.append(np.take_along_axis(top, order, 1))
-  return np.concatenate(scores), np.concatenate(index)
-
-
-def _faiss():
-  """The faiss module (an optional dependency).
-
-  Raises:
-    ValueError: one line saying how to install it (the programs print it without a traceback).
-  """
-  try:
-    import faiss  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise ValueError("--index hnsw needs faiss, which is not installed: pip install faiss-cpu "
-                     "(from a clone: pip install -e '.[ann]')") from None
-  return faiss
-
-
-def search_hnsw(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int, *, m: int = 32,
-                ef_construction: int = 200, ef_search: int = 128) -> tuple[np.ndarray, np.ndarray]:
-  """Approximate top-k by dot product with faiss's HNSW graph (IndexHNSWFlat).
-
-  Args:
-    query_emb: float32 [queries, dim].
-    doc_emb: float32 [docs, dim].
-    top_k: results per query (at most the number of documents).
-    m: graph neighbours per node.
-    ef_construction: candidate list length while building.
-    ef_search: candidate list length while searching (at least top_k is used); higher is
-      slower and closer to exact.
-
-  Returns:
-    (scores float32 [queries, k], document indices int [queries, k]), best first; an index
-    of -1 (score -inf) where the graph found fewer than k documents.
-  """
-  faiss = _faiss()
-  k = min(top_k, len(doc_emb))
-  index = faiss.IndexHNSWFlat(doc_emb.shape[1], m, faiss.METRIC_INNER_PRODUCT)
-  index.hnsw.efConstruction = ef_construction
-  index.add(np.ascontiguousarray(doc_emb, np.float32))
-  index.hnsw.efSearch = max(ef_search, k)
-  scores, found = index.search(np.ascontiguousarray(query_emb, np.float32), k)
-  return np.where(found >= 0, scores, -np.inf).astype(np.float32), found
-
-
-def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 256,
-             pooling: str = "mean", normalize: bool = True, batch_size: int = 32,
-             top_k: int = 100, index: str = "exact", hnsw_ef_search: int = 128,
-             quiet: bool = True) -> dict:
-  """Embeds, searches and scores one BEIR split.
-
-  Args:
-    pretrained: the checkpoint.
-    data: (corpus, queries, qrels) from `read_beir`.
-    max_length, pooling, normalize, batch_size: bert_jax.embed's options.
-    top_k: results kept per query.
-    index: 'exact' (`search`) or 'hnsw' (`search_hnsw`, approximate).
-    hnsw_ef_search: search_hnsw's ef_search.
-    quiet: False: progress lines on stderr (encoding the corpus and the queries, search).
-
-  Returns:
-    dict of REPORTED metrics plus `queries`, `documents`, `truncated_documents`, `seconds`.
-  """
-  corpus, queries, qrels = data
-  doc_ids = list(corpus)
-  query_ids = list(qrels)
-  options = dict(pooling=pooling, normalize=normalize, batch_size=batch_size,
-                 max_length=min(max_length, pretrained.config.max_position_embeddings))
-  doc_emb, doc_stats = embedding.embed(pretrained, [document_text(corpus[d]) for d in doc_ids],
-                                       progress="" if quiet else "encoding the corpus", **options)
-  query_emb, query_stats = embedding.embed(pretrained, [queries[q]["text"] for q in query_ids],
-                                           progress="" if quiet else "encoding the queries",
-                                           **options)
-  if not quiet:
-    print(f"searching: {len(query_ids):,} queries over {len(doc_ids):,} documents ({index})",
-          file=sys.stderr, flush=True)
-  # One more than asked, so that dropping a query's own id still leaves top_k.
-  if index == "hnsw":
-    scores, found = search_hnsw(query_emb, doc_emb, top_k + 1, ef_search=hnsw_ef_search)
-  else:
-    scores, found = search(query_emb, doc_emb, top_k + 1)
-  results = {}
-  for qi, q in enumerate(query_ids):
-    hits = {doc_ids[j]: float(s) for s, j in zip(scores[qi], found[qi])
-            if j >= 0 and doc_ids[j] != q}
-    results[q] = dict(list(hits.items())[:top_k])
-  metrics = retrieval_metrics.evaluate(results, qrels)
-  out = {name: metrics[name] for name in REPORTED}
-  out.update(queries=len(query_ids), documents=len(doc_ids),
-             truncated_documents=doc_stats.truncated,
-             seconds=doc_stats.seconds + query_stats.seconds)
-  return out
-
-
+# Nearest-neighbour retrieval.search: exact matmul top-k, or faiss's HNSW graph (approximate).
+retrieval.INDEXES = ("exact", "hnsw")
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   """The command line's flags (on a FlagValues of their own), parsed."""
   fv = flags.FlagValues()
@@ -241,7 +42,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                       "workdir or its checkpoints/)", flag_values=fv, required=True)
   flags.DEFINE_string("beir_dir", None, "BEIR dataset directory (corpus.jsonl, queries.jsonl, "
                       "qrels/)", flag_values=fv, required=True)
-  flags.DEFINE_string("split", "test", "qrels/SPLIT.tsv to evaluate", flag_values=fv)
+  flags.DEFINE_string("split", "test", "qrels/SPLIT.tsv to retrieval.evaluate", flag_values=fv)
   flags.DEFINE_integer("max_length", 256, "longest input, special tokens included",
                        flag_values=fv)
   flags.DEFINE_enum("pooling", "mean", embedding.POOLINGS, "how token vectors become one",
@@ -250,7 +51,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                        "--nonormalize for dot product", flag_values=fv)
   flags.DEFINE_integer("batch_size", 32, "texts per forward pass", flag_values=fv)
   flags.DEFINE_integer("top_k", 100, "results kept per query", flag_values=fv)
-  flags.DEFINE_enum("index", "exact", INDEXES, "exact matmul top-k, or an approximate "
+  flags.DEFINE_enum("index", "exact", retrieval.INDEXES, "exact matmul top-k, or an approximate "
                     "faiss HNSW graph (needs faiss-cpu)", flag_values=fv)
   flags.DEFINE_integer("hnsw_ef_search", 128, "HNSW candidate list length while searching "
                        "(higher: slower, closer to exact)", flag_values=fv)
@@ -266,11 +67,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.top_k < 1:
     raise ValueError(f"--top_k {args.top_k} must be >= 1")
   if args.index == "hnsw":
-    _faiss()  # a missing library fails before the long embedding
+    retrieval._faiss()  # a missing library fails before the long embedding
   pretrained = ckpt_lib.load_pretrained(args.checkpoint)
   embedding.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
                           args.batch_size, pairs=False)
-  data = read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
+  data = retrieval.read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
   if not args.quiet:
     corpus, _, qrels = data
     train_log.print_header("bert_jax.retrieval_eval", f"retrieval on {args.beir_dir}", [
@@ -278,9 +79,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ("data", f"{len(corpus):,} documents, {len(qrels):,} judged queries of split "
                  f"{args.split}, max_length {args.max_length}, batch {args.batch_size}"),
         ("steps", f"encode the corpus and the queries ({args.pooling} pooling), "
-                  f"{args.index} search of the top {args.top_k}"),
+                  f"{args.index} retrieval.search of the top {args.top_k}"),
         ("output", args.output or "stdout")], file=sys.stderr)
-  metrics = evaluate(pretrained, data, max_length=args.max_length,
+  metrics = retrieval.evaluate(pretrained, data, max_length=args.max_length,
                      pooling=args.pooling, normalize=args.normalize,
                      batch_size=args.batch_size, top_k=args.top_k, index=args.index,
                      hnsw_ef_search=args.hnsw_ef_search, quiet=args.quiet)
@@ -289,7 +90,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   print(f"{metrics['queries']} queries, {metrics['documents']} documents "
         f"({metrics['truncated_documents']} truncated to {args.max_length} tokens), "
         f"{metrics['seconds']:.0f} s embedding")
-  for name in REPORTED:
+  for name in retrieval.REPORTED:
     if name != "ndcg@10":
       print(f"{name}: {metrics[name]:.4f}")
   print(f"ndcg@10: {metrics['ndcg@10']:.4f}")

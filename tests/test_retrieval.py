@@ -4,6 +4,7 @@ import json
 import numpy as np
 import pytest
 
+from bert_jax.inference import retrieval
 from bert_jax.inference import retrieval_metrics
 from bert_jax.modeling import bundle
 from bert_jax import retrieval_eval
@@ -68,7 +69,7 @@ def ckpt(tmp_path_factory):
   return path
 
 
-@pytest.mark.parametrize("index", retrieval_eval.INDEXES)
+@pytest.mark.parametrize("index", retrieval.INDEXES)
 def test_a_query_equal_to_its_document_is_found_first(ckpt, tmp_path, capsys, index):
   if index == "hnsw":
     pytest.importorskip("faiss", reason="needs faiss-cpu (bert_jax[test] / [ann] installs it)")
@@ -93,15 +94,15 @@ def test_a_query_equal_to_its_document_is_found_first(ckpt, tmp_path, capsys, in
 def test_bad_beir_inputs_are_named(tmp_path):
   beir = _beir(tmp_path, ["hello world"], ["q0\td0\tone"])
   with pytest.raises(ValueError, match=r"qrels/test.tsv:2: expected query-id<TAB>corpus-id"):
-    retrieval_eval.read_beir(beir, "test")
+    retrieval.read_beir(beir, "test")
   (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq9\td0\t1\n")
   with pytest.raises(ValueError, match=r"judges 1 query id\(s\) not in queries.jsonl"):
-    retrieval_eval.read_beir(beir, "test")
+    retrieval.read_beir(beir, "test")
   (tmp_path / "corpus.jsonl").write_text('{"_id": "d0", "text": "x"}\n{"_id": "d1"\n')
   with pytest.raises(ValueError, match=r"corpus.jsonl:2: not a JSON line"):
-    retrieval_eval.read_beir(beir, "test")
+    retrieval.read_beir(beir, "test")
   with pytest.raises(FileNotFoundError, match=r"qrels/dev.tsv does not exist"):
-    retrieval_eval.read_beir(beir, "dev")
+    retrieval.read_beir(beir, "dev")
 
 
 def test_metrics_equal_pytrec_eval_on_random_runs():
@@ -132,16 +133,16 @@ def test_hnsw_recall_against_exact_search():
   docs /= np.linalg.norm(docs, axis=1, keepdims=True)
   queries = docs[rng.choice(2000, 200, replace=False)] + 0.5 * rng.normal(
       size=(200, 32)).astype(np.float32)
-  exact_scores, exact = retrieval_eval.search(queries, docs, 10)
+  exact_scores, exact = retrieval.search(queries, docs, 10)
   # Exact search is the brute-force ranking.
   np.testing.assert_array_equal(exact, np.argsort(-(queries @ docs.T), axis=1, kind="stable")[:, :10])
-  scores, found = retrieval_eval.search_hnsw(queries, docs, 10, ef_search=128)
+  scores, found = retrieval.search_hnsw(queries, docs, 10, ef_search=128)
   recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(found, exact)])
   assert recall >= 0.95, recall
   assert np.all(np.diff(scores, axis=1) <= 1e-6)  # best first
   np.testing.assert_allclose(scores, np.take_along_axis(queries @ docs.T, found, 1), rtol=1e-5)
   # A tiny candidate list is faster and misses more: the option reaches the graph.
-  _, rough = retrieval_eval.search_hnsw(queries, docs, 10, m=4, ef_search=10, ef_construction=10)
+  _, rough = retrieval.search_hnsw(queries, docs, 10, m=4, ef_search=10, ef_construction=10)
   assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(rough, exact)]) < recall
 
 
@@ -183,18 +184,18 @@ def test_qrels_header_coverage_and_duplicate_ids(tmp_path, capsys):
   both lines (not a silent replacement of the earlier document)."""
   beir = _beir(tmp_path, ["hello world", "red mat"], ["q0\td0\t1", "q1\td1\t1"])
   (tmp_path / "qrels" / "test.tsv").write_text("q0\td0\t1\nq1\td1\t2\n")  # no header
-  _, _, qrels = retrieval_eval.read_beir(beir, "test")
+  _, _, qrels = retrieval.read_beir(beir, "test")
   assert qrels == {"q0": {"d0": 1}, "q1": {"d1": 2}}
   (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq0\td0\t1\n")
-  assert retrieval_eval.read_beir(beir, "test")[2] == {"q0": {"d0": 1}}
+  assert retrieval.read_beir(beir, "test")[2] == {"q0": {"d0": 1}}
   (tmp_path / "qrels" / "test.tsv").write_text("q0\tx7\t1\nq1\tx8\t1\n")
   with pytest.raises(ValueError, match=r"corpus.jsonl holds none of the 2 documents "
                      r"qrels/test.tsv judges \(e.g. \['x7', 'x8'\]\)"):
-    retrieval_eval.read_beir(beir, "test")
+    retrieval.read_beir(beir, "test")
   (tmp_path / "qrels" / "test.tsv").write_text("q0\td0\t1\nq1\tx8\t1\n")
-  retrieval_eval.read_beir(beir, "test")
+  retrieval.read_beir(beir, "test")
   assert "1 of the 2 judged documents are not in corpus.jsonl" in capsys.readouterr().err
   with open(tmp_path / "corpus.jsonl", "a") as f:
     f.write(json.dumps({"_id": "d0", "text": "another text"}) + "\n")
   with pytest.raises(ValueError, match=r"corpus.jsonl:3: _id 'd0' again \(first on line 1\)"):
-    retrieval_eval.read_beir(beir, "test")
+    retrieval.read_beir(beir, "test")

@@ -12,6 +12,7 @@ import pytest
 from bert_jax import build_vocab
 from bert_jax import tokenize as tokenize_cli
 from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data import vocab_builder
 
 _SPECIALS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _WORDS = ["hello", "world", "un", "##aff", "##able", "x", "##x", "e", "##e", "é", "##é", "中",
@@ -183,8 +184,8 @@ def _corpus(tmp_path, n=400, seed=0):
 
 
 def test_build_wordpiece_vocab_google_order(tmp_path):
-  sentences = build_vocab.read_sentences(_corpus(tmp_path), "sentence_per_line", True, 10**6)
-  vocab = build_vocab.build_wordpiece(sentences, vocab_size=200, num_unused=3, min_count=2)
+  sentences = vocab_builder.read_sentences(_corpus(tmp_path), "sentence_per_line", True, 10**6)
+  vocab = vocab_builder.build_wordpiece(sentences, vocab_size=200, num_unused=3, min_count=2)
   assert vocab[:8] == ["[PAD]", "[unused0]", "[unused1]", "[unused2]", "[UNK]", "[CLS]",
                        "[SEP]", "[MASK]"]
   assert len(vocab) <= 200 and len(set(vocab)) == len(vocab)
@@ -211,9 +212,9 @@ def test_build_vocab_refuses_zero_max_sentences_and_an_input_without_words(tmp_p
 
 def test_sentencepiece_model_has_the_wordpiece_surface(tmp_path):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  sentences = build_vocab.read_sentences(_corpus(tmp_path, n=2000), "sentence_per_line", True,
+  sentences = vocab_builder.read_sentences(_corpus(tmp_path, n=2000), "sentence_per_line", True,
                                          10**6)
-  model = build_vocab.build_sentencepiece(sentences, str(tmp_path / "sp.model"), vocab_size=60)
+  model = vocab_builder.build_sentencepiece(sentences, str(tmp_path / "sp.model"), vocab_size=60)
   tok = tokenizer_lib.SentencePieceTokenizer(model, lowercase=True)
   assert (tok.pad_id, tok.unk_id) == (0, 1)
   assert {tok.cls_id, tok.sep_id, tok.mask_id} == {2, 3, 4}
