@@ -19,12 +19,9 @@ arguments, not donated.
 'v4-32', 'v5p-8', 'v6e-16'; the v4 / v5p number counts TensorCores, 2 per
 chip).
 """
-import dataclasses
 import os
-import re
 import sys
-import time
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 # Compile-only use of libtpu on a host without TPUs: no GCE metadata queries,
 # no exclusive lock on the TPU runtime, and JAX's own backend stays on CPU.
@@ -34,93 +31,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 from absl import flags  # noqa: E402
 import jax  # noqa: E402
-import ml_collections  # noqa: E402
-import numpy as np  # noqa: E402
 
 from bert_jax import cli  # noqa: E402
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
-from bert_jax.modeling import layers  # noqa: E402
-from bert_jax.objectives import base as objective_base  # noqa: E402
-from bert_jax.objectives import pretrain_setup  # noqa: E402
+from bert_jax.objectives import topology_compile  # noqa: E402
 from bert_jax.training import sharding  # noqa: E402
 from bert_jax.training import train_core  # noqa: E402
-
-GiB = 1 << 30
-
-
-@dataclasses.dataclass(frozen=True)
-class Chip:
-  """What the TPU runtime needs to describe a topology, and the chip's memory."""
-  runtime_name: str  # prefix of the runtime's topology name ('v5e' in 'v5e:4x4')
-  chip_config: str  # 'default' (one TensorCore per device) or 'megacore'
-  hbm_bytes: int
-  chips_per_host: tuple[int, int, int]
-  cores_per_chip: int  # how gcloud's accelerator-type number counts a chip
-
-
-CHIPS = {
-    "v4": Chip("v4", "megacore", 32 * GiB, (2, 2, 1), 2),
-    "v5e": Chip("v5e", "default", 16 * GiB, (2, 2, 1), 1),
-    "v5p": Chip("v5", "megacore", 95 * GiB, (2, 2, 1), 2),
-    "v6e": Chip("v6e", "default", 32 * GiB, (2, 2, 1), 1),
-}
-_ALIASES = {"v5litepod": "v5e", "v5": "v5p", "v6": "v6e"}
-# Chip grids of gcloud accelerator types, by chip count.
-_GRIDS_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16",
-             256: "16x16"}
-_GRIDS_3D = {4: "2x2x1", 8: "2x2x2", 16: "2x2x4", 32: "2x4x4", 64: "4x4x4", 128: "4x4x8",
-             256: "4x8x8", 512: "8x8x8", 1024: "8x8x16", 2048: "8x16x16"}
-
-# The usual mesh shape of each preset when only --preset is given.
-PRESET_SHAPES = {"data_parallel": (-1, 1, 1), "fsdp": (1, -1, 1), "fsdp_tensor": (1, -1, 2)}
-
-
-def parse_topology(topology: str) -> tuple[Chip, str]:
-  """'v5e:4x4' or 'v5litepod-16' -> (chip, the runtime's topology name)."""
-  m = re.fullmatch(r"(v\d+[a-z]*|v5litepod)([:-])([0-9x]+)", topology.strip().lower())
-  if not m:
-    raise ValueError(f"--topology {topology!r}: expected e.g. v5e:4x4, v4:2x2x4 or v4-32")
-  gen, sep, rest = m.groups()
-  gen = _ALIASES.get(gen, gen)
-  if gen not in CHIPS:
-    raise ValueError(f"--topology {topology!r}: unknown TPU generation {gen!r}; known: "
-                     f"{sorted(CHIPS)}")
-  chip = CHIPS[gen]
-  if sep == ":":
-    grid = rest
-  else:
-    if not rest.isdigit() or int(rest) % chip.cores_per_chip:
-      raise ValueError(f"--topology {topology!r}: {rest!r} is not a {gen} size")
-    chips = int(rest) // chip.cores_per_chip
-    grids = _GRIDS_3D if chip.chip_config == "megacore" else _GRIDS_2D
-    if chips not in grids:
-      raise ValueError(f"--topology {topology!r}: no known {gen} grid with {chips} chips; pass "
-                       f"the runtime name instead, e.g. {gen}:{next(iter(grids.values()))}")
-    grid = grids[chips]
-  dims = [int(d) for d in grid.split("x")]
-  want = 3 if chip.chip_config == "megacore" else 2
-  if len(dims) != want or min(dims) < 1:
-    raise ValueError(f"--topology {topology!r}: {gen} grids have {want} dimensions, got {grid!r}")
-  return chip, f"{chip.runtime_name}:{grid}"
-
-
-def topology_devices(topology: str, num_slices: int = 1) -> tuple[list[Any], Chip]:
-  """Compile-only TPU devices of a topology (needs libtpu, not a TPU)."""
-  chip, name = parse_topology(topology)
-  try:
-    import libtpu  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  except ImportError:
-    raise RuntimeError("ahead-of-time TPU compilation needs libtpu: pip install -e '.[tpu]' "
-                       "(or pip install 'jax[tpu]')") from None
-  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
-  dims = [int(d) for d in name.split(":")[1].split("x")] + [1]
-  bounds = tuple(min(b, d) for b, d in zip(chip.chips_per_host, dims))
-  if int(np.prod(dims)) <= 8 and chip.chip_config == "default":
-    bounds = tuple(dims[:3])  # v5e / v6e hosts carry up to 8 chips: one host
-  desc = topologies.get_topology_desc(
-      platform="tpu", topology_name=name, chip_config_name=chip.chip_config,
-      chips_per_host_bounds=bounds, num_slices=num_slices)
-  return list(desc.devices), chip
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -128,134 +44,6 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(","))
   except ValueError:
     raise ValueError(f"--{flag} {text!r}: expected comma-separated integers, e.g. 1,-1,1") from None
-
-
-def for_target(config: ml_collections.ConfigDict, platform: str) -> ml_collections.ConfigDict:
-  """A copy of `config` whose model 'auto' choices are the target's, not this host's.
-
-  Compiled here for a TPU topology, `model.dtype='auto'` would otherwise be the CPU host's
-  float32, `model.prng_impl='auto'` its threefry, `model.vocab_pad_multiple=0` its unpadded
-  decoder and `model.attention_impl='auto'` the host's XLA attention where a TPU runs splash
-  attention: the program, its memory and its FLOPs would not be the ones the TPU runs.
-  """
-  config = config.copy_and_resolve_references()
-  m = config.model
-  m.dtype = train_core.compute_dtype(m.dtype, platform)
-  m.prng_impl = train_core.prng_impl(m, backend=platform)
-  if "vocab_pad_multiple" in m:
-    m.vocab_pad_multiple = train_core.vocab_pad_multiple(m, platform)
-  if m.attention_impl == "auto" and layers.attention_kernel(
-      "auto", m.attention_dropout_rate > 0, m.dtype, False, 64, backend=platform) == "splash":
-    # Where it applies; XLA's attention elsewhere (DeBERTa's biased scores too), as 'auto' there.
-    m.attention_impl = "splash"
-  return config
-
-
-def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
-                       dcn_shape: Optional[tuple[int, ...]] = None,
-                       vocab_size: Optional[int] = None) -> dict[str, Any]:
-  """Lowers and compiles the pretraining step of `config` for `devices`.
-
-  Args:
-    config: a configs/pretrain.py config (batch_size, seq_len, mesh, model, ...).
-    devices: the (compile-only) devices of the target.
-    dcn_shape: slices per mesh axis for multi-slice targets.
-    vocab_size: defaults to the size of the config's tokenizer vocabulary.
-
-  Returns:
-    A dict with the compiled executable, the mesh, the model config, the
-    number of parameters and the compile time.
-  """
-  config = for_target(config, devices[0].platform)
-  pad_id = 0
-  if vocab_size is None:
-    from bert_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
-    tok = tokenizer.load_tokenizer(config.data)
-    vocab_size, pad_id = tok.vocab_size, tok.pad_id
-  mesh = sharding.make_mesh(config.mesh.shape, devices, dcn_shape)
-  rules = sharding.logical_rules(config.mesh.preset)
-  pretrain_setup.check_config(config, mesh)
-  setup = pretrain_setup.build(config, vocab_size, pad_id=pad_id)
-  target, shardings = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
-  batch_shard = sharding.batch_sharding(mesh)
-  batch = pretrain_setup.abstract_batch(config, batch_shard)
-  frozen, frozen_shardings = abstract_frozen(setup, mesh, rules)
-  step = jax.jit(
-      setup.train_step(config.optimizer.grad_accum_steps),
-      in_shardings=(shardings, batch_shard) + frozen_shardings, out_shardings=(shardings, None),
-      donate_argnums=(0,))
-  start = time.time()
-  with sharding.mesh_context(mesh, rules):
-    lowered = step.lower(target, batch, *frozen)
-    compiled = lowered.compile()
-  compile_seconds = time.time() - start
-  num_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(target.params))
-  return dict(compiled=compiled, mesh=mesh, model_config=setup.model_config, num_params=num_params,
-              compile_seconds=compile_seconds, state=target,
-              hlo_flops_per_device=unrolled_hlo_flops(config, vocab_size, pad_id) / len(devices))
-
-
-def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int,
-                       pad_id: int = 0) -> float:
-  """FLOPs of one global step, from XLA's cost analysis of the unrolled program.
-
-  Lowered (not compiled) for one CPU device: the count does not depend on the
-  target, and unlike the compiled executable's it sees every layer (XLA counts
-  a scanned layer loop's body once).
-  """
-  config = config.copy_and_resolve_references()
-  config.model.scan_layers = False
-  if config.model.attention_impl == "splash":  # a TPU kernel: XLA's attention, the same FLOPs
-    config.model.attention_impl = "xla"
-  cpu = jax.devices("cpu")[:1]
-  mesh = sharding.make_mesh((1, 1, 1), cpu)
-  rules = sharding.logical_rules("data_parallel")
-  setup = pretrain_setup.build(config, vocab_size, pad_id=pad_id)
-  target, _ = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
-  batch = pretrain_setup.abstract_batch(config, sharding.batch_sharding(mesh))
-  step = setup.train_step(config.optimizer.grad_accum_steps)
-  frozen, _ = abstract_frozen(setup, mesh, rules)
-  with sharding.mesh_context(mesh, rules):
-    return _flops(jax.jit(step).lower(target, batch, *frozen).cost_analysis())
-
-
-def abstract_frozen(setup: objective_base.Pretraining, mesh, rules) -> tuple[tuple, tuple]:
-  """The step's frozen inputs (distillation: the teacher's params), as ShapeDtypeStructs.
-
-  Sharded as bert_jax.pretrain places them (the same model's params' logical axes), and
-  () for objectives without any. The teacher is an input of the step, not in its state.
-  """
-  if setup.frozen_init is None:
-    return (), ()
-  target, shardings = sharding.abstract_state(setup.frozen_init, mesh, rules,
-                                              jax.random.PRNGKey(0))
-  return (target,), (shardings,)
-
-
-def _flops(cost) -> float:
-  if isinstance(cost, (list, tuple)):
-    cost = cost[0] if cost else None
-  return float((cost or {}).get("flops", float("nan")))
-
-
-def memory_report(compiled) -> dict[str, int]:
-  """Per-device bytes: arguments, outputs, aliased (donated), temporaries, code, and the peak.
-
-  The peak is arguments + outputs - aliased + temporaries + code: donated
-  state buffers are reused for the new state.
-  """
-  m = compiled.memory_analysis()
-  out = dict(arguments=m.argument_size_in_bytes, outputs=m.output_size_in_bytes,
-             aliased=m.alias_size_in_bytes, temporaries=m.temp_size_in_bytes,
-             code=m.generated_code_size_in_bytes)
-  out["peak"] = (out["arguments"] + out["outputs"] - out["aliased"] + out["temporaries"]
-                 + out["code"])
-  return out
-
-
-def compiled_flops(compiled) -> float:
-  """FLOPs of one step on one device, as XLA's cost analysis of the executable counts them."""
-  return _flops(compiled.cost_analysis())
 
 
 def _parse_flags(argv: Optional[Sequence[str]]):
@@ -282,7 +70,7 @@ def _parse_flags(argv: Optional[Sequence[str]]):
     raise SystemExit("bert_jax.aot_compile: --config and --topology are required "
                      "(--help lists the flags)")
   try:
-    parse_topology(fv.topology)
+    topology_compile.parse_topology(fv.topology)
   except ValueError as e:
     raise SystemExit(f"bert_jax.aot_compile: {e}") from None
   return fv
@@ -292,12 +80,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:]); exits 0 if it fits."""
   fv = _parse_flags(argv)
   config = fv.config
-  devices, chip = topology_devices(fv.topology, fv.num_slices)
+  devices, chip = topology_compile.topology_devices(fv.topology, fv.num_slices)
   with config.unlocked():
     if fv.preset:
       sharding.logical_rules(fv.preset)  # a clear error for unknown names
       config.mesh.preset = fv.preset
-      config.mesh.shape = PRESET_SHAPES[fv.preset]
+      config.mesh.shape = topology_compile.PRESET_SHAPES[fv.preset]
     if fv.mesh_shape:
       config.mesh.shape = _ints(fv.mesh_shape, "mesh_shape")
     if fv.batch_size:
@@ -309,18 +97,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   print(f"compiling {config.variant} for {fv.topology} ({len(devices)} devices) ...",
         flush=True)
   try:
-    out = compile_train_step(config, devices, dcn)
+    out = topology_compile.compile_train_step(config, devices, dcn)
   except jax.errors.JaxRuntimeError as e:
     if "RESOURCE_EXHAUSTED" not in str(e):
       raise
     print(f"DOES NOT FIT: the TPU compiler says: {str(e).splitlines()[0]}\n"
-          f"  (HBM per chip {chip.hbm_bytes / GiB:.0f} GiB; try --config.model.dtype=bfloat16, "
+          f"  (HBM per chip {chip.hbm_bytes / topology_compile.GiB:.0f} GiB; try "
+          f"--config.model.dtype=bfloat16, "
           f"--config.model.remat=full, more devices in 'fsdp', or "
           f"--config.optimizer.grad_accum_steps)")
     sys.exit(1)
   mesh, cfg = out["mesh"], out["model_config"]
-  mem = memory_report(out["compiled"])
-  flops = compiled_flops(out["compiled"])
+  mem = topology_compile.memory_report(out["compiled"])
+  flops = topology_compile.compiled_flops(out["compiled"])
   tokens = config.batch_size * config.seq_len
   masked = config.data.max_predictions_per_seq / config.seq_len
   analytic = flops_lib.train_flops_per_token(cfg, config.seq_len, masked) * tokens / len(devices)
@@ -328,7 +117,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                 if x.sharding.is_fully_replicated and x.size * x.dtype.itemsize >= 1 << 20]
 
   def gib(x):
-    return f"{x / GiB:8.3f} GiB"
+    return f"{x / topology_compile.GiB:8.3f} GiB"
   print(f"topology {fv.topology} x {fv.num_slices} slice(s): {len(devices)} devices "
         f"({devices[0].device_kind}), mesh {dict(mesh.shape)}, preset {config.mesh.preset}")
   print(f"model {config.variant}: {out['num_params'] / 1e6:.1f}M params, dtype {cfg.dtype}, "

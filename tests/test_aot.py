@@ -5,12 +5,12 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import aot_compile
 from bert_jax.modeling import bundle
 from bert_jax.modeling import flops as flops_lib
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
 from bert_jax.objectives import pretrain_setup
+from bert_jax.objectives import topology_compile
 from bert_jax.training import sharding
 from bert_jax.training import train_core
 from configs import pretrain as pretrain_config
@@ -25,7 +25,7 @@ needs_libtpu = pytest.mark.skipif(
     ("v4-32", "v4:2x2x4"), ("v4:2x2x1", "v4:2x2x1"), ("v5p-16", "v5:2x2x2"), ("v6e-256", "v6e:16x16"),
 ])
 def test_parse_topology(name, runtime):
-  assert aot_compile.parse_topology(name)[1] == runtime
+  assert topology_compile.parse_topology(name)[1] == runtime
 
 
 @pytest.mark.parametrize("name, message", [
@@ -37,12 +37,12 @@ def test_parse_topology(name, runtime):
 ])
 def test_parse_topology_errors(name, message):
   with pytest.raises(ValueError, match=message):
-    aot_compile.parse_topology(name)
+    topology_compile.parse_topology(name)
 
 
 @needs_libtpu
 def test_multislice_mesh_puts_slices_on_the_dcn_axis():
-  devices, _ = aot_compile.topology_devices("v5e:2x2", num_slices=2)
+  devices, _ = topology_compile.topology_devices("v5e:2x2", num_slices=2)
   assert len(devices) == 8
   mesh = sharding.make_mesh((2, -1, 1), devices, dcn_shape=(2, 1, 1))
   slices = np.vectorize(lambda d: d.slice_index)(mesh.devices)  # [data, fsdp, tensor]
@@ -53,14 +53,14 @@ def test_multislice_mesh_puts_slices_on_the_dcn_axis():
 @pytest.mark.slow
 @needs_libtpu
 def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
-  devices, chip = aot_compile.topology_devices("v5e:2x2")
+  devices, chip = topology_compile.topology_devices("v5e:2x2")
   assert len(devices) == 4 and devices[0].platform == "tpu"
   config = pretrain_config.get_config("tiny")
   config.update(dict(batch_size=16, seq_len=32))
   config.data.max_predictions_per_seq = 5
   config.mesh.update(dict(shape=(1, -1, 1), preset="fsdp"))
   assert config.model.dtype == "auto" and config.model.prng_impl == "auto"
-  out = aot_compile.compile_train_step(config, devices, vocab_size=30522)
+  out = topology_compile.compile_train_step(config, devices, vocab_size=30522)
   # 'auto' resolved for the TPU, not for this CPU host: bf16 compute, rbg dropout
   assert out["model_config"].dtype == "bfloat16"
   assert out["model_config"].vocab_pad_multiple == 128  # the decoder's GEMM: 30,592 wide
@@ -69,14 +69,14 @@ def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
   emb = out["state"].params["bert"]["embeddings"]["word_embeddings"]["embedding"]
   assert emb.sharding.spec == jax.sharding.PartitionSpec(None, "fsdp")
 
-  mem = aot_compile.memory_report(out["compiled"])
+  mem = topology_compile.memory_report(out["compiled"])
   state_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(out["state"]))
   # Each device holds about a quarter of the state (params + Adam moments).
   assert state_bytes / 4 <= mem["arguments"] < state_bytes / 2
   assert mem["aliased"] > 0.9 * mem["arguments"] - 4096  # donated state buffers reused
   assert mem["temporaries"] > 0 and 0 < mem["peak"] < chip.hbm_bytes
 
-  flops = aot_compile.compiled_flops(out["compiled"])
+  flops = topology_compile.compiled_flops(out["compiled"])
   analytic = flops_lib.train_flops_per_token(out["model_config"], 32, 5 / 32) * 16 * 32 / 4
   assert 0.5 < flops / analytic < 2.0, (flops, analytic)
   assert 0.8 < out["hlo_flops_per_device"] / analytic < 1.25, (out["hlo_flops_per_device"], analytic)
@@ -87,25 +87,25 @@ def test_tiny_train_step_compiles_for_v5e_2x2_under_fsdp():
 def test_the_fused_attention_recipe_compiles_splash_attention_for_a_tpu():
   """'auto' resolved for the TPU target: the encoder's full-length layers run Pallas splash
   attention (Mosaic kernels in the compiled program), the last layer's masked rows XLA's."""
-  devices, chip = aot_compile.topology_devices("v5e:2x2")
+  devices, chip = topology_compile.topology_devices("v5e:2x2")
   config = pretrain_config.get_config("tiny,fused_attention")
   config.update(dict(batch_size=16, seq_len=128))
   config.mesh.update(dict(shape=(1, -1, 1), preset="fsdp"))
   assert config.model.attention_impl == "auto"
-  assert aot_compile.for_target(config, "tpu").model.attention_impl == "splash"
-  assert aot_compile.for_target(config, "cpu").model.attention_impl == "auto"
-  out = aot_compile.compile_train_step(config, devices, vocab_size=30522)
+  assert topology_compile.for_target(config, "tpu").model.attention_impl == "splash"
+  assert topology_compile.for_target(config, "cpu").model.attention_impl == "auto"
+  out = topology_compile.compile_train_step(config, devices, vocab_size=30522)
   text = out["compiled"].as_text()
   assert "splash_mha_fwd" in text and "splash_mha_dkv" in text
   assert train_core.describe_attention(out["model_config"]).startswith("Pallas splash")
-  mem = aot_compile.memory_report(out["compiled"])
+  mem = topology_compile.memory_report(out["compiled"])
   assert 0 < mem["peak"] < chip.hbm_bytes
   analytic = flops_lib.train_flops_per_token(out["model_config"], 128, 20 / 128) * 16 * 128 / 4
   assert 0.8 < out["hlo_flops_per_device"] / analytic < 1.25
   # BERT's attention dropout is not the fused kernels': 'auto' stays the einsum path there.
   bert = pretrain_config.get_config("mini")
   assert bert.model.attention_dropout_rate == 0.1
-  assert aot_compile.for_target(bert, "tpu").model.attention_impl == "auto"
+  assert topology_compile.for_target(bert, "tpu").model.attention_impl == "auto"
 
 
 @pytest.mark.parametrize("recipe", ["electra", "deberta", "albert", "roberta"])
@@ -118,7 +118,7 @@ def test_family_analytic_flops_match_the_lowered_step(recipe):
   config = pretrain_config.get_config(f"tiny,recipe={recipe}")
   config.update(dict(batch_size=16, seq_len=32))
   config.data.max_predictions_per_seq = 5
-  hlo = aot_compile.unrolled_hlo_flops(config, 30522)
+  hlo = topology_compile.unrolled_hlo_flops(config, 30522)
   analytic = pretrain_setup.build(config, 30522).flops_per_token(32, 5 / 32) * 16 * 32
   # DeBERTa's bound is tighter: without the relative terms the ratio is 1.19.
   low, high = (0.9, 1.1) if recipe == "deberta" else (0.85, 1.2)
@@ -140,7 +140,7 @@ def test_distill_step_compiles_with_the_teacher_as_a_sharded_input(tmp_path):
                      teacher_checkpoint=str(tmp_path / "teacher")))
   config.data.max_predictions_per_seq = 5
   config.mesh.update(dict(shape=(1, -1, 1), preset="fsdp"))
-  out = aot_compile.compile_train_step(config, jax.devices("cpu")[:4], vocab_size=64)
+  out = topology_compile.compile_train_step(config, jax.devices("cpu")[:4], vocab_size=64)
   assert out["model_config"].num_layers == 1  # the student
   _, _, teacher = out["compiled"].input_shardings[0]
   emb = teacher["bert"]["embeddings"]["word_embeddings"]["embedding"]

@@ -157,7 +157,7 @@ def test_every_command_is_valid_as_written(page, argv):
     mesh = sharding.mesh_from_config(config.mesh)
   except ValueError:  # a pod's mesh (e.g. 4 x 8 devices): its keys were checked above
     return
-  check = (importlib.import_module("bert_jax.finetune").check_config
+  check = (importlib.import_module("bert_jax.finetuning.setup").check_config
            if name == "bert_jax.finetune"
            else importlib.import_module("bert_jax.objectives.pretrain_setup").check_config)
   try:
