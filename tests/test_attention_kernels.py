@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import layers
 from bert_jax.modeling import model_config
-from bert_jax.training import train_core
 from tests.fixtures.pretraining import small_config
 
 
@@ -111,22 +111,22 @@ def test_a_kernel_the_run_cannot_use_is_a_config_error_naming_the_keys(impl, rat
   config.model.attention_impl = impl
   config.model.attention_dropout_rate = rate
   with pytest.raises(ValueError, match="^bad config: " + message):
-    train_core.check_attention_impl(config.model)
+    compute_policy.check_attention_impl(config.model)
   if backend_that_can:  # an AOT target's devices
-    train_core.check_attention_impl(config.model, backend=backend_that_can)
+    compute_policy.check_attention_impl(config.model, backend=backend_that_can)
   else:
     config.model.attention_dropout_rate = 0.0
-    train_core.check_attention_impl(config.model)  # no dropout asked: the fused kernel is fine
+    compute_policy.check_attention_impl(config.model)  # no dropout asked: the fused kernel is fine
 
 
 def test_the_header_names_the_kernel_and_its_dropout():
   c = model_config.BertConfig(vocab_size=10, hidden_size=16, num_layers=1, num_heads=2,
                               intermediate_size=32, attention_dropout_rate=0.1)
-  assert train_core.describe_attention(c).startswith("einsum (explicit softmax) (attention "
+  assert compute_policy.describe_attention(c).startswith("einsum (explicit softmax) (attention "
                                                      "dropout 0.1;")
-  assert train_core.describe_attention(c, training=False).startswith("XLA fused (no attention")
+  assert compute_policy.describe_attention(c, training=False).startswith("XLA fused (no attention")
   c = c.replace(attention_dropout_rate=0.0, attention_impl="xla")
-  assert "no attention dropout; model.attention_impl='xla'" in train_core.describe_attention(c)
+  assert "no attention dropout; model.attention_impl='xla'" in compute_policy.describe_attention(c)
 
 
 def test_the_fused_attention_recipe_states_no_attention_dropout_and_keeps_hidden_dropout():
@@ -137,7 +137,7 @@ def test_the_fused_attention_recipe_states_no_attention_dropout_and_keeps_hidden
   assert fused.model.dropout_rate == base.model.dropout_rate == 0.1
   cfg = model_config.variant("base", 30522, dtype="bfloat16",
                              attention_dropout_rate=fused.model.attention_dropout_rate)
-  assert not train_core.describe_attention(cfg).startswith("einsum")
+  assert not compute_policy.describe_attention(cfg).startswith("einsum")
   kernel = layers.attention_kernel(fused.model.attention_impl, False, jnp.bfloat16, False,
                                    cfg.head_dim, backend="gpu")
   assert kernel == "cudnn"
@@ -180,6 +180,7 @@ def test_cudnn_gets_key_lengths_and_no_dense_mask_when_rows_hold_one_example(mon
   assert kw3["mask"] is mask and kw3["bias"] is not None and "key_value_seq_lengths" not in kw3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scan", [False, True])
 def test_one_example_per_row_computes_the_same_model_on_the_cpu(scan):
   """The lengths reach every layer (scanned too, and the last layer's masked rows); off a
@@ -205,7 +206,7 @@ def test_one_example_per_row_follows_the_data_and_is_never_saved():
   config = small_config("unused")
   for packing in (False, True):
     config.data.packing = packing
-    assert pretrain_setup.model_config_from(config, 64).one_example_per_row is not packing
+    assert pretrain_setup.variant_model_config(config, 64).one_example_per_row is not packing
   cfg = model_config.BertConfig(one_example_per_row=True)
   assert "one_example_per_row" not in cfg.to_dict()
   assert model_config.BertConfig.from_dict(cfg.to_dict()).one_example_per_row is False

@@ -89,6 +89,7 @@ def google(tmp_path_factory):
   return directory, (m, params), tensors
 
 
+@pytest.mark.slow
 def test_tf1_checkpoint_matches_reference(google, tmp_path):
   directory, (m, params), _ = google
   dst = str(tmp_path / "b")

@@ -78,6 +78,7 @@ def test_tfds_shards_and_sentences(tmp_path, tfds_dir):
   assert got == expected
 
 
+@pytest.mark.slow
 def test_tfds_two_hosts_cover_every_document(tmp_path, tfds_dir):
   seen = []
   for host in range(2):

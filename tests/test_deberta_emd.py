@@ -127,6 +127,7 @@ def test_emd_decode_is_two_passes_of_the_last_layer_with_query_states():
   np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_gradients_reach_the_emd_table_and_the_last_layer_with_dropout():
   config = _config().replace(dropout_rate=0.1, attention_dropout_rate=0.1)
   params = _params(config)
@@ -162,7 +163,7 @@ def test_the_deberta_recipe_has_the_emd_and_its_flops():
   with_emd = pretrain_setup.build(c, 512).flops_per_token(128, 0.15)
   c.emd = False
   without = pretrain_setup.build(c, 512).flops_per_token(128, 0.15)
-  config = pretrain_setup.model_config_from(c, 512)
+  config = pretrain_setup.variant_model_config(c, 512)
   h, per_layer = config.hidden_size, flops.encoder_params(config) / config.num_layers
   r = config.relative_span
   assert with_emd - without == pytest.approx(

@@ -57,6 +57,7 @@ def test_embeddings_are_shared_and_no_gradient_flows_through_the_sample():
   assert norm(g_rtd_generator) == 0
 
 
+@pytest.mark.slow
 def test_replaced_tokens_are_the_samples_that_differ_from_the_original():
   m = _models()
   params = nn.unbox(electra.init_fn(m, LEN, P)(jax.random.PRNGKey(0)))

@@ -177,6 +177,7 @@ def test_tied_decoder_gradients_match_autodiff(padded):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_padded_decoder_keeps_the_params_logits_and_gradients(setup):
   """BertConfig.vocab_pad_multiple pads only the MLM decoder's product (64 -> 96 rows here):
   the params keep vocab_size rows, the logits and every gradient are the unpadded ones,

@@ -61,6 +61,7 @@ def test_the_checks_see_a_bf16_scatter_and_a_conditional_where_there_is_one():
   assert re.search(r"stablehlo\.(case|if)\b", text)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("guard, norms", [("select", 1), ("cond", 2)])
 def test_the_gpu_step_computes_the_gradient_norm_once(guard, norms):
   """The step's norm and the clipping's are one computation once XLA has merged them; with

@@ -37,6 +37,7 @@ def _setup(name):
 
 
 # The optimizer sees the same gradient either way; one optimizer (AdamW) is enough here.
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["adamw"])
 def test_grad_accumulation_matches_full_batch(name):
   model, tx, sched, state = _setup(name)
