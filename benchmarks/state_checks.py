@@ -41,7 +41,7 @@ def main(argv=None):
 
   config = train_step_bench.load_config(args.config)
   config.model.dtype = "float32"
-  model_cfg = pretrain_setup.model_config_from(config, 30522)
+  model_cfg = pretrain_setup.variant_model_config(config, 30522)
   num_predictions = max(1, round(0.15 * args.seq_len))
   batch = train_step_bench.synthetic_batch(np.random.default_rng(0), args.batch_size,
                                            args.seq_len, num_predictions, 30522)

@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from bert_jax import config_help  # noqa: E402
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
 from bert_jax.modeling import model as model_lib  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
@@ -163,7 +164,7 @@ def build_ours(config, model_cfg, batch):
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   init_params = mlm_nsp.init_fn(model, batch["input_ids"].shape[1],
                                 batch["masked_lm_positions"].shape[1])
-  impl = train_core.prng_impl(config.model)
+  impl = compute_policy.prng_impl(config.model)
   state = sharding.run_init(
       lambda r: nn.unbox(train_core.init_state(init_params, tx, r, prng_impl=impl)),
       jax.random.PRNGKey(0))
@@ -284,7 +285,7 @@ class Setup:
     for item in args.set:
       set_key(config, item)
     self.config, self.args = config, args
-    self.model_cfg = pretrain_setup.model_config_from(config, args.vocab_size)
+    self.model_cfg = pretrain_setup.variant_model_config(config, args.vocab_size)
     if args.drop_mask:
       if self.model_cfg.attention_dropout_rate > 0:
         sys.exit("--drop_mask needs a fused attention kernel: set model.attention_dropout_rate=0 "
@@ -316,7 +317,7 @@ class Setup:
             f"batch {a.batch_size} x seq {a.seq_len} | "
             f"{self.num_predictions} predictions/seq | {a.dtype} | attention {m.attention_impl} "
             f"| dropout {m.dropout_rate}/{m.attention_dropout_rate} | remat {m.remat} "
-            f"| scan {m.scan_layers} | prng {train_core.prng_impl(self.config.model)}"
+            f"| scan {m.scan_layers} | prng {compute_policy.prng_impl(self.config.model)}"
             + (" | no attention mask (--drop_mask)" if a.drop_mask else "")
             + f" | XLA_FLAGS {xla_flags.describe()}")
 

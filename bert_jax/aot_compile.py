@@ -33,10 +33,10 @@ from absl import flags  # noqa: E402
 import jax  # noqa: E402
 
 from bert_jax import cli  # noqa: E402
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
 from bert_jax.objectives import topology_compile  # noqa: E402
 from bert_jax.training import sharding  # noqa: E402
-from bert_jax.training import train_core  # noqa: E402
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -123,7 +123,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   print(f"model {config.variant}: {out['num_params'] / 1e6:.1f}M params, dtype {cfg.dtype}, "
         f"remat {cfg.remat}, scan {cfg.scan_layers}; global batch {config.batch_size} x seq "
         f"{config.seq_len}, {config.optimizer.grad_accum_steps} microbatch(es)")
-  print(f"attention {train_core.describe_attention(cfg)}")
+  print(f"attention {compute_policy.describe_attention(cfg)}")
   print(f"compiled in {out['compile_seconds']:.1f} s")
   print("per-device memory:")
   for key in ("arguments", "outputs", "aliased", "temporaries", "code", "peak"):

@@ -19,6 +19,7 @@ import ml_collections
 
 from bert_jax import cli
 from bert_jax.data import sources
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
 from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import pretrain_setup
@@ -243,7 +244,7 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
       ("model", f"{config.variant} {model_cfg.model_type}: {arch}, "
                 f"vocab {tokenizer.vocab_size:,}{_decoder_padding(model_cfg)}, "
                 f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
-      ("attention", train_core.describe_attention(model_cfg)),
+      ("attention", compute_policy.describe_attention(model_cfg)),
       ("data", f"{sources.get(d.source).describe(d)}, {d.mode}, {vocab} vocab"),
       ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "
                 f"{config.optimizer.name} at {config.learning_rate:g}{resumed}"),

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from bert_jax.modeling import bundle
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
 from bert_jax.objectives import pretrain_setup
 from bert_jax.objectives import topology_compile
 from bert_jax.training import sharding
-from bert_jax.training import train_core
 from configs import pretrain as pretrain_config
 
 needs_libtpu = pytest.mark.skipif(
@@ -97,7 +97,7 @@ def test_the_fused_attention_recipe_compiles_splash_attention_for_a_tpu():
   out = topology_compile.compile_train_step(config, devices, vocab_size=30522)
   text = out["compiled"].as_text()
   assert "splash_mha_fwd" in text and "splash_mha_dkv" in text
-  assert train_core.describe_attention(out["model_config"]).startswith("Pallas splash")
+  assert compute_policy.describe_attention(out["model_config"]).startswith("Pallas splash")
   mem = topology_compile.memory_report(out["compiled"])
   assert 0 < mem["peak"] < chip.hbm_bytes
   analytic = flops_lib.train_flops_per_token(out["model_config"], 128, 20 / 128) * 16 * 128 / 4

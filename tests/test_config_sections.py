@@ -8,9 +8,9 @@ import pytest
 
 from bert_jax import config_help
 from bert_jax import pretrain
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.training import config_sections
-from bert_jax.training import train_core
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Config file, an argument of get_config.
@@ -126,7 +126,7 @@ def test_each_recipe_is_a_config_pretraining_accepts(variant):
                         "albert": ("mlm_sop", "sop", "albert"),
                         "electra": ("electra", "full_sentences", "electra"),
                         "deberta": ("mlm", "full_sentences", "deberta-v2")}
-  deberta = pretrain_setup.model_config_from(module.get_config(f"{variant},recipe=deberta"), 300)
+  deberta = pretrain_setup.variant_model_config(module.get_config(f"{variant},recipe=deberta"), 300)
   assert (deberta.position_buckets, deberta.absolute_positions, deberta.type_vocab_size) == (
       256, False, 0)
   roberta = module.get_config(f"{variant},recipe=roberta")
@@ -186,12 +186,13 @@ def test_vocab_pad_multiple_auto_pads_the_decoder_on_accelerators_only():
   Fine-tuning's model section has no key (its models have no MLM decoder): 1."""
   m = config_help.load_module(_ROOT / "configs" / "pretrain.py").get_config("tiny").model
   assert m.vocab_pad_multiple == 0
-  assert train_core.vocab_pad_multiple(m, "cpu") == 1
-  assert train_core.vocab_pad_multiple(m, "gpu") == train_core.vocab_pad_multiple(m, "tpu") == 128
+  assert compute_policy.vocab_pad_multiple(m, "cpu") == 1
+  assert (compute_policy.vocab_pad_multiple(m, "gpu") == compute_policy.vocab_pad_multiple(m, "tpu")
+          == 128)
   m.vocab_pad_multiple = 64
-  assert train_core.vocab_pad_multiple(m, "cpu") == 64
+  assert compute_policy.vocab_pad_multiple(m, "cpu") == 64
   assert "vocab_pad_multiple" not in config_sections.model()
-  assert train_core.vocab_pad_multiple(config_sections.model(), "gpu") == 1
+  assert compute_policy.vocab_pad_multiple(config_sections.model(), "gpu") == 1
   header = pretrain._decoder_padding  # the run header's model line
   assert header(BertConfig(vocab_size=30522, vocab_pad_multiple=128)) == (
       " (MLM decoder padded to 30,592)")

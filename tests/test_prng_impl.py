@@ -5,7 +5,7 @@ import os
 import pytest
 
 from bert_jax import pretrain
-from bert_jax.training import train_core
+from bert_jax.modeling import compute_policy
 from tests.fixtures.pretraining import logged_losses
 from tests.fixtures.pretraining import small_config
 
@@ -29,8 +29,9 @@ def test_unsafe_rbg_dropout_resumes_exactly_and_is_not_threefry(corpus, tmp_path
 def test_auto_is_threefry_on_the_cpu_and_rbg_on_accelerators():
   class Model(dict):
     prng_impl = "auto"
-  assert train_core.prng_impl(Model(), "cpu") == "threefry2x32"
-  assert train_core.prng_impl(Model(), "gpu") == train_core.prng_impl(Model(), "tpu") == "unsafe_rbg"
+  assert compute_policy.prng_impl(Model(), "cpu") == "threefry2x32"
+  assert (compute_policy.prng_impl(Model(), "gpu") == compute_policy.prng_impl(Model(), "tpu")
+          == "unsafe_rbg")
 
 
 def test_an_unknown_prng_impl_is_a_config_error(corpus, tmp_path):

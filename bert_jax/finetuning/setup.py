@@ -11,6 +11,7 @@ import optax
 
 from bert_jax.data import length_buckets
 from bert_jax.modeling import bundle
+from bert_jax.modeling import compute_policy
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
@@ -33,11 +34,10 @@ def check_config(config, mesh) -> None:
   if config.data_source == "tfds":
     optional_tensorflow.require_tfds("bad config: data_source='tfds'")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
-  config_sections.check_model(config.model)
+  compute_policy.check(config.model)
   config_sections.check_minimums(config, config_sections.MINIMUMS)
   if config.max_train_examples < 0:
     bad(f"max_train_examples must be >= 0 (0: all), got {config.max_train_examples}")
-  train_core.check_attention_impl(config.model)
   if config.num_epochs <= 0 and not config.eval_only:
     bad(f"num_epochs must be positive, got {config.num_epochs}")
   opt_lib.check_config(config.optimizer, config.learning_rate)
@@ -125,7 +125,7 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
       f"{task.name}",
       [("model", f"{arch}, {params / 1e6:.1f}M params, from {pretrained.source} (heads "
                  f"{list(bundle.heads_of(pretrained.params))})"),
-       ("attention", train_core.describe_attention(model_cfg, training=not config.eval_only)),
+       ("attention", compute_policy.describe_attention(model_cfg, training=not config.eval_only)),
        ("data", f"{task.name}{f' from {source}' if source else ''}: {data}; max_seq_length "
                 f"{config.max_seq_length}"),
        ("steps", steps),
@@ -151,7 +151,7 @@ def optimizer(config, task_model: task_lib.TaskModel, model_cfg, total_steps: in
     shapes = nn.unbox(jax.eval_shape(params_init, jax.random.PRNGKey(0)))
     tx = optax.chain(tx, opt_lib.scale_updates(opt_lib.layerwise_scales(
         shapes, model_cfg.num_layers, config.layerwise_lr_decay)))
-  impl = train_core.prng_impl(config.model)
+  impl = compute_policy.prng_impl(config.model)
   init_fn = lambda rng: train_core.init_state(params_init, tx, rng, impl)  # noqa: E731
   return tx, schedule, init_fn, impl
 
@@ -180,7 +180,7 @@ def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) 
 def task_model_for(config, pretrained: ckpt_lib.Pretrained):
   """(model config, task model) of the run on `pretrained`; its sequences must fit the
   checkpoint's position table, and eval_only needs the task's own head in it."""
-  model_cfg = train_core.model_config_from(  # eval is never packed; training is as it says
+  model_cfg = compute_policy.model_config_from(  # eval is never packed; training is as it says
       config.model, pretrained.config, one_example_per_row=not config.packing)
   if config.max_seq_length > model_cfg.max_position_embeddings:
     raise ValueError(f"bad config: max_seq_length {config.max_seq_length} does not fit "

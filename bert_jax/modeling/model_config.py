@@ -92,7 +92,7 @@ class BertConfig:
   # A property of the run's rows, not of the model (never saved): each row holds one example,
   # real tokens first (unpacked, right-padded). cuDNN's fused attention then takes key lengths
   # (its padding mode) instead of the dense [batch, 1, len, len] mask, which it would turn
-  # into a bias. Set by the run (train_core.model_config_from); packed rows keep the mask.
+  # into a bias. Set by the run (compute_policy.model_config_from); packed rows keep the mask.
   one_example_per_row: bool = False
   # A compute layout (never saved; the params keep vocab_size rows): the tied MLM decoder
   # multiplies by the word embeddings padded with zero rows to a multiple of this many, so

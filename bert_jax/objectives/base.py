@@ -10,6 +10,7 @@ import jax
 import ml_collections
 import optax
 
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import model_config as model_config_lib
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import train_core
@@ -46,7 +47,7 @@ class Pretraining:
   start_from: Optional[ckpt_lib.Pretrained] = None
   place_frozen: Optional[Callable[[Any, Any], tuple[Any, Any]]] = None
   frozen_init: Optional[Callable[[jax.Array], Any]] = None
-  prng_impl: str = train_core.THREEFRY
+  prng_impl: str = compute_policy.THREEFRY
 
   def train_step(self, grad_accum_steps: int):
     return train_core.make_train_step(self.objective, self.tx, self.schedule, grad_accum_steps,

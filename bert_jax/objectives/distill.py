@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
@@ -222,7 +223,7 @@ def build(config, inputs: base.BuildInputs) -> base.Pretraining:
     raise ValueError(f"teacher_checkpoint {config.teacher_checkpoint}: vocab_size "
                      f"{teacher.config.vocab_size}, the data's tokenizer has {inputs.vocab_size};"
                      " set data.vocab_file / data.tokenizer to the teacher's vocab")
-  teacher_cfg = train_core.model_config_from(config.model, teacher.config,
+  teacher_cfg = compute_policy.model_config_from(config.model, teacher.config,
                                              one_example_per_row=not config.data.packing)
   student_cfg = student_config(teacher_cfg, layers)
   teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)

@@ -15,6 +15,7 @@ from bert_jax.data import sources
 from bert_jax.inference import mask_filling
 from bert_jax.members import registry as members
 from bert_jax.modeling import bundle
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import model_config as model_config_lib
 from bert_jax.objectives import base as objective_base
 from bert_jax.objectives import registry as objective_registry
@@ -101,7 +102,6 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     readers = [n for n in names if objective_registry.get(n).reads_teacher]
     bad(f"teacher_checkpoint is only read by objective={' or '.join(map(repr, readers))}, not "
         f"{config.objective!r}")
-  config_sections.check_model(config.model)
   config_sections.check_minimums(config, config_sections.MINIMUMS)
   if config.on_nan not in ("stop", "skip"):
     bad(f"on_nan {config.on_nan!r} not in ['stop', 'skip']")
@@ -115,7 +115,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.warmup_steps < 0:
     bad(f"warmup_steps must be >= 0, got {config.warmup_steps}")
   train_core.check_batch_config(config, mesh)
-  train_core.check_attention_impl(config.model, mesh.devices.flat[0].platform)
+  compute_policy.check(config.model, mesh.devices.flat[0].platform)
   known = set(traverse_util.flatten_dict(config.to_dict(), sep=".")) | {"mesh."}
   unknown = [k for k in _allowed_changes(config) if k not in known]
   if unknown:
@@ -124,7 +124,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
     bad(f"init_checkpoint {config.init_checkpoint} does not exist")
   if config.init_checkpoint:  # its architecture, before the data is read (vocab checked later)
     stored = ckpt_lib.read_model_config(config.init_checkpoint)
-    bundle.check_arch(stored, model_config_from(config, stored.vocab_size, stored.pad_token_id),
+    bundle.check_arch(stored, variant_model_config(config, stored.vocab_size, stored.pad_token_id),
                       config.init_checkpoint)
 
 
@@ -138,12 +138,12 @@ def abstract_batch(config: ml_collections.ConfigDict,
           for name, (dtype, shape) in schema.items()}
 
 
-def model_config_from(config: ml_collections.ConfigDict, vocab_size: int,
+def variant_model_config(config: ml_collections.ConfigDict, vocab_size: int,
                       pad_id: int = 0) -> model_config_lib.BertConfig:
   """The BertConfig of a pretraining config and the tokenizer's vocab size and padding id."""
   base = model_config_lib.for_pretraining(model_config_lib.variant(config.variant, vocab_size),
                                           config.model_type, pad_id)
-  return train_core.model_config_from(config.model, base,
+  return compute_policy.model_config_from(config.model, base,
                                       one_example_per_row=not config.data.packing)
 
 
@@ -162,6 +162,6 @@ def build(config: ml_collections.ConfigDict, vocab_size: int,
   """
   tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
                                         config.warmup_steps, config.total_steps)
-  inputs = objective_base.BuildInputs(model_config_from(config, vocab_size, pad_id), vocab_size,
-                                      vocab, tx, schedule, train_core.prng_impl(config.model))
+  inputs = objective_base.BuildInputs(variant_model_config(config, vocab_size, pad_id), vocab_size,
+                                      vocab, tx, schedule, compute_policy.prng_impl(config.model))
   return objective_registry.get(config.objective).build(config, inputs)

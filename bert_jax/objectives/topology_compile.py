@@ -11,11 +11,11 @@ import jax
 import ml_collections
 import numpy as np
 
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import layers
 from bert_jax.objectives import base as objective_base
 from bert_jax.objectives import pretrain_setup
 from bert_jax.training import sharding
-from bert_jax.training import train_core
 
 
 GiB = 1 << 30
@@ -117,10 +117,10 @@ def for_target(config: ml_collections.ConfigDict, platform: str) -> ml_collectio
   """
   config = config.copy_and_resolve_references()
   m = config.model
-  m.dtype = train_core.compute_dtype(m.dtype, platform)
-  m.prng_impl = train_core.prng_impl(m, backend=platform)
+  m.dtype = compute_policy.compute_dtype(m.dtype, platform)
+  m.prng_impl = compute_policy.prng_impl(m, backend=platform)
   if "vocab_pad_multiple" in m:
-    m.vocab_pad_multiple = train_core.vocab_pad_multiple(m, platform)
+    m.vocab_pad_multiple = compute_policy.vocab_pad_multiple(m, platform)
   if m.attention_impl == "auto" and layers.attention_kernel(
       "auto", m.attention_dropout_rate > 0, m.dtype, False, 64, backend=platform) == "splash":
     # Where it applies; XLA's attention elsewhere (DeBERTa's biased scores too), as 'auto' there.

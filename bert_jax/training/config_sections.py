@@ -84,7 +84,7 @@ def model() -> ml_collections.ConfigDict:
   # 'xla', 'cudnn' and 'splash' apply no attention dropout: they need attention_dropout_rate 0).
   m.attention_impl = "auto"
   # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
-  # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.training.train_core.prng_impl).
+  # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.modeling.compute_policy.prng_impl).
   # With 'rbg'/'unsafe_rbg' dropout draws 16 bits per element (a rate within 0.1% of a multiple
   # of 1/65536, 0.1 -> 6554/65536; bert_jax.modeling.layers.keep_mask).
   m.prng_impl = "auto"
@@ -105,17 +105,6 @@ def compile_cache(c: ml_collections.ConfigDict) -> None:
   # (JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/bert_jax/jax), a directory, or 'off'.
   # A second run with the same shapes loads its compiled steps (bert_jax/runtime/compile_cache.py).
   c.compile_cache = "auto"
-
-
-def check_model(m: ml_collections.ConfigDict) -> None:
-  """Refuses model-section values out of range, naming the key (a ValueError)."""
-  for key in ("dropout_rate", "attention_dropout_rate"):
-    if not 0.0 <= m[key] < 1.0:
-      raise ValueError(f"bad config: model.{key} must be in [0, 1), got {m[key]}")
-  from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top
-  if "prng_impl" in m:
-    train_core.prng_impl(m)  # raises naming the key
-  train_core.vocab_pad_multiple(m, "cpu")  # likewise
 
 
 def check_minimums(config: ml_collections.ConfigDict, minimums: dict) -> None:

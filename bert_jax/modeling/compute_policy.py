@@ -1,0 +1,146 @@
+"""A run's compute and attention policy, in one place: the model config a run computes with
+(dtype, attention kernel, vocab padding, scan, remat, dropout), what its devices allow
+(cuDNN needs a GPU, splash a TPU, the fused kernels apply no attention dropout), its dropout
+PRNG, and the words its header uses for them. Pretraining, fine-tuning, the AOT compile and
+inference take them from here."""
+from typing import Any, Optional
+
+import jax
+
+from bert_jax.modeling import layers
+from bert_jax.modeling import model_config as model_config_lib
+
+
+THREEFRY = "threefry2x32"
+
+
+PRNG_IMPLS = (THREEFRY, "rbg", "unsafe_rbg")
+
+
+def prng_impl(model_section: Any, backend: Optional[str] = None) -> str:
+  """The dropout PRNG of a run: model.prng_impl, 'auto' resolved for the backend.
+
+  'auto' is threefry on the CPU (the losses of every earlier CPU run, bit for bit) and
+  'unsafe_rbg' on accelerators (XLA's RngBitGenerator: the hardware generator on a TPU,
+  Philox on a GPU, instead of about 0.6G threefry draws a step at base; MaxText's choice).
+  Only the state's key follows it: params are initialised with threefry either way.
+  """
+  name = model_section.prng_impl
+  if name == "auto":
+    return THREEFRY if (backend or jax.default_backend()) == "cpu" else "unsafe_rbg"
+  if name not in PRNG_IMPLS:
+    raise ValueError(f"bad config: model.prng_impl {name!r} not in {('auto',) + PRNG_IMPLS}")
+  return name
+
+
+def compute_dtype(name: str, platform: Optional[str] = None) -> str:
+  """'auto' -> bfloat16 on accelerators, float32 on CPU (of `platform`, default this
+  process's devices'); other names unchanged."""
+  if name != "auto":
+    return name
+  return "float32" if (platform or jax.devices()[0].platform) == "cpu" else "bfloat16"
+
+
+# model.vocab_pad_multiple=0 (auto) on accelerators. On the CPU it stays 1: the padded program
+# rounds differently there in the last bits, and CPU losses stay those of every earlier run.
+ACCELERATOR_VOCAB_PAD = 128
+
+
+def vocab_pad_multiple(model_section: Any, platform: Optional[str] = None) -> int:
+  """model.vocab_pad_multiple with 0 (auto) resolved for `platform` (default this process's
+  devices'): 128 on GPU/TPU, 1 on the CPU; a section without the key (fine-tuning, whose
+  models have no MLM decoder): 1."""
+  n = model_section.get("vocab_pad_multiple", 1)
+  if not isinstance(n, int) or n < 0:
+    raise ValueError(f"bad config: model.vocab_pad_multiple must be an int >= 0 (0: auto), "
+                     f"got {n!r}")
+  if n:
+    return n
+  return 1 if (platform or jax.devices()[0].platform) == "cpu" else ACCELERATOR_VOCAB_PAD
+
+
+def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
+                      one_example_per_row: bool = False) -> model_config_lib.BertConfig:
+  """`base` (a checkpoint's or a variant's architecture) with a run's compute options.
+
+  Args:
+    model_section: a config's `model` section (bert_jax.training.config_sections.model()).
+    base: the architecture.
+    one_example_per_row: the run's rows are unpacked and right-padded (cuDNN's attention
+      then masks by key lengths; BertConfig.one_example_per_row). False for packed rows.
+
+  Returns:
+    The BertConfig the run computes with.
+  """
+  m = model_section
+  return base.replace(dtype=compute_dtype(m.dtype), attention_impl=m.attention_impl,
+                      scan_layers=m.scan_layers, remat=m.remat, dropout_rate=m.dropout_rate,
+                      attention_dropout_rate=m.attention_dropout_rate,
+                      one_example_per_row=one_example_per_row,
+                      vocab_pad_multiple=vocab_pad_multiple(m))
+
+
+def check(model_section: Any, backend: Optional[str] = None) -> None:
+  """The one check of a run's `model` section: what it asks is in range and its devices can
+  do it (dropout rates, the dropout PRNG, vocab padding, the attention kernel against the
+  backend and attention dropout).
+
+  Args:
+    model_section: a config's `model` section.
+    backend: the platform of the run's devices (None: JAX's default backend; a TPU topology
+      compiled ahead of time on a CPU host is 'tpu').
+
+  Raises:
+    ValueError: one line naming the key, and what to use instead.
+  """
+  m = model_section
+  for key in ("dropout_rate", "attention_dropout_rate"):
+    if not 0.0 <= m[key] < 1.0:
+      raise ValueError(f"bad config: model.{key} must be in [0, 1), got {m[key]}")
+  if "prng_impl" in m:
+    prng_impl(m)  # raises naming the key
+  vocab_pad_multiple(m, "cpu")  # likewise
+  check_attention_impl(m, backend)
+
+
+def check_attention_impl(model_section: Any, backend: Optional[str] = None) -> None:
+  """The attention kernel can do what the config asks, on the run's devices.
+
+  model.attention_impl='cudnn' needs a GPU (elsewhere JAX fails at the first step with
+  "cuDNN is not detected"), 'splash' a TPU, and the fused kernels ('xla',
+  'cudnn', 'splash') apply no attention dropout (they trained without it, silently, with a
+  nonzero rate). `backend`: the platform of the run's devices (None: JAX's default backend;
+  a TPU topology compiled ahead of time on a CPU host is 'tpu').
+
+  Raises:
+    ValueError: naming the keys, and what to use instead.
+  """
+  m = model_section
+  backend = backend or jax.default_backend()
+  needs = {"cudnn": ("gpu", "an NVIDIA GPU"), "splash": ("tpu", "a TPU")}
+  if m.attention_impl in needs and backend != needs[m.attention_impl][0]:
+    raise ValueError(f"bad config: model.attention_impl={m.attention_impl!r} needs "
+                     f"{needs[m.attention_impl][1]}; JAX runs on {backend} here: use 'auto' "
+                     "(or 'xla')")
+  if m.attention_impl in layers.FUSED_KERNELS and m.attention_dropout_rate > 0:
+    raise ValueError(f"bad config: model.attention_impl={m.attention_impl!r} applies no attention "
+                     f"dropout and model.attention_dropout_rate={m.attention_dropout_rate:g} asks "
+                     "for it: set model.attention_dropout_rate=0 (as MosaicBERT trains) or "
+                     "model.attention_impl='auto' (the einsum path while dropout is on)")
+
+
+def describe_attention(model_cfg: model_config_lib.BertConfig, training: bool = True) -> str:
+  """The run header's words for the attention kernel in use and the dropout it applies."""
+  c = model_cfg  # DeBERTa's relative terms (max_relative_positions > 0) are an additive bias
+  dropout = training and c.attention_dropout_rate > 0
+  kernel = layers.attention_kernel(c.attention_impl, dropout, c.dtype,
+                                   c.max_relative_positions > 0, c.head_dim)
+  words = {"einsum": "einsum (explicit softmax)", "xla": "XLA fused",
+           "cudnn": "cuDNN fused flash", "splash": "Pallas splash (TPU flash)"}[kernel]
+  if kernel == "cudnn":
+    words += ", masked by key lengths" if c.one_example_per_row else ", masked by a dense bias"
+  if kernel == "splash":
+    words += (", masked by segment ids where the length is a multiple of 128, XLA fused "
+              "elsewhere")
+  rate = f"attention dropout {c.attention_dropout_rate:g}" if dropout else "no attention dropout"
+  return f"{words} ({rate}; model.attention_impl={c.attention_impl!r})"
