@@ -34,12 +34,7 @@ from tests.fixtures.finetuning import glue_config
 from tests.fixtures.finetuning import mrpc_rows
 from tests.fixtures.finetuning import random_bundle
 from tests.fixtures.finetuning import squad_config
-from tests.fixtures.finetuning import squad_json
 from tests.fixtures.repo import load_config
-
-# test_readme_walkthrough.py still reads these two from this module.
-from tests.fixtures.finetuning import SENTENCES  # noqa: E402,F401  pylint: disable=unused-import
-_squad_json = squad_json
 
 
 @pytest.fixture(scope="module")

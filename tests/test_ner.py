@@ -21,8 +21,6 @@ from tests.fixtures.finetuning import conll
 from tests.fixtures.finetuning import random_bundle
 from tests.fixtures.repo import load_config
 
-_conll = conll  # test_readme_walkthrough.py still reads it from this module
-
 # (gold, predicted) sentence lists: IOB1 (CoNLL-2003's I- starts) and IOB2 edge cases.
 EDGE_CASES = [
     # IOB1: I- starts a chunk after O, B- only between two chunks of one type.
