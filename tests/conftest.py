@@ -47,12 +47,15 @@ from tests.tokenizer_fixtures import albert_dir, bpe_dir, deberta_dir  # noqa: E
 from tests.fixtures import finetuning  # noqa: E402
 from tests.fixtures import pretraining  # noqa: E402
 
-SHARED_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+# Optional real public data (vocabularies, GLUE, SQuAD, CoNLL-2003, BEIR, STS-B in the layout
+# its README describes): $BERT_JAX_REAL_DATA, else a shared/data folder beside the repository.
+SHARED_DATA = pathlib.Path(os.environ.get("BERT_JAX_REAL_DATA") or
+                           pathlib.Path(__file__).resolve().parents[2] / "shared" / "data")
 
 
 @pytest.fixture
 def shared_data():
-  """The optional ../shared/data folder; tests that need it skip without it."""
+  """The optional real-data folder; tests that need it skip without it."""
   if not SHARED_DATA.is_dir():
     pytest.skip(f"needs the real-data folder {SHARED_DATA} (not part of the core suite)")
   return SHARED_DATA

@@ -4,8 +4,8 @@ Core tests train tiny tokenizers into tmp_path (a BPE with the `tokenizers`
 library, unigram models with `sentencepiece`) and compare ids, single and pair
 inputs with transformers' fast tokenizers built from the same files; the
 pipeline tests pretrain-batch with them. The real roberta-base, albert-base-v2
-and deberta-v3-base files of ../shared/data are compared on a sample of the
-real text at the end (skipped without that folder); every line is
+and deberta-v3-base files of the optional real-data folder (tests/conftest.py) are
+compared on a sample of the real text at the end (skipped without that folder); every line is
 `python benchmarks/tokenizer_parity.py --only family`.
 """
 import io
@@ -223,7 +223,7 @@ def test_nsp_mode_is_refused_for_roberta_pairs(tmp_path, bpe_dir):
     _pipeline(tmp_path, str(bpe_dir), mode="nsp")
 
 
-# -- The real tokenizer files (../shared/data) -----------------------------------------
+# -- The real tokenizer files (the optional real-data folder) ---------------------------
 
 
 def _real_lines(data_dir):

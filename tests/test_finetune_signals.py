@@ -82,6 +82,7 @@ def test_a_signal_at_any_moment_leaves_the_export_or_a_checkpoint_that_finishes_
     _assert_same(_results(workdir), _results(straight))
 
 
+@pytest.mark.slow
 def test_sigterm_exits_143_after_saving(pretrained, glue_dir, tmp_path, monkeypatch):
   monkeypatch.setattr(stop_signals, "StopSignals", _SignalAt)
   _SignalAt.at, _SignalAt.reads = 2, 0
@@ -122,6 +123,7 @@ def test_a_finished_workdir_is_never_replaced_by_another_run(pretrained, glue_di
   assert json.loads((workdir / "run.json").read_text())["config"]["learning_rate"] == 1e-3
 
 
+@pytest.mark.slow
 def test_a_long_evaluation_says_how_far_it_is(pretrained, glue_dir, tmp_path, monkeypatch,
                                               capsys):
   monkeypatch.setattr(evaluation, "PROGRESS_SECONDS", 0.0)  # every batch counts as long

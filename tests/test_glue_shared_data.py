@@ -1,4 +1,5 @@
-"""Optional: the GLUE TSV reader on the real files in ../shared/data/glue.
+"""Optional: the GLUE TSV reader on the real files of the optional real-data folder
+(tests/conftest.py).
 
 The reference is TFDS's own GLUE builder (`_generate_examples`), run on the same
 files: every text and label must agree, in order. Skips without the folder.
@@ -9,7 +10,7 @@ import pytest
 from bert_jax.runtime import cpu_tensorflow
 from bert_jax.tasks import glue
 
-# Rows per split, from ../shared/data/README.md (test sizes from the files).
+# Rows per split, from the real-data folder's README.md (test sizes from the files).
 _ROWS = {
     "cola": {"train": 8551, "dev": 1043, "test": 1063},
     "mrpc": {"train": 3668, "dev": 408, "test": 1725},

@@ -19,6 +19,7 @@ from bert_jax import pretrain
 from bert_jax.runtime import checksum
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import train_core
+from tests.fixtures.pretraining import OBJECTIVES
 from tests.fixtures.pretraining import WORDS
 from tests.fixtures.pretraining import logged_losses
 from tests.fixtures.pretraining import small_config
@@ -34,29 +35,6 @@ class _Compiles(logging.Handler):
     self.messages.append(record.getMessage())
 
 
-# Each objective's config overrides and the metrics it must log.
-OBJECTIVES = {
-    "mlm_nsp": ({}, ("mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")),
-    "mlm_sop": ({"objective": "mlm_sop", "data.mode": "sop", "data.masking": "ngram"},
-                ("mlm_loss", "mlm_accuracy", "sop_loss", "sop_accuracy")),
-    "mlm": ({"objective": "mlm", "data.mode": "full_sentences", "data.packing": True},
-            ("mlm_loss", "mlm_accuracy")),
-    # DeBERTa-v3's encoder (recipe=deberta), packed rows: disentangled attention in training,
-    # and the MLM head on the enhanced mask decoder (exported and read back by fill-mask).
-    "deberta": ({"model_type": "deberta-v2", "objective": "mlm", "data.mode": "full_sentences",
-                 "data.packing": True, "emd": True}, ("mlm_loss", "mlm_accuracy")),
-    # ELECTRA (which samples from the generator's logits) and distillation (which compares
-    # the teacher's and the student's) run with the MLM decoder padded (128: 30,522 -> 30,592).
-    "electra": ({"objective": "electra", "data.mode": "full_sentences",
-                 "model.vocab_pad_multiple": 128},
-                ("mlm_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy", "rtd_replaced_recall",
-                 "rtd_auc")),
-    # The teacher is the mlm_nsp run's export (tiny: 2 layers; the student has 1).
-    "distill": ({"objective": "distill", "teacher_checkpoint": "<mlm_nsp run>",
-                 "model.vocab_pad_multiple": 128},
-                ("distill_loss", "mlm_loss", "cos_loss", "student_mlm_accuracy",
-                 "teacher_mlm_accuracy")),
-}
 _STRAIGHT = {}
 
 

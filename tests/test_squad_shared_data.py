@@ -1,4 +1,5 @@
-"""Optional: SQuAD reading, features, post-processing and scoring on ../shared/data/squad.
+"""Optional: SQuAD reading, features, post-processing and scoring on the real SQuAD files
+of the optional real-data folder (tests/conftest.py).
 
 Skips without the folder.
 """

@@ -1,7 +1,7 @@
 """Optional: token ids vs BertTokenizerFast on a sample of the real shared text.
 
-Needs ../shared/data (skips without it). The full check of every line is
-`python benchmarks/tokenizer_parity.py`.
+Needs the optional real-data folder (tests/conftest.py; skips without it). The full check of
+every line is `python benchmarks/tokenizer_parity.py`.
 """
 import json
 

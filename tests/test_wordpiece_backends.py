@@ -5,7 +5,7 @@ embed and fill_mask use in a process that has not loaded TensorFlow; 'tf-text' w
 has (wordpiece.host_backend). Here both run in one process on the same texts: tricky strings
 and every character whose Unicode category has not changed since Unicode 3.2
 (always), and the shared real text (GLUE, SQuAD, CoNLL, the corpus; skips
-without ../shared/data). tests/test_without_tensorflow.py runs the programs
+without the optional real-data folder). tests/test_without_tensorflow.py runs the programs
 without TensorFlow.
 """
 import functools

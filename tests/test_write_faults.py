@@ -47,6 +47,7 @@ def test_a_failed_write_leaves_the_previous_file_and_no_temporary_one(tmp_path):
   assert [p.name for p in (tmp_path / "d").iterdir()] == ["new.txt"] and not _leftovers(tmp_path)
 
 
+@pytest.mark.slow  # the session's pretraining run (about 20 s) unless built already
 def test_convert_to_hf_on_a_full_disk_leaves_no_folder_and_keeps_an_earlier_one(
     pretrained, tmp_path, monkeypatch):
   import safetensors.numpy  # pylint: disable=g-import-not-at-top
@@ -113,6 +114,7 @@ def test_tokenize_with_the_casing_its_vocab_cannot_read_is_one_line():
   assert out.getvalue() == "hello world\n"
 
 
+@pytest.mark.slow  # the session's pretraining run (about 20 s) unless built already
 def test_squad_v2_data_under_the_v1_config_is_refused_before_training(pretrained, squad_dir,
                                                                       tmp_path):
   from bert_jax import finetune  # pylint: disable=g-import-not-at-top
@@ -124,6 +126,7 @@ def test_squad_v2_data_under_the_v1_config_is_refused_before_training(pretrained
   assert not (tmp_path / "run" / "finetune_checkpoints").exists()
 
 
+@pytest.mark.slow  # the session's pretraining run (about 20 s) unless built already
 def test_a_checkpoint_deleted_while_it_is_read_is_read_again_at_the_newest(
     pretrained, tmp_path, monkeypatch):
   run = tmp_path / "run"

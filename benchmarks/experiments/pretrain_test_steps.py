@@ -19,7 +19,7 @@ import time
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))  # the repository root
 
 from bert_jax import pretrain  # noqa: E402
-from tests import test_pretrain as tp  # noqa: E402  (OBJECTIVES: the tests' overrides)
+from tests.fixtures import pretraining as tp  # noqa: E402  (OBJECTIVES: the tests' overrides)
 from tests.fixtures import pretraining as fx  # noqa: E402  (the tests' corpus and config)
 
 

@@ -382,7 +382,7 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
     (tmp / "tokenizer_config.json").write_text(json.dumps(tok, indent=2) + "\n")
     out.mkdir(parents=True, exist_ok=True)
     for f in sorted(tmp.iterdir()):
-      f.rename(out / f.name)
+      f.replace(out / f.name)  # each file whole: the old one until the new one is there
   finally:
     if tmp.exists():
       tmp.rmtree()
