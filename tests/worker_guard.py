@@ -44,6 +44,14 @@ def pytest_runtest_logfinish(nodeid, location):  # pylint: disable=unused-argume
     pass
 
 
-def pytest_sessionfinish(session):  # pylint: disable=unused-argument
+def pytest_sessionfinish(session):
   if _OWN_RUN_DIR:
     shutil.rmtree(RUN_DIR, ignore_errors=True)
+  # A run whose tests all passed leaves no folder in the temp directory: the retention policy
+  # (pytest.ini) drops a passed test's tmp_path, not the folders fixtures made with
+  # tmp_path_factory (hundreds of MB). The controller (or a run without workers) removes the
+  # run's base folder once every worker has ended; a run with a failure keeps it whole.
+  factory = getattr(session.config, "_tmp_path_factory", None)
+  if (session.testsfailed == 0 and factory is not None
+      and not hasattr(session.config, "workerinput")):
+    shutil.rmtree(factory.getbasetemp(), ignore_errors=True)
