@@ -36,6 +36,7 @@ from bert_jax import cli  # noqa: E402
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
 from bert_jax.objectives import topology_compile  # noqa: E402
+from bert_jax.runtime import train_log  # noqa: E402
 from bert_jax.training import sharding  # noqa: E402
 
 
@@ -96,8 +97,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
          else (fv.num_slices, 1, 1))
   print(f"compiling {config.variant} for {fv.topology} ({len(devices)} devices) ...",
         flush=True)
-  try:
-    out = topology_compile.compile_train_step(config, devices, dcn)
+  try:  # a line every 10 s while the compiler works (base on v5e:4x4: minutes)
+    with train_log.Heartbeat(f"compiling {config.variant} for {fv.topology}", every=10.0,
+                             at_start=False):
+      out = topology_compile.compile_train_step(config, devices, dcn)
   except jax.errors.JaxRuntimeError as e:
     if "RESOURCE_EXHAUSTED" not in str(e):
       raise

@@ -40,6 +40,8 @@ CHIPS = {
 
 
 _ALIASES = {"v5litepod": "v5e", "v5": "v5p", "v6": "v6e"}
+# gcloud's accelerator-type prefix of each runtime name ('v5litepod-16' is v5e:4x4).
+_GCLOUD_NAMES = {"v4": "v4", "v5": "v5p", "v5e": "v5litepod", "v6e": "v6e"}
 
 
 # Chip grids of gcloud accelerator types, by chip count.
@@ -87,10 +89,16 @@ def parse_topology(topology: str) -> tuple[Chip, str]:
 def topology_devices(topology: str, num_slices: int = 1) -> tuple[list[Any], Chip]:
   """Compile-only TPU devices of a topology (needs libtpu, not a TPU)."""
   chip, name = parse_topology(topology)
+  chips = int(np.prod([int(d) for d in name.split(":")[1].split("x")]))
   # Compile-only use of libtpu on a host without TPUs: no GCE metadata queries, no
-  # exclusive lock on the TPU runtime (set before libtpu loads).
+  # exclusive lock on the TPU runtime, and the accelerator type and worker names that a TPU
+  # VM's environment would give (without them libtpu prints its failed probes to stderr).
+  # Set before libtpu loads; a TPU VM's own values are kept.
   os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
   os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+  os.environ.setdefault("TPU_ACCELERATOR_TYPE",
+                        f"{_GCLOUD_NAMES[chip.runtime_name]}-{chips * chip.cores_per_chip}")
   try:
     import libtpu  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   except ImportError:
