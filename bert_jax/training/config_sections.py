@@ -239,8 +239,9 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   c.log_every = 20
   # The training state (params, optimizer moments, dropout key, the position in the epoch
   # and the finished seeds' results) is saved to workdir/finetune_checkpoints every N steps
-  # (0: never) and always on SIGTERM or SIGINT (preemption, Ctrl-C); the same command
-  # resumes it to the results of an uninterrupted run.
+  # (0: never), and always at the end of each seed's training (before its evaluation) and
+  # on SIGTERM or SIGINT (preemption, Ctrl-C); the same command resumes it to the results of
+  # an uninterrupted run.
   c.checkpoint_every = 1000
   # How many of the newest fine-tuning checkpoints are kept.
   c.keep_checkpoints = 2
