@@ -40,7 +40,7 @@ def main():
   args = p.parse_args()
   if bool(args.input) == bool(args.prepared_dir):
     p.error("give one of --input and --prepared_dir")
-  from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.stream import pretrain_data  # pylint: disable=g-import-not-at-top
   from configs import pretrain as pretrain_config  # pylint: disable=g-import-not-at-top
   c = pretrain_config.get_config("tiny").data
   if args.input:

@@ -311,7 +311,7 @@ def run_hf_glue(task_name: str, b: Budget, args, out: str, pad_to_longest: bool 
   import optax  # pylint: disable=g-import-not-at-top
   from sklearn import metrics as skm  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
 
   task = glue.get_task(task_name)
@@ -366,7 +366,7 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
   """Reference SQuAD fine-tuning on the same run_squad windows; official v1.1 scoring."""
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import squad  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
 

@@ -82,7 +82,7 @@ def _dry_run_data(data_dir: str) -> str:
   """
   import random  # pylint: disable=g-import-not-at-top
   sys.path.insert(0, ROOT)
-  from bert_jax.data import builtin_corpus  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.sources import builtin_corpus  # pylint: disable=g-import-not-at-top
   text = builtin_corpus.load_text()[:DRY_RUN_CORPUS_CHARS]
   os.makedirs(data_dir, exist_ok=True)
   corpus = os.path.join(data_dir, "corpus.txt")

@@ -94,7 +94,7 @@ def _pipeline_config(args):
 
 def pass_stats(args):
   """Properties of one full pass of batches (and of the NSP examples behind them)."""
-  from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.stream import pretrain_data  # pylint: disable=g-import-not-at-top
   data = pretrain_data.PretrainData(_pipeline_config(args), seq_len=args.seq_len,
                                     global_batch_size=args.batch_size, seed=0)
   rows = data.epoch_rows(0)
@@ -150,7 +150,7 @@ def pass_stats(args):
 
 def run_bert_jax(args):
   """Two passes of PretrainData from a fresh instance; returns stats per pass."""
-  from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.stream import pretrain_data  # pylint: disable=g-import-not-at-top
   c = _pipeline_config(args)
 
   def make():

@@ -103,7 +103,7 @@ def run_hf(b: ref.Budget, args, out: str) -> dict:
   import optax  # pylint: disable=g-import-not-at-top
   from seqeval import metrics as seqeval_metrics  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import ner  # pylint: disable=g-import-not-at-top
 
   full_train, train_scheme = _read(os.path.join(args.ner_dir, "train.txt"))
@@ -196,7 +196,7 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.finetuning import batches as finetune_batches  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import compute_policy  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top

@@ -20,7 +20,7 @@ import collections
 import os
 import time
 
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.tasks import squad
 from bert_jax.tasks import squad_offsets
 

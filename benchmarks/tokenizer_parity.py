@@ -12,7 +12,7 @@ WordPiece: every line of the real text in --data_dir goes through
 through BertTokenizerFast (add_special_tokens=False), with the
 bert-base-uncased and bert-base-cased vocabs. `--backend tokenizers` runs the
 CLI as on a host without TensorFlow (tests/without_tensorflow.py), where
-WordPiece runs on `tokenizers` (bert_jax/data/wordpiece_rust.py).
+WordPiece runs on `tokenizers` (bert_jax/data/tokenizers/wordpiece_rust.py).
 
 The family: the tokenizer directories in tokenizers/ (roberta-base byte-level
 BPE, albert-base-v2 and deberta-v3-base SentencePiece), each loaded by kind
@@ -145,7 +145,7 @@ def _unicode_check(cased, backend):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   sys.path.insert(0, _ROOT)
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   del tf
   cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
   bad = []
@@ -196,7 +196,7 @@ def _reference(name, directory):
 def _family_rows(name, directory, sources):
   """Yields (source, comparison, files, lines, bad indices, ours s, hf s) for one tokenizer."""
   sys.path.insert(0, _ROOT)
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   ref = _reference(name, directory)
   ours = tokenizer_lib.tokenizer_from_path(directory)
   for source, (lines, files) in sources.items():
@@ -238,7 +238,7 @@ def main():
   p.add_argument("--unicode", action="store_true", help="also check every code point")
   p.add_argument("--only", choices=["wordpiece", "family"], help="one part of the check")
   p.add_argument("--backend", choices=["tf-text", "tokenizers"], default="tf-text",
-                 help="WordPiece's backend (bert_jax.data.wordpiece)")
+                 help="WordPiece's backend (bert_jax.data.tokenizers.wordpiece)")
   args = p.parse_args()
   sources = _sources(args.data_dir)
   total = bad_total = 0

@@ -24,8 +24,8 @@ from etils import epath
 import jax
 import numpy as np
 
-from bert_jax.data import length_buckets
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.stream import length_buckets
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import bundle as bundle_lib

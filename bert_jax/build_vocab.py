@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 from absl import flags
 
 from bert_jax import cli
-from bert_jax.data import vocab_builder
+from bert_jax.data.tokenizers import vocab_builder
 from bert_jax.runtime import atomic_files
 
 def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
@@ -56,7 +56,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parse(argv)
   try:
     if args.input != "builtin":  # a glob that matches nothing: one line before TensorFlow loads
-      from bert_jax.data import source_files  # pylint: disable=g-import-not-at-top
+      from bert_jax.data.sources import source_files  # pylint: disable=g-import-not-at-top
       source_files.check_local_globs(args.input)
     from bert_jax.runtime import optional_tensorflow  # pylint: disable=g-import-not-at-top
     from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top

@@ -23,7 +23,7 @@ bad data fails fast) -> per seed: optimizer -> initial state (the shared
 initialisation policy) -> jit(train_step) -> epochs -> padded eval of every
 example. With length_bucketing (GLUE's default) each training and eval batch is
 cut to the shortest of a few fixed lengths that holds its longest row
-(bert_jax.data.length_buckets; the step compiles once per length, logged);
+(bert_jax.data.stream.length_buckets; the step compiles once per length, logged);
 with packing each training batch's examples share rows (bert_jax.tasks.packing).
 Writes workdir/eval_results.json (dev metrics; the mean over `seeds`
 with `<metric>_std` when seeds > 1; per-seed values in
@@ -58,8 +58,8 @@ import jax
 import ml_collections
 
 from bert_jax import cli
-from bert_jax.data import length_buckets
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.stream import length_buckets
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import seed_run

@@ -5,7 +5,7 @@ r"""Pre-tokenizes a pretraining corpus into numpy parts, for corpora read for ma
 
 reads the source of `config.data` (files, in blocks of block_mb; TFDS; builtin)
 with its tokenizer settings and writes one numpy part per source shard plus
-prepared.json (bert_jax/data/prepared_data.py describes the layout). Preparing
+prepared.json (bert_jax/data/sources/prepared_data.py describes the layout). Preparing
 needs TensorFlow and tensorflow-text; training on the result does not (a GPU
 host without them trains on data prepared elsewhere). Train on it
 with the same tokenizer settings and
@@ -38,24 +38,24 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   per part.
   """
   from etils import epath  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import shard_tokens  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.sources import prepared_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.stream import shard_tokens  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.sources import registry as source_registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import optional_tensorflow  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
-  if sources.get(data_config.source).tokenized:
+  if source_registry.get(data_config.source).tokenized:
     raise ValueError(f"config.data.source={data_config.source!r} is already tokenized; give "
                      "the text source")
   optional_tensorflow.require("bert_jax.prepare_data (tokenizing raw text)")
   tokenizer = tokenizer_lib.load_tokenizer(data_config)
-  shards = sources.list_shards(data_config)
+  shards = source_registry.list_shards(data_config)
   if epath.Path(out_dir, prepared_data.INFO_FILE).exists():
     raise ValueError(f"--out {out_dir} already holds a prepared corpus; give an empty directory")
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
   if not quiet:
     train_log.print_header("bert_jax.prepare_data", "tokenize a corpus into numpy parts", [
-        ("data", f"{sources.get(data_config.source).describe(data_config)}, "
+        ("data", f"{source_registry.get(data_config.source).describe(data_config)}, "
                  f"{len(shards):,} shard(s)"),
         ("vocab", f"{tokenizer.kind} {tokenizer.vocab_file}, {tokenizer.vocab_size:,} pieces"),
         ("out", f"{out_dir} (a part per shard, then {prepared_data.INFO_FILE})")])
@@ -63,19 +63,19 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   progress = train_log.Progress("preparing", sum(kib), "KiB", enabled=not quiet, file=sys.stdout)
   parts, t0, total = [], time.time(), 0
   for shard, shard_kib in zip(shards, kib):
-    raw = sources.read_documents(shard, data_config)
+    raw = source_registry.read_documents(shard, data_config)
     tokens, lengths = shard_tokens.tokenize(tokenizer, raw.sentences)
-    shard_tokens.check_unknown_rate(tokens, tokenizer, sources.describe(shard))
+    shard_tokens.check_unknown_rate(tokens, tokenizer, source_registry.describe(shard))
     name = prepared_data.part_file(shard.index)
     prepared_data.write_part(os.path.join(out_dir, name),
                              prepared_data.Part(tokens, raw.doc_splits, lengths=lengths))
-    parts.append({"file": name, "source": sources.describe(shard), "size": shard.size,
+    parts.append({"file": name, "source": source_registry.describe(shard), "size": shard.size,
                   "documents": raw.num_docs, "sentences": len(lengths), "tokens": len(tokens),
                   "invalid_utf8": raw.invalid_utf8})
     total += len(tokens)
     if not quiet:
-      print(f"  {sources.describe(shard)}: {raw.num_docs:,} documents, {len(tokens):,} tokens "
-            f"({time.time() - t0:.0f} s)", flush=True)
+      print(f"  {source_registry.describe(shard)}: {raw.num_docs:,} documents, "
+            f"{len(tokens):,} tokens ({time.time() - t0:.0f} s)", flush=True)
     progress.update(shard_kib)
   progress.close()
   info = {"version": prepared_data.VERSION,

@@ -53,8 +53,8 @@ def run(argv: Optional[Sequence[str]], stdin: BinaryIO, stdout: TextIO) -> int:
     Number of lines written.
   """
   args = _parse(argv)
-  from bert_jax.data import shard_tokens  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.stream import shard_tokens  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   if args.tokenizer:
     tok = tokenizer_lib.tokenizer_from_path(args.tokenizer, False if args.cased else None)
   else:

@@ -44,7 +44,7 @@ unknown key is an error.
 """
 import ml_collections
 
-from bert_jax.data import raw_docs
+from bert_jax.data.sources import raw_docs
 from bert_jax.runtime import config_reads
 from bert_jax.training import config_sections
 

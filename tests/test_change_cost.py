@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from bert_jax.conversion import hf as hf_conversion
-from bert_jax.data import sources as source_registry
+from bert_jax.data.sources import registry as source_registry
 from bert_jax import finetune
 from bert_jax.members import registry as member_registry
 from bert_jax.objectives import registry as objective_registry
@@ -200,10 +200,10 @@ import glob
 import json
 import os
 
-from bert_jax.data import raw_docs
-from bert_jax.data import shard_spec
-from bert_jax.data import source_base
-from bert_jax.data import sources
+from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.sources import source_base
+from bert_jax.data.sources import registry as source_registry
 from bert_jax.runtime.optional_tensorflow import tf
 
 READS = []  # the shards read, for the test
@@ -226,7 +226,7 @@ def read(shard, data_config):
 SOURCE = source_base.Source(
     name="jsonl", shard_kind="jsonl", list_shards=list_shards,
     describe=lambda d: f"JSON lines {d.files}", read=read, sized_shards=True)
-sources.register(SOURCE)
+source_registry.register(SOURCE)
 '''
 
 

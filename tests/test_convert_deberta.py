@@ -24,7 +24,7 @@ import transformers
 
 from bert_jax.conversion import hf
 from bert_jax import convert
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import bundle

@@ -271,7 +271,7 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
   """RoBERTa (byte-level BPE) and ALBERT (SentencePiece) end to end: HF directory with its
   tokenizer files -> `bert_jax.convert` -> bundle (tokenizer/ copied) -> fill_mask gives
   transformers' ids, top tokens and probabilities; `--to hf` gives the files back."""
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
   from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   tok_dir = bpe_dir if model_type == "roberta" else albert_dir
@@ -308,7 +308,7 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
 
 
 def test_a_bundle_tokenizer_that_does_not_match_is_named(bpe_dir, albert_dir, tmp_path):
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   src = str(tmp_path / "hf")
   ref = Reference(transformers.FlaxRobertaModel, CONFIGS["roberta"](), seed=1)

@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from bert_jax.data import masking
-from bert_jax.data import stateless_random as srand
+from bert_jax.data.stream import masking
+from bert_jax.data.stream import stateless_random as srand
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 VOCAB = 1000

@@ -9,10 +9,10 @@ import re
 import numpy as np
 import pytest
 
-from bert_jax.data import builtin_corpus
-from bert_jax.data import pretrain_data
-from bert_jax.data import raw_docs
-from bert_jax.data import sources
+from bert_jax.data.sources import builtin_corpus
+from bert_jax.data.stream import pretrain_data
+from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import registry as source_registry
 from bert_jax import prepare_data
 from bert_jax.runtime.cpu_tensorflow import tf
 from configs import pretrain as pretrain_config
@@ -271,11 +271,11 @@ def test_a_file_read_in_blocks_gives_every_document_once(tmp_path, fmt):
   whole = _config(tmp_path, str(path), format=fmt, eval_every_nth_document=0)
   blocks = _config(tmp_path, str(path), format=fmt, eval_every_nth_document=0,
                    block_mb=700 / (1 << 20))  # ~700-byte blocks
-  assert len(sources.list_shards(blocks)) == -(-len(text.encode()) // 700) > 5
+  assert len(source_registry.list_shards(blocks)) == -(-len(text.encode()) // 700) > 5
   def docs(c):
     out = []
-    for shard in sources.list_shards(c):
-      raw = sources.read_documents(shard, c)
+    for shard in source_registry.list_shards(c):
+      raw = source_registry.read_documents(shard, c)
       s = [x.decode() for x in raw.sentences.numpy()]
       out += [s[a:b] for a, b in zip(raw.doc_splits[:-1], raw.doc_splits[1:])]
     return out
@@ -498,7 +498,7 @@ def test_builtin_source_gives_batches(tmp_path):
 
 _EXIT_SCRIPT = """
 import random, sys
-from bert_jax.data import pretrain_data
+from bert_jax.data.stream import pretrain_data
 from configs import pretrain as pretrain_config
 d, vocab = sys.argv[1], sys.argv[2]
 words = [w for w in open(vocab).read().split()[9:] if w.isalpha()]

@@ -9,9 +9,9 @@ import random
 import numpy as np
 import pytest
 
-from bert_jax.data import rows as rows_lib
-from bert_jax.data import segments
-from bert_jax.data import stateless_random
+from bert_jax.data.stream import rows as rows_lib
+from bert_jax.data.stream import segments
+from bert_jax.data.stream import stateless_random
 
 CLS, SEP, PAD = 2, 3, 0
 

@@ -4,8 +4,8 @@ import collections
 import numpy as np
 import pytest
 
-from bert_jax.data import pretrain_data
-from bert_jax.data import sources
+from bert_jax.data.stream import pretrain_data
+from bert_jax.data.sources import registry as source_registry
 from configs import pretrain as pretrain_config
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -66,9 +66,9 @@ def _config(tmp_path, tfds_dir, **overrides):
 
 def test_tfds_shards_and_sentences(tmp_path, tfds_dir):
   c = _config(tmp_path, tfds_dir)
-  shards = sources.list_shards(c)
+  shards = source_registry.list_shards(c)
   assert [s.size for s in shards] == [5, 5, 5, 5, 3]
-  raws = [sources.read_documents(s, c) for s in shards]
+  raws = [source_registry.read_documents(s, c) for s in shards]
   assert [r.num_docs for r in raws] == [5, 5, 5, 5, 3]
   # Sentences split at ". " before a capital and at newlines (TFDS stores the
   # examples in its own order, so compare totals and contents).
@@ -103,8 +103,8 @@ def test_tfds_two_hosts_cover_every_document(tmp_path, tfds_dir):
 
 def test_tfds_errors_name_the_key(tmp_path, tfds_dir):
   with pytest.raises(ValueError, match="tfds_split='validation'"):
-    sources.list_shards(_config(tmp_path, tfds_dir, tfds_split="validation"))
+    source_registry.list_shards(_config(tmp_path, tfds_dir, tfds_split="validation"))
   with pytest.raises(ValueError, match="tfds_text_key='body'"):
-    sources.list_shards(_config(tmp_path, tfds_dir, tfds_text_key="body"))
+    source_registry.list_shards(_config(tmp_path, tfds_dir, tfds_text_key="body"))
   with pytest.raises(ValueError, match="not prepared"):
-    sources.list_shards(_config(tmp_path, str(tmp_path / "empty")))
+    source_registry.list_shards(_config(tmp_path, str(tmp_path / "empty")))

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.data import tokenizer_base
+from bert_jax.data.tokenizers import tokenizer_base
 from bert_jax import embed
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bert_jax import config_help
-from bert_jax.data import wordpiece
+from bert_jax.data.tokenizers import wordpiece
 from bert_jax import finetune
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib

@@ -15,9 +15,9 @@ import random
 import numpy as np
 import pytest
 
-from bert_jax.data import pretrain_data
-from bert_jax.data import tokenizer as tokenizer_lib
-from bert_jax.data import tokenizer_files
+from bert_jax.data.stream import pretrain_data
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
+from bert_jax.data.tokenizers import tokenizer_files
 from bert_jax import tokenize as tokenize_cli
 from configs import pretrain as pretrain_config
 

@@ -232,7 +232,7 @@ def test_resume_allow_changes_lets_a_named_key_change(corpus, finished, tmp_path
 
 
 def _permuted_vocab(tmp_path):
-  from bert_jax.data import wordpiece  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
   tokens = pathlib.Path(wordpiece.default_vocab_file()).read_text(encoding="utf-8").split("\n")
   tokens[1996], tokens[1997] = tokens[1997], tokens[1996]  # 'the' and 'of': same size
   path = tmp_path / "permuted_vocab.txt"

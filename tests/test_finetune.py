@@ -16,7 +16,7 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.finetuning import evaluation
 from bert_jax.modeling import bundle

@@ -5,7 +5,7 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax.data import tokenizer_base
+from bert_jax.data.tokenizers import tokenizer_base
 from bert_jax.runtime import cpu_tensorflow
 from bert_jax.tasks import glue
 

@@ -93,7 +93,7 @@ def test_the_graph_sees_the_package():
   graph = _graph()
   assert len(graph) > 60
   assert "bert_jax.tasks.task" in graph["bert_jax.tasks.registry"]  # a module-level import
-  assert "bert_jax.data.prepared_data" in graph["bert_jax.data.sources"]
+  assert "bert_jax.data.sources.prepared_data" in graph["bert_jax.data.sources.registry"]
   assert {"bert_jax.pretrain", "bert_jax.finetune", "bert_jax.embed"} <= _programs()
 
 
@@ -141,3 +141,41 @@ def test_no_layer_imports_a_layer_above_it():
 def test_upward_imports_are_found():
   assert _layer("bert_jax.runtime.startup") < _layer("bert_jax.modeling.model")
   assert _layer("bert_jax.tasks.glue") < _layer("bert_jax.finetune")
+
+
+# bert_jax.data's wings, lowest first: a source reads text and knows no tokenizer; a tokenizer
+# (building a vocabulary reads a source's text) knows no stream; the stream uses both.
+WINGS = ("sources", "tokenizers", "stream")
+
+
+def _wing(name: str) -> int:
+  """A bert_jax.data module's wing; -1 for the data package itself and modules outside it."""
+  parts = name.split(".")
+  return WINGS.index(parts[2]) if parts[:2] == ["bert_jax", "data"] and len(parts) > 3 else -1
+
+
+def _against_the_wings(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+  return sorted((name, target) for name in graph for target in graph[name]
+                if _wing(name) >= 0 and _wing(target) > _wing(name))
+
+
+def test_every_data_module_is_in_a_wing():
+  assert {n for n in MODULES if n.startswith("bert_jax.data.") and _wing(n) < 0} == {
+      f"bert_jax.data.{wing}" for wing in WINGS}
+
+
+def test_the_data_wings_keep_their_order():
+  graph = _graph()
+  assert "bert_jax.data.sources.registry" in graph["bert_jax.data.tokenizers.vocab_builder"]
+  assert "bert_jax.data.tokenizers.tokenizer" in graph["bert_jax.data.stream.pretrain_data"]
+  assert _against_the_wings(graph) == [], "data modules importing a wing above their own"
+
+
+def test_imports_against_the_wings_are_found():
+  graph = {"bert_jax.data.sources.registry": {"bert_jax.data.stream.segments"},
+           "bert_jax.data.tokenizers.wordpiece": {"bert_jax.data.sources.raw_docs",
+                                                  "bert_jax.data.stream.rows"},
+           "bert_jax.data.stream.rows": {"bert_jax.data.tokenizers.tokenizer"}}
+  assert _against_the_wings(graph) == [
+      ("bert_jax.data.sources.registry", "bert_jax.data.stream.segments"),
+      ("bert_jax.data.tokenizers.wordpiece", "bert_jax.data.stream.rows")]

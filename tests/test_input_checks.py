@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from bert_jax.data import wordpiece
+from bert_jax.data.tokenizers import wordpiece
 from bert_jax.tasks import glue
 from bert_jax.tasks import ner
 from bert_jax.training import config_sections

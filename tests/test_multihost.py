@@ -35,7 +35,7 @@ OVERRIDES = dict(total_steps=STEPS, seq_len=32, batch_size=8, log_every=1, check
 
 _WORKER = textwrap.dedent('''\
     """bert_jax.pretrain where each process takes its rows of the 1-host global batch."""
-    from bert_jax.data import pretrain_data
+    from bert_jax.data.stream import pretrain_data
     from bert_jax import pretrain
 
     _Base = pretrain_data.PretrainData

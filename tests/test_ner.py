@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.modeling import bundle
 from bert_jax.tasks import conlleval

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle

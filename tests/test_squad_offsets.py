@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.modeling import bundle
 from bert_jax.modeling.model_config import BertConfig

@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 _SCRIPT = """
 import os, sys
-from bert_jax.data import wordpiece
+from bert_jax.data.tokenizers import wordpiece
 tok = wordpiece.WordPieceTokenizer(wordpiece.default_vocab_file(), lowercase=True)
 print(tok.tokenize_to_ids(["the cat sat on the mat", "x" * 150]))  # both branches of tf_tokenize
 print(tok.basic_tokenize("a Sentence with some WORDS"))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 
 
 def _sample_lines(data_dir):

@@ -14,9 +14,9 @@ import threading
 import numpy as np
 import pytest
 
-from bert_jax.data import prepared_data
-from bert_jax.data import pretrain_data
-from bert_jax.data import shard_spec
+from bert_jax.data.sources import prepared_data
+from bert_jax.data.stream import pretrain_data
+from bert_jax.data.sources import shard_spec
 from bert_jax import prepare_data
 from bert_jax import pretrain
 from bert_jax.runtime import optional_tensorflow
@@ -149,7 +149,7 @@ def test_python_loader_raises_a_stage_error_as_itself_and_stops_its_threads(prep
 
 _EXIT_SCRIPT = """
 import sys
-from bert_jax.data import pretrain_data
+from bert_jax.data.stream import pretrain_data
 from configs import pretrain
 c = pretrain.get_config("tiny").data
 c.source, c.prepared_dir, c.shuffle_mb = "prepared", sys.argv[1], 0.001
@@ -298,7 +298,7 @@ _STSB_TEXTS = ["The Old Man walked to the river.", "A man walks to the RIVER.",
 def stsb(tmp_path_factory):
   """(GLUE data_dir with a tiny STS-B, a random 1-layer uncased bundle with the MLM head)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import wordpiece  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling.model_config import BertConfig  # pylint: disable=g-import-not-at-top
@@ -340,7 +340,7 @@ _STSB_ARGS = ["--config", "configs/glue.py:task=stsb", "--config.max_seq_length=
 
 @pytest.mark.slow
 def test_glue_finetuning_without_tensorflow_equals_the_run_with_it(stsb, tmp_path):
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax import finetune  # pylint: disable=g-import-not-at-top
   data_dir, init = stsb
   free = tmp_path / "without_tf"

@@ -1,6 +1,6 @@
 """WordPiece's two host-side backends give the same ids: tf-text's ops and `tokenizers` (Rust).
 
-The 'tokenizers' backend (bert_jax/data/wordpiece_rust.py) is what fine-tuning,
+The 'tokenizers' backend (bert_jax/data/tokenizers/wordpiece_rust.py) is what fine-tuning,
 embed and fill_mask use in a process that has not loaded TensorFlow; 'tf-text' where it
 has (wordpiece.host_backend). Here both run in one process on the same texts: tricky strings
 and every character whose Unicode category has not changed since Unicode 3.2
@@ -18,7 +18,7 @@ import unicodedata
 
 import pytest
 
-from bert_jax.data import wordpiece
+from bert_jax.data.tokenizers import wordpiece
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.tasks import ner
 from bert_jax.tasks import squad
@@ -88,7 +88,7 @@ def test_backends_agree_on_every_character_unchanged_since_unicode_3_2(lowercase
 def test_backend_choice_and_bad_backend():
   # A process that has not loaded TensorFlow tokenizes in Rust and does not load it (a
   # fine-tune from TSV files, embed, the Encoder: TensorFlow's import is seconds of start-up) ...
-  code = ("import sys; from bert_jax.data import tokenizer as t, wordpiece as w; "
+  code = ("import sys; from bert_jax.data.tokenizers import tokenizer as t, wordpiece as w; "
           "tok = t.cached_tokenizer('wordpiece', w.default_vocab_file(), True); "
           "print(w.host_backend(), tok.backend, tok.tokenize_to_ids(['Hello, world!']), "
           "'tensorflow' in sys.modules)")

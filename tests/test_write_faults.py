@@ -75,7 +75,7 @@ def test_convert_to_hf_on_a_full_disk_leaves_no_folder_and_keeps_an_earlier_one(
 def test_a_prepared_part_cut_short_is_refused_before_the_run_starts(tmp_path):
   import json  # pylint: disable=g-import-not-at-top
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import prepared_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.sources import prepared_data  # pylint: disable=g-import-not-at-top
   parts = []
   for i in range(2):
     part = prepared_data.Part(np.arange(40, dtype=np.int32), np.array([0, 2], np.int64),

@@ -20,7 +20,7 @@ import time
 # The repository root (two levels up), so that bert_jax imports from a plain checkout.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import jax, jax.numpy as jnp, numpy as np, optax
-from bert_jax.data import length_buckets
+from bert_jax.data.stream import length_buckets
 from bert_jax.modeling import model_config, flops
 from bert_jax.tasks import glue_task, task as task_lib
 from bert_jax.training import train_core

@@ -254,8 +254,8 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
 def _load_hf_other_tokenizer(src: str, config: BertConfig, other_tokenizer: str,
                              drop_unexpected: bool, lowercase: Optional[bool]) -> dict[str, Any]:
   """load_hf for model types whose tokenizer is BPE or SentencePiece (copied into the bundle)."""
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import tokenizer_files  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer_files  # pylint: disable=g-import-not-at-top
   kind = "bpe" if "BPE" in other_tokenizer else "sentencepiece"
   try:
     files = tokenizer_files.detect(src)

@@ -5,7 +5,7 @@ from typing import Optional
 import jax
 import numpy as np
 
-from bert_jax.data import length_buckets
+from bert_jax.data.stream import length_buckets
 from bert_jax.modeling import flops
 from bert_jax.tasks import packing as packing_lib
 

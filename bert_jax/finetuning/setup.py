@@ -9,7 +9,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 import optax
 
-from bert_jax.data import length_buckets
+from bert_jax.data.stream import length_buckets
 from bert_jax.modeling import bundle
 from bert_jax.modeling import compute_policy
 from bert_jax.runtime import optional_tensorflow

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.data import length_buckets
+from bert_jax.data.stream import length_buckets
 from bert_jax.inference import aggregate
 from bert_jax.modeling import bundle as bundle_lib
 from bert_jax.modeling import flops
@@ -93,7 +93,7 @@ def encode(tokenizer, texts: Sequence, max_length: int) -> tuple[list, list, int
   """[CLS] a [SEP] (b [SEP]) ids and segment ids (the tokenizer's layout), truncated to max_length.
 
   Args:
-    tokenizer: a bert_jax.data.tokenizer tokenizer.
+    tokenizer: a bert_jax.data.tokenizers.tokenizer tokenizer.
     texts: strs, or (a, b) tuples.
     max_length: the longest encoded sequence, special tokens included.
 
@@ -246,7 +246,7 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
     dtype: compute dtype ('float32' or 'bfloat16').
     tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
     length_bucketing: texts sorted by length, each batch cut to the shortest
-      bucket length (bert_jax.data.length_buckets) that holds its longest text;
+      bucket length (bert_jax.data.stream.length_buckets) that holds its longest text;
       False: every batch at the longest text's length. Same embeddings up to
       float rounding.
     chunk_stride: > 0: a text longer than max_length is embedded in windows of
@@ -271,7 +271,7 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
   if not texts:
     raise ValueError("no texts to embed")
   if tokenizer is None:
-    from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
   start = time.time()
   if chunk_stride:

@@ -48,7 +48,7 @@ def encode(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list, list
   """Ids with [MASK] where the text says `[MASK]`, and the masked positions.
 
   Args:
-    tokenizer: a bert_jax.data.tokenizer tokenizer.
+    tokenizer: a bert_jax.data.tokenizers.tokenizer tokenizer.
     texts: texts holding `[MASK]` at least once.
     max_length: the model's max positions.
 
@@ -102,7 +102,7 @@ def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int 
     raise ValueError(f"batch_size must be >= 1 (got {batch_size})")
   config = pretrained.config
   if tokenizer is None:
-    from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+    from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
   ids, positions = encode(tokenizer, texts, config.max_position_embeddings)
   heads = bundle_lib.heads_of(pretrained.params)

@@ -127,7 +127,7 @@ def auto_buckets(config: BertConfig, groups, max_len: int) -> tuple[int, ...]:
   groups: (lengths, weight) pairs: training rows weigh their epochs, inference rows a third
   (a forward pass is about a third of a training step).
   """
-  from bert_jax.data import length_buckets  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.stream import length_buckets  # pylint: disable=g-import-not-at-top
   every = np.concatenate([np.asarray(g[0]) for g in groups]) if groups else np.zeros(0)
   typical = max(1, int(np.mean(every))) if len(every) else max_len
   cost = shape_cost_row_tokens(config, jax.devices()[0].platform, typical)

@@ -372,7 +372,7 @@ def default_position_ids(input_ids: Array, config: BertConfig) -> Array:
 def batch_position_ids(batch: dict, config: BertConfig) -> Optional[Array]:
   """A pretraining batch's position ids as the model's table reads them, or None (defaults).
 
-  The pipeline's packed rows restart at 0 for each example (bert_jax/data/rows.py); a model
+  The pipeline's packed rows restart at 0 for each example (bert_jax/data/stream/rows.py); a model
   with a position_offset (RoBERTa) reads them from position_offset on, padding at
   position_offset - 1, as default_position_ids numbers an unpacked row.
   """

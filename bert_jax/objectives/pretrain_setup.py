@@ -10,8 +10,8 @@ from flax import traverse_util
 import jax
 import ml_collections
 
-from bert_jax.data import batch_schema
-from bert_jax.data import sources
+from bert_jax.data.stream import batch_schema
+from bert_jax.data.sources import registry as source_registry
 from bert_jax.inference import mask_filling
 from bert_jax.members import registry as members
 from bert_jax.modeling import bundle
@@ -91,7 +91,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
         f"{', '.join(with_emd[:-1])} or {with_emd[-1]}; got model_type {config.model_type!r}, "
         f"objective {config.objective!r}")
   # Before the input pipeline and TensorFlow load (a glob that matches nothing: one line).
-  sources.get(config.data.source).check_early(config.data)
+  source_registry.get(config.data.source).check_early(config.data)
   modes = spec.data_modes[config.objective]
   if config.data.mode not in modes:
     bad(f"objective {config.objective!r} needs data.mode in {list(modes)}, got "

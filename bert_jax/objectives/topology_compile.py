@@ -154,7 +154,7 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
   config = for_target(config, devices[0].platform)
   pad_id = 0
   if vocab_size is None:
-    from bert_jax.data import tokenizer  # pylint: disable=g-import-not-at-top
+    from bert_jax.data.tokenizers import tokenizer  # pylint: disable=g-import-not-at-top
     tok = tokenizer.load_tokenizer(config.data)
     vocab_size, pad_id = tok.vocab_size, tok.pad_id
   mesh = sharding.make_mesh(config.mesh.shape, devices, dcn_shape)

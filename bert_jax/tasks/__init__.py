@@ -7,5 +7,5 @@ Modules:
   packing  packed fine-tuning batches (several examples to a row)
 
 Eval pads rather than drops (every example is scored): bert_jax.finetuning.evaluation.predict
-fills the last batch with rows it drops again (bert_jax.data.length_buckets).
+fills the last batch with rows it drops again (bert_jax.data.stream.length_buckets).
 """

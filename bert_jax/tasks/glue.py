@@ -481,7 +481,7 @@ def encode_examples(tokenizer, examples: Sequence[GlueExample], max_seq_length: 
   `<s> a </s></s> b </s>`, one segment, takes 4).
 
   Args:
-    tokenizer: a bert_jax.data.tokenizer tokenizer.
+    tokenizer: a bert_jax.data.tokenizers.tokenizer tokenizer.
     examples: GlueExample list (labels None are encoded as 0).
     max_seq_length: tokens per row, including special tokens.
     is_regression: float labels (STS-B) under 'labels' instead of class ids.

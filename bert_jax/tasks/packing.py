@@ -4,7 +4,7 @@ A batch of `batch_size` examples (one per row, [batch, L]) is packed first-fit
 decreasing (`first_fit_decreasing`: the longest example first, each into the
 first row with room; the batch's examples are already drawn, so their order
 inside the batch changes nothing a result depends on) and laid out as the
-pretraining path lays out its packs (bert_jax.data.rows.pack_examples): its
+pretraining path lays out its packs (bert_jax.data.stream.rows.pack_examples): its
 `input_mask` numbers a row's examples 1..k for block-diagonal attention,
 `position_ids` restart at each example. The number of rows is rounded up to a
 multiple of `row_step`, so the step compiles at most batch_size / row_step times.
@@ -19,8 +19,8 @@ with labels laid out alike.
 """
 import numpy as np
 
-from bert_jax.data import length_buckets
-from bert_jax.data import rows as rows_lib
+from bert_jax.data.stream import length_buckets
+from bert_jax.data.stream import rows as rows_lib
 
 # Per-token inputs the packed model reads besides input_mask (which packing renumbers).
 TOKEN_INPUTS = ("input_ids", "segment_ids")

@@ -205,7 +205,7 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   c.length_bucketing = length_bucketing
   # With length_bucketing, which lengths: 'auto' (a length is kept only where the padding
   # it saves outweighs its compilations, judged from the data's lengths and the run's size:
-  # bert_jax.data.length_buckets.choose_buckets), 'all' (every fixed length), or ascending
+  # bert_jax.data.stream.length_buckets.choose_buckets), 'all' (every fixed length), or ascending
   # lengths ending at max_seq_length, e.g. '16,32,64'. Train and eval share them.
   c.length_buckets = "auto"
   # Training only: pack each batch's examples several to a row of max_seq_length (block-

@@ -1,13 +1,33 @@
 """What an input-source module declares (its `SOURCE`): where pretraining text comes from.
 
-bert_jax.data.sources finds a Source by config.data.source (and a shard's reader by its
-kind); the input pipeline, prepare_data and the pretraining entry point call these fields
-and name no source. This module imports nothing of bert_jax but the shard spec.
+registry.py finds a Source by config.data.source (and a shard's reader by its kind); the
+input pipeline, prepare_data and the pretraining entry point call these fields and name no
+source. This module imports nothing of bert_jax but the shard spec.
 """
 import dataclasses
 from typing import Any, Callable, Optional
 
-from bert_jax.data import shard_spec
+import numpy as np
+
+from bert_jax.data.sources import shard_spec
+
+
+# What a tokenized source reads (prepared_data.Part); the stream's TokenizedShard extends it.
+# It lives with the sources so that no source imports the stream.
+@dataclasses.dataclass
+class Documents:
+  """Token ids of documents of sentences (a subclass says where each sentence is).
+
+  Attributes:
+    tokens: int32 [T], every sentence back to back.
+    doc_splits: int64 [D + 1], document d is sentences doc_splits[d]:doc_splits[d + 1].
+  """
+  tokens: np.ndarray
+  doc_splits: np.ndarray
+
+  @property
+  def num_docs(self) -> int:
+    return len(self.doc_splits) - 1
 
 
 def _nothing(*args) -> None:
@@ -26,8 +46,8 @@ class Source:
     describe: config.data -> what the run's header says it reads ('files GLOB').
     read: (shard, config.data) -> raw_docs.RawDocs, the shard's documents as text (a text
       source: tokenized by the pipeline, with TensorFlow's ops); None for a tokenized source.
-    read_tokens: shard -> an object with `num_docs` and `select(docs)` -> (tokens, sentence
-      lengths, doc splits) (prepared_data.Part), for a source whose shards are already
+    read_tokens: shard -> Documents with `select(docs)` -> (tokens, sentence lengths, doc
+      splits) (prepared_data.Part), for a source whose shards are already
       tokenized (read without TensorFlow); None for a text source.
     describe_shard: shard -> its name in logs and errors (default: shard.name).
     check_early: config.data -> None; checks cheap enough to run before TensorFlow and the

@@ -16,11 +16,11 @@ from typing import Optional, Sequence, Union
 
 from etils import epath
 
-from bert_jax.data import byte_bpe
-from bert_jax.data import sentencepiece_tokenizer
-from bert_jax.data import tokenizer_base
-from bert_jax.data import tokenizer_files
-from bert_jax.data import wordpiece
+from bert_jax.data.tokenizers import byte_bpe
+from bert_jax.data.tokenizers import sentencepiece_tokenizer
+from bert_jax.data.tokenizers import tokenizer_base
+from bert_jax.data.tokenizers import tokenizer_files
+from bert_jax.data.tokenizers import wordpiece
 
 # Kept for the callers that import these from here.
 SPECIAL_TOKENS = wordpiece.SPECIAL_TOKENS

@@ -4,8 +4,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from bert_jax.data import segments
-from bert_jax.data import stateless_random
+from bert_jax.data.stream import segments
+from bert_jax.data.stream import stateless_random
 
 
 class ExamplePool:

@@ -4,9 +4,9 @@ downloaded at run time: the dataset must be prepared in config.data.tfds_data_di
 """
 import numpy as np
 
-from bert_jax.data import raw_docs
-from bert_jax.data import shard_spec
-from bert_jax.data import source_base
+from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.sources import source_base
 from bert_jax.runtime.optional_tensorflow import tf
 
 

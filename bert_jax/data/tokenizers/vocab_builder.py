@@ -10,20 +10,20 @@ def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int,
   """Cleaned (normalised) sentences of the input as a tf.string tensor (progress on stderr
   unless quiet)."""
   import ml_collections  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import raw_docs  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import sources  # pylint: disable=g-import-not-at-top
-  from bert_jax.data import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.sources import raw_docs  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.sources import registry as source_registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
   cfg = ml_collections.ConfigDict({"source": "builtin" if pattern == "builtin" else "files",
                                    "files": pattern, "format": fmt,
                                    "block_mb": raw_docs.DEFAULT_BLOCK_MB})
   from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
   parts, total = [], 0
-  shards = sources.list_shards(cfg)
+  shards = source_registry.list_shards(cfg)
   progress = train_log.Progress("reading", len(shards), "shards", enabled=not quiet)
   for shard in shards:
     progress.update()
-    sentences = sources.read_documents(shard, cfg).sentences[:max_sentences - total]
+    sentences = source_registry.read_documents(shard, cfg).sentences[:max_sentences - total]
     sentences = tokenizer_lib.clean_text(sentences)
     if lowercase:
       sentences = tokenizer_lib.uncased_normalize(sentences)

@@ -17,13 +17,13 @@ A source module from outside the package registers its SOURCE with `register` (t
 protocol is source_base.Source), and nothing else changes for it. The source modules import
 source_base, never this module.
 """
-from bert_jax.data import prepared_data
-from bert_jax.data import raw_docs
-from bert_jax.data import shard_spec
-from bert_jax.data import source_base
-from bert_jax.data import source_builtin
-from bert_jax.data import source_files
-from bert_jax.data import source_tfds
+from bert_jax.data.sources import prepared_data
+from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.sources import source_base
+from bert_jax.data.sources import source_builtin
+from bert_jax.data.sources import source_files
+from bert_jax.data.sources import source_tfds
 
 # config.data.source -> the Source serving it.
 SOURCES: dict[str, source_base.Source] = {}

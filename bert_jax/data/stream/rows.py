@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-from bert_jax.data import segments
+from bert_jax.data.stream import segments
 
 
 def _spans(ids: np.ndarray, tokens: np.ndarray, start: np.ndarray, span_len: np.ndarray,

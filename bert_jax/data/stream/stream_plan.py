@@ -3,8 +3,8 @@ any position (what a resume skips to). Pure functions of the shard list, the key
 positions, the rows each pool holds."""
 from typing import Callable, Sequence
 
-from bert_jax.data import shard_spec
-from bert_jax.data import stateless_random
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.stream import stateless_random
 
 
 def epoch_plan(shards: Sequence[shard_spec.ShardSpec], order_key, process_index: int,

@@ -30,7 +30,8 @@ import dataclasses
 
 import numpy as np
 
-from bert_jax.data import stateless_random
+from bert_jax.data.sources import source_base
+from bert_jax.data.stream import stateless_random
 
 
 @dataclasses.dataclass
@@ -77,23 +78,7 @@ class Examples:
 
 
 @dataclasses.dataclass
-class Documents:
-  """Token ids of documents of sentences (a subclass says where each sentence is).
-
-  Attributes:
-    tokens: int32 [T], every sentence back to back.
-    doc_splits: int64 [D + 1], document d is sentences doc_splits[d]:doc_splits[d + 1].
-  """
-  tokens: np.ndarray
-  doc_splits: np.ndarray
-
-  @property
-  def num_docs(self) -> int:
-    return len(self.doc_splits) - 1
-
-
-@dataclasses.dataclass
-class TokenizedShard(Documents):
+class TokenizedShard(source_base.Documents):
   """Token ids of a shard's documents, for making examples.
 
   Attributes:

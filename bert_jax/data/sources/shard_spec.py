@@ -1,7 +1,7 @@
-"""What every input source lists and the readers read: one unit of input (bert_jax.data.sources).
+"""What every input source lists and the readers read: one unit of input.
 
-Its own module so that a source module (prepared_data) and the sources that dispatch to
-it (sources) both use it without importing each other.
+Its own module so that a source module (prepared_data) and the registry that dispatches to
+it (registry.py) both use it without importing each other.
 """
 import dataclasses
 

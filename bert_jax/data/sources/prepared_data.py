@@ -31,9 +31,8 @@ import zipfile
 from etils import epath
 import numpy as np
 
-from bert_jax.data import segments
-from bert_jax.data import shard_spec
-from bert_jax.data import source_base
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.sources import source_base
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import optional_tensorflow
 
@@ -56,7 +55,7 @@ def part_file(index: int) -> str:
 
 
 @dataclasses.dataclass
-class Part(segments.Documents):
+class Part(source_base.Documents):
   """The tokenized documents of one prepared shard, as stored.
 
   Attributes:

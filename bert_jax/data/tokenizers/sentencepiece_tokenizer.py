@@ -41,8 +41,8 @@ from typing import Optional, Sequence
 from etils import epath
 import numpy as np
 
-from bert_jax.data import tokenizer_base
-from bert_jax.data import wordpiece
+from bert_jax.data.tokenizers import tokenizer_base
+from bert_jax.data.tokenizers import wordpiece
 from bert_jax.runtime.optional_tensorflow import tf
 
 _SPACE = "\u2581"

@@ -26,7 +26,7 @@ import dataclasses
 
 import numpy as np
 
-from bert_jax.data import stateless_random
+from bert_jax.data.stream import stateless_random
 
 UNITS = ("token", "whole_word", "ngram")
 

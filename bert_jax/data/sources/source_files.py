@@ -20,9 +20,9 @@ import logging
 import os
 import zlib
 
-from bert_jax.data import raw_docs
-from bert_jax.data import shard_spec
-from bert_jax.data import source_base
+from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.sources import source_base
 from bert_jax.runtime.optional_tensorflow import tf
 
 

@@ -17,8 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-from bert_jax.data import shard_tokens
-from bert_jax.data import stream_plan
+from bert_jax.data.stream import shard_tokens
+from bert_jax.data.stream import stream_plan
 from bert_jax.runtime.optional_tensorflow import tf
 
 # Rows per masking call (on shard_tokens.threads()).

@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from bert_jax.data import segments
-from bert_jax.data import shard_spec
-from bert_jax.data import sources
+from bert_jax.data.stream import segments
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.sources import registry as source_registry
 from bert_jax.runtime.optional_tensorflow import tf
 
 # Sentences per tf-text call while tokenizing a shard, and the threads making the calls (and
@@ -125,7 +125,7 @@ def tokenized_shard(shard: shard_spec.ShardSpec, split: str, *, data_config, tok
   count(name, n) is told what the reading found (invalid UTF-8, empty sentences and
   documents, sentence pieces split off).
   """
-  source = sources.of_shard(shard)
+  source = source_registry.of_shard(shard)
   if source.tokenized:
     part = source.read_tokens(shard)
     tokens, lengths, doc_splits = part.select(select(part.num_docs))
@@ -136,7 +136,7 @@ def tokenized_shard(shard: shard_spec.ShardSpec, split: str, *, data_config, tok
     raw = raw.select(select(raw.num_docs))
     tokens, lengths = tokenize(tokenizer, raw.sentences)
     doc_splits = raw.doc_splits
-  check_unknown_rate(tokens, tokenizer, sources.describe(shard))
+  check_unknown_rate(tokens, tokenizer, source_registry.describe(shard))
   num_docs = len(doc_splits) - 1
   # Drop sentences without tokens, then documents without sentences.
   keep = lengths > 0
@@ -151,6 +151,6 @@ def tokenized_shard(shard: shard_spec.ShardSpec, split: str, *, data_config, tok
   before = shard_tokens.num_sentences
   shard_tokens = segments.split_long_sentences(shard_tokens, max(1, piece))
   count("split_sentence_pieces", shard_tokens.num_sentences - before)
-  logging.info("%s (%s): %d documents, %d sentences, %d tokens", sources.describe(shard), split,
-               shard_tokens.num_docs, shard_tokens.num_sentences, len(shard_tokens.tokens))
+  logging.info("%s (%s): %d documents, %d sentences, %d tokens", source_registry.describe(shard),
+               split, shard_tokens.num_docs, shard_tokens.num_sentences, len(shard_tokens.tokens))
   return shard_tokens

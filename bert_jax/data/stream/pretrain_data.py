@@ -5,8 +5,8 @@ The stream is a `tf.data.Dataset` (`PretrainData.dataset`):
     Dataset.counter(): the stream's k-th pool
       -> map(read pool), one at a time                    tf.numpy_function:
            the k-th pool's (epoch, pool) of this host's plan of shards in epoch order;
-           read shards (sources.py, one module per source: files in blocks of block_mb, gs:// through
-           tf.io.gfile, TFDS ranges, builtin, prepared numpy parts), tf-text
+           read shards (data/sources/, one module per source: files in blocks of block_mb,
+           gs:// through tf.io.gfile, TFDS ranges, builtin, prepared numpy parts), tf-text
            tokenization in batches of 4096 sentences on a thread pool (tokenizer.py)
       -> map(pool rows), one at a time                    tf.numpy_function:
            examples: NSP / SOP pairs or full sentences (segments.py), shuffled
@@ -66,20 +66,20 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
-from bert_jax.data import batch_schema
-from bert_jax.data import example_pools
-from bert_jax.data import masking
-from bert_jax.data import python_stream
-from bert_jax.data import raw_docs
-from bert_jax.data import rows as rows_lib
-from bert_jax.data import segments
-from bert_jax.data import shard_spec
-from bert_jax.data import shard_tokens
-from bert_jax.data import sources
-from bert_jax.data import stateless_random
-from bert_jax.data import stream_plan
-from bert_jax.data import stream_stages
-from bert_jax.data import tokenizer as tokenizer_lib
+from bert_jax.data.stream import batch_schema
+from bert_jax.data.stream import example_pools
+from bert_jax.data.stream import masking
+from bert_jax.data.stream import python_stream
+from bert_jax.data.sources import raw_docs
+from bert_jax.data.stream import rows as rows_lib
+from bert_jax.data.stream import segments
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.stream import shard_tokens
+from bert_jax.data.sources import registry as source_registry
+from bert_jax.data.stream import stateless_random
+from bert_jax.data.stream import stream_plan
+from bert_jax.data.stream import stream_stages
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime.optional_tensorflow import tf
 
@@ -151,7 +151,7 @@ def _check_hosts(global_batch_size: int, process_index: int, process_count: int)
 def _checked_tokenizer(data_config):
   """The tokenizer of `config.data`, checked against the source and the mode (one line)."""
   c = data_config
-  if not sources.get(c.source).tokenized:
+  if not source_registry.get(c.source).tokenized:
     optional_tensorflow.require(f"config.data.source={c.source!r} (tokenizing raw text)")
   tok = tokenizer_lib.load_tokenizer(c)
   if tok.kind == "wordpiece":
@@ -197,8 +197,8 @@ class PretrainData:
     self.loader = _resolve_loader(c)
     _check_hosts(global_batch_size, process_index, process_count)
     self.tokenizer = _checked_tokenizer(c)
-    shards = sources.list_shards(c)
-    sources.get(c.source).check_tokenizer(c, self.tokenizer)
+    shards = source_registry.list_shards(c)
+    source_registry.get(c.source).check_tokenizer(c, self.tokenizer)
 
     self.vocab_size = self.tokenizer.vocab_size
     self.vocab_file = self.tokenizer.vocab_file
@@ -269,7 +269,7 @@ class PretrainData:
     """This host's pools of one training epoch (stream_plan.epoch_plan)."""
     return stream_plan.epoch_plan(self._shards, self._keys["order"], self.process_index, epoch,
                                   self._config.shuffle_mb,
-                                  lambda shard: sources.of_shard(shard).sized_shards)
+                                  lambda shard: source_registry.of_shard(shard).sized_shards)
 
   def _pool(self, epoch: int, index: int, shards: Sequence[int],
             memo: Optional[dict] = None) -> example_pools.ExamplePool:

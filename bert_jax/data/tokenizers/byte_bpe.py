@@ -13,7 +13,7 @@ from typing import Sequence
 from etils import epath
 import numpy as np
 
-from bert_jax.data import tokenizer_base
+from bert_jax.data.tokenizers import tokenizer_base
 
 # Role -> token, as roberta-base names them.
 SPECIAL_TOKENS = {"cls": "<s>", "pad": "<pad>", "sep": "</s>", "unk": "<unk>", "mask": "<mask>"}

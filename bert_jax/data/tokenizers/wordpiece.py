@@ -57,8 +57,8 @@ from typing import Optional, Sequence, Union
 from etils import epath
 import numpy as np
 
-from bert_jax.data import tokenizer_base
-from bert_jax.data import wordpiece_rust
+from bert_jax.data.tokenizers import tokenizer_base
+from bert_jax.data.tokenizers import wordpiece_rust
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime.optional_tensorflow import tf
 from bert_jax.runtime.optional_tensorflow import tf_text
@@ -76,8 +76,8 @@ _SPECIAL_LITERAL = "|".join(re.escape(t) for t in SPECIAL_TOKENS)
 
 def default_vocab_file() -> str:
   """The bundled bert-base-uncased vocab (used when a config leaves it empty)."""
-  return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                      "assets", "bert-base-uncased-vocab.txt")
+  package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  return os.path.join(package, "assets", "bert-base-uncased-vocab.txt")
 
 
 def host_backend() -> str:

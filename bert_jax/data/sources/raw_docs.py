@@ -1,7 +1,7 @@
 """Documents of a shard before tokenization, and the text helpers every text source uses.
 
-A text source (bert_jax.data.sources lists them) reads a shard into a `RawDocs`: sentences
-as a string tensor plus document splits. Invalid UTF-8 is replaced by U+FFFD and counted
+A text source (registry.py lists them) reads a shard into a `RawDocs`: sentences as a
+string tensor plus document splits. Invalid UTF-8 is replaced by U+FFFD and counted
 (with a warning naming the shard, once), blank lines and empty documents are skipped.
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)

@@ -1,13 +1,13 @@
 """The built-in corpus (builtin_corpus.py: Python standard-library docstrings), one shard;
 no download."""
-from bert_jax.data import raw_docs
-from bert_jax.data import shard_spec
-from bert_jax.data import source_base
+from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.sources import source_base
 
 
 def read(spec: shard_spec.ShardSpec, data_config) -> raw_docs.RawDocs:
   del spec, data_config
-  from bert_jax.data import builtin_corpus  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.sources import builtin_corpus  # pylint: disable=g-import-not-at-top
   return raw_docs.RawDocs(*raw_docs.text_docs(builtin_corpus.load_text().encode("utf-8"),
                                               "sentence_per_line"), 0)
 

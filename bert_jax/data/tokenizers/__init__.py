@@ -1,0 +1,1 @@
+"""Tokenizers (WordPiece, SentencePiece, byte-level BPE), their files, and vocabulary building."""
