@@ -1,5 +1,6 @@
 """The training of one fine-tuning seed: epochs of batches from a position, logs,
 checkpoints (periodic, at the end of training, on a stop signal)."""
+import contextlib
 import dataclasses
 import functools
 import time
@@ -8,8 +9,9 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from bert_jax.data.stream import length_buckets
+from bert_jax.data import length_buckets
 from bert_jax.finetuning import batches as finetune_batches
+from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
 from bert_jax.tasks import task as task_lib
@@ -106,10 +108,13 @@ class SeedRun:
             return state
           batch, shape = finetune_batches.train_batch(self.task.train_arrays, self.keys,
                                                       batches[index], self.pack)
+          # The run's first compile: a stop signal there exits at once (nothing to save yet).
+          first = stop_signals.first_compile() if not self.compiled_lengths else None
           self.compiled_lengths.add(shape)
           with sharding.mesh_context(self.mesh, self.rules):
             batch = sharding.host_to_global(batch, self.mesh)
-            program = self.train_step.program(state, batch, then=queue_ahead)
+            with first or contextlib.nullcontext():
+              program = self.train_step.program(state, batch, then=queue_ahead)
             queue_ahead = None
             state, metrics = program(state, batch)
           step += 1

@@ -6,8 +6,16 @@ is and return; the same command resumes. The program then exits with 128 + the s
 number (SIGTERM 143, SIGINT 130), as a shell reports a process the signal ended: a job
 controller that restarts failed jobs (Kubernetes' OnFailure, Slurm's requeue) restarts a
 preempted run instead of taking it for finished.
+
+A signal during the first compile (`first_compile`) cannot wait for the next step: XLA's
+compiler holds the main thread in C++ for tens of seconds, and Python runs a signal handler
+only once it returns. Nothing has been trained then, so the program says so and exits at
+once with the same status.
 """
+import os
 import signal
+import sys
+import threading
 
 
 def exit_status(signal_name: str) -> int:
@@ -38,3 +46,94 @@ class StopSignals:
   def restore(self) -> None:
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
+
+
+class first_compile:  # pylint: disable=invalid-name
+  """Around a run's first compile: SIGINT / SIGTERM end the process within a second.
+
+    with stop_signals.first_compile("the train step"):
+      step = jax.jit(fn).lower(*args).compile()
+
+  Python runs signal handlers in the main thread between bytecodes, and the compiler keeps
+  the main thread in C++ (33 s for the tiny model on a loaded 2-core CPU). The C-level
+  handler still writes the signal's number to the wakeup fd (`signal.set_wakeup_fd`): a
+  thread reading it prints what is lost (nothing: no step has run since the start or the
+  checkpoint it resumed) and ends the process with `exit_status`, as a stop after a save
+  does. A signal that arrives just as the block ends is acted on the same way by the main
+  thread. Outside the main thread (where no handler can be installed) it does nothing.
+
+  Args:
+    what: what is being compiled, for the message.
+  """
+
+  def __init__(self, what: str = "the train step"):
+    self.what = what
+    self._active = False
+
+  def __enter__(self):
+    if threading.current_thread() is not threading.main_thread():
+      return self
+    self._active = True
+    self._lock = threading.Lock()
+    self._done = False
+    self._arrived = None  # the signal's name, once the main thread's handler has run
+    self._read, self._write = os.pipe()
+    os.set_blocking(self._write, False)  # (set_wakeup_fd requires it)
+    # A signal the process ignores (a `nohup` or `cmd &` job's SIGINT) stays ignored.
+    self._handlers = {sig: signal.signal(sig, self._record)
+                      for sig in (signal.SIGTERM, signal.SIGINT)
+                      if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
+    self._wakeup = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+    threading.Thread(target=self._watch, daemon=True, name="stop-during-compile").start()
+    return self
+
+  def _record(self, signum, frame):
+    del frame
+    self._arrived = signal.Signals(signum).name
+
+  def _watch(self) -> None:
+    try:
+      while True:
+        data = os.read(self._read, 64)
+        for number in data:
+          if number == 0:  # __exit__'s word (no signal has the number 0)
+            return
+          if number in (signal.SIGINT, signal.SIGTERM) and number in self._handlers:
+            self._exit(signal.Signals(number).name)
+          elif self._wakeup >= 0:  # another signal: for the wakeup fd the block replaced
+            os.write(self._wakeup, bytes([number]))
+    except OSError:
+      return
+    finally:
+      os.close(self._read)
+
+  def _exit(self, name: str) -> None:
+    with self._lock:
+      if self._done:
+        return
+      self._done = True
+      print(f"{name}: stopped while compiling {self.what}, before the first step: nothing "
+            "trained yet to save; exiting (the same command starts again)", flush=True)
+      for stream in (sys.stdout, sys.stderr):
+        try:
+          stream.flush()
+        except (OSError, ValueError):
+          pass
+      os._exit(exit_status(name))  # pylint: disable=protected-access
+
+  def __exit__(self, *exc):
+    if not self._active:
+      return
+    with self._lock:
+      done, self._done = self._done, True
+    signal.set_wakeup_fd(self._wakeup)
+    for sig, handler in self._handlers.items():
+      signal.signal(sig, handler)
+    try:
+      os.write(self._write, b"\0")
+    except OSError:
+      pass
+    os.close(self._write)
+    if self._arrived and not done:
+      self._done = False
+      self._exit(self._arrived)
