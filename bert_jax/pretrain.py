@@ -18,7 +18,7 @@ import jax
 import ml_collections
 
 from bert_jax import cli
-from bert_jax.data import sources
+from bert_jax.data.sources import registry as source_registry
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
 from bert_jax.modeling import model as model_lib
@@ -60,7 +60,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     print("bert_jax.pretrain: loading the input pipeline ...", flush=True)
 
   # -- Data ------------------------------------------------------------------
-  from bert_jax.data import pretrain_data  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.stream import pretrain_data  # pylint: disable=g-import-not-at-top
   if config.data.host_invariant_stream:
     # Every host builds the whole global batch and keeps its rows: the stream is
     # the same for any process count (exact replays across host counts).
@@ -106,7 +106,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   if meta or pretrained:
     print(how + (f" (data position {data_position})" if meta else ""), flush=True)
   if is_writer and start_step < config.total_steps:
-    first = "reading" if sources.get(config.data.source).tokenized else "tokenizing"
+    first = "reading" if source_registry.get(config.data.source).tokenized else "tokenizing"
     print(f"compiling the train step, then {first} the first shards "
           f"(progress every {config.log_every} steps) ...", flush=True)
 
@@ -232,7 +232,7 @@ def _load_init_checkpoint(config, model_cfg, vocab):
 def _print_header(config, workdir: str, model_cfg, params, tokenizer,
                   start_step: int) -> None:
   """What the run will do: model, parameters, data, steps, where it writes."""
-  from bert_jax.data import wordpiece  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads"))
   d = config.data
@@ -245,7 +245,7 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
                 f"vocab {tokenizer.vocab_size:,}{_decoder_padding(model_cfg)}, "
                 f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
       ("attention", compute_policy.describe_attention(model_cfg)),
-      ("data", f"{sources.get(d.source).describe(d)}, {d.mode}, {vocab} vocab"),
+      ("data", f"{source_registry.get(d.source).describe(d)}, {d.mode}, {vocab} vocab"),
       ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "
                 f"{config.optimizer.name} at {config.learning_rate:g}{resumed}"),
       ("workdir", f"{workdir} (checkpoints every {config.checkpoint_every} steps, "

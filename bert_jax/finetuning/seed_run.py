@@ -9,7 +9,7 @@ from typing import Any, Optional
 import jax
 import numpy as np
 
-from bert_jax.data import length_buckets
+from bert_jax.data.stream import length_buckets
 from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
