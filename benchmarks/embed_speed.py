@@ -168,14 +168,14 @@ def main(argv=None) -> int:
     if not os.path.isfile(path):
       sys.exit(f"missing {path} (see the module docstring)")
   from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
 
   if args.texts:
     with open(args.texts, encoding="utf-8") as f:
       texts = [line.rstrip("\n") for line in f if line.strip()][:args.num]
   else:
     texts = sts_sentences(args.sts_train, args.num)
-  pretrained = ckpt_lib.load_pretrained(args.bundle)
+  pretrained = loading.load_pretrained(args.bundle)
   ours = lambda: embedding.embed(pretrained, texts, pooling="mean", max_length=args.max_length,  # noqa: E731
                                  batch_size=args.batch_size)
   reference_kind = resolve_reference(args.reference)

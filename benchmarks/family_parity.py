@@ -193,8 +193,8 @@ def main() -> int:
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
 
   files = _tokenizer_files(args.model_type, args.data_dir)
   missing = [f for f in files if not os.path.isfile(f)]
@@ -208,7 +208,7 @@ def main() -> int:
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
   subprocess.run([sys.executable, "-m", "bert_jax.convert", "--from", "hf", "--src", src,
                   "--dst", dst, "--overwrite"], check=True, env=env)
-  pretrained = ckpt_lib.load_pretrained(dst)
+  pretrained = loading.load_pretrained(dst)
   config, params = pretrained.config, pretrained.params
   tok = tokenizer_lib.for_checkpoint(pretrained)
   bert_fn = jax.jit(lambda p, i, m, s: model_lib.BertModel(config, add_pooler=False).apply(

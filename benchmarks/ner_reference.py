@@ -199,6 +199,7 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.finetuning import batches as finetune_batches  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import compute_policy  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import task as task_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
@@ -214,7 +215,7 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
   c.model.dtype = "float32"
   mesh, rules = sharding.mesh_from_config(c.mesh), sharding.logical_rules(c.mesh.preset)
-  pretrained = ckpt_lib.load_pretrained(c.init_checkpoint)
+  pretrained = loading.load_pretrained(c.init_checkpoint)
   model_cfg = compute_policy.model_config_from(c.model, pretrained.config)
   task = task_registry.build(c, tokenizer_lib.for_checkpoint(pretrained), model_cfg)
   n = len(task.train_arrays["input_ids"])

@@ -25,7 +25,7 @@ import numpy as np
 
 from bert_jax.inference import retrieval
 from bert_jax.inference import retrieval_metrics
-from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.modeling import loading
 
 
 def reference_embed(model_dir, texts, max_length, batch_size):
@@ -83,7 +83,7 @@ def main():
     with open(args.results) as f:
       ours = json.load(f)
   else:
-    ours = retrieval.evaluate(ckpt_lib.load_pretrained(args.bundle), data,
+    ours = retrieval.evaluate(loading.load_pretrained(args.bundle), data,
                                    max_length=args.max_length, batch_size=args.batch_size,
                                    top_k=args.top_k)
     if args.results:

@@ -30,9 +30,9 @@ from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import bundle as bundle_lib
 from bert_jax.modeling import flops
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.runtime.json_file import read_json
-from bert_jax.training import checkpoint as ckpt_lib
 
 Text = Union[str, tuple[str, str]]
 
@@ -41,14 +41,14 @@ class Encoder:
   """A loaded checkpoint (params on the host) and its tokenizer.
 
   Attributes:
-    pretrained: the `checkpoint.Pretrained` (params, model config, vocab, source).
+    pretrained: the `loading.Pretrained` (params, model config, vocab, source).
     tokenizer: the checkpoint's tokenizer.
     heads: the param groups beside the encoder ('pooler', 'mlm', 'classifier', ...).
     task: the fine-tuned task recorded in a fine-tuning export's bundle.json, or None.
     info: that bundle.json ({} for checkpoints that have none).
   """
 
-  def __init__(self, pretrained: ckpt_lib.Pretrained):
+  def __init__(self, pretrained: loading.Pretrained):
     self.pretrained = pretrained
     self.tokenizer = tokenizer_lib.for_checkpoint(pretrained)
     self.heads = bundle_lib.heads_of(pretrained.params)
@@ -59,7 +59,7 @@ class Encoder:
   @classmethod
   def load(cls, path: str) -> "Encoder":
     """Loads a bundle, a pretraining workdir or its checkpoints/ (see load_pretrained)."""
-    return cls(ckpt_lib.load_pretrained(path))
+    return cls(loading.load_pretrained(path))
 
   @property
   def config(self):

@@ -50,9 +50,9 @@ from bert_jax import cli
 from bert_jax.inference import aggregate
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.modeling import loading
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
-from bert_jax.training import checkpoint as ckpt_lib
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
@@ -105,7 +105,7 @@ def _weights(values: Optional[Sequence[str]]) -> Optional[list[float]]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   # Everything that can be wrong is checked before the input is read.
-  checkpoints = [ckpt_lib.load_pretrained(path) for path in args.checkpoint]
+  checkpoints = [loading.load_pretrained(path) for path in args.checkpoint]
   weights = _weights(args.weights)
   members = (len(checkpoints), "--checkpoint") if len(checkpoints) > 1 else (
       len(args.layers.split(",")), "--layers")

@@ -23,8 +23,9 @@ from absl import flags
 from bert_jax import cli
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.modeling import checkpoint_folder
+from bert_jax.modeling import loading
 from bert_jax.runtime import train_log
-from bert_jax.training import checkpoint as ckpt_lib
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -46,7 +47,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       with open(args.input, encoding="utf-8") as f:
         texts += [line.strip() for line in f if line.strip()]
     except (OSError, UnicodeDecodeError) as e:
-      raise ValueError(f"--input {args.input}: {ckpt_lib.one_line_cause(e)}") from None
+      raise ValueError(f"--input {args.input}: {checkpoint_folder.one_line_cause(e)}") from None
   if not texts:
     raise ValueError("no text: give TEXT... with [MASK], or --input FILE (one text per line)"
                      + (f"; {args.input} has none" if args.input else ""))
@@ -55,7 +56,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   for n, text in enumerate(texts, 1):
     if mask_filling.MASK not in text:
       raise ValueError(f"text {n} ({text!r}) has no {mask_filling.MASK}")
-  pretrained = ckpt_lib.load_pretrained(args.checkpoint)
+  pretrained = loading.load_pretrained(args.checkpoint)
   mask_filling.require_mlm(pretrained, args.checkpoint)
   if not 1 <= args.top_k <= pretrained.config.vocab_size:
     raise ValueError(f"--top_k {args.top_k} must be in [1, {pretrained.config.vocab_size}]")

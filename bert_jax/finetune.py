@@ -65,6 +65,7 @@ from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import seed_run
 from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.runtime import compile_cache
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
@@ -107,7 +108,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   compile_cache.enable(config.compile_cache)
 
   # -- The checkpoint: model config, vocab, params (read only) ------------------------
-  pretrained = ckpt_lib.load_pretrained(config.init_checkpoint)
+  pretrained = loading.load_pretrained(config.init_checkpoint)
   model_cfg, task_model = finetune_setup.task_model_for(config, pretrained)
 
   # -- Task data (every split read and encoded before any training) --------------------
@@ -144,8 +145,8 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   per_seed = list(meta["per_seed"]) if meta else []
   first_seed = int(meta["seed"]) if meta else config.seed
   position = (int(meta["epoch"]), int(meta["batch"])) if meta else (0, 0)
-  description = ckpt_lib.model_description(model_cfg, pretrained.vocab, pretrained.lowercase,
-                                           tokenizer_file=pretrained.tokenizer_file)
+  description = loading.model_description(model_cfg, pretrained.vocab, pretrained.lowercase,
+                                          tokenizer_file=pretrained.tokenizer_file)
   # Records logged after the checkpoint are logged again: dropped (steps restart per seed,
   # so only while the first seed is resumed).
   logger = train_log.RunLogger(workdir, total_steps, is_writer, resume_step=(

@@ -21,6 +21,7 @@ from bert_jax import cli
 from bert_jax.data.sources import registry as source_registry
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import pretrain_setup
 from bert_jax.objectives import registry as objective_registry
@@ -132,7 +133,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
   # -- Loop ---------------------------------------------------------------------
   tok = data.tokenizer
-  description = ckpt_lib.model_description(
+  description = loading.model_description(
       model_cfg, tok.inv_vocab, data.lowercase,
       tokenizer_file=tok.vocab_file if tok.kind != "wordpiece" else None)
   logger = train_log.RunLogger(workdir, config.total_steps, is_writer, resume_step=start_step,
@@ -220,8 +221,8 @@ def _check_export_has_checkpoints(config, workdir: str, ckpts) -> None:
 
 def _load_init_checkpoint(config, model_cfg, vocab):
   """config.init_checkpoint's params; its vocabulary must be the data's, token for token."""
-  pretrained = ckpt_lib.load_pretrained(config.init_checkpoint, expect=model_cfg)
-  diff = ckpt_lib.vocab_difference(pretrained.vocab, vocab)
+  pretrained = loading.load_pretrained(config.init_checkpoint, expect=model_cfg)
+  diff = loading.vocab_difference(pretrained.vocab, vocab)
   if diff:
     raise ValueError(f"init_checkpoint {config.init_checkpoint} was trained with another "
                      f"vocabulary than the data's tokenizer ({diff}); set data.tokenizer / "
@@ -312,7 +313,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
     # Every process loads the bundle and runs the example: Orbax's restore is collective,
     # so a process that skipped it would leave the others waiting for ever.
     try:
-      result = mask_filling.fill_mask(ckpt_lib.load_pretrained(path), [config.fill_mask_example],
+      result = mask_filling.fill_mask(loading.load_pretrained(path), [config.fill_mask_example],
                                    top_k=5)
     except optional_tensorflow.MissingTensorFlowError as e:  # a host that trained on prepared data
       result = None

@@ -29,9 +29,9 @@ from bert_jax import cli
 from bert_jax.inference import embedding
 from bert_jax.inference import retrieval
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
-from bert_jax.training import checkpoint as ckpt_lib
 
 # Nearest-neighbour retrieval.search: exact matmul top-k, or faiss's HNSW graph (approximate).
 retrieval.INDEXES = ("exact", "hnsw")
@@ -68,7 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     raise ValueError(f"--top_k {args.top_k} must be >= 1")
   if args.index == "hnsw":
     retrieval._faiss()  # a missing library fails before the long embedding
-  pretrained = ckpt_lib.load_pretrained(args.checkpoint)
+  pretrained = loading.load_pretrained(args.checkpoint)
   embedding.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
                           args.batch_size, pairs=False)
   data = retrieval.read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding

@@ -145,12 +145,12 @@ def test_guess_lowercase(tmp_path):
 
 
 def test_checkpoints_dir_with_only_an_interrupted_save(tmp_path):
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   (tmp_path / "checkpoints" / "20.orbax-checkpoint-tmp-1763").mkdir(parents=True)
   for path in (tmp_path, tmp_path / "checkpoints"):
     with pytest.raises(ValueError, match=r"checkpoints holds no finished checkpoint \(only "
                                          r"20\.orbax-checkpoint-tmp-1763: a save interrupted"):
-      ckpt_lib.load_pretrained(str(path))
+      loading.load_pretrained(str(path))
 
 
 def test_checksums_see_every_bit_and_position():

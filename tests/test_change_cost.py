@@ -21,10 +21,10 @@ from bert_jax.conversion import hf as hf_conversion
 from bert_jax.data.sources import registry as source_registry
 from bert_jax import finetune
 from bert_jax.members import registry as member_registry
+from bert_jax.modeling import loading
 from bert_jax.objectives import registry as objective_registry
 from bert_jax import pretrain
 from bert_jax.tasks import registry as task_registry
-from bert_jax.training import checkpoint as ckpt_lib
 from tests.fixtures import finetuning
 from tests.fixtures import pretraining
 
@@ -315,7 +315,7 @@ def test_a_new_member_is_one_module(tmp_path, monkeypatch):
                                       checkpoint_every=3)
   workdir = tmp_path / "run"
   pretrain.train_and_export(config, str(workdir))
-  trained = ckpt_lib.load_pretrained(str(workdir / "export"))
+  trained = loading.load_pretrained(str(workdir / "export"))
   assert trained.config.model_type == "toy-relu-bert" and trained.config.hidden_act == "relu"
   # Conversion: its own config.json key and tensor names, and back to the same params.
   hf_dir = tmp_path / "hf"

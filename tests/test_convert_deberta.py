@@ -29,10 +29,10 @@ from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import bundle
 from bert_jax.modeling import disentangled
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import from_hf_dict
 from bert_jax.modeling import pooling
-from bert_jax.training import checkpoint as ckpt_lib
 
 TEXTS = [("The quick brown fox jumps over the lazy dog.", "Seven wizards hum jazzy tunes."),
          ("café naïve", "1,000 towns in 9 countries, 12 of them by the sea and rivers")]
@@ -136,7 +136,7 @@ def test_embed_and_fill_mask_through_the_bundle_as_transformers(case):
   """bert_jax.embed on text pairs ([CLS] A [SEP] B [SEP], segments 0 / 1) and fill_mask, from
   the bundle and its own tokenizer, vs transformers fed by DebertaV2TokenizerFast."""
   model, fast, _, dst = case
-  pretrained = ckpt_lib.load_pretrained(dst)
+  pretrained = loading.load_pretrained(dst)
   enc = fast([a for a, _ in TEXTS], [b for _, b in TEXTS], padding=True,
              return_token_type_ids=True, return_tensors="pt")
   with torch.no_grad():

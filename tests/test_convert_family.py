@@ -273,7 +273,7 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
   transformers' ids, top tokens and probabilities; `--to hf` gives the files back."""
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   tok_dir = bpe_dir if model_type == "roberta" else albert_dir
   names = ["merges.txt", "vocab.json"] if model_type == "roberta" else ["spiece.model"]
   fast = (transformers.RobertaTokenizerFast if model_type == "roberta"
@@ -288,7 +288,7 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
   assert convert.main(["--from", "hf", "--src", src, "--dst", dst]) == 0
   assert sorted(os.listdir(os.path.join(dst, "tokenizer"))) == names
 
-  pretrained = ckpt_lib.load_pretrained(dst)
+  pretrained = loading.load_pretrained(dst)
   tok = tokenizer_lib.for_checkpoint(pretrained)
   assert tok.kind == ("bpe" if model_type == "roberta" else "sentencepiece")
   text = "the quick brown [MASK] jumps over lazy dogs."
@@ -309,7 +309,7 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
 
 def test_a_bundle_tokenizer_that_does_not_match_is_named(bpe_dir, albert_dir, tmp_path):
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   src = str(tmp_path / "hf")
   ref = Reference(transformers.FlaxRobertaModel, CONFIGS["roberta"](), seed=1)
   ref.model.save_pretrained(src, params=ref.params, safe_serialization=True)
@@ -319,8 +319,8 @@ def test_a_bundle_tokenizer_that_does_not_match_is_named(bpe_dir, albert_dir, tm
     shutil.copy(albert_dir / name, src)
   with pytest.raises(ValueError, match=r"needs a byte-level BPE .*found sentencepiece"):
     hf.hf_to_bundle(src, str(tmp_path / "b"))
-  pretrained = ckpt_lib.Pretrained({}, None, ("a", "b"), False, "ckpt",
-                                   str(bpe_dir / "vocab.json"))
+  pretrained = loading.Pretrained({}, None, ("a", "b"), False, "ckpt",
+                                  str(bpe_dir / "vocab.json"))
   with pytest.raises(ValueError, match=r"ckpt: tokenizer .*vocab.json has other tokens"):
     tokenizer_lib.for_checkpoint(pretrained)
   with pytest.raises(FileNotFoundError, match=r"ckpt: its tokenizer /gone/spiece.model does not"):

@@ -6,10 +6,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
 from bert_jax.objectives import distill
-from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import train_core
 from tests.objective_batches import LEN, P, VOCAB, masked_batch
 
@@ -21,8 +21,8 @@ def _teacher(layers=4):
   model = model_lib.BertForPreTraining(config, with_nsp=False)
   params = jax.jit(lambda rng: model_lib.init_params(model, rng, seq_len=LEN, num_predictions=P))(
       jax.random.PRNGKey(0))
-  return model, ckpt_lib.Pretrained(jax.device_get(params), config, tuple(map(str, range(VOCAB))),
-                                    True, "teacher")
+  return model, loading.Pretrained(jax.device_get(params), config, tuple(map(str, range(VOCAB))),
+                                   True, "teacher")
 
 
 def test_student_takes_every_other_teacher_layer():
@@ -73,12 +73,12 @@ def test_loss_terms_vanish_for_a_copy_and_no_gradient_reaches_the_teacher():
 
 def test_teacher_without_mlm_head_or_with_another_vocab_is_one_clear_error(monkeypatch):
   _, teacher = _teacher(2)
-  encoder_only = ckpt_lib.Pretrained({"bert": teacher.params["bert"]}, teacher.config,
-                                     teacher.vocab, True, "enc")
-  monkeypatch.setattr(ckpt_lib, "load_pretrained", lambda path: encoder_only)
+  encoder_only = loading.Pretrained({"bert": teacher.params["bert"]}, teacher.config,
+                                    teacher.vocab, True, "enc")
+  monkeypatch.setattr(loading, "load_pretrained", lambda path: encoder_only)
   with pytest.raises(ValueError, match=r"teacher_checkpoint T has no MLM head"):
     distill.load_teacher("T", 1)
-  monkeypatch.setattr(ckpt_lib, "load_pretrained", lambda path: teacher)
+  monkeypatch.setattr(loading, "load_pretrained", lambda path: teacher)
   other_vocab = list(teacher.vocab)
   other_vocab[7] = "seven"
   with pytest.raises(ValueError, match=r"its vocab \(64 tokens\) is not the data's tokenizer's "

@@ -15,6 +15,7 @@ from bert_jax.data.tokenizers import tokenizer_base
 from bert_jax import embed
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.training import checkpoint as ckpt_lib
 from tests.fixtures.tiny_encoder import CONFIG
@@ -36,7 +37,7 @@ def ckpt(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(ckpt):
-  return ckpt_lib.load_pretrained(ckpt)
+  return loading.load_pretrained(ckpt)
 
 
 @jax.jit
@@ -198,7 +199,7 @@ def test_pretraining_workdir_is_accepted(loaded, tmp_path):
   workdir = tmp_path / "run"
   ckpts = ckpt_lib.TrainCheckpoints(str(workdir / "checkpoints"), async_save=False)
   ckpts.save(3, {"params": model_lib.stack_layers(loaded.params)},
-             ckpt_lib.model_description(CONFIG, VOCAB, lowercase=True))
+             loading.model_description(CONFIG, VOCAB, lowercase=True))
   ckpts.close()
   inp = tmp_path / "in.txt"
   inp.write_text("\n".join(TEXTS) + "\n")

@@ -11,7 +11,7 @@ from bert_jax import embed
 from bert_jax.inference import aggregate
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle
-from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.modeling import loading
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB
 from tests.fixtures.tiny_encoder import WORDS
@@ -35,7 +35,7 @@ def ckpts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def loaded(ckpts):
-  return [ckpt_lib.load_pretrained(p) for p in ckpts]
+  return [loading.load_pretrained(p) for p in ckpts]
 
 
 def _embed(pretrained, texts, **kw):

@@ -17,10 +17,10 @@ from bert_jax import config_help
 from bert_jax.data.tokenizers import wordpiece
 from bert_jax import finetune
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
 from bert_jax import pretrain
-from bert_jax.training import checkpoint as ckpt_lib
 from tests import tokenizer_fixtures
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -107,9 +107,9 @@ def test_member_pretrains_50_steps_and_finetunes_glue(member, corpus, vocab_file
   config = _pretrain_config(recipe, overrides, corpus, tokenizer)
   summary = pretrain.train(config, workdir)
   # Fine-tuning reads the latest checkpoint of an unfinished run, the export of a finished one.
-  from_checkpoint = ckpt_lib.load_pretrained(workdir)
+  from_checkpoint = loading.load_pretrained(workdir)
   pretrain.export_and_demo(summary, config, workdir)
-  exported = ckpt_lib.load_pretrained(workdir)
+  exported = loading.load_pretrained(workdir)
   assert exported.source != from_checkpoint.source and exported.config == from_checkpoint.config
   jax.tree.map(np.testing.assert_array_equal, exported.params, from_checkpoint.params)
   assert summary["step"] == 50
@@ -118,7 +118,7 @@ def test_member_pretrains_50_steps_and_finetunes_glue(member, corpus, vocab_file
   # Each is the mean over its 10 steps.
   assert len(losses) == 5 and all(math.isfinite(l) for l in losses)
   assert losses[-1] < 0.9 * losses[0], (member, losses)  # it learns
-  assert ckpt_lib.read_model_config(workdir).model_type == member
+  assert loading.read_model_config(workdir).model_type == member
 
   c = config_help.load_module(ROOT / "configs" / "glue.py").get_config("task=mrpc")
   c.data_dir, c.init_checkpoint = glue_dir, workdir

@@ -287,8 +287,8 @@ def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
 def test_pretraining_with_bpe_exports_a_bundle_that_carries_it(tmp_path, bpe_dir):
   """A run with RoBERTa's tokenizer records its file in every checkpoint and copies it into
   export/tokenizer/; the fill-mask demo and load_pretrained then use it."""
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
   _write_corpus(tmp_path)
   c = pretrain_config.get_config("tiny")
   c.data.source, c.data.files, c.data.tokenizer = "files", str(tmp_path / "*.txt"), str(bpe_dir)
@@ -297,10 +297,10 @@ def test_pretraining_with_bpe_exports_a_bundle_that_carries_it(tmp_path, bpe_dir
   c.fill_mask_example = "the quick brown [MASK] jumps."
   workdir = str(tmp_path / "run")
   summary = pretrain.train(c, workdir)
-  assert ckpt_lib.load_pretrained(workdir + "/checkpoints").tokenizer_file == str(
+  assert loading.load_pretrained(workdir + "/checkpoints").tokenizer_file == str(
       bpe_dir / "vocab.json")
   pretrain.export_and_demo(summary, c, workdir)
-  exported = ckpt_lib.load_pretrained(workdir)
+  exported = loading.load_pretrained(workdir)
   assert exported.tokenizer_file == str(tmp_path / "run" / "export" / "tokenizer" / "vocab.json")
   tok = tokenizer_lib.for_checkpoint(exported)
   assert tok.kind == "bpe" and tok.inv_vocab == tokenizer_lib.tokenizer_from_path(

@@ -16,6 +16,7 @@ import sys
 
 import pytest
 
+from bert_jax.modeling import loading
 from bert_jax import pretrain
 from bert_jax.runtime import train_log
 from bert_jax.training import checkpoint as ckpt_lib
@@ -260,16 +261,16 @@ def test_a_permuted_vocab_is_refused_on_resume_and_as_init_checkpoint(corpus, fi
 
 @pytest.mark.slow
 def test_a_workdir_resolves_to_a_checkpoint_newer_than_its_export(finished, tmp_path, capsys):
-  assert ckpt_lib.load_pretrained(str(finished)).source == str(finished / "export")
+  assert loading.load_pretrained(str(finished)).source == str(finished / "export")
   assert "note:" not in capsys.readouterr().err
   workdir = _copy(finished, tmp_path)
   info = workdir / "export" / "bundle.json"
   info.write_text(info.read_text().replace('"step": 6', '"step": 3'))  # resumed, not exported
-  pretrained = ckpt_lib.load_pretrained(str(workdir))
+  pretrained = loading.load_pretrained(str(workdir))
   assert pretrained.source == f"{workdir / 'checkpoints'}/6"
   err = capsys.readouterr().err
   assert err.count("\n") == 1 and "(step 6) is newer than" in err and "(step 3)" in err
-  assert ckpt_lib.read_model_config(str(workdir)) == pretrained.config
+  assert loading.read_model_config(str(workdir)) == pretrained.config
 
 
 # -- 5. Ctrl-C saves like SIGTERM ------------------------------------------------------------

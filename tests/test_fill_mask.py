@@ -11,6 +11,7 @@ from scipy.special import erf
 from bert_jax import fill_mask
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.training import checkpoint as ckpt_lib
@@ -62,7 +63,7 @@ def _reference_probs(b, ids, position):
 
 
 def test_top_k_matches_reference(ckpt):
-  b = ckpt_lib.load_pretrained(ckpt)
+  b = loading.load_pretrained(ckpt)
   texts = ["The capital of France is [MASK].", "[MASK] big [MASK] of the city"]
   got = mask_filling.fill_mask(b, texts, top_k=3)
   v = VOCAB.index
@@ -97,16 +98,16 @@ def test_errors(ckpt, tmp_path):
   with pytest.raises(ValueError, match=r"text 2 \('no mask here'\) has no \[MASK\]"):
     fill_mask.main(["--checkpoint", ckpt, "the [MASK] .", "no mask here"])
   with pytest.raises(ValueError, match="26 tokens long; the model takes at most 24"):
-    mask_filling.fill_mask(ckpt_lib.load_pretrained(ckpt), ["the [MASK] " + "city " * 22])
+    mask_filling.fill_mask(loading.load_pretrained(ckpt), ["the [MASK] " + "city " * 22])
 
 
 def test_pretraining_workdir_is_accepted(ckpt, tmp_path, capsys):
   """A pretraining workdir (latest train checkpoint, layers scanned) predicts like its params."""
-  b = ckpt_lib.load_pretrained(ckpt)
+  b = loading.load_pretrained(ckpt)
   workdir = tmp_path / "run"
   ckpts = ckpt_lib.TrainCheckpoints(str(workdir / "checkpoints"), async_save=False)
   ckpts.save(3, {"params": model_lib.stack_layers(b.params)},
-             ckpt_lib.model_description(CONFIG, VOCAB, lowercase=True))
+             loading.model_description(CONFIG, VOCAB, lowercase=True))
   ckpts.close()
   assert fill_mask.main(["--checkpoint", str(workdir), "--json", "the capital is [MASK] ."]) == 0
   got = json.loads(capsys.readouterr().out)[0]["masks"][0]
@@ -117,13 +118,13 @@ def test_pretraining_workdir_is_accepted(ckpt, tmp_path, capsys):
 
 def test_a_crafted_config_in_a_workdir_is_refused_in_one_line(ckpt, tmp_path, capsys):
   """The checkpoint's declared config against its (scanned) arrays, before building."""
-  b = ckpt_lib.load_pretrained(ckpt)
+  b = loading.load_pretrained(ckpt)
   workdir = tmp_path / "run"
   ckpts = ckpt_lib.TrainCheckpoints(str(workdir / "checkpoints"), async_save=False)
   for step, layers in ((3, 20_000), (4, 7)):
     ckpts.save(step, {"params": model_lib.stack_layers(b.params)},
-               ckpt_lib.model_description(CONFIG.replace(num_layers=layers), VOCAB,
-                                          lowercase=True))
+               loading.model_description(CONFIG.replace(num_layers=layers), VOCAB,
+                                         lowercase=True))
     ckpts.wait()
     with pytest.raises(ValueError, match=rf"/{step}: its model config declares num_layers "
                        + ("20,000 \\(at most 1,024\\)" if step == 3 else
@@ -139,7 +140,7 @@ def test_an_input_file_runs_in_batches_with_progress_and_the_same_predictions(ck
   texts = [f"the [MASK] of {w} ." for w in ("paris", "the city", "france", "capital", "big")]
   path = tmp_path / "texts.txt"
   path.write_text("\n".join(texts[1:]) + "\n\n")
-  b = ckpt_lib.load_pretrained(ckpt)
+  b = loading.load_pretrained(ckpt)
   whole = mask_filling.fill_mask(b, texts, top_k=3)
   assert fill_mask.main(["--checkpoint", ckpt, "--input", str(path), "--batch_size", "2",
                          "--top_k", "3", "--json", texts[0]]) == 0

@@ -20,6 +20,7 @@ from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.finetuning import evaluation
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.tasks import glue
 from bert_jax.tasks import registry as task_registry
@@ -152,7 +153,7 @@ def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_di
 
 @pytest.mark.slow
 def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_dir, tmp_path):
-  init = ckpt_lib.load_pretrained(pretrained)
+  init = loading.load_pretrained(pretrained)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
   task = task_registry.build(squad_config(squad_dir, pretrained), tok, init.config)
   assert task.data_stats["train_skipped_answer_mismatch"] == 1
@@ -161,7 +162,7 @@ def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_di
 
 
 def test_training_starts_task_heads_fresh_and_eval_only_keeps_them(tmp_path):
-  pretrained = ckpt_lib.load_pretrained(random_bundle(tmp_path / "b"))  # 3-label classifier
+  pretrained = loading.load_pretrained(random_bundle(tmp_path / "b"))  # 3-label classifier
   mesh = sharding.make_mesh((-1, 1, 1))
   rules = sharding.logical_rules("data_parallel")
   tx = optax.adamw(1e-3)
@@ -212,7 +213,7 @@ def test_checkpoints_that_do_not_fit_get_clear_errors(glue_dir, squad_dir, tmp_p
 
 def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
   good = random_bundle(tmp_path / "b")
-  init = ckpt_lib.load_pretrained(good)
+  init = loading.load_pretrained(good)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
   c = glue_config(glue_dir, good)
   with c.unlocked():
@@ -250,7 +251,7 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
 
 def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   good = random_bundle(tmp_path / "b")
-  init = ckpt_lib.load_pretrained(good)
+  init = loading.load_pretrained(good)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
   header = "index\tpromptID\tpairID\tgenre\tsentence1\tsentence2\tgold_label"
   mnli = tmp_path / "glue" / "MNLI"
@@ -362,7 +363,7 @@ def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrain
     return traverse_util.flatten_dict(params, sep="/")
 
   full = configured("full")
-  start = traverse_util.flatten_dict(ckpt_lib.load_pretrained(pretrained).params, sep="/")
+  start = traverse_util.flatten_dict(loading.load_pretrained(pretrained).params, sep="/")
   query = "bert/encoder/layer_0/attention/query/kernel"
   assert float(np.max(np.abs(full[query] - start[query]))) > 1e-6  # training moved the encoder
   for other in (configured("accum", optimizer__grad_accum_steps=2),

@@ -12,11 +12,11 @@ import pytest
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.tasks import conlleval
 from bert_jax.tasks import ner
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
-from bert_jax.training import checkpoint as ckpt_lib
 from tests.fixtures.finetuning import conll
 from tests.fixtures.finetuning import random_bundle
 from tests.fixtures.repo import load_config
@@ -236,7 +236,7 @@ def _ner_config(data_dir, init, **overrides):
 def _random_init(tmp_path):
   """A random 1-layer bundle, its loaded checkpoint and tokenizer."""
   init = random_bundle(tmp_path / "init")
-  loaded = ckpt_lib.load_pretrained(init)
+  loaded = loading.load_pretrained(init)
   return init, loaded, tokenizer_lib.cached_tokenizer("wordpiece", loaded.vocab, loaded.lowercase)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax import pretrain
 from bert_jax.runtime import checksum
 from bert_jax.training import checkpoint as ckpt_lib
@@ -83,15 +84,15 @@ def test_runs_logs_and_checkpoints(objective, corpus, tmp_path_factory):
   assert other_pair not in records[0]
   assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["3", "6"]
   assert os.listdir(os.path.join(workdir, "tensorboard"))
-  config = ckpt_lib.read_model_config(workdir)
+  config = loading.read_model_config(workdir)
   assert config.model_type == ("deberta-v2" if objective == "deberta" else
                                "electra" if objective == "electra" else "bert")
   if objective in ("electra", "distill"):  # a padded decoder; the params keep the vocab's rows
-    pretrained = ckpt_lib.load_pretrained(workdir)
+    pretrained = loading.load_pretrained(workdir)
     rows = pretrained.params["bert"]["embeddings"]["word_embeddings"]["embedding"].shape[0]
     assert rows == len(pretrained.vocab) == 30522
   if objective == "deberta":  # the EMD's table is trained, checkpointed, and read by fill-mask
-    pretrained = ckpt_lib.load_pretrained(workdir)
+    pretrained = loading.load_pretrained(workdir)
     assert bundle.heads_of(pretrained.params) == ("mlm", "emd")
     top = mask_filling.fill_mask(pretrained, ["the old [MASK] walked to the river ."], top_k=2)
     assert len(top[0][0]) == 2
@@ -150,7 +151,7 @@ def test_a_flipped_byte_in_array_data_is_detected_by_the_checksums(corpus, strai
   data[len(data) // 2] ^= 0x10
   target.write_bytes(bytes(data))
   with pytest.raises(checksum.ChecksumError, match=r"checkpoints/6: 1 restored array\(s\) differ"):
-    ckpt_lib.load_pretrained(str(workdir / "checkpoints"))
+    loading.load_pretrained(str(workdir / "checkpoints"))
   # A resume treats it as corruption: moved aside (kept), the previous checkpoint used.
   summary = pretrain.train(small_config(corpus, total_steps=7), str(workdir))
   out = capsys.readouterr().out
@@ -214,7 +215,7 @@ def test_diverged_state_stops_the_run_and_is_never_saved(corpus, tmp_path):
     pretrain.train(config, str(workdir))
   assert os.listdir(workdir / "checkpoints") == ["1"]
   assert f"last good checkpoint: {workdir / 'checkpoints' / '1'}" in str(e.value)
-  params = jax.tree.leaves(ckpt_lib.load_pretrained(str(workdir)).params)
+  params = jax.tree.leaves(loading.load_pretrained(str(workdir)).params)
   assert max(float(np.abs(x).max()) for x in params) < 10.0
 
 
@@ -245,7 +246,7 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
   # It stopped at the first log step after the failure, not at the next checkpoint (step 9).
   assert max(logged_losses(workdir)) < 9
   assert sorted(os.listdir(workdir / "checkpoints"))[0] == "3"
-  assert ckpt_lib.load_pretrained(str(workdir / "checkpoints")).source.endswith("/3")
+  assert loading.load_pretrained(str(workdir / "checkpoints")).source.endswith("/3")
 
 
 @pytest.mark.parametrize("override,message", [
@@ -348,7 +349,7 @@ def test_convert_to_hf_takes_a_pretraining_workdir_and_its_checkpoints(straight_
   tool does, not only a bundle."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
   from bert_jax import convert  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   workdir = straight_run[0]
   tensors = []
   for src in (workdir, os.path.join(workdir, "checkpoints")):
@@ -356,8 +357,8 @@ def test_convert_to_hf_takes_a_pretraining_workdir_and_its_checkpoints(straight_
     assert convert.main(["--to", "hf", "--src", src, "--dst", dst]) == 0
     tensors.append(load_file(os.path.join(dst, "model.safetensors")))
     assert open(os.path.join(dst, "vocab.txt")).read().split("\n")[:-1] == list(
-        ckpt_lib.load_pretrained(workdir).vocab)
+        loading.load_pretrained(workdir).vocab)
   assert sorted(tensors[0]) == sorted(tensors[1])
-  params = ckpt_lib.load_pretrained(workdir).params
+  params = loading.load_pretrained(workdir).params
   np.testing.assert_array_equal(tensors[0]["bert.embeddings.word_embeddings.weight"],
                                 params["bert"]["embeddings"]["word_embeddings"]["embedding"])

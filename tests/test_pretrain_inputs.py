@@ -59,7 +59,7 @@ def test_the_fallback_warning_of_a_truncated_state_file_is_one_line(tmp_path, ca
 
 
 def test_one_line_cause_drops_the_tensorstore_dump():
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import checkpoint_folder  # pylint: disable=g-import-not-at-top
   e = ValueError("Encountered error reading index (0, 1). See full TensorStore details: "
                  "<bound method spec of TensorStore({\n  'driver': 'zarr',\n  ...})>")
-  assert ckpt_lib.one_line_cause(e) == "ValueError: Encountered error reading index (0, 1)."
+  assert checkpoint_folder.one_line_cause(e) == "ValueError: Encountered error reading index (0, 1)."

@@ -15,10 +15,10 @@ from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.inference import embedding
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import sentence_pairs
-from bert_jax.training import checkpoint as ckpt_lib
 from tests.fixtures.repo import load_config
 from tests.fixtures.tiny_encoder import random_params
 
@@ -106,7 +106,7 @@ def test_files_layouts_and_errors_name_the_line(tmp_path):
 
 def test_bad_config_and_scores_fail_before_training(tmp_path):
   init = _random_bundle(tmp_path / "init")
-  loaded = ckpt_lib.load_pretrained(init)
+  loaded = loading.load_pretrained(init)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", loaded.vocab, loaded.lowercase)
   rng = np.random.default_rng(0)
   (tmp_path / "train.tsv").write_text(_scored(rng, 8) + "w1\tw2\t7\n")
@@ -142,7 +142,7 @@ def test_cosent_end_to_end_and_embed_uses_the_bundle(tmp_path):
   assert info["task"] == "sentence_embeddings"
   assert info["embedding"] == {"pooling": "cls", "normalize": True}
   # embed's defaults come from the bundle; its vectors give eval_results' Spearman.
-  exported = ckpt_lib.load_pretrained(str(workdir / "export"))
+  exported = loading.load_pretrained(str(workdir / "export"))
   rows = sentence_pairs.read_scored_pairs(str(tmp_path / "eval.tsv"))
   flat = [t for pair in rows.texts for t in pair]
   emb, _ = embedding.embed(exported, flat, max_length=8)
@@ -152,7 +152,7 @@ def test_cosent_end_to_end_and_embed_uses_the_bundle(tmp_path):
   written = np.loadtxt(workdir / "predictions" / "eval_cosine.txt")
   np.testing.assert_allclose(written, cos, atol=1e-5)
   # The baseline: the init checkpoint's scores before training (zero-shot), the same pooling.
-  before, _ = embedding.embed(ckpt_lib.load_pretrained(str(init)), flat, max_length=8,
+  before, _ = embedding.embed(loading.load_pretrained(str(init)), flat, max_length=8,
                           pooling="cls", normalize=True)
   cos_before = (before[0::2] * before[1::2]).sum(-1)
   assert results["zero_shot_spearman"] == pytest.approx(

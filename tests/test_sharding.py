@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
 from bert_jax.objectives import distill
@@ -219,7 +220,7 @@ def _tiny_distill_setup(vocab=512):
                                     sched, 1)
   teacher_init = mlm_nsp.init_fn(teacher, 32, 5)
   params = jax.device_get(jax.jit(lambda r: nn.unbox(teacher_init(r)))(jax.random.PRNGKey(1)))
-  frozen = ckpt_lib.Pretrained(params, teacher_cfg, (), True, "teacher")
+  frozen = loading.Pretrained(params, teacher_cfg, (), True, "teacher")
   return init_fn, step, (frozen, teacher_init)
 
 

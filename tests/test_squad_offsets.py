@@ -6,10 +6,10 @@ import pytest
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks import squad
 from bert_jax.tasks import squad_offsets
-from bert_jax.training import checkpoint as ckpt_lib
 from tests.fixtures.finetuning import squad_config
 from tests.fixtures.finetuning import squad_json
 from tests.fixtures.tiny_encoder import random_params
@@ -107,7 +107,7 @@ def test_squad_finetunes_a_roberta_checkpoint_end_to_end(tmp_path, bpe_dir):
   init = str(tmp_path / "init")
   bundle.save_bundle(init, random_params(config, heads=()), config, tok.inv_vocab, False,
                      tokenizer_file=str(bpe_dir / "vocab.json"))
-  assert tokenizer_lib.for_checkpoint(ckpt_lib.load_pretrained(init)).kind == "bpe"
+  assert tokenizer_lib.for_checkpoint(loading.load_pretrained(init)).kind == "bpe"
   squad_dir = tmp_path / "squad"
   squad_dir.mkdir()
   for name, copies in (("train-v1.1.json", 2), ("dev-v1.1.json", 1)):

@@ -12,12 +12,12 @@ import time
 import numpy as np
 import pytest
 
+from bert_jax.modeling import loading
 from bert_jax import prepare_data
 from bert_jax import tokenize as tokenize_cli
 from bert_jax.conversion import hf
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import workdir_lock
-from bert_jax.training import checkpoint as ckpt_lib
 from tests.fixtures.finetuning import squad_config
 from tests.fixtures.repo import ROOT
 
@@ -132,7 +132,7 @@ def test_a_checkpoint_deleted_while_it_is_read_is_read_again_at_the_newest(
   run = tmp_path / "run"
   shutil.copytree(pathlib.Path(pretrained) / "checkpoints", run / "checkpoints")
   shutil.copytree(run / "checkpoints" / "3", run / "checkpoints" / "6")
-  real, calls = ckpt_lib._load_checkpoint, []
+  real, calls = loading._load_checkpoint, []
 
   def rotated_away(ckpts, step, expect):
     calls.append(step)
@@ -140,15 +140,15 @@ def test_a_checkpoint_deleted_while_it_is_read_is_read_again_at_the_newest(
       shutil.rmtree(ckpts.directory / "6")
       raise TypeError("'NoneType' object is not subscriptable")
     return real(ckpts, step, expect)
-  monkeypatch.setattr(ckpt_lib, "_load_checkpoint", rotated_away)
-  loaded = ckpt_lib.load_pretrained(str(run))
+  monkeypatch.setattr(loading, "_load_checkpoint", rotated_away)
+  loaded = loading.load_pretrained(str(run))
   assert calls == [6, 3] and loaded.source.endswith("checkpoints/3")
   # A failure on the newest checkpoint that is still there is its own: raised.
   shutil.copytree(run / "checkpoints" / "3", run / "checkpoints" / "9")
-  monkeypatch.setattr(ckpt_lib, "_load_checkpoint",
+  monkeypatch.setattr(loading, "_load_checkpoint",
                       lambda *a: (_ for _ in ()).throw(ValueError("truncated")))
   with pytest.raises(ValueError, match="truncated"):
-    ckpt_lib.load_pretrained(str(run))
+    loading.load_pretrained(str(run))
 
 
 _FAILING_SAVE = """

@@ -352,7 +352,7 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   DistilBertForMaskedLM; PyTorch or Flax).
 
   Args:
-    src: anything a run starts from (bert_jax.training.checkpoint.load_pretrained): a bundle (an
+    src: anything a run starts from (bert_jax.modeling.loading.load_pretrained): a bundle (an
       export/, a converted checkpoint), a pretraining workdir or its checkpoints/.
     dst: the output directory.
     overwrite: write into a non-empty `dst`.
@@ -361,11 +361,11 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
     dict(config, heads, architecture, num_tensors, dropped) (params_to_hf's).
   """
   # Orbax and JAX load on use.
-  from bert_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
   if out.exists() and any(out.iterdir()) and not overwrite:
     raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to write into it")
-  b = checkpoint.load_pretrained(src)
+  b = loading.load_pretrained(src)
   # Written whole in a folder beside dst, then moved in file by file (each a rename): a
   # full disk or a kill leaves dst as it was, never an empty folder or a truncated file.
   tmp = atomic_files.temporary_sibling(out)

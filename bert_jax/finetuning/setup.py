@@ -12,6 +12,7 @@ import optax
 from bert_jax.data.stream import length_buckets
 from bert_jax.modeling import bundle
 from bert_jax.modeling import compute_policy
+from bert_jax.modeling import loading
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
@@ -59,7 +60,7 @@ def check_config(config, mesh) -> None:
   task_registry.check_config(config)
 
 
-def check_eval_head(task_model: task_lib.TaskModel, pretrained: ckpt_lib.Pretrained,
+def check_eval_head(task_model: task_lib.TaskModel, pretrained: loading.Pretrained,
                     seq_len: int) -> None:
   """Eval-only needs the task's own head in the checkpoint, with the task's outputs.
 
@@ -177,7 +178,7 @@ def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) 
   return "run"
 
 
-def task_model_for(config, pretrained: ckpt_lib.Pretrained):
+def task_model_for(config, pretrained: loading.Pretrained):
   """(model config, task model) of the run on `pretrained`; its sequences must fit the
   checkpoint's position table, and eval_only needs the task's own head in it."""
   model_cfg = compute_policy.model_config_from(  # eval is never packed; training is as it says
@@ -192,7 +193,7 @@ def task_model_for(config, pretrained: ckpt_lib.Pretrained):
   return model_cfg, task_model
 
 
-def resume_check(config, config_record: dict, pretrained: ckpt_lib.Pretrained):
+def resume_check(config, config_record: dict, pretrained: loading.Pretrained):
   """The check of a checkpoint this run resumes: its settings and vocab are this run's,
   but for RESUME_MAY_CHANGE and config.resume_allow_changes (batch_size never)."""
   allowed = tuple(k.strip() for k in config.resume_allow_changes.split(",") if k.strip())

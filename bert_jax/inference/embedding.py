@@ -20,12 +20,12 @@ from bert_jax.data.stream import length_buckets
 from bert_jax.inference import aggregate
 from bert_jax.modeling import bundle as bundle_lib
 from bert_jax.modeling import flops
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import pooling as pooling_lib
 from bert_jax.runtime.json_file import read_json
 from bert_jax.runtime import train_log
 from bert_jax.training import ahead_compile
-from bert_jax.training import checkpoint as ckpt_lib
 
 POOLINGS = ("cls", "pooler", "mean", "max")
 DEFAULT_MAX_LENGTH = 128
@@ -165,7 +165,7 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
   return ahead_compile.AheadCompiled(fn, lambda: jax.default_matmul_precision(precision))
 
 
-def bundle_defaults(pretrained: ckpt_lib.Pretrained) -> dict:
+def bundle_defaults(pretrained: loading.Pretrained) -> dict:
   """The pooling and normalisation a checkpoint was trained to embed with.
 
   A sentence-embedding fine-tuning export records them in its bundle.json
@@ -223,7 +223,7 @@ def encode_chunks(tokenizer, texts: Sequence[str], max_length: int,
   return all_ids, all_seg, np.asarray(owner, np.int64), np.asarray(tokens, np.int64)
 
 
-def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional[str] = None,
+def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[str] = None,
           layers: Sequence[int] = (-1,), combine: str = "mean",
           normalize: Optional[bool] = None,
           max_length: Optional[int] = None, batch_size: int = 32, dtype: str = "float32",
@@ -233,7 +233,7 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
   """Embeds texts (or (a, b) pairs) with a loaded checkpoint.
 
   Args:
-    pretrained: the checkpoint (`checkpoint.load_pretrained`; params on host).
+    pretrained: the checkpoint (`loading.load_pretrained`; params on host).
     texts: strs, or (a, b) tuples for pairs.
     pooling: one of POOLINGS (None: the checkpoint's, `bundle_defaults`).
     layers: hidden states to pool (0 = embeddings, -1 = last layer).
@@ -331,7 +331,7 @@ def embed(pretrained: ckpt_lib.Pretrained, texts: Sequence, *, pooling: Optional
                          n if chunk_stride else 0)
 
 
-def embed_ensemble(checkpoints: Sequence[ckpt_lib.Pretrained], texts: Sequence, *,
+def embed_ensemble(checkpoints: Sequence[loading.Pretrained], texts: Sequence, *,
                    combine: str = "mean", weights: Optional[Sequence[float]] = None,
                    normalize: Optional[bool] = None, **options) -> tuple[np.ndarray, list]:
   """The texts through each checkpoint (`embed`), the vectors merged by `combine`.
@@ -381,7 +381,7 @@ def embed_ensemble(checkpoints: Sequence[ckpt_lib.Pretrained], texts: Sequence, 
   return np.asarray(emb, np.float32), stats
 
 
-def check_options(pretrained: ckpt_lib.Pretrained, pooling: str, layers: Sequence[int],
+def check_options(pretrained: loading.Pretrained, pooling: str, layers: Sequence[int],
                   combine: str, max_length: int, batch_size: int, pairs: bool,
                   chunk_stride: int = 0) -> None:
   """Raises ValueError, naming the option, on options the checkpoint cannot serve."""

@@ -14,9 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bert_jax.modeling import bundle as bundle_lib
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.runtime import train_log
-from bert_jax.training import checkpoint as ckpt_lib
 
 
 MASK = "[MASK]"
@@ -36,7 +36,7 @@ def _predict_fn(config, with_nsp: bool, top_k: int, emd: bool = False):
   return predict
 
 
-def require_mlm(pretrained: ckpt_lib.Pretrained, path: str) -> None:
+def require_mlm(pretrained: loading.Pretrained, path: str) -> None:
   """Raises ValueError when the checkpoint has no MLM head."""
   heads = bundle_lib.heads_of(pretrained.params)
   if "mlm" not in heads:
@@ -80,13 +80,13 @@ def encode(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list, list
   return all_ids, all_pos
 
 
-def fill_mask(pretrained: ckpt_lib.Pretrained, texts: Sequence[str], top_k: int = 5,
+def fill_mask(pretrained: loading.Pretrained, texts: Sequence[str], top_k: int = 5,
               tokenizer=None, batch_size: int = 64,
               progress: str = "") -> list[list[list[tuple[str, float]]]]:
   """Top-k (token, probability) for every [MASK] of every text.
 
   Args:
-    pretrained: a checkpoint with the MLM head (`checkpoint.load_pretrained`).
+    pretrained: a checkpoint with the MLM head (`loading.load_pretrained`).
     texts: texts with `[MASK]`.
     top_k: predictions per mask.
     tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).

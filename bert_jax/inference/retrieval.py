@@ -9,7 +9,7 @@ import numpy as np
 
 from bert_jax.inference import embedding
 from bert_jax.inference import retrieval_metrics
-from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.modeling import loading
 
 
 # Nearest-neighbour search: exact matmul top-k, or faiss's HNSW graph (approximate).
@@ -164,7 +164,7 @@ def search_hnsw(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int, *, m: in
   return np.where(found >= 0, scores, -np.inf).astype(np.float32), found
 
 
-def evaluate(pretrained: ckpt_lib.Pretrained, data: tuple, *, max_length: int = 256,
+def evaluate(pretrained: loading.Pretrained, data: tuple, *, max_length: int = 256,
              pooling: str = "mean", normalize: bool = True, batch_size: int = 32,
              top_k: int = 100, index: str = "exact", hnsw_ef_search: int = 128,
              quiet: bool = True) -> dict:

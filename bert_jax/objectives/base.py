@@ -11,8 +11,8 @@ import ml_collections
 import optax
 
 from bert_jax.modeling import compute_policy
+from bert_jax.modeling import loading
 from bert_jax.modeling import model_config as model_config_lib
-from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import train_core
 
 
@@ -44,7 +44,7 @@ class Pretraining:
   summarize: Callable[[dict], dict[str, float]]
   export_params: Callable[[Any], Any]
   flops_per_token: Callable[[int, float], float]
-  start_from: Optional[ckpt_lib.Pretrained] = None
+  start_from: Optional[loading.Pretrained] = None
   place_frozen: Optional[Callable[[Any, Any], tuple[Any, Any]]] = None
   frozen_init: Optional[Callable[[jax.Array], Any]] = None
   prng_impl: str = compute_policy.THREEFRY

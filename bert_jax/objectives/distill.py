@@ -30,6 +30,7 @@ import numpy as np
 
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.objectives import base
@@ -50,11 +51,11 @@ def teacher_layer_of(student_layer: int, teacher_layers: int, num_student_layers
 
 
 def load_teacher(path: str, num_student_layers: int, vocab: Sequence[str] = ()
-                 ) -> ckpt_lib.Pretrained:
+                 ) -> loading.Pretrained:
   """The teacher's params (bert without pooler, MLM head) and description, checked.
 
   Args:
-    path: any checkpoint checkpoint.load_pretrained reads (a bundle, a converted
+    path: any checkpoint loading.load_pretrained reads (a bundle, a converted
       checkpoint, a pretraining workdir or its checkpoints/).
     num_student_layers: the student's depth (<= the teacher's).
     vocab: the data tokenizer's tokens in id order; when given, the teacher's must be
@@ -64,7 +65,7 @@ def load_teacher(path: str, num_student_layers: int, vocab: Sequence[str] = ()
     ValueError: one line naming the path and the problem (no MLM head, another vocab,
       a student deeper than the teacher).
   """
-  teacher = ckpt_lib.load_pretrained(path)
+  teacher = loading.load_pretrained(path)
   where = f"teacher_checkpoint {path}"
   if "mlm" not in teacher.params or "mlm_output_bias" not in teacher.params:
     raise ValueError(f"{where} has no MLM head (params {sorted(teacher.params)}); distillation "
@@ -82,8 +83,8 @@ def load_teacher(path: str, num_student_layers: int, vocab: Sequence[str] = ()
         "data.tokenizer to the teacher's vocab")
   params = {k: v for k, v in teacher.params.items() if k in ("bert", "mlm", "mlm_output_bias")}
   params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
-  return ckpt_lib.Pretrained(params, teacher.config, teacher.vocab, teacher.lowercase,
-                             teacher.source, teacher.tokenizer_file)
+  return loading.Pretrained(params, teacher.config, teacher.vocab, teacher.lowercase,
+                            teacher.source, teacher.tokenizer_file)
 
 
 def student_config(teacher: BertConfig, num_layers: int) -> BertConfig:
@@ -91,14 +92,14 @@ def student_config(teacher: BertConfig, num_layers: int) -> BertConfig:
   return teacher.replace(num_layers=num_layers)
 
 
-def student_from_teacher(teacher: ckpt_lib.Pretrained, num_layers: int) -> ckpt_lib.Pretrained:
+def student_from_teacher(teacher: loading.Pretrained, num_layers: int) -> loading.Pretrained:
   """The student's starting params: the teacher's with every other layer (DistilBERT's init)."""
   encoder = teacher.params["bert"]["encoder"]
   n = teacher.config.num_layers
   picked = [teacher_layer_of(i, n, num_layers) for i in range(num_layers)]
   layers = {f"layer_{i}": encoder[f"layer_{t}"] for i, t in enumerate(picked)}
   params = {**teacher.params, "bert": {**teacher.params["bert"], "encoder": layers}}
-  return ckpt_lib.Pretrained(
+  return loading.Pretrained(
       params, student_config(teacher.config, num_layers), teacher.vocab, teacher.lowercase,
       f"{teacher.source} (teacher layers {picked})", teacher.tokenizer_file)
 
@@ -168,7 +169,7 @@ def summarize(sums: dict[str, Any], temperature: float, alpha_ce: float, alpha_m
   return out
 
 
-def place_teacher(teacher: ckpt_lib.Pretrained, init_params: Callable[[jax.Array], Any],
+def place_teacher(teacher: loading.Pretrained, init_params: Callable[[jax.Array], Any],
                   mesh, rules) -> tuple[Any, Any]:
   """The teacher's host params on the mesh, sharded as the same model's params would be.
 
@@ -210,13 +211,13 @@ def check_config(config, bad) -> None:
         "must be >= 0 and not all 0")
   if not epath.Path(config.teacher_checkpoint).exists():
     bad(f"teacher_checkpoint {config.teacher_checkpoint} does not exist")
-  ckpt_lib.read_model_config(config.teacher_checkpoint)  # a checkpoint at all, before the data
+  loading.read_model_config(config.teacher_checkpoint)  # a checkpoint at all, before the data
 
 
 def build(config, inputs: base.BuildInputs) -> base.Pretraining:
   """The student of config.teacher_checkpoint; the teacher is the step's frozen input."""
   d = config.distill
-  stored = ckpt_lib.read_model_config(config.teacher_checkpoint)
+  stored = loading.read_model_config(config.teacher_checkpoint)
   layers = student_layers(stored.num_layers, d.student_layers)
   teacher = load_teacher(config.teacher_checkpoint, layers, inputs.vocab)
   if teacher.config.vocab_size != inputs.vocab_size:

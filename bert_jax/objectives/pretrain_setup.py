@@ -16,6 +16,7 @@ from bert_jax.inference import mask_filling
 from bert_jax.members import registry as members
 from bert_jax.modeling import bundle
 from bert_jax.modeling import compute_policy
+from bert_jax.modeling import loading
 from bert_jax.modeling import model_config as model_config_lib
 from bert_jax.objectives import base as objective_base
 from bert_jax.objectives import registry as objective_registry
@@ -123,7 +124,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
   if config.init_checkpoint and not epath.Path(config.init_checkpoint).exists():
     bad(f"init_checkpoint {config.init_checkpoint} does not exist")
   if config.init_checkpoint:  # its architecture, before the data is read (vocab checked later)
-    stored = ckpt_lib.read_model_config(config.init_checkpoint)
+    stored = loading.read_model_config(config.init_checkpoint)
     bundle.check_arch(stored, variant_model_config(config, stored.vocab_size, stored.pad_token_id),
                       config.init_checkpoint)
 

@@ -1,3 +1,3 @@
 """Training under every entry point: the train state and step (train_core), optimizers, the
-device mesh and shardings, checkpoints and how a run starts, workdir ownership, and the config
-sections the configs/ files share."""
+device mesh and shardings, train checkpoints and how a run starts, workdir ownership, and the
+config sections the configs/ files share."""
