@@ -25,7 +25,8 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS = {
-    # Parity tests compare against transformers' Flax BERT (removed in v5).
+    # Parity tests compare against transformers' Flax BERT (removed in v5). transformers 4.x
+    # requires huggingface-hub < 1.0: pip downgrades a newer hub (README.md, Install).
     "test": [
         "pytest>=7",
         # pytest.ini runs the suite on two workers.
@@ -34,10 +35,11 @@ EXTRAS = {
         "pytest-timeout>=2.3,<3",
         "transformers>=4.44,<5",
         # DeBERTa-v2's reference: transformers has no Flax DeBERTa, so its PyTorch classes
-        # (tests/test_convert_deberta.py). Pinned: a range lets pip pick a newer release, on Linux a
-        # CUDA build of several GB; for the CPU build, first
-        # `pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`.
-        "torch==2.13.0",
+        # (tests/test_convert_deberta.py); tested with 2.13.0. PyPI's torch for Linux is a CUDA
+        # build of several GB: a CPU build installed first
+        # (`pip install torch --index-url https://download.pytorch.org/whl/cpu`) satisfies this
+        # range and is kept, where a pin to another version would replace it.
+        "torch>=2.4,<3",
         "scipy>=1.10",
         "scikit-learn>=1.3",
         # trec_eval's C code: the reference for bert_jax.inference.retrieval_metrics.
