@@ -1,4 +1,4 @@
-"""A step's programs compiled ahead in a background thread (bert_jax.training.ahead_compile)."""
+"""A step's programs compiled ahead in a background thread (bert_jax.runtime.ahead_compile)."""
 import contextlib
 import threading
 
@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax.runtime import ahead_compile
 from bert_jax.runtime import time_split
-from bert_jax.training import ahead_compile
 
 
 def _step(state, batch):

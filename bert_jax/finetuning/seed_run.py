@@ -11,11 +11,11 @@ import numpy as np
 
 from bert_jax.data.stream import length_buckets
 from bert_jax.finetuning import batches as finetune_batches
+from bert_jax.runtime import ahead_compile
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
 from bert_jax.tasks import task as task_lib
-from bert_jax.training import ahead_compile
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import loop as training_loop
 from bert_jax.training import sharding
@@ -65,7 +65,7 @@ class SeedRun:
                     dict(self.meta, seed=seed, epoch=epoch, batch=batch, per_seed=per_seed))
 
   def compile_ahead(self, state, batches: list, start: int, steps: int) -> None:
-    """Queues the programs this seed will need next (bert_jax.training.ahead_compile): the
+    """Queues the programs this seed will need next (bert_jax.runtime.ahead_compile): the
     train step of each length of `batches[start:start + steps]` after the first one (packed
     rows: their counts are known only once packed), then the eval step of each eval length.
     They compile while the steps before them run."""

@@ -23,9 +23,9 @@ from bert_jax.modeling import flops
 from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import pooling as pooling_lib
+from bert_jax.runtime import ahead_compile
 from bert_jax.runtime.json_file import read_json
 from bert_jax.runtime import train_log
-from bert_jax.training import ahead_compile
 
 POOLINGS = ("cls", "pooler", "mean", "max")
 DEFAULT_MAX_LENGTH = 128
@@ -140,7 +140,7 @@ def parse_layers(spec: str, num_layers: int) -> tuple[int, ...]:
 def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, normalize: bool,
                   layer_weights: Optional[tuple[float, ...]] = None):
   """fn(params, ids, mask, segment_ids) -> float32 [batch, dim], jitted, its programs per
-  length compiled ahead when queued (bert_jax.training.ahead_compile; cached)."""
+  length compiled ahead when queued (bert_jax.runtime.ahead_compile; cached)."""
   layers = tuple(layers)
   want_hidden = layers != (-1,)
   bert = model_lib.BertModel(config, add_pooler=pooling == "pooler")

@@ -107,7 +107,7 @@ def peak_flops_for_kind(kind: str, dtype: str = "float32") -> float:
 # FLOP/s. Fixed guesses of the right order, never measurements, so that a run's buckets (and
 # so its batches) are the same on every machine of a platform. CPU: the run's time one more
 # length costs MiniLM on a 2-core CPU, halfway between a cold compile (about
-# 10 s: its train and eval programs compile beside the steps, bert_jax.training.ahead_compile)
+# 10 s: its train and eval programs compile beside the steps, bert_jax.runtime.ahead_compile)
 # and a load from the compilation cache that is on by default (about 2-3 s).
 SHAPE_COMPILE_SECONDS = {"cpu": (1.5, 0.8), "gpu": (5.0, 1.5), "tpu": (10.0, 3.0)}
 STEP_FLOPS_PER_SECOND = {"cpu": 5e10, "gpu": 2e14, "tpu": 1e14}

@@ -2,7 +2,7 @@
 
 Tracing a step builds and drops millions of small Python objects (JAX's tracers and jaxpr
 equations, Flax's scopes), and each collection of CPython's cyclic collector holds the GIL:
-the step loop's thread and the background tracing (bert_jax.training.ahead_compile) wait for
+the step loop's thread and the background tracing (bert_jax.runtime.ahead_compile) wait for
 it alike. A MiniLM fine-tuning run on a 2-core CPU (CoLA, 4,000 rows, warm compilation cache;
 benchmarks/README.md, 2026-11-28) ran 1,440 collections, 9 of them full, for 1.6-1.8 s.
 

@@ -10,7 +10,7 @@
 
 Compile time is what JAX reports for tracing, lowering and compiling each program (its
 monitoring events; a persistent-cache hit counts its load), so a phase's own figure leaves
-its compilations out. Compilations in another thread (bert_jax.training.ahead_compile) run
+its compilations out. Compilations in another thread (bert_jax.runtime.ahead_compile) run
 beside the phases and are printed apart; the main thread's waits for them count as
 compile. `other` is the rest since the process started (imports, reading the checkpoint,
 writing), so the parts add up to the total.
@@ -33,7 +33,7 @@ class _CompileClock:
   """Seconds JAX spent compiling in this process, and programs compiled.
 
   `seconds` is what held the run up: compilations in the main thread, and the time it
-  waited for one compiling elsewhere (`waited`, bert_jax.training.ahead_compile).
+  waited for one compiling elsewhere (`waited`, bert_jax.runtime.ahead_compile).
   `background_seconds` is the compile time of other threads (compiled ahead, beside the
   work of the main thread).
   """
