@@ -179,3 +179,27 @@ def test_imports_against_the_wings_are_found():
   assert _against_the_wings(graph) == [
       ("bert_jax.data.sources.registry", "bert_jax.data.stream.segments"),
       ("bert_jax.data.tokenizers.wordpiece", "bert_jax.data.stream.rows")]
+
+
+def _training_imports_of_model_users(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+  """(module, training module) for each import of training by inference/ or the Python API:
+  using a trained model needs nothing from training (loading lives in modeling/loading.py)."""
+  users = [name for name in graph if name == "bert_jax.api" or name == "bert_jax.inference"
+           or name.startswith("bert_jax.inference.")]
+  return sorted((name, target) for name in users for target in graph[name]
+                if target == "bert_jax.training" or target.startswith("bert_jax.training."))
+
+
+def test_using_a_trained_model_imports_nothing_from_training():
+  found = _training_imports_of_model_users(_graph())
+  assert found == [], "inference/ and api.py modules that import training: " + repr(found)
+
+
+def test_training_imports_of_model_users_are_found():
+  graph = {"bert_jax.api": {"bert_jax.modeling.loading"},
+           "bert_jax.inference.embedding": {"bert_jax.training.checkpoint", "bert_jax.runtime"},
+           "bert_jax.finetune": {"bert_jax.training.checkpoint"}}
+  assert _training_imports_of_model_users(graph) == [
+      ("bert_jax.inference.embedding", "bert_jax.training.checkpoint")]
+  graph["bert_jax.api"].add("bert_jax.training")
+  assert _training_imports_of_model_users(graph)[0] == ("bert_jax.api", "bert_jax.training")
