@@ -44,19 +44,19 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import optional_tensorflow  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
-  if source_registry.get(data_config.source).tokenized:
+  source = source_registry.get(data_config.source)
+  if source.tokenized:
     raise ValueError(f"config.data.source={data_config.source!r} is already tokenized; give "
                      "the text source")
   optional_tensorflow.require("bert_jax.prepare_data (tokenizing raw text)")
   tokenizer = tokenizer_lib.load_tokenizer(data_config)
-  shards = source_registry.list_shards(data_config)
+  shards = source_registry.list_shards(source, data_config)
   if epath.Path(out_dir, prepared_data.INFO_FILE).exists():
     raise ValueError(f"--out {out_dir} already holds a prepared corpus; give an empty directory")
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
   if not quiet:
     train_log.print_header("bert_jax.prepare_data", "tokenize a corpus into numpy parts", [
-        ("data", f"{source_registry.get(data_config.source).describe(data_config)}, "
-                 f"{len(shards):,} shard(s)"),
+        ("data", f"{source.describe(data_config)}, {len(shards):,} shard(s)"),
         ("vocab", f"{tokenizer.kind} {tokenizer.vocab_file}, {tokenizer.vocab_size:,} pieces"),
         ("out", f"{out_dir} (a part per shard, then {prepared_data.INFO_FILE})")])
   kib = [max(1, (shard.size or 0) // 1024) for shard in shards]

@@ -52,7 +52,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   workdir_owner.check(workdir, "pretrain")
   mesh = sharding.mesh_from_config(config.mesh)
   rules = sharding.logical_rules(config.mesh.preset)
-  pretrain_setup.check_config(config, mesh)
+  source = source_registry.get(config.data.source)  # the checks, the data and the header use it
+  pretrain_setup.check_config(config, mesh, source)
   compile_cache.enable(config.compile_cache)
   is_writer = jax.process_index() == 0
   logging.info("mesh %s over %d devices, %d processes", dict(mesh.shape), jax.device_count(),
@@ -62,15 +63,10 @@ def train(config: ml_collections.ConfigDict, workdir: str,
 
   # -- Data ------------------------------------------------------------------
   from bert_jax.data.stream import pretrain_data  # pylint: disable=g-import-not-at-top
-  if config.data.host_invariant_stream:
-    # Every host builds the whole global batch and keeps its rows: the stream is
-    # the same for any process count (exact replays across host counts).
-    data = pretrain_data.PretrainData(config.data, seq_len=config.seq_len,
-                                      global_batch_size=config.batch_size, seed=config.seed)
-  else:
-    data = pretrain_data.PretrainData(
-        config.data, seq_len=config.seq_len, global_batch_size=config.batch_size,
-        seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count())
+  data = pretrain_data.PretrainData(
+      config.data, seq_len=config.seq_len, global_batch_size=config.batch_size,
+      seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count(),
+      source=source)
 
   if config.eval_every:  # the held-out batches exist (built once, reused), not at step eval_every
     data.eval_iterator(config.eval_batches)
@@ -103,11 +99,11 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   data_position = int(meta["data_position"]) if meta else 0
   start_step = int(state.step)
   if is_writer:
-    _print_header(config, workdir, model_cfg, state.params, data.tokenizer, start_step)
+    _print_header(config, workdir, model_cfg, state.params, data, start_step)
   if meta or pretrained:
     print(how + (f" (data position {data_position})" if meta else ""), flush=True)
   if is_writer and start_step < config.total_steps:
-    first = "reading" if source_registry.get(config.data.source).tokenized else "tokenizing"
+    first = "reading" if source.tokenized else "tokenizing"
     print(f"compiling the train step, then {first} the first shards "
           f"(progress every {config.log_every} steps) ...", flush=True)
 
@@ -146,8 +142,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     ckpts.save(step, state, dict(description, data_position=data_position,
                                  config=config_record))
 
-  it = sharding.DevicePrefetch(
-      _host_rows(data.train_iterator(start_position=data_position), config), mesh)
+  it = sharding.DevicePrefetch(data.train_iterator(start_position=data_position), mesh)
   step, last, failed = start_step, {}, True
   loop = training_loop.Loop(ckpts, stop_signals.StopSignals(), config.on_nan, is_writer)
   try:
@@ -188,8 +183,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         save(step)
       if training_loop.due(step, config.eval_every):
         with sharding.mesh_context(mesh, rules):
-          eval_batches = _host_rows(data.eval_iterator(config.eval_batches), config)
-          logger.log(step, evaluate(eval_step, state.params, eval_batches, mesh,
+          logger.log(step, evaluate(eval_step, state.params,
+                                    data.eval_iterator(config.eval_batches), mesh,
                                     setup.summarize, *frozen), prefix="eval_")
         loop.restart_window()
         it.take_wait()  # a window starts here
@@ -230,13 +225,12 @@ def _load_init_checkpoint(config, model_cfg, vocab):
   return pretrained
 
 
-def _print_header(config, workdir: str, model_cfg, params, tokenizer,
-                  start_step: int) -> None:
+def _print_header(config, workdir: str, model_cfg, params, data, start_step: int) -> None:
   """What the run will do: model, parameters, data, steps, where it writes."""
   from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads"))
-  d = config.data
+  d, tokenizer = config.data, data.tokenizer
   default_vocab = wordpiece.default_vocab_file()
   vocab = (f"{tokenizer.kind} {tokenizer.vocab_file}" if tokenizer.vocab_file != default_vocab
            else "bert-base-uncased's")
@@ -246,7 +240,7 @@ def _print_header(config, workdir: str, model_cfg, params, tokenizer,
                 f"vocab {tokenizer.vocab_size:,}{_decoder_padding(model_cfg)}, "
                 f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
       ("attention", compute_policy.describe_attention(model_cfg)),
-      ("data", f"{source_registry.get(d.source).describe(d)}, {d.mode}, {vocab} vocab"),
+      ("data", f"{data.source.describe(d)}, {d.mode}, {vocab} vocab"),
       ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "
                 f"{config.optimizer.name} at {config.learning_rate:g}{resumed}"),
       ("workdir", f"{workdir} (checkpoints every {config.checkpoint_every} steps, "
@@ -258,15 +252,6 @@ def _decoder_padding(model_cfg) -> str:
   """' (MLM decoder padded to 30,592)' when model.vocab_pad_multiple pads it, else ''."""
   padded = model_cfg.decoder_rows
   return f" (MLM decoder padded to {padded:,})" if padded != model_cfg.vocab_size else ""
-
-
-def _host_rows(batches, config):
-  """With host_invariant_stream, each process keeps its rows of the global batches."""
-  if not config.data.host_invariant_stream or jax.process_count() == 1:
-    return batches
-  per_host = config.batch_size // jax.process_count()
-  rows = slice(jax.process_index() * per_host, (jax.process_index() + 1) * per_host)
-  return ({k: v[rows] for k, v in b.items()} for b in batches)
 
 
 def evaluate(eval_step, params, batches, mesh, summarize, *frozen) -> dict[str, float]:

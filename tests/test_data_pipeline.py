@@ -196,6 +196,22 @@ def _corpus_token_counts(data, paths, held_out_every=0):
   return counts
 
 
+def test_a_host_invariant_stream_gives_each_host_its_rows_of_the_one_host_batches(tmp_path):
+  _write_corpus(tmp_path, num_files=2)
+  cfg = _config(tmp_path, str(tmp_path / "*.txt"), host_invariant_stream=True)
+  one = _data(cfg, batch=4)
+  train, held_out = _take(one.train_iterator(), 3), list(one.eval_iterator(2))
+  for host in range(2):
+    data = _data(cfg, batch=4, process_index=host, process_count=2)
+    assert data.per_host_batch_size == 2
+    rows = slice(2 * host, 2 * host + 2)
+    for got, whole in zip(_take(data.train_iterator(start_position=1), 2) + list(
+        data.eval_iterator(2)), train[1:] + held_out):
+      assert got.keys() == whole.keys()
+      for k in got:
+        np.testing.assert_array_equal(got[k], whole[k][rows])
+
+
 @pytest.mark.parametrize("num_files", [4, 1], ids=["files_by_host", "documents_by_host"])
 def test_two_hosts_see_disjoint_data_that_covers_the_input(tmp_path, num_files):
   paths = _write_corpus(tmp_path, num_files=num_files, docs_per_file=10)
@@ -271,10 +287,11 @@ def test_a_file_read_in_blocks_gives_every_document_once(tmp_path, fmt):
   whole = _config(tmp_path, str(path), format=fmt, eval_every_nth_document=0)
   blocks = _config(tmp_path, str(path), format=fmt, eval_every_nth_document=0,
                    block_mb=700 / (1 << 20))  # ~700-byte blocks
-  assert len(source_registry.list_shards(blocks)) == -(-len(text.encode()) // 700) > 5
+  files = source_registry.get("files")
+  assert len(source_registry.list_shards(files, blocks)) == -(-len(text.encode()) // 700) > 5
   def docs(c):
     out = []
-    for shard in source_registry.list_shards(c):
+    for shard in source_registry.list_shards(files, c):
       raw = source_registry.read_documents(shard, c)
       s = [x.decode() for x in raw.sentences.numpy()]
       out += [s[a:b] for a, b in zip(raw.doc_splits[:-1], raw.doc_splits[1:])]

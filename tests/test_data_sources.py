@@ -66,7 +66,7 @@ def _config(tmp_path, tfds_dir, **overrides):
 
 def test_tfds_shards_and_sentences(tmp_path, tfds_dir):
   c = _config(tmp_path, tfds_dir)
-  shards = source_registry.list_shards(c)
+  shards = source_registry.list_shards(source_registry.get(c.source), c)
   assert [s.size for s in shards] == [5, 5, 5, 5, 3]
   raws = [source_registry.read_documents(s, c) for s in shards]
   assert [r.num_docs for r in raws] == [5, 5, 5, 5, 3]
@@ -102,9 +102,10 @@ def test_tfds_two_hosts_cover_every_document(tmp_path, tfds_dir):
 
 
 def test_tfds_errors_name_the_key(tmp_path, tfds_dir):
+  tfds = source_registry.get("tfds")
   with pytest.raises(ValueError, match="tfds_split='validation'"):
-    source_registry.list_shards(_config(tmp_path, tfds_dir, tfds_split="validation"))
+    source_registry.list_shards(tfds, _config(tmp_path, tfds_dir, tfds_split="validation"))
   with pytest.raises(ValueError, match="tfds_text_key='body'"):
-    source_registry.list_shards(_config(tmp_path, tfds_dir, tfds_text_key="body"))
+    source_registry.list_shards(tfds, _config(tmp_path, tfds_dir, tfds_text_key="body"))
   with pytest.raises(ValueError, match="not prepared"):
-    source_registry.list_shards(_config(tmp_path, str(tmp_path / "empty")))
+    source_registry.list_shards(tfds, _config(tmp_path, str(tmp_path / "empty")))

@@ -11,7 +11,7 @@ import jax
 import ml_collections
 
 from bert_jax.data.stream import batch_schema
-from bert_jax.data.sources import registry as source_registry
+from bert_jax.data.sources import source_base
 from bert_jax.inference import mask_filling
 from bert_jax.members import registry as members
 from bert_jax.modeling import bundle
@@ -59,8 +59,15 @@ def resume_check(config: ml_collections.ConfigDict, config_record: dict,
       RESUME_NEVER_CHANGES, "data.tokenizer / data.vocab_file")
 
 
-def check_config(config: ml_collections.ConfigDict, mesh) -> None:
-  """Fails fast, with the offending key named, on configs that cannot run."""
+def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.Source) -> None:
+  """Fails fast, with the offending key named, on configs that cannot run.
+
+  Args:
+    config: a configs/pretrain.py config.
+    mesh: the run's mesh.
+    source: config.data.source's Source (data.sources.registry.get), resolved once by the
+      caller, which hands the same one to the data.
+  """
   def bad(msg):
     raise ValueError(f"bad config: {msg}")
   if config.variant not in model_config_lib.VARIANTS:
@@ -92,7 +99,7 @@ def check_config(config: ml_collections.ConfigDict, mesh) -> None:
         f"{', '.join(with_emd[:-1])} or {with_emd[-1]}; got model_type {config.model_type!r}, "
         f"objective {config.objective!r}")
   # Before the input pipeline and TensorFlow load (a glob that matches nothing: one line).
-  source_registry.get(config.data.source).check_early(config.data)
+  source.check_early(config.data)
   modes = spec.data_modes[config.objective]
   if config.data.mode not in modes:
     bad(f"objective {config.objective!r} needs data.mode in {list(modes)}, got "

@@ -11,6 +11,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from bert_jax.data.sources import registry as source_registry
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import layers
 from bert_jax.objectives import base as objective_base
@@ -159,7 +160,7 @@ def compile_train_step(config: ml_collections.ConfigDict, devices: list[Any],
     vocab_size, pad_id = tok.vocab_size, tok.pad_id
   mesh = sharding.make_mesh(config.mesh.shape, devices, dcn_shape)
   rules = sharding.logical_rules(config.mesh.preset)
-  pretrain_setup.check_config(config, mesh)
+  pretrain_setup.check_config(config, mesh, source_registry.get(config.data.source))
   setup = pretrain_setup.build(config, vocab_size, pad_id=pad_id)
   target, shardings = sharding.abstract_state(setup.init_fn, mesh, rules, jax.random.PRNGKey(0))
   batch_shard = sharding.batch_sharding(mesh)

@@ -60,10 +60,11 @@ def of_shard(shard: shard_spec.ShardSpec) -> source_base.Source:
   return next(s for s in SOURCES.values() if s.shard_kind == shard.kind)
 
 
-def list_shards(data_config) -> list[shard_spec.ShardSpec]:
+def list_shards(source: source_base.Source, data_config) -> list[shard_spec.ShardSpec]:
   """Lists and validates the shards of the configured source.
 
   Args:
+    source: config.data.source's Source (`get`, resolved once by the caller).
     data_config: the `config.data` ConfigDict.
 
   Returns:
@@ -72,7 +73,6 @@ def list_shards(data_config) -> list[shard_spec.ShardSpec]:
   Raises:
     ValueError / FileNotFoundError with the offending key, glob or file.
   """
-  source = get(data_config.source)
   if data_config.format not in raw_docs.FORMATS:
     raise ValueError(f"config.data.format={data_config.format!r}; expected one of "
                      f"{list(raw_docs.FORMATS)}")

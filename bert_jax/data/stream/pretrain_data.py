@@ -53,6 +53,9 @@ sources are refused up front, in one line, on such a host).
 Hosts read disjoint data: with at least as many shards as hosts, host h takes
 shards h, h + P, ...; otherwise every host reads every shard and takes every
 P-th document (of the training and of the held-out documents separately).
+With `host_invariant_stream`, every host builds the stream of one host (the whole
+global batch) and keeps its own rows of each batch instead: the stream is then the
+same for any number of hosts.
 Every `eval_every_nth_document`-th document of each shard is held out for
 `eval_iterator`.
 """
@@ -71,6 +74,7 @@ from bert_jax.data.stream import example_pools
 from bert_jax.data.stream import masking
 from bert_jax.data.stream import python_stream
 from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import source_base
 from bert_jax.data.stream import rows as rows_lib
 from bert_jax.data.stream import segments
 from bert_jax.data.sources import shard_spec
@@ -148,10 +152,10 @@ def _check_hosts(global_batch_size: int, process_index: int, process_count: int)
                      f"the process count {process_count}")
 
 
-def _checked_tokenizer(data_config):
+def _checked_tokenizer(data_config, source: source_base.Source):
   """The tokenizer of `config.data`, checked against the source and the mode (one line)."""
   c = data_config
-  if not source_registry.get(c.source).tokenized:
+  if not source.tokenized:
     optional_tensorflow.require(f"config.data.source={c.source!r} (tokenizing raw text)")
   tok = tokenizer_lib.load_tokenizer(c)
   if tok.kind == "wordpiece":
@@ -174,10 +178,12 @@ class PretrainData:
       'nsp': 1 = random next, and 'sop': 1 = swapped order).
     per_host_batch_size: rows per batch on this host.
     tokenizer: the tokenizer.
+    source: the Source of config.data.source.
   """
 
   def __init__(self, data_config, *, seq_len: int, global_batch_size: int, seed: int,
-               process_index: int = 0, process_count: int = 1):
+               process_index: int = 0, process_count: int = 1,
+               source: Optional[source_base.Source] = None):
     """Validates the config and the input up front (no tokenization yet).
 
     Args:
@@ -187,6 +193,7 @@ class PretrainData:
       seed: the data seed.
       process_index: this host.
       process_count: hosts.
+      source: config.data.source's Source where the caller has it already (else looked up).
 
     Raises:
       ValueError / FileNotFoundError naming the offending key, file or token.
@@ -196,15 +203,26 @@ class PretrainData:
     check_config(c, seq_len)
     self.loader = _resolve_loader(c)
     _check_hosts(global_batch_size, process_index, process_count)
-    self.tokenizer = _checked_tokenizer(c)
-    shards = source_registry.list_shards(c)
-    source_registry.get(c.source).check_tokenizer(c, self.tokenizer)
+    self.source = source_registry.get(c.source) if source is None else source
+    self.tokenizer = _checked_tokenizer(c, self.source)
+    shards = source_registry.list_shards(self.source, c)
+    self.source.check_tokenizer(c, self.tokenizer)
 
     self.vocab_size = self.tokenizer.vocab_size
     self.vocab_file = self.tokenizer.vocab_file
     self.lowercase = self.tokenizer.lowercase
     self.has_pairs = c.mode in PAIR_MODES
     self.per_host_batch_size = global_batch_size // process_count
+    # With host_invariant_stream every host builds the whole global batch and keeps its rows:
+    # the stream is then the same for any process count (exact replays across host counts).
+    self._host_rows = None
+    if c.host_invariant_stream:
+      if process_count > 1:
+        self._host_rows = slice(process_index * self.per_host_batch_size,
+                                (process_index + 1) * self.per_host_batch_size)
+      process_index, process_count = 0, 1
+    # Rows of each batch the stream builds (the global batch with host_invariant_stream).
+    self._stream_batch_size = global_batch_size // process_count
     self.seq_len = seq_len
     self.seed = seed
     self.process_index, self.process_count = process_index, process_count
@@ -269,7 +287,7 @@ class PretrainData:
     """This host's pools of one training epoch (stream_plan.epoch_plan)."""
     return stream_plan.epoch_plan(self._shards, self._keys["order"], self.process_index, epoch,
                                   self._config.shuffle_mb,
-                                  lambda shard: source_registry.of_shard(shard).sized_shards)
+                                  lambda shard: self.source.sized_shards)
 
   def _pool(self, epoch: int, index: int, shards: Sequence[int],
             memo: Optional[dict] = None) -> example_pools.ExamplePool:
@@ -363,14 +381,16 @@ class PretrainData:
       raise ValueError(f"start_position={start_position} must be >= 0")
     self._failure = None
     return stream_stages.PoolStages(
-        self._locate(int(start_position) * self.per_host_batch_size),
+        self._locate(int(start_position) * self._stream_batch_size),
         epoch_plan=self._epoch_plan,
         read_shard=lambda i: self._tokenized(self._shards[i], "train"),
         pool_of=self._pool, masked_rows=self._masked_rows, features=self._features,
         no_rows_error=self._no_rows_error, on_failure=self._fail)
 
   def dataset(self, start_position: int = 0) -> tf.data.Dataset:
-    """The infinite training stream of this host from batch `start_position`, as tf.data.
+    """The infinite training stream of this host from batch `start_position`, as tf.data
+    (with host_invariant_stream, of whole global batches: train_iterator keeps this host's
+    rows).
 
     Args:
       start_position: batches this host has already consumed; the stream is
@@ -385,7 +405,7 @@ class PretrainData:
     """
     stages = self._stages(start_position)
     return stream_stages.tf_dataset(stages.read_pool, stages.pool_rows, stages.features,
-                                    self.per_host_batch_size)
+                                    self._stream_batch_size)
 
   def train_iterator(self, start_position: int = 0) -> Iterator[dict[str, np.ndarray]]:
     """`dataset(start_position)` as numpy batches (see `dataset`).
@@ -395,18 +415,27 @@ class PretrainData:
     An error raised inside the pipeline (a vocab that does not fit a shard, an
     epoch without examples) is raised here as itself, not as a TensorFlow error.
     Iterators still open at interpreter exit are closed by an atexit hook.
+    With host_invariant_stream, each batch is this host's rows of the global batch.
     """
     if self.loader == "python":
       it = self._python_batches(start_position)
     else:
       it = self._numpy_batches(start_position)
     stream_stages.OPEN_ITERATORS.add(it)
-    return it
+    return self._this_hosts_rows(it)
+
+  def _this_hosts_rows(self, batches: Iterator[dict[str, np.ndarray]]
+                       ) -> Iterator[dict[str, np.ndarray]]:
+    """This host's rows of each batch, where the stream builds the global batch."""
+    if self._host_rows is None:
+      return batches
+    rows = self._host_rows
+    return ({k: v[rows] for k, v in b.items()} for b in batches)
 
   def _python_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
     stages = self._stages(start_position)
     yield from python_stream.batches(stages.read_pool, stages.pool_rows, stages.first_rows,
-                                     list(stages.features), self.per_host_batch_size)
+                                     list(stages.features), self._stream_batch_size)
 
   def _numpy_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
     ds = self.dataset(start_position)
@@ -428,16 +457,16 @@ class PretrainData:
       num_batches: batches to yield.
 
     Returns:
-      An iterator of batches shaped as train_iterator's.
+      An iterator of batches shaped as train_iterator's (this host's rows of them).
     """
     if not self._config.eval_every_nth_document:
       raise ValueError("eval data needs config.data.eval_every_nth_document > 0")
     if num_batches not in self._eval_cache:
       self._eval_cache = {num_batches: list(self._eval_batches(num_batches))}
-    return iter([dict(batch) for batch in self._eval_cache[num_batches]])
+    return self._this_hosts_rows(iter([dict(batch) for batch in self._eval_cache[num_batches]]))
 
   def _eval_batches(self, num_batches: int):
-    b = self.per_host_batch_size
+    b = self._stream_batch_size
     parts, keys, pending, row, made = [], [], 0, 0, 0
     while made < num_batches:
       before = row

@@ -19,7 +19,7 @@ def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int,
                                    "block_mb": raw_docs.DEFAULT_BLOCK_MB})
   from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
   parts, total = [], 0
-  shards = source_registry.list_shards(cfg)
+  shards = source_registry.list_shards(source_registry.get(cfg.source), cfg)
   progress = train_log.Progress("reading", len(shards), "shards", enabled=not quiet)
   for shard in shards:
     progress.update()
