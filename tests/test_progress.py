@@ -45,3 +45,61 @@ def test_a_heartbeat_beats_until_the_step_ends_and_at_start_false_is_silent_when
   with train_log.Heartbeat("converting", every=0.05, file=slow, at_start=False):
     time.sleep(0.2)
   assert slow.getvalue().startswith("converting: 0:00:00 so far\n")
+
+
+def test_eta_arithmetic():
+  assert train_log.eta_seconds(80, 5.0) == 16.0
+  assert train_log.eta_seconds(80, 5.0, later_seconds=30.0) == 46.0
+  assert train_log.eta_seconds(80, None) is None  # no pace to trust yet
+  assert train_log.eta_seconds(0, None, later_seconds=12.0) == 12.0  # only the evaluation left
+
+
+def _log_lines(tmp_path, monkeypatch, capsys, windows, total, plan=None):
+  """The progress lines of a run whose log windows are (step, seconds, prefix)."""
+  now = [1000.0]
+  monkeypatch.setattr(train_log.time, "time", lambda: now[0])
+  logger = train_log.RunLogger(str(tmp_path), total_steps=total)
+  if plan:
+    logger.plan_after(*plan)
+  capsys.readouterr()
+  last = {}
+  for step, seconds, prefix in windows:
+    now[0] += seconds
+    steps = step - last.get(prefix, 0)
+    last[prefix] = step
+    logger.log(step, {"loss": 1.0}, prefix=prefix, steps_per_sec=steps / seconds)
+  logger.close()
+  return [line.split(" | ")[-1] for line in capsys.readouterr().out.splitlines()]
+
+
+def test_the_first_eta_waits_for_a_pace_without_the_first_compile(tmp_path, monkeypatch, capsys):
+  # 100 steps: the first 10 take 30 s (the compile), every later 10 take 2 s: 16 s are left
+  # at step 20, where the first window's pace (10 steps in 30 s) would say 4:00.
+  windows = [(10, 30.0, "")] + [(step, 2.0, "") for step in range(20, 101, 10)]
+  etas = _log_lines(tmp_path, monkeypatch, capsys, windows, 100)
+  assert etas[0] == "eta at the next line"
+  assert etas[1:4] == ["eta 0:00:16", "eta 0:00:14", "eta 0:00:12"]
+  assert etas[-1] == "eta 0:00:00"
+
+
+def test_the_eta_counts_time_between_log_lines(tmp_path, monkeypatch, capsys):
+  """An evaluation between two log lines (its window restarts after it) slows the pace."""
+  windows = [(10, 30.0, ""), (20, 2.0, ""), (30, 12.0, ""), (40, 2.0, "")]
+  etas = _log_lines(tmp_path, monkeypatch, capsys, windows, 100)
+  assert etas[2] == "eta 0:00:49"  # 20 steps in 14 s since the first line: 70 left
+  assert etas[3] == "eta 0:00:32"  # 30 steps in 16 s: 60 left
+
+
+def test_the_eta_counts_later_seeds_and_their_evaluations(tmp_path, monkeypatch, capsys):
+  # Seed 0 of 3, 20 steps each; an evaluation took 9 s (the zero-shot one): 3 more to come.
+  windows = [(10, 30.0, "seed0_train_"), (20, 2.0, "seed0_train_")]
+  etas = _log_lines(tmp_path, monkeypatch, capsys, windows, 20, plan=(40, 27.0))
+  assert etas == ["eta at the next line", "eta 0:00:35"]  # 40 steps at 5/s + 27 s
+  # Before any evaluation ran, the ETA names them.
+  etas = _log_lines(tmp_path / "b", monkeypatch, capsys, windows, 20,
+                    plan=(40, 0.0, "3 evaluations"))
+  assert etas[1] == "eta 0:00:08 + 3 evaluations"
+  # A later seed starts from its first line's own window (the step is compiled by then).
+  windows = [(10, 30.0, "seed0_train_"), (20, 2.0, "seed0_train_"), (10, 4.0, "seed1_train_")]
+  etas = _log_lines(tmp_path / "c", monkeypatch, capsys, windows, 20)
+  assert etas[2] == "eta 0:00:04"  # 10 steps left at 10 steps in 4 s

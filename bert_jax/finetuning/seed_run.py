@@ -87,6 +87,14 @@ class SeedRun:
     step = int(state.step)
     first_epoch, skip = position
     loop = training_loop.Loop(self.ckpts, stop, "stop", self.is_writer)
+    # The ETA counts the later seeds' steps and every evaluation still to come, at the mean
+    # of those done (the zero-shot one included); before any, it names them.
+    later_seeds = 0 if c.eval_only else c.seed + c.seeds - 1 - seed
+    evaluation = self.split.mean("eval")
+    self.logger.plan_after(
+        later_seeds * self.total_steps, (later_seeds + 1) * (evaluation or 0.0),
+        "" if evaluation is not None else
+        "the evaluation" if not later_seeds else f"{later_seeds + 1} evaluations")
     with self.split.phase("train"):
       for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
         epoch_start, epoch_first_step = time.time(), step

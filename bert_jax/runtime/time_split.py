@@ -20,6 +20,7 @@ import contextlib
 import os
 import threading
 import time
+from typing import Optional
 
 from jax import monitoring
 
@@ -92,6 +93,7 @@ class TimeSplit:
     self._clock = compile_clock()
     self._start = process_start_time()
     self.phases = collections.OrderedDict()
+    self.counts = collections.Counter()  # how many times each phase ran
 
   @contextlib.contextmanager
   def phase(self, name: str):
@@ -101,6 +103,11 @@ class TimeSplit:
     finally:
       own = (time.time() - t) - (self._clock.seconds - compiled)
       self.phases[name] = self.phases.get(name, 0.0) + max(own, 0.0)
+      self.counts[name] += 1
+
+  def mean(self, name: str) -> Optional[float]:
+    """The mean seconds of one `name` phase, compilations apart (None: none ran yet)."""
+    return self.phases[name] / self.counts[name] if self.counts[name] else None
 
   def seconds(self) -> dict[str, float]:
     """{'compile', each phase, 'other', 'total'} in seconds; the parts add up to the total."""

@@ -127,6 +127,44 @@ def _fmt_eta(seconds: float) -> str:
   return f"{h}:{m:02d}:{s:02d}"
 
 
+def eta_seconds(steps_left: int, pace: Optional[float], later_seconds: float = 0.0
+                ) -> Optional[float]:
+  """Seconds until a run ends: `steps_left` at `pace` steps per second, then `later_seconds`
+  of work after them (evaluations); None while there is no pace to trust and steps are left."""
+  if steps_left <= 0:
+    return later_seconds
+  if not pace:
+    return None
+  return steps_left / pace + later_seconds
+
+
+class Pace:
+  """The steps per second to take an ETA from: wall time over the steps since the first log line.
+
+  The first log window of a process holds what happens once (the train step's first compile,
+  the input pipeline's first shards): extrapolated, a fine-tune's first ETA said 0:27:39 for a
+  run that ended 4.5 minutes later. Its line gets no ETA; from the next one on, the pace is the
+  steps over the wall time since that first line, so that evaluations and saves between log
+  lines count. Steps that start again from 0 (a fine-tune's next seed, another `prefix`) start
+  from their first line's window, which has no first compile.
+  """
+
+  def __init__(self):
+    self._since = None  # (prefix, step, time) of the first log line of these steps
+
+  def __call__(self, prefix: str, step: int, now: float,
+               window_pace: float) -> Optional[float]:
+    """The pace at log line `step` (None: not yet); `window_pace`: the window's own."""
+    if self._since is None or self._since[0] != prefix:
+      first = self._since is None
+      self._since = (prefix, step, now)
+      return None if first else window_pace
+    _, since_step, since = self._since
+    if step <= since_step or now <= since:
+      return window_pace
+    return (step - since_step) / (now - since)
+
+
 class Progress:
   """A long loop's progress on stderr: at once, then every `every` seconds, then at the end.
 
@@ -272,6 +310,22 @@ class RunLogger:
       self._tb_thread = _tensorboard_thread(self._tb)
       _THREAD_ERRORS.watch(self._tb_thread)
     self._t0 = time.time()
+    self._pace = Pace()
+    self._later = (0, 0.0, "")
+
+  def plan_after(self, steps: int = 0, seconds: float = 0.0, unknown: str = "") -> None:
+    """What the run does after its current `total_steps`, for the ETA: `steps` more steps at
+    the same pace (a fine-tune's later seeds), `seconds` of other work (their evaluations),
+    and `unknown`, work of no known length yet, named after the ETA ('the evaluation')."""
+    self._later = (steps, seconds, unknown)
+
+  def _eta(self, prefix: str, step: int, steps_per_sec: float) -> str:
+    later_steps, later_seconds, unknown = self._later
+    seconds = eta_seconds(self.total_steps - step + later_steps,
+                          self._pace(prefix, step, time.time(), steps_per_sec), later_seconds)
+    if seconds is None:
+      return "eta at the next line"
+    return f"eta {_fmt_eta(seconds)}" + (f" + {unknown}" if unknown else "")
 
   def _check_tensorboard(self, running: bool = True) -> None:
     """Raises a write that failed in TensorBoard's writer thread (as OutputWriteError).
@@ -315,7 +369,7 @@ class RunLogger:
       if prefix + key in record:
         parts.append(f"{key} {record[prefix + key]:{fmt}}")
     if steps_per_sec and self.total_steps:
-      parts.append(f"eta {_fmt_eta((self.total_steps - step) / steps_per_sec)}")
+      parts.append(self._eta(prefix, step, steps_per_sec))
     if len(parts) > 1:  # records without progress keys (e.g. fine-tuning's eval) print elsewhere
       print(" | ".join(parts), flush=True)
 
