@@ -11,6 +11,7 @@ process's session ends, so nothing is left in the temp directory.
 import hashlib
 import os
 import shutil
+import signal
 import tempfile
 
 import pytest
@@ -45,6 +46,13 @@ def pytest_runtest_logfinish(nodeid, location):  # pylint: disable=unused-argume
 
 
 def pytest_sessionfinish(session):
+  if hasattr(session.config, "workerinput"):
+    # The worker has reported every result. Its remaining clean-up (pytest's repeated
+    # gc.collect() calls, each running jax's garbage callback over a large heap) can outlast
+    # the 5 s execnet waits before it sends the worker a SIGINT, which then surfaces as a
+    # KeyboardInterrupt traceback inside an unraisable-exception warning. Let the clean-up
+    # finish instead; execnet still ends a worker that is stuck after 10 more seconds.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
   if _OWN_RUN_DIR:
     shutil.rmtree(RUN_DIR, ignore_errors=True)
   # A run whose tests all passed leaves no folder in the temp directory: the retention policy
