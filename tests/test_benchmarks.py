@@ -244,3 +244,39 @@ def test_train_step_set_overrides_typed_keys_and_names_bad_ones():
                      ("model.rate=x", "a float"), ("model.rate", "expected KEY=VALUE")]:
     with pytest.raises(SystemExit, match=words):
       train_step.set_key(c, bad)
+
+
+_SLEEPER = ("import sys, time\n"
+            "print('first')\n"
+            "print('before the sleep')\n"
+            "time.sleep(1.5)\n"
+            "print('after the sleep', file=sys.stderr)\n"
+            "sys.exit(3)\n")
+
+
+def test_longest_silence_times_the_gap_between_lines_and_passes_the_exit_status():
+  # The child never flushes: without PYTHONUNBUFFERED its lines would all arrive at its exit and
+  # the gap would read 0; the last line goes to stderr, which must join the same stream.
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+  proc = subprocess.run([sys.executable, "benchmarks/longest_silence.py", "--label", "sleeper",
+                         "--list_over", "1.0", "--", sys.executable, "-c", _SLEEPER],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 3, proc.stderr
+  lines = proc.stdout.splitlines()
+  assert lines[:3] == ["first", "before the sleep", "after the sleep"]
+  listed = [l for l in lines if "silence of" in l and "'before the sleep' and 'after" in l]
+  assert len(listed) == 1, proc.stdout
+  gap = float(re.search(r"silence of ([\d.]+) s", listed[0]).group(1))
+  assert 1.45 <= gap <= 2.5, listed[0]
+  summary = lines[-1]
+  assert summary.startswith("longest_silence [sleeper]: exit 3, wall "), summary
+  longest = float(re.search(r"longest silence ([\d.]+) s", summary).group(1))
+  # On a loaded machine the interpreter's start may be the longer silence; never the shorter.
+  assert longest >= gap and (longest > gap or "'before the sleep' and 'after the sleep'" in summary)
+
+
+def test_longest_silence_counts_the_start_and_the_end_as_silences():
+  import longest_silence  # pylint: disable=g-import-not-at-top
+  gaps = longest_silence.silences([(4.0, "a"), (5.0, "b")], end=12.0)
+  assert gaps == [(4.0, "(start)", "a"), (1.0, "a", "b"), (7.0, "b", "(exit)")]
+  assert longest_silence.silences([], end=3.0) == [(3.0, "(start)", "(exit)")]
