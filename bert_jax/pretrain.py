@@ -48,7 +48,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     workdir: run directory (local or gs://); resumes from its checkpoints.
     preempt_at_step: behave as if SIGTERM arrived before this step (tests).
   """
-  # -- Mesh ------------------------------------------------------------------
+  # -- Mesh and checks -----------------------------------------------------------
   workdir_owner.check(workdir, "pretrain")
   mesh = sharding.mesh_from_config(config.mesh)
   rules = sharding.logical_rules(config.mesh.preset)
@@ -62,14 +62,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     print("bert_jax.pretrain: loading the input pipeline ...", flush=True)
 
   # -- Data ------------------------------------------------------------------
-  from bert_jax.data.stream import pretrain_data  # pylint: disable=g-import-not-at-top
-  data = pretrain_data.PretrainData(
-      config.data, seq_len=config.seq_len, global_batch_size=config.batch_size,
-      seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count(),
-      source=source)
-
-  if config.eval_every:  # the held-out batches exist (built once, reused), not at step eval_every
-    data.eval_iterator(config.eval_batches)
+  data = _input_pipeline(config, source)
 
   # -- Abstract model, objective, optimizer --------------------------------------
   setup = pretrain_setup.build(config, data.vocab_size, data.tokenizer.inv_vocab,
@@ -80,58 +73,16 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   # objective starts from: a distillation student from its teacher), or scratch -----
   ckpts = ckpt_lib.TrainCheckpoints(str(epath.Path(workdir) / workdir_layout.CHECKPOINTS),
                                     max_to_keep=config.keep_checkpoints)
-  _check_export_has_checkpoints(config, workdir, ckpts)
-  pretrained = setup.start_from
-  if config.init_checkpoint:
-    pretrained = functools.partial(_load_init_checkpoint, config, model_cfg,
-                                   data.tokenizer.inv_vocab)  # loaded when nothing is resumed
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
-  state, state_shardings, meta, how = ckpt_lib.initial_state(
-      setup.init_fn, setup.tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
-      pretrained=pretrained, run_config=config_record,
-      check=pretrain_setup.resume_check(config, config_record, data.tokenizer.inv_vocab),
-      start_over=config.start_over,
-      start_over_hint=f"To start {workdir} over from step 0 (from init_checkpoint when given), "
-                      "pass --config.start_over=True (they are then moved to "
-                      "checkpoints_unreadable/, export/ and metrics.jsonl to before_start_over/)")
-  if meta is None and config.start_over and is_writer:
-    workdir_owner.set_earlier_run_aside(workdir, _EARLIER_RUN)
-  data_position = int(meta["data_position"]) if meta else 0
+  state, state_shardings, data_position = _initial_state(
+      config, workdir, setup, data, mesh, rules, ckpts, config_record, is_writer)
   start_step = int(state.step)
-  if is_writer:
-    _print_header(config, workdir, model_cfg, state.params, data, start_step)
-  if meta or pretrained:
-    print(how + (f" (data position {data_position})" if meta else ""), flush=True)
-  if is_writer and start_step < config.total_steps:
-    first = "reading" if source.tokenized else "tokenizing"
-    print(f"compiling the train step, then {first} the first shards "
-          f"(progress every {config.log_every} steps) ...", flush=True)
 
   # -- Jitted steps (frozen params, a distillation teacher, are an input placed once) --
-  batch_shard = sharding.batch_sharding(mesh)
-  frozen, frozen_shardings = (), ()
-  if setup.place_frozen is not None:
-    placed, placed_shardings = setup.place_frozen(mesh, rules)
-    frozen, frozen_shardings = (placed,), (placed_shardings,)
-  train_step = jax.jit(
-      setup.train_step(config.optimizer.grad_accum_steps),
-      in_shardings=(state_shardings, batch_shard) + frozen_shardings,
-      out_shardings=(state_shardings, None), donate_argnums=(0,))
-  eval_step = jax.jit(train_core.make_eval_step(setup.objective),
-                      in_shardings=(state_shardings.params, batch_shard) + frozen_shardings)
-  if start_step < config.total_steps:
-    # Compiled before the input pipeline starts, so that the compiler's peak memory and the
-    # pipeline's first pools do not add up (peak RSS of tiny on War and Peace: 2.17 -> 1.91
-    # GB, benchmarks/README). A batch of another shape is then an error, never a recompile.
-    with sharding.mesh_context(mesh, rules), stop_signals.first_compile("the train step"):
-      train_step = train_step.lower(
-          state, pretrain_setup.abstract_batch(config, batch_shard), *frozen).compile()
+  train_step, eval_step, frozen = _jitted_steps(config, setup, state, state_shardings, mesh, rules)
 
   # -- Loop ---------------------------------------------------------------------
-  tok = data.tokenizer
-  description = loading.model_description(
-      model_cfg, tok.inv_vocab, data.lowercase,
-      tokenizer_file=tok.vocab_file if tok.kind != "wordpiece" else None)
+  description = _model_description(model_cfg, data.tokenizer)  # saved with each checkpoint
   logger = train_log.RunLogger(workdir, config.total_steps, is_writer, resume_step=start_step,
                                console=objective_registry.get(config.objective).console_metrics)
   peak = flops_lib.device_peak_flops(model_cfg.dtype) * jax.device_count()
@@ -164,19 +115,9 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         jax.profiler.stop_trace()
       if training_loop.due(step, config.log_every, config.total_steps):
         window = loop.take_window(state, step)
-        last = setup.summarize(window.sums)
-        tokens = float(window.sums["real_tokens"])
-        last["tokens_per_second"] = tokens / window.seconds
-        masked_fraction = float(window.sums["mlm_weight"]) / max(tokens, 1.0)
-        last["mfu"] = (last["tokens_per_second"]
-                       * setup.flops_per_token(config.seq_len, masked_fraction) / peak)
-        # The share of the window spent waiting for input; steps per second count padding,
-        # as a step benchmark does.
-        last["input_wait"] = it.take_wait() / window.seconds
-        last["steps_per_second"] = window.steps / window.seconds
+        last = _window_metrics(window, setup, config.seq_len, peak, it.take_wait())
         spike_check(last["loss"], step, ckpts.all_steps(), str(ckpts.directory))
         if window.nonfinite_steps:
-          last["nonfinite_steps"] = window.nonfinite_steps
           logging.warning("%d step(s) had NaN/inf loss and were skipped", window.nonfinite_steps)
         logger.log(step, last, steps_per_sec=last["steps_per_second"])
       if training_loop.due(step, config.checkpoint_every, config.total_steps):
@@ -198,6 +139,102 @@ def train(config: ml_collections.ConfigDict, workdir: str,
           "export_params": setup.export_params(state.params),
           "vocab": description["vocab"], "lowercase": data.lowercase,
           "tokenizer_file": description.get("tokenizer_file")}
+
+
+def _input_pipeline(config, source):
+  """This host's pretraining data (PretrainData), its held-out batches built when evaluating."""
+  from bert_jax.data.stream import pretrain_data  # pylint: disable=g-import-not-at-top
+  data = pretrain_data.PretrainData(
+      config.data, seq_len=config.seq_len, global_batch_size=config.batch_size,
+      seed=config.seed, process_index=jax.process_index(), process_count=jax.process_count(),
+      source=source)
+  if config.eval_every:  # the held-out batches exist (built once, reused), not at step eval_every
+    data.eval_iterator(config.eval_batches)
+  return data
+
+
+def _initial_state(config, workdir: str, setup, data, mesh, rules, ckpts, config_record: dict,
+                   is_writer: bool):
+  """The state the run starts from (ckpt_lib.initial_state's policy), announced.
+
+  Returns:
+    (state, its shardings, the data position to continue the stream from).
+  """
+  _check_export_has_checkpoints(config, workdir, ckpts)
+  pretrained = setup.start_from
+  if config.init_checkpoint:
+    pretrained = functools.partial(_load_init_checkpoint, config, setup.model_config,
+                                   data.tokenizer.inv_vocab)  # loaded when nothing is resumed
+  state, state_shardings, meta, how = ckpt_lib.initial_state(
+      setup.init_fn, setup.tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
+      pretrained=pretrained, run_config=config_record,
+      check=pretrain_setup.resume_check(config, config_record, data.tokenizer.inv_vocab),
+      start_over=config.start_over,
+      start_over_hint=f"To start {workdir} over from step 0 (from init_checkpoint when given), "
+                      "pass --config.start_over=True (they are then moved to "
+                      "checkpoints_unreadable/, export/ and metrics.jsonl to before_start_over/)")
+  if meta is None and config.start_over and is_writer:
+    workdir_owner.set_earlier_run_aside(workdir, _EARLIER_RUN)
+  data_position = int(meta["data_position"]) if meta else 0
+  start_step = int(state.step)
+  if is_writer:
+    _print_header(config, workdir, setup.model_config, state.params, data, start_step)
+  if meta or pretrained:
+    print(how + (f" (data position {data_position})" if meta else ""), flush=True)
+  if is_writer and start_step < config.total_steps:
+    first = "reading" if data.source.tokenized else "tokenizing"
+    print(f"compiling the train step, then {first} the first shards "
+          f"(progress every {config.log_every} steps) ...", flush=True)
+  return state, state_shardings, data_position
+
+
+def _jitted_steps(config, setup, state, state_shardings, mesh, rules):
+  """(train step, eval step, frozen inputs); the train step compiled unless the run is done."""
+  batch_shard = sharding.batch_sharding(mesh)
+  frozen, frozen_shardings = (), ()
+  if setup.place_frozen is not None:
+    placed, placed_shardings = setup.place_frozen(mesh, rules)
+    frozen, frozen_shardings = (placed,), (placed_shardings,)
+  train_step = jax.jit(
+      setup.train_step(config.optimizer.grad_accum_steps),
+      in_shardings=(state_shardings, batch_shard) + frozen_shardings,
+      out_shardings=(state_shardings, None), donate_argnums=(0,))
+  eval_step = jax.jit(train_core.make_eval_step(setup.objective),
+                      in_shardings=(state_shardings.params, batch_shard) + frozen_shardings)
+  if int(state.step) < config.total_steps:
+    # Compiled before the input pipeline starts, so that the compiler's peak memory and the
+    # pipeline's first pools do not add up (peak RSS of tiny on War and Peace: 2.17 -> 1.91
+    # GB, benchmarks/README). A batch of another shape is then an error, never a recompile.
+    with sharding.mesh_context(mesh, rules), stop_signals.first_compile("the train step"):
+      train_step = train_step.lower(
+          state, pretrain_setup.abstract_batch(config, batch_shard), *frozen).compile()
+  return train_step, eval_step, frozen
+
+
+def _model_description(model_cfg, tokenizer) -> dict:
+  """The model config, vocab and casing that make a checkpoint self-describing."""
+  return loading.model_description(
+      model_cfg, tokenizer.inv_vocab, tokenizer.lowercase,
+      tokenizer_file=tokenizer.vocab_file if tokenizer.kind != "wordpiece" else None)
+
+
+def _window_metrics(window, setup, seq_len: int, peak_flops: float,
+                    input_wait_seconds: float) -> dict[str, float]:
+  """A log window's metrics: the objective's summary, throughput, MFU, input wait and the
+  steps skipped for a NaN/inf loss (when any were)."""
+  last = setup.summarize(window.sums)
+  tokens = float(window.sums["real_tokens"])
+  last["tokens_per_second"] = tokens / window.seconds
+  masked_fraction = float(window.sums["mlm_weight"]) / max(tokens, 1.0)
+  last["mfu"] = (last["tokens_per_second"]
+                 * setup.flops_per_token(seq_len, masked_fraction) / peak_flops)
+  # The share of the window spent waiting for input; steps per second count padding,
+  # as a step benchmark does.
+  last["input_wait"] = input_wait_seconds / window.seconds
+  last["steps_per_second"] = window.steps / window.seconds
+  if window.nonfinite_steps:
+    last["nonfinite_steps"] = window.nonfinite_steps
+  return last
 
 
 _EARLIER_RUN = (workdir_layout.EXPORT, workdir_layout.METRICS, workdir_layout.TENSORBOARD)
