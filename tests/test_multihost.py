@@ -3,8 +3,9 @@
 The end-to-end test runs bert_jax.pretrain as 2 processes with one CPU device
 each and compares it with one process (8 fake devices) on the same global
 batches. The input pipeline gives each host its own documents, so a 2-host
-stream differs from a 1-host one; the worker script below makes every process
-cut its rows out of the 1-host global batch, which isolates the runtime
+stream differs from a 1-host one; data.host_invariant_stream makes every process
+build the 1-host stream and keep its rows of each global batch (the stream's
+job, bert_jax.data.stream.pretrain_data), which isolates the runtime
 (distributed init, mesh over processes, host_to_global, collectives,
 checkpointing, logging) from the data split.
 """
@@ -32,33 +33,6 @@ from tests.fixtures.repo import child_env
 STEPS = 5
 # The default config otherwise, fill-mask example included: every process must reach the end.
 OVERRIDES = dict(total_steps=STEPS, seq_len=32, batch_size=8, log_every=1, checkpoint_every=STEPS)
-
-_WORKER = textwrap.dedent('''\
-    """bert_jax.pretrain where each process takes its rows of the 1-host global batch."""
-    from bert_jax.data.stream import pretrain_data
-    from bert_jax import pretrain
-
-    _Base = pretrain_data.PretrainData
-
-
-    class SameGlobalBatch(_Base):
-
-      def __init__(self, data_config, *, process_index=0, process_count=1, **kw):
-        super().__init__(data_config, process_index=0, process_count=1, **kw)
-        self._part = (process_index, process_count)
-
-      def train_iterator(self, start_position=0):
-        i, n = self._part
-        for b in super().train_iterator(start_position):
-          rows = len(b["input_ids"]) // n
-          yield {k: v[i * rows:(i + 1) * rows] for k, v in b.items()}
-
-
-    pretrain_data.PretrainData = SameGlobalBatch
-    if __name__ == "__main__":
-      pretrain.run()
-''')
-
 
 _WORDS = ("the a of to and in is was for on that with as by at from his her it an were are which "
           "this be has had one first new time city year people state world water music school "
@@ -88,13 +62,12 @@ def _restore_on_one_device(path):
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_processes_match_one_process(tmp_path):
-  worker = tmp_path / "same_batch_pretrain.py"
-  worker.write_text(_WORKER)
   corpus = tmp_path / "corpus.txt"
   _write_corpus(corpus)
   mp_dir = tmp_path / "two_processes"
-  args = [str(LAUNCH), "2", sys.executable, str(worker), "--config", "configs/pretrain.py:tiny",
-          "--workdir", str(mp_dir), "--config.data.max_predictions_per_seq=5",
+  args = [str(LAUNCH), "2", sys.executable, "-m", "bert_jax.pretrain", "--config",
+          "configs/pretrain.py:tiny", "--workdir", str(mp_dir),
+          "--config.data.max_predictions_per_seq=5", "--config.data.host_invariant_stream=True",
           "--config.data.source=files", f"--config.data.files={corpus}"]
   args += [f"--config.{k}={v}" for k, v in OVERRIDES.items()]
   start = time.time()
