@@ -97,8 +97,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
          else (fv.num_slices, 1, 1))
   print(f"compiling {config.variant} for {fv.topology} ({len(devices)} devices) ...",
         flush=True)
-  try:  # a line every 10 s while the compiler works (base on v5e:4x4: minutes)
-    with train_log.Heartbeat(f"compiling {config.variant} for {fv.topology}", every=10.0,
+  try:  # a line within every 10 s while the compiler works (base on v5e:4x4: minutes)
+    with train_log.Heartbeat(f"compiling {config.variant} for {fv.topology}",
                              at_start=False):
       out = topology_compile.compile_train_step(config, devices, dcn)
   except jax.errors.JaxRuntimeError as e:

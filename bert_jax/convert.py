@@ -68,7 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   lowercase = False if args.cased else True if args.uncased else None
   working = train_log.Heartbeat(f"bert_jax.convert: converting {args.src} to {args.dst}",
-                                every=10.0, enabled=not args.quiet, at_start=False)
+                                enabled=not args.quiet, at_start=False)
   if args.to:
     if lowercase is not None:
       print("note: --cased/--uncased are ignored with --to (the bundle records its casing)",

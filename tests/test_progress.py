@@ -47,6 +47,27 @@ def test_a_heartbeat_beats_until_the_step_ends_and_at_start_false_is_silent_when
   assert slow.getvalue().startswith("converting: 0:00:00 so far\n")
 
 
+def test_a_heartbeat_says_its_status_and_waits_while_the_program_prints_its_own_lines():
+  import time  # pylint: disable=g-import-not-at-top
+  done = []
+  out = io.StringIO()
+  with train_log.Heartbeat("evaluating dev", every=0.05, file=out, at_start=False,
+                           status=lambda: f"{len(done)} of 4 batches"):
+    for _ in range(4):
+      time.sleep(0.08)
+      done.append(1)
+  lines = out.getvalue().splitlines()
+  assert lines and all(re.fullmatch(r"evaluating dev: [0-3] of 4 batches \(0 s\)", x)
+                       for x in lines), lines
+  touched = io.StringIO()  # a line of the program's own every 0.02 s: no beat comes between
+  with train_log.Heartbeat("training", every=0.5, file=touched, at_start=False) as beat:
+    for _ in range(100):
+      time.sleep(0.02)
+      beat.touch()
+  assert touched.getvalue() == ""
+  assert train_log.BEAT_SECONDS < 10  # a beat late by a busy second still lands within 10 s
+
+
 def test_eta_arithmetic():
   assert train_log.eta_seconds(80, 5.0) == 16.0
   assert train_log.eta_seconds(80, 5.0, later_seconds=30.0) == 46.0
