@@ -1,8 +1,9 @@
 r"""Pretraining configs: `configs/pretrain.py:VARIANT[,recipe=RECIPE][,phase2][,fused_attention]`.
 
 VARIANT is the model size (tiny, mini, small, medium, base, large); RECIPE how it is trained
-(bert, roberta, albert, electra, deberta; see _apply_recipe), which sets the variant's default
-objective (and for deberta the encoder: DeBERTa-v3's disentangled attention).
+(bert, roberta, albert, electra, deberta: the family member's pretrain_recipe in
+bert_jax/members/), which sets the variant's default objective (and for deberta the encoder:
+DeBERTa-v3's disentangled attention).
 
 The quick start (tiny, the built-in corpus of Python standard-library docstrings, no download,
 on the CPU):
@@ -45,6 +46,7 @@ unknown key is an error.
 import ml_collections
 
 from bert_jax.data.sources import raw_docs
+from bert_jax.members import registry as member_registry
 from bert_jax.runtime import config_reads
 from bert_jax.training import config_sections
 
@@ -58,9 +60,6 @@ _RECIPES = {
     "base": (256, 1_000_000, 1e-4, 10_000),
     "large": (256, 1_000_000, 1e-4, 10_000),
 }
-
-
-RECIPES = ("bert", "roberta", "albert", "electra", "deberta")
 
 # Keys read only in some settings (bert_jax.runtime.config_reads): a --config.KEY the run would
 # not read is an error naming what reads it; where one setting alone reads it (data.files: source
@@ -105,8 +104,9 @@ def get_config(arg=None):
                      f"VARIANT one of {list(_RECIPES)} (the quick start: configs/pretrain.py:tiny)")
   if variant not in _RECIPES:
     raise ValueError(f"unknown variant {variant!r}; known: {sorted(_RECIPES)}")
-  if options.recipe not in RECIPES:
-    raise ValueError(f"unknown recipe {options.recipe!r}; known: {list(RECIPES)}")
+  recipes = member_registry.recipes()
+  if options.recipe not in recipes:
+    raise ValueError(f"unknown recipe {options.recipe!r}; known: {list(recipes)}")
   batch, steps, lr, warmup = _RECIPES[variant]
 
   c = ml_collections.ConfigDict()
@@ -296,7 +296,8 @@ def get_config(arg=None):
     c.optimizer.b1 = 0.8
     c.optimizer.b2 = 0.98
 
-  _apply_recipe(c, options.recipe)
+  # How the member is trained: its module's pretrain_recipe (bert_jax/members/base.py).
+  recipes[options.recipe].pretrain_recipe(c)
 
   if options.fused_attention:
     # The accelerator recipe: no attention dropout (MosaicBERT trains without it), so
@@ -313,87 +314,3 @@ def get_config(arg=None):
     c.warmup_steps = max(1, warmup // 10)
   return c
 
-
-def _apply_recipe(c: ml_collections.ConfigDict, recipe: str) -> None:
-  """How the family member is trained: objective, data and, for its published sizes, optimizer.
-
-  'bert' is the config as built (Devlin et al. 2019: MLM + NSP on sentence pairs). The others
-  change the keys below; from tiny to medium only the objective, data and scale-free optimizer
-  settings apply (their batch, steps and rate stay the variant's, sized for short runs on
-  small machines), base and large also take the paper's batch, steps and rate.
-  """
-  variant = c.variant
-  if recipe == "roberta":
-    # RoBERTa (Liu et al. 2019, arXiv:1907.11692). Sec. 4.2: FULL-SENTENCES without NSP ("removing
-    # the NSP loss matches or slightly improves downstream task performance").
-    c.model_type = "roberta"
-    c.objective = "mlm"
-    c.data.mode = "full_sentences"
-    # Rows filled with whole sentences and no padding (Sec. 4.2's inputs are "packed with full
-    # sentences ... so that the total length is at most 512 tokens"); packed here as several
-    # documents per row with block-diagonal attention (DOC-SENTENCES, which Sec. 4.2 found
-    # slightly better; FULL-SENTENCES crossing documents is packing=False).
-    c.data.packing = True
-    # Sec. 4.1: dynamic masking (every batch is masked afresh; this pipeline always does).
-    # Sec. 3.1: "setting beta2 = 0.98 to improve stability when training with large batch sizes";
-    # Table 9: Adam eps 1e-6, weight decay 0.01, no gradient clipping, linear decay.
-    c.optimizer.b2 = 0.98
-    c.optimizer.eps = 1e-6
-    c.optimizer.weight_decay = 0.01
-    c.optimizer.grad_clip_norm = 0.0
-    if variant in ("base", "large"):
-      c.optimizer.name = "adamw"
-      c.optimizer.schedule = "linear"
-      # Sec. 4.3 / Table 9: batches of 8K sequences (here 32 microbatches of 256), 500K steps,
-      # peak rate 6e-4 (base) / 4e-4 (large), warmup 24K (base) / 30K (large) steps.
-      c.batch_size = 8192
-      c.optimizer.grad_accum_steps = 32
-      c.total_steps = 500_000
-      c.learning_rate = 6e-4 if variant == "base" else 4e-4
-      c.warmup_steps = 24_000 if variant == "base" else 30_000
-      # Sec. 3.1: "we train only with full-length sequences" of T = 512 tokens.
-      c.seq_len = 512
-      c.data.max_predictions_per_seq = 80
-  elif recipe == "albert":
-    # ALBERT (Lan et al. 2020, arXiv:1909.11942). Sec. 3.1: sentence-order prediction in place of
-    # NSP; Sec. 4.1: n-gram masking with n <= 3 and p(n) proportional to 1/n. Sec. 3.1: the
-    # factorized embeddings (E = 128) and one layer's parameters shared across all layers.
-    c.model_type = "albert"
-    c.objective = "mlm_sop"
-    c.data.mode = "sop"
-    c.data.masking = "ngram"
-    if variant in ("base", "large"):
-      # Sec. 4.1: batch 4096, LAMB at 0.00176, 125K steps, inputs of 512 (shorter with p=0.1);
-      # 3,125 warmup steps as google-research/albert's run_pretraining.
-      c.optimizer.name = "lamb"
-      c.batch_size = 4096
-      c.optimizer.grad_accum_steps = 16
-      c.total_steps = 125_000
-      c.learning_rate = 0.00176
-      c.warmup_steps = 3_125
-      c.seq_len = 512
-      c.data.max_predictions_per_seq = 80
-  elif recipe == "deberta":
-    # DeBERTa-v3's encoder (He et al. 2021, arXiv:2111.09543) trained with DeBERTa's MLM
-    # (arXiv:2006.03654) on full sentences without NSP. v3's own objective (replaced-token
-    # detection with gradient-disentangled embedding sharing) is not implemented here; the
-    # sizes and optimizer stay the variant's.
-    c.model_type = "deberta-v2"
-    c.objective = "mlm"
-    # arXiv:2006.03654 Sec. 3.2: the MLM head reads the enhanced mask decoder.
-    c.emd = True
-    c.data.mode = "full_sentences"
-  elif recipe == "electra":
-    # ELECTRA (Clark et al. 2020, arXiv:2003.10555): replaced-token detection with a generator of
-    # 1/4 the discriminator's hidden size (config.electra), on contiguous text without NSP.
-    c.model_type = "electra"
-    c.objective = "electra"
-    c.data.mode = "full_sentences"
-    if variant == "base":
-      # Appendix Table 6: ELECTRA-Base, lr 2e-4, batch 256 (the variant's), 10K warmup steps (the
-      # variant's), 766K steps, seq 512, a generator of 1/3 the discriminator's size.
-      c.electra.generator_hidden_fraction = 1 / 3
-      c.learning_rate = 2e-4
-      c.total_steps = 766_000
-      c.seq_len = 512
-      c.data.max_predictions_per_seq = 80

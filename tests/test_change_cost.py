@@ -17,6 +17,7 @@ from flax import traverse_util
 import numpy as np
 import pytest
 
+from bert_jax import config_help
 from bert_jax.conversion import hf as hf_conversion
 from bert_jax.data.sources import registry as source_registry
 from bert_jax import finetune
@@ -27,6 +28,8 @@ from bert_jax import pretrain
 from bert_jax.tasks import registry as task_registry
 from tests.fixtures import finetuning
 from tests.fixtures import pretraining
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow  # each test trains end to end through the real entry points
 
@@ -172,11 +175,19 @@ def get_config(arg=None):
 
 
 # A new family member: BERT's network with ReLU, stored by "transformers" under `toy.`
-# with its own config.json key for the layer count.
+# with its own config.json key for the layer count, and its pretraining recipe.
 TOY_MEMBER = '''
 """Toy member 'toy-relu-bert': BERT with ReLU, its tensors under `toy.`."""
 from bert_jax.members import base
 from bert_jax.members import registry
+
+
+def pretrain_recipe(c):
+  # MLM alone on contiguous text.
+  c.model_type = "toy-relu-bert"
+  c.objective = "mlm"
+  c.data.mode = "full_sentences"
+
 
 MEMBER = base.Member(
     model_type="toy-relu-bert",
@@ -187,7 +198,9 @@ MEMBER = base.Member(
                              "cls.predictions.decoder.bias": "cls.predictions.bias"},
                      ("ToyModel", "ToyForMaskedLM", "ToyForPreTraining"), "BertTokenizer",
                      renames={"bert.": "toy.", "cls.": "cls."}),
-    fixed={"hidden_act": "relu"})
+    fixed={"hidden_act": "relu"},
+    recipe_name="toy-relu",
+    pretrain_recipe=pretrain_recipe)
 registry.register(MEMBER)
 '''
 
@@ -332,6 +345,11 @@ def test_a_new_member_is_one_module(tmp_path, monkeypatch):
   ours, theirs = (traverse_util.flatten_dict(p, sep="/") for p in (trained.params, back["params"]))
   assert set(ours) == set(theirs)
   assert all(np.array_equal(np.asarray(ours[k]), np.asarray(theirs[k])) for k in ours)
+  # Its recipe is one more value of configs/pretrain.py's recipe option.
+  pretrain_config = config_help.load_module(ROOT / "configs" / "pretrain.py")
+  recipe = pretrain_config.get_config("tiny,recipe=toy-relu")
+  assert (recipe.model_type, recipe.objective, recipe.data.mode) == (
+      "toy-relu-bert", "mlm", "full_sentences")
 
 
 

@@ -113,12 +113,13 @@ def test_pretrain_config_arguments():
 def test_each_recipe_is_a_config_pretraining_accepts(variant):
   """Every recipe's objective fits its data mode, batch and mesh (checked before any data)."""
   from bert_jax.data.sources import registry as source_registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.members import registry as member_registry  # pylint: disable=g-import-not-at-top
   from bert_jax.objectives import pretrain_setup  # pylint: disable=g-import-not-at-top
   from bert_jax.training import sharding  # pylint: disable=g-import-not-at-top
   module = _config_module("pretrain.py")
   mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
   objectives = {}
-  for recipe in module.RECIPES:
+  for recipe in member_registry.recipes():
     c = module.get_config(f"{variant},recipe={recipe}")
     pretrain_setup.check_config(c, mesh, source_registry.get(c.data.source))
     objectives[recipe] = (c.objective, c.data.mode, c.model_type)

@@ -23,6 +23,28 @@ def read_hf(d: dict, kw: dict, source: str) -> dict:
   return {}
 
 
+def pretrain_recipe(c) -> None:
+  """ALBERT's pretraining (configs/pretrain.py:VARIANT,recipe=albert)."""
+  # ALBERT (Lan et al. 2020, arXiv:1909.11942). Sec. 3.1: sentence-order prediction in place of
+  # NSP; Sec. 4.1: n-gram masking with n <= 3 and p(n) proportional to 1/n. Sec. 3.1: the
+  # factorized embeddings (E = 128) and one layer's parameters shared across all layers.
+  c.model_type = "albert"
+  c.objective = "mlm_sop"
+  c.data.mode = "sop"
+  c.data.masking = "ngram"
+  if c.variant in ("base", "large"):
+    # Sec. 4.1: batch 4096, LAMB at 0.00176, 125K steps, inputs of 512 (shorter with p=0.1);
+    # 3,125 warmup steps as google-research/albert's run_pretraining.
+    c.optimizer.name = "lamb"
+    c.batch_size = 4096
+    c.optimizer.grad_accum_steps = 16
+    c.total_steps = 125_000
+    c.learning_rate = 0.00176
+    c.warmup_steps = 3_125
+    c.seq_len = 512
+    c.data.max_predictions_per_seq = 80
+
+
 MEMBER = base.Member(
     model_type="albert",
     hf_keys={**base.BERT_KEYS, "embedding_size": "embedding_size"},
@@ -53,4 +75,6 @@ MEMBER = base.Member(
     read_hf=read_hf,
     write_hf=lambda config: {**base.absolute_position_keys(config), "num_hidden_groups": 1,
                              "inner_group_num": 1},
-    factorized_embeddings=True)
+    factorized_embeddings=True,
+    recipe_name="albert",
+    pretrain_recipe=pretrain_recipe)

@@ -15,6 +15,10 @@ def _no_fields(d: dict, kw: dict, source: str) -> dict:
   return {}
 
 
+def _as_built(config) -> None:
+  del config
+
+
 def absolute_position_keys(config) -> dict:
   """The config.json keys of a BERT-like member (what transformers' BertConfig writes)."""
   return {"model_type": config.model_type, "position_embedding_type": "absolute",
@@ -85,6 +89,14 @@ class Member:
     has_pooler: a pooler for sentence(-pair) objectives (not DistilBERT).
     pooler_activation: the pooler's activation after its dense layer: 'tanh' (BERT) or
       'gelu' (exact; DeBERTa-v2's ContextPooler).
+    recipe_name: the name `configs/pretrain.py:VARIANT,recipe=NAME` gives this member's
+      pretraining recipe, or None where it has none.
+    pretrain_recipe: how the member is trained, applied in place to the pretraining
+      ConfigDict of a variant: objective, data and, for the member's published sizes,
+      optimizer. From tiny to medium only the objective, data and scale-free optimizer
+      settings apply (batch, steps and rate stay the variant's, sized for short runs on small
+      machines); base and large also take the paper's batch, steps and rate. The default
+      trains the config as built (BERT's MLM + NSP on sentence pairs).
   """
   model_type: str
   hf_keys: Mapping[str, str]
@@ -103,6 +115,8 @@ class Member:
   vocab_table_padded: bool = False
   has_pooler: bool = True
   pooler_activation: str = "tanh"
+  recipe_name: Optional[str] = None
+  pretrain_recipe: Callable[[Any], None] = _as_built
 
   @property
   def has_discriminator(self) -> bool:

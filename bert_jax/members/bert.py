@@ -7,4 +7,6 @@ MEMBER = base.Member(
     build=lambda config, pad_id: config.replace(model_type="bert"),
     hf=base.HfLayout("bert", {"cls.predictions.decoder.weight": "bert.embeddings.word_embeddings.weight",
                               "cls.predictions.decoder.bias": "cls.predictions.bias"},
-                     ("BertModel", "BertForMaskedLM", "BertForPreTraining"), "BertTokenizer"))
+                     ("BertModel", "BertForMaskedLM", "BertForPreTraining"), "BertTokenizer"),
+    # Devlin et al. 2019: MLM + NSP on sentence pairs, the pretraining config as built.
+    recipe_name="bert")

@@ -63,6 +63,19 @@ def write_hf(config) -> dict:
           "position_biased_input": config.absolute_positions}
 
 
+def pretrain_recipe(c) -> None:
+  """DeBERTa's pretraining (configs/pretrain.py:VARIANT,recipe=deberta)."""
+  # DeBERTa-v3's encoder (He et al. 2021, arXiv:2111.09543) trained with DeBERTa's MLM
+  # (arXiv:2006.03654) on full sentences without NSP. v3's own objective (replaced-token
+  # detection with gradient-disentangled embedding sharing) is not implemented here; the
+  # sizes and optimizer stay the variant's.
+  c.model_type = "deberta-v2"
+  c.objective = "mlm"
+  # arXiv:2006.03654 Sec. 3.2: the MLM head reads the enhanced mask decoder.
+  c.emd = True
+  c.data.mode = "full_sentences"
+
+
 MEMBER = base.Member(
     model_type="deberta-v2",
     # The relative-attention keys are read by read_hf.
@@ -101,4 +114,6 @@ MEMBER = base.Member(
     zero_padding_embeddings=True,
     emd=True,
     vocab_table_padded=True,
-    pooler_activation="gelu")
+    pooler_activation="gelu",
+    recipe_name="deberta",
+    pretrain_recipe=pretrain_recipe)
