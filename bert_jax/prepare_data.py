@@ -48,9 +48,12 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   if source.tokenized:
     raise ValueError(f"config.data.source={data_config.source!r} is already tokenized; give "
                      "the text source")
-  optional_tensorflow.require("bert_jax.prepare_data (tokenizing raw text)")
-  tokenizer = tokenizer_lib.load_tokenizer(data_config)
-  shards = source_registry.list_shards(source, data_config)
+  # Importing TensorFlow takes seconds (more on a busy machine): said before, not after.
+  with train_log.Heartbeat("bert_jax.prepare_data: loading TensorFlow and the tokenizer",
+                           enabled=not quiet, file=sys.stdout):
+    optional_tensorflow.require("bert_jax.prepare_data (tokenizing raw text)")
+    tokenizer = tokenizer_lib.load_tokenizer(data_config)
+    shards = source_registry.list_shards(source, data_config)
   if epath.Path(out_dir, prepared_data.INFO_FILE).exists():
     raise ValueError(f"--out {out_dir} already holds a prepared corpus; give an empty directory")
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -62,21 +65,27 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   kib = [max(1, (shard.size or 0) // 1024) for shard in shards]
   progress = train_log.Progress("preparing", sum(kib), "KiB", enabled=not quiet, file=sys.stdout)
   parts, t0, total = [], time.time(), 0
-  for shard, shard_kib in zip(shards, kib):
-    raw = source_registry.read_documents(shard, data_config)
-    tokens, lengths = shard_tokens.tokenize(tokenizer, raw.sentences)
-    shard_tokens.check_unknown_rate(tokens, tokenizer, source_registry.describe(shard))
-    name = prepared_data.part_file(shard.index)
-    prepared_data.write_part(os.path.join(out_dir, name),
-                             prepared_data.Part(tokens, raw.doc_splits, lengths=lengths))
-    parts.append({"file": name, "source": source_registry.describe(shard), "size": shard.size,
-                  "documents": raw.num_docs, "sentences": len(lengths), "tokens": len(tokens),
-                  "invalid_utf8": raw.invalid_utf8})
-    total += len(tokens)
-    if not quiet:
-      print(f"  {source_registry.describe(shard)}: {raw.num_docs:,} documents, "
-            f"{len(tokens):,} tokens ({time.time() - t0:.0f} s)", flush=True)
-    progress.update(shard_kib)
+  # A shard (a block of block_mb, or the whole built-in corpus) may take longer to tokenize
+  # than a reader waits for a line: one says which shard is being read in the meantime.
+  beat = train_log.Heartbeat("preparing", enabled=not quiet, file=sys.stdout, at_start=False,
+                             status=lambda: f"shard {len(parts) + 1} of {len(shards)}")
+  with beat:
+    for shard, shard_kib in zip(shards, kib):
+      raw = source_registry.read_documents(shard, data_config)
+      tokens, lengths = shard_tokens.tokenize(tokenizer, raw.sentences)
+      shard_tokens.check_unknown_rate(tokens, tokenizer, source_registry.describe(shard))
+      name = prepared_data.part_file(shard.index)
+      prepared_data.write_part(os.path.join(out_dir, name),
+                               prepared_data.Part(tokens, raw.doc_splits, lengths=lengths))
+      parts.append({"file": name, "source": source_registry.describe(shard), "size": shard.size,
+                    "documents": raw.num_docs, "sentences": len(lengths), "tokens": len(tokens),
+                    "invalid_utf8": raw.invalid_utf8})
+      total += len(tokens)
+      if not quiet:
+        print(f"  {source_registry.describe(shard)}: {raw.num_docs:,} documents, "
+              f"{len(tokens):,} tokens ({time.time() - t0:.0f} s)", flush=True)
+      progress.update(shard_kib)
+      beat.touch()
   progress.close()
   info = {"version": prepared_data.VERSION,
           "tokenizer": prepared_data.tokenizer_identity(tokenizer),

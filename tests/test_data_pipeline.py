@@ -312,7 +312,9 @@ def test_prepared_parts_give_the_text_stream(tmp_path, capsys):
   info = prepare_data.prepare(text, out, quiet=False)
   assert len(info["parts"]) > 3  # part-01.txt in blocks
   shown = capsys.readouterr().out  # a header, progress from the start, the parts
-  assert shown.startswith("bert_jax.prepare_data: tokenize a corpus into numpy parts\n")
+  # The first line comes before TensorFlow's import, which takes seconds.
+  assert shown.startswith("bert_jax.prepare_data: loading TensorFlow and the tokenizer ...\n")
+  assert "\nbert_jax.prepare_data: tokenize a corpus into numpy parts\n" in shown
   assert "preparing: 0/" in shown and re.search(r"preparing: [\d,]+ KiB in 0:", shown)
   assert f"  out      {out} (a part per shard" in shown
   prepared = _config(tmp_path, "", source="prepared", prepared_dir=out, mode="nsp")
