@@ -1,8 +1,8 @@
 """Fine-tuning's evaluation: predictions over every example, the eval sets' scores (zero-shot,
 per seed, their mean), and what is written or said at the end of a run."""
 import json
-import time
-from typing import Optional
+import sys
+from typing import Callable, Optional
 
 from etils import epath
 import jax
@@ -17,13 +17,14 @@ from bert_jax.runtime import atomic_files
 from bert_jax.runtime import json_file
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
+from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
 from bert_jax.tasks import task as task_lib
 from bert_jax.training import sharding
 
 
 # An evaluation says how far it is every this many seconds (a long one is never silent).
-PROGRESS_SECONDS = 10.0
+PROGRESS_SECONDS = train_log.BEAT_SECONDS
 
 
 class EvaluationStopped(Exception):
@@ -33,7 +34,7 @@ class EvaluationStopped(Exception):
 def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
             bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None,
             stop: Optional[stop_signals.StopSignals] = None,
-            progress: Optional[str] = None) -> dict:
+            on_batch: Optional[Callable[[int, int], None]] = None) -> dict:
   """Model outputs for every row of `arrays` (padded to whole batches, never dropped).
 
   Args:
@@ -47,7 +48,7 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
       (outputs must then be per example, [batch, ...] of no token axis).
     buckets: the bucket lengths (default: every fixed length up to the arrays' length).
     stop: the run's stop signals, checked before each batch.
-    progress: a label: a line every PROGRESS_SECONDS says how many batches are done.
+    on_batch: called with (batches done, batches) before each batch and after the last.
 
   Returns:
     Outputs gathered on every host as numpy, [n, ...] for the n rows, in row order.
@@ -59,19 +60,20 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
   batches = finetune_batches.predict_batches(arrays, batch_size, bucketing, buckets)
   pi, pc = jax.process_index(), jax.process_count()
   chunks = []
-  start = said = time.time()
-  for done, batch in enumerate(batches):
+  for batch in batches:
     if stop is not None and stop.name:
       raise EvaluationStopped(stop.name)
-    if progress and time.time() - said >= PROGRESS_SECONDS:
-      said = time.time()
-      print(f"{progress}: {done} of {len(batches)} batches ({said - start:.0f} s)", flush=True)
+    if on_batch is not None:
+      on_batch(len(chunks), len(batches))
     local = length_buckets.cut(arrays, length_buckets.host_share(batch, pi, pc),
                                task_lib.MODEL_INPUTS)
     with sharding.mesh_context(mesh, rules):
       out = predict_step(params, sharding.host_to_global(local, mesh))
     chunks.append(multihost_utils.process_allgather(out, tiled=True))
-  return length_buckets.scatter_outputs(jax.device_get(chunks), batches, n)
+  outputs = length_buckets.scatter_outputs(jax.device_get(chunks), batches, n)
+  if on_batch is not None:
+    on_batch(len(chunks), len(batches))
+  return outputs
 
 
 def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
@@ -82,10 +84,19 @@ def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
   `progress`: the label of the progress lines (None: none)."""
   results, warnings, checked = {}, [], False
   for eval_set in task.eval_sets:
-    outputs = predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
-                      mesh, rules, bucketing=config.length_bucketing, buckets=buckets,
-                      stop=stop, progress=progress and f"{progress} {eval_set.name}")
-    scores = eval_set.score(outputs, workdir)
+    # A line every PROGRESS_SECONDS from a thread: the first batch compiles the program, and
+    # scoring (SQuAD's answers, NER's entities) and writing the predictions take a while too.
+    where = ["0 batches"]
+
+    def on_batch(done, total, where=where):
+      where[0] = f"{done} of {total} batches" if done < total else "scoring the predictions"
+    with train_log.Heartbeat(f"{progress} {eval_set.name}", every=PROGRESS_SECONDS,
+                             enabled=bool(progress), file=sys.stdout, at_start=False,
+                             status=lambda where=where: where[0]):
+      outputs = predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
+                        mesh, rules, bucketing=config.length_bucketing, buckets=buckets,
+                        stop=stop, on_batch=on_batch)
+      scores = eval_set.score(outputs, workdir)
     checked |= task_lib.WARNINGS in scores
     warnings += scores.pop(task_lib.WARNINGS, [])
     results.update(scores)

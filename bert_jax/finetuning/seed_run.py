@@ -3,6 +3,7 @@ checkpoints (periodic, at the end of training, on a stop signal)."""
 import contextlib
 import dataclasses
 import functools
+import sys
 import time
 from typing import Any, Optional
 
@@ -95,60 +96,75 @@ class SeedRun:
         later_seeds * self.total_steps, (later_seeds + 1) * (evaluation or 0.0),
         "" if evaluation is not None else
         "the evaluation" if not later_seeds else f"{later_seeds + 1} evaluations")
-    with self.split.phase("train"):
-      for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
-        epoch_start, epoch_first_step = time.time(), step
-        batches = list(finetune_batches.epoch_batches(
-            c, self.train_lengths, self.n_train, seed, epoch, self.task.sort_by_length,
-            self.buckets))
-        start = skip if epoch == first_epoch else 0
-        # The later shapes are queued once the first step's program is lowered (see
-        # ahead_compile): queue_ahead is called once, by the first step or after the loop.
-        queue_ahead = functools.partial(self.compile_ahead, state, batches, start,
-                                        self.total_steps - step)
-        for index in range(start, len(batches)):
-          if step >= self.total_steps:
-            break
-          if loop.stop_requested(preempt=(seed, step) == self.preempt_at):
-            self.stopped_by = loop.stopped_by
-            self.save(seed, state, epoch, index, per_seed, loop)
-            loop.stopped(f"seed {seed} step {step}")
-            return state
-          batch, shape = finetune_batches.train_batch(self.task.train_arrays, self.keys,
-                                                      batches[index], self.pack)
-          # The run's first compile: a stop signal there exits at once (nothing to save yet).
-          first = stop_signals.first_compile() if not self.compiled_lengths else None
-          self.compiled_lengths.add(shape)
-          with sharding.mesh_context(self.mesh, self.rules):
-            batch = sharding.host_to_global(batch, self.mesh)
-            with first or contextlib.nullcontext():
-              program = self.train_step.program(state, batch, then=queue_ahead)
-            queue_ahead = None
-            state, metrics = program(state, batch)
-          step += 1
-          loop.add(metrics)
-          if training_loop.due(step, c.log_every, self.total_steps):
-            window = loop.take_window(state, step)
-            self.logger.log(step, {
-                "loss": float(window.sums["loss"] / window.sums["steps"]),
-                "learning_rate": float(self.schedule(step - 1)),
-                "examples_per_second": float(window.sums["examples"]) / window.seconds},
-                prefix=f"seed{seed}_train_", steps_per_sec=window.steps / window.seconds)
-          if training_loop.due(step, c.checkpoint_every) and step < self.total_steps:
-            self.save(seed, state, epoch, index + 1, per_seed, loop)
-        if queue_ahead is not None:  # no step ran (the epoch was done): the eval programs
-          queue_ahead()
-        jax.block_until_ready(state.step)
-        seconds = time.time() - epoch_start
-        examples = (step - epoch_first_step) * c.batch_size
-        self.logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
-                               examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
-        if self.is_writer:
-          print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
-                f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
-                flush=True)
-    if self.ckpts is not None:  # the trained state outlives a stop during the evaluation
-      self.save(seed, state, int(np.ceil(c.num_epochs)), 0, per_seed, loop)
+    # Between log lines (and while the first step compiles, and during the last save) a line
+    # says where training is.
+    first_step = step
+
+    def status():
+      if step == first_step:
+        return "compiling the train step"
+      if step < self.total_steps:
+        return f"training, step {step} of {self.total_steps}"
+      return f"step {step} of {self.total_steps}, saving the end of training"
+    beat = train_log.Heartbeat(f"seed {seed}", enabled=self.is_writer, file=sys.stdout,
+                               at_start=False, status=status)
+    with beat:
+      with self.split.phase("train"):
+        for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
+          epoch_start, epoch_first_step = time.time(), step
+          batches = list(finetune_batches.epoch_batches(
+              c, self.train_lengths, self.n_train, seed, epoch, self.task.sort_by_length,
+              self.buckets))
+          start = skip if epoch == first_epoch else 0
+          # The later shapes are queued once the first step's program is lowered (see
+          # ahead_compile): queue_ahead is called once, by the first step or after the loop.
+          queue_ahead = functools.partial(self.compile_ahead, state, batches, start,
+                                          self.total_steps - step)
+          for index in range(start, len(batches)):
+            if step >= self.total_steps:
+              break
+            if loop.stop_requested(preempt=(seed, step) == self.preempt_at):
+              self.stopped_by = loop.stopped_by
+              self.save(seed, state, epoch, index, per_seed, loop)
+              loop.stopped(f"seed {seed} step {step}")
+              return state
+            batch, shape = finetune_batches.train_batch(self.task.train_arrays, self.keys,
+                                                        batches[index], self.pack)
+            # The run's first compile: a stop signal there exits at once (nothing to save yet).
+            first = stop_signals.first_compile() if not self.compiled_lengths else None
+            self.compiled_lengths.add(shape)
+            with sharding.mesh_context(self.mesh, self.rules):
+              batch = sharding.host_to_global(batch, self.mesh)
+              with first or contextlib.nullcontext():
+                program = self.train_step.program(state, batch, then=queue_ahead)
+              queue_ahead = None
+              state, metrics = program(state, batch)
+            step += 1
+            loop.add(metrics)
+            if training_loop.due(step, c.log_every, self.total_steps):
+              window = loop.take_window(state, step)
+              self.logger.log(step, {
+                  "loss": float(window.sums["loss"] / window.sums["steps"]),
+                  "learning_rate": float(self.schedule(step - 1)),
+                  "examples_per_second": float(window.sums["examples"]) / window.seconds},
+                  prefix=f"seed{seed}_train_", steps_per_sec=window.steps / window.seconds)
+              beat.touch()
+            if training_loop.due(step, c.checkpoint_every) and step < self.total_steps:
+              self.save(seed, state, epoch, index + 1, per_seed, loop)
+          if queue_ahead is not None:  # no step ran (the epoch was done): the eval programs
+            queue_ahead()
+          jax.block_until_ready(state.step)
+          seconds = time.time() - epoch_start
+          examples = (step - epoch_first_step) * c.batch_size
+          self.logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
+                                 examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
+          if self.is_writer:
+            print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
+                  f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",
+                  flush=True)
+            beat.touch()
+      if self.ckpts is not None:  # the trained state outlives a stop during the evaluation
+        self.save(seed, state, int(np.ceil(c.num_epochs)), 0, per_seed, loop)
     return state
 
 
