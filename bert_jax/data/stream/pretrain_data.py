@@ -71,6 +71,7 @@ import numpy as np
 
 from bert_jax.data.stream import batch_schema
 from bert_jax.data.stream import example_pools
+from bert_jax.data.stream import held_out
 from bert_jax.data.stream import masking
 from bert_jax.data.stream import python_stream
 from bert_jax.data.sources import raw_docs
@@ -167,6 +168,32 @@ def _checked_tokenizer(data_config, source: source_base.Source):
   return tok
 
 
+def _stream_hosts(host_invariant: bool, process_index: int, process_count: int,
+                  per_host_batch_size: int) -> tuple[Optional[slice], int, int]:
+  """(this host's rows of each batch the stream builds, or None: all of them; the host and
+  host count the stream is built for).
+
+  With host_invariant_stream every host builds the whole global batch and keeps its rows:
+  the stream is then the same for any process count (exact replays across host counts).
+  """
+  if not host_invariant:
+    return None, process_index, process_count
+  rows = None
+  if process_count > 1:
+    rows = slice(process_index * per_host_batch_size, (process_index + 1) * per_host_batch_size)
+  return rows, 0, 1
+
+
+def _masking_spec(data_config, tok) -> masking.MaskingSpec:
+  """config.data's dynamic masking with the tokenizer's special, regular and continuation ids."""
+  c = data_config
+  return masking.MaskingSpec(
+      mask_prob=c.mask_prob, max_predictions=c.max_predictions_per_seq,
+      unit=c.masking, mask_id=tok.mask_id,
+      special_ids=np.array([tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id], np.int32),
+      regular_ids=tok.regular_ids, is_continuation=tok.is_continuation)
+
+
 class PretrainData:
   """The pretraining input pipeline of one host.
 
@@ -213,14 +240,8 @@ class PretrainData:
     self.lowercase = self.tokenizer.lowercase
     self.has_pairs = c.mode in PAIR_MODES
     self.per_host_batch_size = global_batch_size // process_count
-    # With host_invariant_stream every host builds the whole global batch and keeps its rows:
-    # the stream is then the same for any process count (exact replays across host counts).
-    self._host_rows = None
-    if c.host_invariant_stream:
-      if process_count > 1:
-        self._host_rows = slice(process_index * self.per_host_batch_size,
-                                (process_index + 1) * self.per_host_batch_size)
-      process_index, process_count = 0, 1
+    self._host_rows, process_index, process_count = _stream_hosts(
+        c.host_invariant_stream, process_index, process_count, self.per_host_batch_size)
     # Rows of each batch the stream builds (the global batch with host_invariant_stream).
     self._stream_batch_size = global_batch_size // process_count
     self.seq_len = seq_len
@@ -228,12 +249,7 @@ class PretrainData:
     self.process_index, self.process_count = process_index, process_count
     self._docs_by_host = len(shards) < process_count
     self._shards = shards if self._docs_by_host else shards[process_index::process_count]
-    tok = self.tokenizer
-    self._mask_spec = masking.MaskingSpec(
-        mask_prob=c.mask_prob, max_predictions=c.max_predictions_per_seq,
-        unit=c.masking, mask_id=tok.mask_id,
-        special_ids=np.array([tok.pad_id, tok.cls_id, tok.sep_id, tok.mask_id], np.int32),
-        regular_ids=tok.regular_ids, is_continuation=tok.is_continuation)
+    self._mask_spec = _masking_spec(c, self.tokenizer)
     self._keys = {name: stateless_random.root_key(seed, name)
                   for name in ("order", "shuffle", "nsp", "mask", "evalmask")}
     self._eval_cache = {}
@@ -327,14 +343,6 @@ class PretrainData:
     tok = self.tokenizer
     return rows_lib.build_rows(tokens, ex, self.seq_len, cls_id=tok.cls_id, sep_id=tok.sep_id,
                                pad_id=tok.pad_id, pack_splits=pack_splits)
-
-  def _masked_batch(self, parts: list[dict[str, np.ndarray]], keys: list[np.ndarray]):
-    """Concatenates row chunks into one batch and masks it."""
-    batch = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
-    masked = masking.mask_batch(batch["input_ids"], batch["input_mask"], np.concatenate(keys),
-                                self._mask_spec)
-    batch.update(masked)
-    return batch
 
   # -- Streams ----------------------------------------------------------------------
 
@@ -465,31 +473,22 @@ class PretrainData:
       self._eval_cache = {num_batches: list(self._eval_batches(num_batches))}
     return self._this_hosts_rows(iter([dict(batch) for batch in self._eval_cache[num_batches]]))
 
-  def _eval_batches(self, num_batches: int):
-    b = self._stream_batch_size
-    parts, keys, pending, row, made = [], [], 0, 0, 0
-    while made < num_batches:
-      before = row
+  def _eval_batches(self, num_batches: int) -> Iterator[dict[str, np.ndarray]]:
+    """The held-out examples of this host's shards in source order, cycled (held_out.py)."""
+    c = self._config
+
+    def one_pass():
       for shard in self._shards:
         tokens, ex = self._examples(shard, "eval", _EVAL_EPOCH)
-        pool = (example_pools.make_pool([(tokens, ex)], None, self.seq_len, self._config.packing)
-                if len(ex) else None)
-        lo = 0
-        while pool is not None and lo < pool.num_rows and made < num_batches:
-          hi = min(pool.num_rows, lo + b - pending)
-          parts.append(pool.rows(lo, hi, self.build_rows))
-          keys.append(stateless_random.derive(self._keys["evalmask"], self.process_index,
-                                   row + np.arange(hi - lo)))
-          row += hi - lo
-          pending += hi - lo
-          lo = hi
-          if pending == b:
-            yield self._masked_batch(parts, keys)
-            parts, keys, pending, made = [], [], 0, made + 1
-        if made == num_batches:
-          return
-      if row == before:
-        raise ValueError(
+        yield (example_pools.make_pool([(tokens, ex)], None, self.seq_len, c.packing)
+               if len(ex) else None)
+
+    return held_out.batches(
+        num_batches, one_pass=one_pass, build_rows=self.build_rows,
+        row_keys=functools.partial(stateless_random.derive, self._keys["evalmask"],
+                                   self.process_index),
+        mask_spec=self._mask_spec, batch_size=self._stream_batch_size,
+        no_rows_error=lambda: ValueError(
             f"no held-out examples for host {self.process_index}/{self.process_count}: no "
-            f"document is held out (every {self._config.eval_every_nth_document}th document of "
-            f"each shard); lower config.data.eval_every_nth_document or add data")
+            f"document is held out (every {c.eval_every_nth_document}th document of "
+            f"each shard); lower config.data.eval_every_nth_document or add data"))
