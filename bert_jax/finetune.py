@@ -51,6 +51,7 @@ another config is refused in one line unless `--config.start_over=True` sets the
 run's files aside (before_start_over/) first.
 """
 import json
+import sys
 from typing import Any, Optional, Sequence
 
 from etils import epath
@@ -107,38 +108,47 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
     return evaluation.already_finished(out_dir, is_writer)
   compile_cache.enable(config.compile_cache)
 
-  # -- The checkpoint: model config, vocab, params (read only) ------------------------
-  pretrained = loading.load_pretrained(config.init_checkpoint)
-  model_cfg, task_model = finetune_setup.task_model_for(config, pretrained)
+  # Until the first step: a line within every 9 s while the checkpoint loads, the task data
+  # is encoded (SQuAD: seconds) and the initial state is made (its program compiles).
+  where = ["loading the init checkpoint"]
+  starting = train_log.Heartbeat("bert_jax.finetune", enabled=is_writer, file=sys.stdout,
+                                 at_start=False, status=lambda: where[0])
+  with starting:
+    # -- The checkpoint: model config, vocab, params (read only) ------------------------
+    pretrained = loading.load_pretrained(config.init_checkpoint)
+    where[0] = "reading and encoding the task data"
+    model_cfg, task_model = finetune_setup.task_model_for(config, pretrained)
 
-  # -- Task data (every split read and encoded before any training) --------------------
-  with split.phase("data"):
-    tokenizer = tokenizer_lib.for_checkpoint(pretrained)
-    task = task_registry.build(config, tokenizer, model_cfg)
-  n_train, steps_per_epoch, total_steps, train_lengths = finetune_batches.steps(config, task)
-  buckets = finetune_batches.run_buckets(
-      config, model_cfg, train_lengths,
-      [length_buckets.row_lengths(es.arrays["input_mask"]) for es in task.eval_sets],
-      0.0 if config.eval_only else config.num_epochs)
-  if is_writer:
-    finetune_setup.print_header(config, pretrained, model_cfg, task, total_steps,
-                                steps_per_epoch, workdir, buckets)
+    # -- Task data (every split read and encoded before any training) --------------------
+    with split.phase("data"):
+      tokenizer = tokenizer_lib.for_checkpoint(pretrained)
+      task = task_registry.build(config, tokenizer, model_cfg)
+    n_train, steps_per_epoch, total_steps, train_lengths = finetune_batches.steps(config, task)
+    buckets = finetune_batches.run_buckets(
+        config, model_cfg, train_lengths,
+        [length_buckets.row_lengths(es.arrays["input_mask"]) for es in task.eval_sets],
+        0.0 if config.eval_only else config.num_epochs)
+    if is_writer:
+      finetune_setup.print_header(config, pretrained, model_cfg, task, total_steps,
+                                  steps_per_epoch, workdir, buckets)
+      starting.touch()
+    where[0] = "making the initial state"
 
-  # -- Optimizer: AdamW, warmup_fraction linear warmup, linear decay, layer-wise decay ---
-  tx, schedule, init_fn, impl = finetune_setup.optimizer(config, task_model, model_cfg,
-                                                         total_steps)
+    # -- Optimizer: AdamW, warmup_fraction linear warmup, linear decay, layer-wise decay ---
+    tx, schedule, init_fn, impl = finetune_setup.optimizer(config, task_model, model_cfg,
+                                                           total_steps)
 
-  # -- Initial state: this workdir's checkpoint, else the init checkpoint's params --------
-  fresh_heads = () if config.eval_only else bundle.TASK_HEADS
-  ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
-      str(out_dir / workdir_layout.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
-  state, state_shardings, meta, how = ckpt_lib.initial_state(
-      init_fn, tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
-      pretrained=pretrained, fresh_heads=fresh_heads, run_config=config_record,
-      check=finetune_setup.resume_check(config, config_record, pretrained))
-  # -- Jitted steps (compiled once per batch shape, shared by every seed) ----------------
-  train_step, predict_step = seed_run.jitted_steps(config, task, task_model, tx, schedule,
-                                                   impl, state_shardings, mesh, rules)
+    # -- Initial state: this workdir's checkpoint, else the init checkpoint's params --------
+    fresh_heads = () if config.eval_only else bundle.TASK_HEADS
+    ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
+        str(out_dir / workdir_layout.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
+    state, state_shardings, meta, how = ckpt_lib.initial_state(
+        init_fn, tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
+        pretrained=pretrained, fresh_heads=fresh_heads, run_config=config_record,
+        check=finetune_setup.resume_check(config, config_record, pretrained))
+    # -- Jitted steps (compiled once per batch shape, shared by every seed) ----------------
+    train_step, predict_step = seed_run.jitted_steps(config, task, task_model, tx, schedule,
+                                                     impl, state_shardings, mesh, rules)
 
   # Where training goes on: the checkpoint's seed, epoch and batch, and the results of the
   # seeds it finished; else the first seed from its start.
