@@ -223,6 +223,32 @@ def encode_chunks(tokenizer, texts: Sequence[str], max_length: int,
   return all_ids, all_seg, np.asarray(owner, np.int64), np.asarray(tokens, np.int64)
 
 
+def _padded_arrays(ids: Sequence, segs: Sequence, pad_id: int,
+                  max_length: int) -> tuple[dict, int]:
+  """Right-padded input_ids / input_mask / segment_ids, int32 [sequences, seq_len], and
+  seq_len: the longest sequence rounded up to a multiple of 8, at most max_length."""
+  longest = max(len(x) for x in ids)
+  seq_len = min(max_length, -(-longest // 8) * 8)
+  n = len(ids)
+  ids_arr = np.full((n, seq_len), pad_id, np.int32)
+  seg_arr = np.zeros((n, seq_len), np.int32)
+  mask_arr = np.zeros((n, seq_len), np.int32)
+  for i, (x, s) in enumerate(zip(ids, segs)):
+    ids_arr[i, :len(x)], seg_arr[i, :len(x)], mask_arr[i, :len(x)] = x, s, 1
+  return {"input_ids": ids_arr, "input_mask": mask_arr, "segment_ids": seg_arr}, seq_len
+
+
+def _batches(config, lengths: np.ndarray, batch_size: int, seq_len: int,
+             length_bucketing: bool) -> list:
+  """The forward passes: texts sorted by length into bucket lengths (one compilation
+  each), or in order at seq_len."""
+  if length_bucketing:
+    return length_buckets.eval_batches(
+        lengths, batch_size, flops.auto_buckets(config, [(lengths, 1.0 / 3.0)], seq_len))
+  return length_buckets.sequential_batches(np.arange(len(lengths)), batch_size, seq_len,
+                                           pad_last=True)
+
+
 def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[str] = None,
           layers: Sequence[int] = (-1,), combine: str = "mean",
           normalize: Optional[bool] = None,
@@ -279,20 +305,10 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
     truncated = 0
   else:
     ids, segs, truncated = encode(tokenizer, texts, max_length)
-  lengths = np.array([len(x) for x in ids], np.int64)
-  seq_len = min(max_length, -(-int(lengths.max()) // 8) * 8)
+  arrays, seq_len = _padded_arrays(ids, segs, tokenizer.pad_id, max_length)
   n = len(ids)
-  ids_arr = np.full((n, seq_len), tokenizer.pad_id, np.int32)  # [texts, len]
-  seg_arr = np.zeros((n, seq_len), np.int32)
-  mask_arr = np.zeros((n, seq_len), np.int32)
-  for i, (x, s) in enumerate(zip(ids, segs)):
-    ids_arr[i, :len(x)], seg_arr[i, :len(x)], mask_arr[i, :len(x)] = x, s, 1
-  arrays = {"input_ids": ids_arr, "input_mask": mask_arr, "segment_ids": seg_arr}
-  if length_bucketing:
-    batches = length_buckets.eval_batches(
-        lengths, batch_size, flops.auto_buckets(config, [(lengths, 1.0 / 3.0)], seq_len))
-  else:
-    batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
+  batches = _batches(config, arrays["input_mask"].sum(axis=1), batch_size, seq_len,
+                     length_bucketing)
   config = config.replace(dtype=dtype, one_example_per_row=True)  # right-padded, one text a row
   params = model_lib.match_scan_layout(pretrained.params, config)["bert"]
   if pooling != "pooler":
