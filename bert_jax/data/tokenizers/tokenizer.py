@@ -106,7 +106,7 @@ def for_checkpoint(pretrained) -> Tokenizer:
   by its file (a bundle's tokenizer/ copy, or the file a pretraining run read).
 
   Args:
-    pretrained: a `checkpoint.Pretrained`.
+    pretrained: a `loading.Pretrained`.
 
   Returns:
     The tokenizer.
