@@ -9,6 +9,7 @@ README is its config's docstring recipe, with the same figures; every relative l
 tests/test_readme_walkthrough.py runs the README's commands in order on stand-in data.
 """
 import contextlib
+import functools
 import importlib
 import io
 import os
@@ -157,9 +158,13 @@ def test_every_command_is_valid_as_written(page, argv):
     mesh = sharding.mesh_from_config(config.mesh)
   except ValueError:  # a pod's mesh (e.g. 4 x 8 devices): its keys were checked above
     return
-  check = (importlib.import_module("bert_jax.finetuning.setup").check_config
-           if name == "bert_jax.finetune"
-           else importlib.import_module("bert_jax.objectives.pretrain_setup").check_config)
+  if name == "bert_jax.finetune":
+    check = importlib.import_module("bert_jax.finetuning.setup").check_config
+  else:  # as bert_jax.pretrain checks: with the data source it resolved
+    source = importlib.import_module("bert_jax.data.sources.registry").get(config.data.source)
+    check = functools.partial(
+        importlib.import_module("bert_jax.objectives.pretrain_setup").check_config,
+        source=source)
   try:
     check(config, mesh)
   except (ValueError, FileNotFoundError) as e:  # placeholders, or outputs of earlier commands
