@@ -1,8 +1,11 @@
-"""Test setup: 8 fake CPU devices, TensorFlow kept off accelerators.
+"""Test setup: fake CPU devices (8 or 1, tests/device_split.py), TensorFlow kept off accelerators.
 
 XLA_FLAGS must be set before JAX is imported anywhere, so it lives here.
 """
 import os
+
+# The worker's fake CPU devices: 8, or 1 where pytest.ini's --tx says so (tests/device_split.py).
+from tests import device_split  # noqa: E402
 
 # The suite compiles far more than it runs (tiny models, a few steps): XLA's CPU backend at
 # optimization level 0 compiles about 1.6x faster (a tiny pretraining step: 13-24 s vs 20-39 s on a
@@ -10,7 +13,8 @@ import os
 # holds at either level; user runs keep the default level.
 os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "")
-    + " --xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0"
+    + f" --xla_force_host_platform_device_count={device_split.DEVICES}"
+    + " --xla_backend_optimization_level=0"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -36,6 +40,13 @@ from tests.worker_guard import RUN_DIR as _RUN_DIR  # noqa: E402
 from tests.worker_guard import pytest_runtest_logfinish  # noqa: E402,F401
 from tests.worker_guard import pytest_runtest_setup  # noqa: E402,F401
 from tests.worker_guard import pytest_sessionfinish  # noqa: E402,F401
+
+
+def pytest_configure(config):
+  # Which worker runs which file, by its device count (a plugin: its hooks run beside the guard's).
+  config.pluginmanager.register(device_split, "device_split")
+
+
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(_RUN_DIR, "xla_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])

@@ -15,6 +15,9 @@ from bert_jax.objectives import topology_compile
 from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
 
+# The distillation step compiles over 4 of the 8 fake CPU devices (tests/device_split.py).
+pytestmark = pytest.mark.multidevice
+
 needs_libtpu = pytest.mark.skipif(
     importlib.util.find_spec("libtpu") is None,
     reason="libtpu is not installed (pip install -e '.[tpu]'); AOT TPU compilation needs it")

@@ -19,7 +19,8 @@ from tests.fixtures.repo import child_env
 from tests.fixtures.repo import load_config
 
 # Two fine-tuning processes and one in this process: an end-to-end run.
-pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+# The one-process run it compares with has 8 fake CPU devices (tests/device_split.py).
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.multidevice]
 
 
 def test_two_process_glue_run_reaches_the_end_and_matches_one_process(

@@ -30,6 +30,9 @@ from tests.fixtures.repo import LAUNCH
 from tests.fixtures.repo import ROOT
 from tests.fixtures.repo import child_env
 
+# The one-process run it compares with has 8 fake CPU devices (tests/device_split.py).
+pytestmark = pytest.mark.multidevice
+
 STEPS = 5
 # The default config otherwise, fill-mask example included: every process must reach the end.
 OVERRIDES = dict(total_steps=STEPS, seq_len=32, batch_size=8, log_every=1, checkpoint_every=STEPS)

@@ -251,7 +251,6 @@ def test_failed_async_save_stops_the_run_at_once_with_older_checkpoints_intact(
 
 @pytest.mark.parametrize("override,message", [
     ({"seq_len": 1024}, "seq_len 1024 exceeds"),
-    ({"batch_size": 12}, "divisible"),
     ({"data.max_predictions_per_seq": 64}, "max_predictions_per_seq"),
     ({"on_nan": "ignore"}, "on_nan"),
     ({"optimizer.grad_accum_steps": 3}, "grad_accum_steps"),

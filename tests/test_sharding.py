@@ -20,7 +20,11 @@ from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import optimizer
 from bert_jax.training import sharding
 from bert_jax.training import train_core
+from bert_jax import pretrain
 from configs import pretrain as pretrain_config
+from tests.fixtures.pretraining import small_config
+
+pytestmark = pytest.mark.multidevice  # meshes over 8 fake CPU devices (tests/device_split.py)
 
 PRESETS = ("data_parallel", "fsdp", "fsdp_tensor")
 
@@ -376,3 +380,10 @@ def test_host_to_global_shards_the_batch():
   assert g.shape == (16, 3)
   assert {s.data.shape for s in g.addressable_shards} == {(2, 3)}
   np.testing.assert_array_equal(np.asarray(g), x)
+
+
+def test_pretraining_a_batch_that_does_not_split_over_the_devices_is_refused(corpus, tmp_path):
+  with pytest.raises(ValueError, match=r"batch_size 12 \(per step 12\) must be positive and "
+                     r"divisible over the 8 batch shards"):
+    pretrain.train(small_config(corpus, batch_size=12), str(tmp_path))
+
