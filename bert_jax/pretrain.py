@@ -10,6 +10,7 @@ holds a checkpoint.
 """
 import functools
 import json
+import sys
 from typing import Any, Optional, Sequence
 
 from absl import logging
@@ -60,9 +61,18 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                jax.process_count())
   if is_writer:
     print("bert_jax.pretrain: loading the input pipeline ...", flush=True)
+  # Until the end of training, a line within every 9 s in every phase, saying which.
+  with train_log.Heartbeat("bert_jax.pretrain", enabled=is_writer, file=sys.stdout,
+                           at_start=False, status="loading the input pipeline") as beat:
+    return _train(config, workdir, preempt_at_step, mesh, rules, source, is_writer, beat)
 
+
+def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer: bool,
+           beat: train_log.Heartbeat) -> dict[str, Any]:
+  """train() from the input pipeline on; `beat` says which phase the run is in."""
   # -- Data ------------------------------------------------------------------
   data = _input_pipeline(config, source)
+  beat.doing("making the model, the optimizer and the initial state")
 
   # -- Abstract model, objective, optimizer --------------------------------------
   setup = pretrain_setup.build(config, data.vocab_size, data.tokenizer.inv_vocab,
@@ -77,6 +87,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   state, state_shardings, data_position = _initial_state(
       config, workdir, setup, data, mesh, rules, ckpts, config_record, is_writer)
   start_step = int(state.step)
+  beat.touch()  # _initial_state printed the header
+  beat.doing("compiling the train step")
 
   # -- Jitted steps (frozen params, a distillation teacher, are an input placed once) --
   train_step, eval_step, frozen = _jitted_steps(config, setup, state, state_shardings, mesh, rules)
@@ -89,6 +101,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   spike_check = train_core.LossSpikeCheck(config.divergence_factor, start_step)
 
   def save(step):
+    beat.doing(f"saving the checkpoint of step {step}")
     loop.check(state, step)  # never a non-finite state
     ckpts.save(step, state, dict(description, data_position=data_position,
                                  config=config_record))
@@ -98,6 +111,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   loop = training_loop.Loop(ckpts, stop_signals.StopSignals(), config.on_nan, is_writer)
   try:
     while step < config.total_steps:
+      beat.doing(f"training, step {step} of {config.total_steps}")
       if loop.stop_requested(preempt=step == preempt_at_step):
         save(step)
         loop.stopped(f"step {step}")
@@ -120,6 +134,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
         if window.nonfinite_steps:
           logging.warning("%d step(s) had NaN/inf loss and were skipped", window.nonfinite_steps)
         logger.log(step, last, steps_per_sec=last["steps_per_second"])
+        beat.touch()
       if training_loop.due(step, config.checkpoint_every, config.total_steps):
         save(step)
       if training_loop.due(step, config.eval_every):
@@ -132,6 +147,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     failed = False
   finally:
     loop.stop.restore()
+    beat.doing(f"step {step} of {config.total_steps}, writing the last checkpoint")
     # Every writer is closed; a failed close is the run's error unless one is on its way.
     train_log.close_all((ckpts.close, logger.close), raise_first=not failed)
   return {"step": step, "stopped_by": loop.stopped_by, "metrics": last,
@@ -323,20 +339,24 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
   path = str(epath.Path(workdir) / workdir_layout.EXPORT)
   params = model_lib.unstack_layers(summary["export_params"])
-  with write_errors.writing(f"the export to {path}"):
+  primary = jax.process_index() == 0
+  with write_errors.writing(f"the export to {path}"), train_log.Heartbeat(
+      "bert_jax.pretrain", enabled=primary, file=sys.stdout, at_start=False,
+      status=f"writing the export to {path}"):
     bundle.save_bundle(path, params, summary["model_config"].replace(scan_layers=False),
                        summary["vocab"], summary["lowercase"], overwrite=True,
                        info={"source": "pretrain", "step": summary["step"]},
                        tokenizer_file=summary["tokenizer_file"])
-  primary = jax.process_index() == 0
   if primary:
     print(f"exported params, model config and vocab to {path}", flush=True)
   if config.fill_mask_example and "mlm" in params:  # (ELECTRA exports its discriminator)
     # Every process loads the bundle and runs the example: Orbax's restore is collective,
     # so a process that skipped it would leave the others waiting for ever.
     try:
-      result = mask_filling.fill_mask(loading.load_pretrained(path), [config.fill_mask_example],
-                                   top_k=5)
+      with train_log.Heartbeat("bert_jax.pretrain", enabled=primary, file=sys.stdout,
+                               at_start=False, status="running the fill-mask example"):
+        result = mask_filling.fill_mask(loading.load_pretrained(path),
+                                        [config.fill_mask_example], top_k=5)
     except optional_tensorflow.MissingTensorFlowError as e:  # a host that trained on prepared data
       result = None
       if primary:

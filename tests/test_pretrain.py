@@ -3,11 +3,13 @@ import json
 import logging
 import os
 import pathlib
+import re
 import resource
 import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -18,6 +20,7 @@ from bert_jax.modeling import bundle
 from bert_jax.modeling import loading
 from bert_jax import pretrain
 from bert_jax.runtime import checksum
+from bert_jax.runtime import train_log
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import train_core
 from tests.fixtures.pretraining import OBJECTIVES
@@ -203,6 +206,26 @@ def test_resume_with_a_changed_config_is_an_error_that_moves_nothing(
     pretrain.train(small_config(corpus, total_steps=8, **override), str(workdir))
   assert changed in str(e.value) and "new --workdir" in str(e.value)
   assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before
+
+
+@pytest.mark.slow
+def test_every_phase_of_a_run_says_what_it_is_doing_within_a_beat(corpus, tmp_path, monkeypatch,
+                                                                 capsys):
+  # A beat every 0.02 s instead of every 9: each phase lasts longer, so each is named.
+  monkeypatch.setattr(train_log, "BEAT_SECONDS", 0.02)
+  workdir = str(tmp_path / "run")
+  config = small_config(corpus, total_steps=3, checkpoint_every=3, log_every=3)
+  config.fill_mask_example = "the old [MASK] walked to the river ."
+  pretrain.export_and_demo(pretrain.train(config, workdir), config, workdir)
+  out = capsys.readouterr().out
+  beats = re.findall(r"^bert_jax.pretrain: (.*) \(\d+ s\)$", out, re.M)
+  for phase in ("making the model, the optimizer and the initial state",
+                "compiling the train step", "training, step [0-2] of 3",
+                "saving the checkpoint of step 3", "step 3 of 3, writing the last checkpoint",
+                f"writing the export to {workdir}/export", "running the fill-mask example"):
+    assert any(re.fullmatch(phase, beat) for beat in beats), (phase, out)
+  time.sleep(0.1)
+  assert capsys.readouterr().out == ""  # the beats end with their phases
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@ import json
 import sys
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from etils import epath
 import jax
@@ -218,27 +218,35 @@ BEAT_SECONDS = 9.0
 
 
 class Heartbeat:
-  """A line on stderr every `every` seconds while a step of unknown length runs:
+  """A line on stderr every `every` seconds (BEAT_SECONDS) while a step of unknown length runs:
 
     learning the vocab: 0:00:30 so far
 
   at_start=False prints nothing before the first beat: a step that ends (or fails in one
-  line) within `every` seconds prints nothing at all. `status` (a function, called at each
-  beat) says how far the step is instead: "evaluating dev: 13 of 24 batches (11 s)".
+  line) within `every` seconds prints nothing at all. `status` (a text, or a function called
+  at each beat; doing() changes it) says what the program is doing or how far it is instead:
+  "evaluating dev: 13 of 24 batches (11 s)".
   touch() says the program has just printed its own line: the next beat comes `every`
   seconds after it, so a loop whose own lines come often enough is never interrupted.
   """
 
-  def __init__(self, label: str, every: float = BEAT_SECONDS, enabled: bool = True, file=None,
-               at_start: bool = True, status: Optional[Callable[[], str]] = None):
-    self.label, self.every, self.enabled, self.file = label, every, enabled, file or sys.stderr
-    self.at_start, self.status = at_start, status
+  def __init__(self, label: str, every: Optional[float] = None, enabled: bool = True, file=None,
+               at_start: bool = True, status: Union[str, Callable[[], str], None] = None):
+    self.label, self.enabled, self.file = label, enabled, file or sys.stderr
+    self.every = BEAT_SECONDS if every is None else every
+    self.at_start, self.status = at_start, None
+    if status is not None:
+      self.doing(status)
     self._stop = threading.Event()
     self._thread = None
     self._last = time.time()
 
   def touch(self) -> None:
     self._last = time.time()
+
+  def doing(self, status: Union[str, Callable[[], str]]) -> None:
+    """What the next beats say the program is doing: a text, or a function that returns one."""
+    self.status = status if callable(status) else (lambda: status)
 
   def __enter__(self):
     if self.enabled:
