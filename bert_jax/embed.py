@@ -104,8 +104,11 @@ def _weights(values: Optional[Sequence[str]]) -> Optional[list[float]]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
-  # Everything that can be wrong is checked before the input is read.
-  checkpoints = [loading.load_pretrained(path) for path in args.checkpoint]
+  # Everything that can be wrong is checked before the input is read. A line within seconds
+  # while a large checkpoint loads; a bad path fails in one line before it.
+  with train_log.Heartbeat("bert_jax.embed", at_start=False, first=train_log.LOADING_SECONDS,
+                           status=f"loading {', '.join(args.checkpoint)}"):
+    checkpoints = [loading.load_pretrained(path) for path in args.checkpoint]
   weights = _weights(args.weights)
   members = (len(checkpoints), "--checkpoint") if len(checkpoints) > 1 else (
       len(args.layers.split(",")), "--layers")

@@ -68,7 +68,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     raise ValueError(f"--top_k {args.top_k} must be >= 1")
   if args.index == "hnsw":
     retrieval._faiss()  # a missing library fails before the long embedding
-  pretrained = loading.load_pretrained(args.checkpoint)
+  with train_log.Heartbeat("bert_jax.retrieval_eval", at_start=False,
+                           first=train_log.LOADING_SECONDS, status=f"loading {args.checkpoint}"):
+    pretrained = loading.load_pretrained(args.checkpoint)
   embedding.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
                           args.batch_size, pairs=False)
   data = retrieval.read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding

@@ -65,7 +65,31 @@ def test_a_heartbeat_says_its_status_and_waits_while_the_program_prints_its_own_
       time.sleep(0.02)
       beat.touch()
   assert touched.getvalue() == ""
+  early = io.StringIO()  # the first beat sooner than the next ones
+  with train_log.Heartbeat("loading", every=5.0, first=0.05, file=early, at_start=False):
+    time.sleep(0.3)
+  assert early.getvalue() == "loading: 0:00:00 so far\n"
   assert train_log.BEAT_SECONDS < 10  # a beat late by a busy second still lands within 10 s
+
+
+def test_progress_as_a_context_beats_while_a_unit_takes_long_and_closes_unless_it_failed():
+  import time  # pylint: disable=g-import-not-at-top
+  out = io.StringIO()
+  with train_log.Progress("embedding", 10, "texts", every=0.05, file=out) as shown:
+    time.sleep(0.2)  # the first batch compiles
+    shown.update(10)
+  lines = out.getvalue().splitlines()
+  assert lines[0] == "embedding: 0/10 texts"
+  assert "embedding: 0/10 texts so far (0 s)" in lines
+  assert re.fullmatch(r"embedding: 10 texts in \d:\d\d:\d\d \([\d,.]+ texts/s\)", lines[-1])
+  failed = io.StringIO()
+  try:
+    with train_log.Progress("embedding", 10, "texts", every=0.05, file=failed):
+      raise ValueError("a bad batch")
+  except ValueError:
+    pass
+  time.sleep(0.1)
+  assert failed.getvalue() == "embedding: 0/10 texts\n"  # no closing line, no beat after it
 
 
 def test_eta_arithmetic():

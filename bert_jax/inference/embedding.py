@@ -323,9 +323,9 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
                                                      for k in keys)))
   out = []
   precision = "float32" if dtype == "float32" else "default"  # as make_embed_fn traces
-  shown = train_log.Progress(progress, n, "sequences" if chunk_stride else "texts",
-                             enabled=bool(progress))
-  with jax.default_matmul_precision(precision):
+  # Beats while a batch takes long, such as the first with its compile.
+  with train_log.Progress(progress, n, "sequences" if chunk_stride else "texts",
+                          enabled=bool(progress)) as shown, jax.default_matmul_precision(precision):
     for batch in batches:
       cut = length_buckets.cut(arrays, batch, keys)
       cut["input_mask"][batch.rows < 0, 0] = 1  # padding rows: one "real" token, no 0 / 0
@@ -336,8 +336,7 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
         out[-2] = np.asarray(out[-2])
         shown.update(int((batches[len(out) - 2].rows >= 0).sum()))
     emb = length_buckets.scatter_outputs([np.asarray(x) for x in out], batches, n)
-  shown.update(int((batches[-1].rows >= 0).sum()))
-  shown.close()
+    shown.update(int((batches[-1].rows >= 0).sum()))
   if chunk_stride:
     emb = aggregate.combine_chunks(emb, owner, chunk_tokens, len(texts), combine)
     if normalize:

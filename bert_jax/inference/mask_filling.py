@@ -113,25 +113,24 @@ def fill_mask(pretrained: loading.Pretrained, texts: Sequence[str], top_k: int =
     params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
   predict = _predict_fn(config, with_nsp, top_k, "emd" in heads)
   rows = batch_size if len(ids) > batch_size else len(ids)
-  shown = train_log.Progress(progress, len(ids), "texts", enabled=bool(progress) and rows < len(ids))
   result = []
-  for start in range(0, len(ids), rows):
-    chunk_ids, chunk_pos = ids[start:start + rows], positions[start:start + rows]
-    length = max(len(x) for x in chunk_ids)
-    num_masks = max(len(p) for p in chunk_pos)
-    ids_arr = np.full((rows, length), tokenizer.pad_id, np.int32)  # [texts, len]
-    mask_arr = np.zeros_like(ids_arr)
-    pos_arr = np.zeros((rows, num_masks), np.int32)  # [texts, masks]
-    for i, (x, p) in enumerate(zip(chunk_ids, chunk_pos)):
-      ids_arr[i, :len(x)], mask_arr[i, :len(x)], pos_arr[i, :len(p)] = x, 1, p
-    with jax.default_matmul_precision("float32" if config.dtype == "float32" else "default"):
-      probs, top = jax.device_get(predict(params, ids_arr, mask_arr, pos_arr))
-    for i, p in enumerate(chunk_pos):
-      result.append([[(tokenizer.inv_vocab[int(t)], float(q))
-                      for t, q in zip(top[i, j], probs[i, j])] for j in range(len(p))])
-    shown.update(len(chunk_ids))
-  if shown.enabled:
-    shown.close()
+  with train_log.Progress(progress, len(ids), "texts",
+                          enabled=bool(progress) and rows < len(ids)) as shown:
+    for start in range(0, len(ids), rows):
+      chunk_ids, chunk_pos = ids[start:start + rows], positions[start:start + rows]
+      length = max(len(x) for x in chunk_ids)
+      num_masks = max(len(p) for p in chunk_pos)
+      ids_arr = np.full((rows, length), tokenizer.pad_id, np.int32)  # [texts, len]
+      mask_arr = np.zeros_like(ids_arr)
+      pos_arr = np.zeros((rows, num_masks), np.int32)  # [texts, masks]
+      for i, (x, p) in enumerate(zip(chunk_ids, chunk_pos)):
+        ids_arr[i, :len(x)], mask_arr[i, :len(x)], pos_arr[i, :len(p)] = x, 1, p
+      with jax.default_matmul_precision("float32" if config.dtype == "float32" else "default"):
+        probs, top = jax.device_get(predict(params, ids_arr, mask_arr, pos_arr))
+      for i, p in enumerate(chunk_pos):
+        result.append([[(tokenizer.inv_vocab[int(t)], float(q))
+                        for t, q in zip(top[i, j], probs[i, j])] for j in range(len(p))])
+      shown.update(len(chunk_ids))
   return result
 
 

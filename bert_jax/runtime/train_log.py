@@ -171,25 +171,48 @@ class Progress:
     encoding corpus: 1,216/5,183 texts (23%) | 41.3 texts/s | eta 0:01:36
     encoding corpus: 5,183 texts in 0:02:05 (41.5 texts/s)
 
+  Used as a context manager it also beats (Heartbeat) while no unit ends for `every`
+  seconds, such as a first batch that compiles, and prints the closing line at the end
+  unless the loop failed:
+
+    encoding corpus: 0/5,183 texts so far (9 s)
+
   Args:
     label: what is being done.
     total: units to do (0: unknown, no percentage or ETA).
     unit: the units' name.
     enabled: False (a --quiet run): prints nothing.
-    every: seconds between lines.
+    every: seconds between lines (BEAT_SECONDS).
   """
 
   def __init__(self, label: str, total: int, unit: str, enabled: bool = True,
-               every: float = 10.0, file=None):
+               every: Optional[float] = None, file=None):
     self.label, self.total, self.unit, self.enabled = label, total, unit, enabled
-    self.every, self.file = every, file or sys.stderr
+    self.every, self.file = BEAT_SECONDS if every is None else every, file or sys.stderr
     self.done, self._start = 0, time.time()
     self._last = self._start
+    self._beat = None
     self._print(f"{self.done:,}/{self.total:,} {self.unit}" if total else f"0 {self.unit}")
+
+  def __enter__(self):
+    self._beat = Heartbeat(self.label, self.every, self.enabled, self.file, at_start=False,
+                           status=lambda: f"{self.done:,}{self._of_total()} {self.unit} so far")
+    self._beat.__enter__()
+    return self
+
+  def __exit__(self, exc_type, *exc):
+    self._beat.__exit__(exc_type, *exc)
+    if exc_type is None:
+      self.close()
+
+  def _of_total(self) -> str:
+    return f"/{self.total:,}" if self.total else ""
 
   def _print(self, text: str) -> None:
     if self.enabled:
       print(f"{self.label}: {text}", file=self.file, flush=True)
+      if self._beat is not None:
+        self._beat.touch()
 
   def update(self, n: int = 1) -> None:
     self.done += n
@@ -198,7 +221,7 @@ class Progress:
       return
     self._last = now
     rate = self.done / max(now - self._start, 1e-9)
-    text = f"{self.done:,}/{self.total:,} {self.unit}" if self.total else f"{self.done:,} {self.unit}"
+    text = f"{self.done:,}{self._of_total()} {self.unit}"
     if self.total:
       text += (f" ({self.done / self.total:.0%}) | {rate:,.1f} {self.unit}/s | "
                f"eta {_fmt_eta((self.total - self.done) / max(rate, 1e-9))}")
@@ -215,6 +238,9 @@ class Progress:
 # A program prints something at least this often (a heartbeat's default). Under 10 s, so that
 # a beat delayed by a busy machine still lands within the 10 s a reader waits for progress.
 BEAT_SECONDS = 9.0
+# A tool's first beat while it loads a checkpoint before its first line (Heartbeat's `first`):
+# the imports before it take a few seconds more, and a bad path fails in one line before it.
+LOADING_SECONDS = 3.0
 
 
 class Heartbeat:
@@ -223,7 +249,7 @@ class Heartbeat:
     learning the vocab: 0:00:30 so far
 
   at_start=False prints nothing before the first beat: a step that ends (or fails in one
-  line) within `every` seconds prints nothing at all. `status` (a text, or a function called
+  line) within `every` seconds (`first`, when given) prints nothing at all. `status` (a text, or a function called
   at each beat; doing() changes it) says what the program is doing or how far it is instead:
   "evaluating dev: 13 of 24 batches (11 s)".
   touch() says the program has just printed its own line: the next beat comes `every`
@@ -231,9 +257,11 @@ class Heartbeat:
   """
 
   def __init__(self, label: str, every: Optional[float] = None, enabled: bool = True, file=None,
-               at_start: bool = True, status: Union[str, Callable[[], str], None] = None):
+               at_start: bool = True, status: Union[str, Callable[[], str], None] = None,
+               first: Optional[float] = None):
     self.label, self.enabled, self.file = label, enabled, file or sys.stderr
     self.every = BEAT_SECONDS if every is None else every
+    self.first = self.every if first is None else min(first, self.every)
     self.at_start, self.status = at_start, None
     if status is not None:
       self.doing(status)
@@ -252,7 +280,8 @@ class Heartbeat:
     if self.enabled:
       if self.at_start:
         print(f"{self.label} ...", file=self.file, flush=True)
-      start = self._last = time.time()
+      start = time.time()
+      self._last = start - (self.every - self.first)  # the first beat `first` seconds in
 
       def beat():
         while not self._stop.wait(max(self._last + self.every - time.time(), 0.0)):
