@@ -196,7 +196,8 @@ class Progress:
 
   def __enter__(self):
     self._beat = Heartbeat(self.label, self.every, self.enabled, self.file, at_start=False,
-                           status=lambda: f"{self.done:,}{self._of_total()} {self.unit} so far")
+                           status=lambda: self._text(time.time()) if self.done else
+                           f"0{self._of_total()} {self.unit} so far")
     self._beat.__enter__()
     return self
 
@@ -220,14 +221,16 @@ class Progress:
     if now - self._last < self.every:
       return
     self._last = now
+    self._print(self._text(now))
+
+  def _text(self, now: float) -> str:
+    """'1,216/5,183 texts (23%) | 41.3 texts/s | eta 0:01:36'."""
     rate = self.done / max(now - self._start, 1e-9)
     text = f"{self.done:,}{self._of_total()} {self.unit}"
     if self.total:
-      text += (f" ({self.done / self.total:.0%}) | {rate:,.1f} {self.unit}/s | "
-               f"eta {_fmt_eta((self.total - self.done) / max(rate, 1e-9))}")
-    else:
-      text += f" | {rate:,.1f} {self.unit}/s"
-    self._print(text)
+      return text + (f" ({self.done / self.total:.0%}) | {rate:,.1f} {self.unit}/s | "
+                     f"eta {_fmt_eta((self.total - self.done) / max(rate, 1e-9))}")
+    return text + f" | {rate:,.1f} {self.unit}/s"
 
   def close(self) -> None:
     seconds = time.time() - self._start
