@@ -171,11 +171,12 @@ class Progress:
     encoding corpus: 1,216/5,183 texts (23%) | 41.3 texts/s | eta 0:01:36
     encoding corpus: 5,183 texts in 0:02:05 (41.5 texts/s)
 
-  Used as a context manager it also beats (Heartbeat) while no unit ends for `every`
-  seconds, such as a first batch that compiles, and prints the closing line at the end
-  unless the loop failed:
+  Used as a context manager, a beat (Heartbeat) prints the progress every `every` seconds
+  instead, also while no unit ends, such as a first batch that compiles; the closing line
+  comes at the end unless the loop failed:
 
     encoding corpus: 0/5,183 texts so far (9 s)
+    encoding corpus: 1,216/5,183 texts (23%) | 41.3 texts/s | eta 0:01:36 (18 s)
 
   Args:
     label: what is being done.
@@ -218,8 +219,8 @@ class Progress:
   def update(self, n: int = 1) -> None:
     self.done += n
     now = time.time()
-    if now - self._last < self.every:
-      return
+    if self._beat is not None or now - self._last < self.every:
+      return  # (as a context, the beats print the progress)
     self._last = now
     self._print(self._text(now))
 
