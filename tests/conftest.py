@@ -3,6 +3,12 @@
 XLA_FLAGS must be set before JAX is imported anywhere, so it lives here.
 """
 import os
+import pathlib
+import sys
+
+# Tests import the config files (`from configs import pretrain`) and their helpers (`from tests
+# import ...`) from the repo root.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 # The worker's fake CPU devices: 8, or 1 where pytest.ini's --tx says so (tests/device_split.py).
 from tests import device_split  # noqa: E402
@@ -19,13 +25,6 @@ os.environ["XLA_FLAGS"] = (
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-
-import pathlib  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-
-# Tests import the config files (`from configs import pretrain`) from the repo root.
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
