@@ -4,6 +4,7 @@ XLA's compiler keeps the main thread in C++, where Python runs no signal handler
 trained yet there is nothing to save, so the program says so and exits with the signal's
 status (bert_jax.runtime.stop_signals.first_compile).
 """
+import importlib.util
 import os
 import signal
 import subprocess
@@ -118,3 +119,33 @@ def test_ctrl_c_during_the_quick_starts_first_compile(tmp_path):
   assert out == f"SIGINT: {_MESSAGE}\n"
   assert "Traceback" not in err
   assert not (workdir / "checkpoints").exists() or not os.listdir(workdir / "checkpoints")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None,
+                    reason="libtpu is not installed (pip install -e '.[tpu]')")
+def test_ctrl_c_while_aot_compile_compiles_for_a_tpu():
+  """aot_compile's compile (minutes for base on a pod slice) stops within seconds too."""
+  proc = subprocess.Popen(
+      [sys.executable, "-m", "bert_jax.aot_compile", "--config", "configs/pretrain.py:tiny",
+       "--topology", "v5e:2x2"],
+      cwd=ROOT, env=child_env(PYTHONUNBUFFERED="1"), stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE, text=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  lines = []
+  for line in proc.stdout:
+    lines.append(line)
+    if line.startswith("compiling tiny for v5e:2x2"):
+      break
+  else:
+    pytest.fail("".join(lines) + proc.stderr.read())
+  time.sleep(1.0)
+  proc.send_signal(signal.SIGINT)
+  start = time.time()
+  out, err = proc.communicate(timeout=120)
+  assert proc.returncode == 130, out + err
+  assert time.time() - start < 15  # within a second on an idle 2-core CPU
+  assert out == ("SIGINT: stopped while compiling tiny for v5e:2x2, before its report: nothing "
+                 "written; exiting\n")
+  assert "Traceback" not in err
+

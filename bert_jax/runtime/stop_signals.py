@@ -48,6 +48,10 @@ class StopSignals:
       signal.signal(sig, handler)
 
 
+NOTHING_TRAINED = ("before the first step: nothing trained yet to save; exiting (the same "
+                   "command starts again)")
+
+
 class first_compile:  # pylint: disable=invalid-name
   """Around a run's first compile: SIGINT / SIGTERM end the process within a second.
 
@@ -64,10 +68,12 @@ class first_compile:  # pylint: disable=invalid-name
 
   Args:
     what: what is being compiled, for the message.
+    lost: what the stop loses, for the message (a tool that writes nothing before the compile
+      ends says so).
   """
 
-  def __init__(self, what: str = "the train step"):
-    self.what = what
+  def __init__(self, what: str = "the train step", lost: str = NOTHING_TRAINED):
+    self.what, self.lost = what, lost
     self._active = False
 
   def __enter__(self):
@@ -112,8 +118,7 @@ class first_compile:  # pylint: disable=invalid-name
       if self._done:
         return
       self._done = True
-      print(f"{name}: stopped while compiling {self.what}, before the first step: nothing "
-            "trained yet to save; exiting (the same command starts again)", flush=True)
+      print(f"{name}: stopped while compiling {self.what}, {self.lost}", flush=True)
       for stream in (sys.stdout, sys.stderr):
         try:
           stream.flush()
