@@ -148,7 +148,8 @@ def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_di
   assert results["zero_shot_exact_match"] == results["exact_match"]
   out = capsys.readouterr().out
   assert "zero-shot (the init checkpoint before training): zero_shot_exact_match " in out
-  assert "f1 " + f"{results['f1']:.4f} against the baselines: zero_shot_exact_match" in out
+  assert (f"f1 {results['f1']:.4f}, exact_match {results['exact_match']:.4f} against the "
+          "baselines: zero_shot_exact_match") in out
 
 
 @pytest.mark.slow

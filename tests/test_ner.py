@@ -337,3 +337,21 @@ def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):
   split = objective.loss(jax.tree.map(lambda a, b: a + b, *halves), denominators)
   assert float(whole) == pytest.approx(want, rel=1e-5)
   assert float(split) == pytest.approx(want, rel=1e-5)
+
+
+def test_the_closing_line_sets_each_baseline_against_its_own_metric():
+  # The all-O baseline is a word accuracy (its entity F1 is 0): the line shows the run's
+  # accuracy beside its F1, so the two accuracies stand side by side.
+  results = {"f1": 0.6904, "accuracy": 0.9488, "all_o_baseline_accuracy": 0.8325,
+             "f1_LOC": 0.7568}
+  assert task_lib.baseline_line(results, "f1") == (
+      "f1 0.6904, accuracy 0.9488 against the baseline: all_o_baseline_accuracy 0.8325")
+  assert task_lib.baseline_line({"dev_f1": 0.5, "dev_accuracy": 0.9,
+                                 "dev_all_o_baseline_accuracy": 0.8}, "dev_f1") == (
+      "dev_f1 0.5000, dev_accuracy 0.9000 against the baseline: dev_all_o_baseline_accuracy "
+      "0.8000")
+  # A baseline that names no metric of its own (GLUE's majority class) stands alone.
+  assert task_lib.baseline_line({"accuracy": 0.8, "majority_baseline": 0.6}, "accuracy") == (
+      "accuracy 0.8000 against the baseline: majority_baseline 0.6000")
+  assert task_lib.baseline_line({"accuracy": 0.8}, "accuracy") == ""
+

@@ -177,13 +177,26 @@ def is_baseline(key: str) -> bool:
   return any(b in key for b in BASELINE_KEYS)
 
 
+def _baselined_metric(key: str) -> str:
+  """The metric a baseline's key scores: 'dev_all_o_baseline_accuracy' -> 'dev_accuracy',
+  'zero_shot_f1' -> 'f1'; '' when the key names none ('majority_baseline')."""
+  for marker in BASELINE_KEYS:
+    if marker in key:
+      before, after = key.split(marker, 1)
+      return before + after.lstrip("_") if after.strip("_") else ""
+  return ""
+
+
 def baseline_line(results: dict, primary_metric: str) -> str:
-  """`dev f1 0.6900 against the baselines: all_o_baseline_accuracy 0.8330, ...`, or ''
-  when the results name no baseline."""
+  """`f1 0.6900, accuracy 0.9490 against the baseline: all_o_baseline_accuracy 0.8330`, or ''
+  when the results name no baseline: the primary metric, then each other metric a baseline
+  scores, so that every baseline stands against its own metric."""
   baselines = {k: v for k, v in results.items()
                if is_baseline(k) and not k.endswith("_std") and isinstance(v, (int, float))}
   if not baselines or not isinstance(results.get(primary_metric), (int, float)):
     return ""
-  return (f"{primary_metric} {results[primary_metric]:.4f} against the baseline"
-          f"{'s' if len(baselines) > 1 else ''}: "
+  others = sorted({m for m in map(_baselined_metric, baselines)
+                   if m != primary_metric and isinstance(results.get(m), (int, float))})
+  return (", ".join(f"{m} {results[m]:.4f}" for m in [primary_metric] + others)
+          + f" against the baseline{'s' if len(baselines) > 1 else ''}: "
           + ", ".join(f"{k} {v:.4f}" for k, v in sorted(baselines.items())))
