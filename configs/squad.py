@@ -16,7 +16,7 @@ one epoch, scored on the next 6 (1,025 questions):
 
 Expected (seed 0, 2,645 windows, 165 steps of batch 16): before the first step the run scores
 its untrained span head (exact match 0.10, F1 6.42); the loss falls from about 4.9 to 2.7;
-exact match 22.6 and F1 34.9 on the 6 held-out articles. About 10 to 25 minutes on a 2-core CPU.
+exact match 22.6 and F1 34.9 on the 6 held-out articles. About 8 to 25 minutes on a 2-core CPU.
 
 Google's recipe (the defaults; 2 epochs over 88,000 questions at 384 tokens: an accelerator
 run, many hours on a CPU):
