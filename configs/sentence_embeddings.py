@@ -27,7 +27,7 @@ Hyperparameters are sentence-transformers' STS-B example: batch 16, 1 epoch
 (the example runs 4), learning rate 2e-5, 10% warmup, AdamW with weight decay
 0.01. Expected (the command above, seed 0): all-MiniLM-L6-v2's STS-B test
 Spearman 0.8203 before (the run prints it as zero_shot_spearman), 0.8393 after one
-epoch (359 steps of batch 16); about 6 to 17 minutes on a 2-core CPU.
+epoch (359 steps of batch 16); about 5 to 17 minutes on a 2-core CPU.
 
 Every key is declared here or, with its comment, in bert_jax/training/config_sections.py
 (`finetune`); `--config.a.b=v` overrides it, an unknown key is an error.
