@@ -14,7 +14,7 @@ section shows), the first 2,000 training sentences for two epochs:
 
 Expected (seed 0, 124 steps of batch 32): the loss falls from about 2.2 (ln 9: nine tags) to
 about 0.2; valid entity F1 (conlleval) 0.690 (PER 0.876, LOC 0.757, MISC 0.466, ORG 0.409) and
-word accuracy 0.949, against a model that tags every word `O` (F1 0, accuracy 0.833). About 3.5
+word accuracy 0.949, against a model that tags every word `O` (F1 0, accuracy 0.833). About 3
 to 11 minutes on a 2-core CPU. The whole training set (14,041 sentences) for 3 epochs scores
 higher and takes about ten times as long.
 
