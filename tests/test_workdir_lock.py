@@ -69,6 +69,31 @@ def test_pretrain_on_a_workdir_in_use_stops_at_once_with_one_line(tmp_path):
   assert sorted(os.listdir(workdir)) == [workdir_lock.LOCK_FILE]  # nothing started, nothing moved
 
 
+def test_the_folders_made_for_a_run_that_wrote_nothing_are_removed(tmp_path):
+  with workdir_lock.hold(str(tmp_path / "runs" / "new")):
+    assert (tmp_path / "runs" / "new" / workdir_lock.LOCK_FILE).exists()
+  assert os.listdir(tmp_path) == []  # both folders it made, empty again, are gone
+  with workdir_lock.hold(str(tmp_path / "runs" / "kept")):
+    (tmp_path / "runs" / "kept" / "metrics.jsonl").write_text("{}\n")
+  assert os.listdir(tmp_path / "runs" / "kept") == ["metrics.jsonl"]
+  (tmp_path / "mine").mkdir()  # a folder the user made stays, even empty
+  with workdir_lock.hold(str(tmp_path / "mine")):
+    pass
+  assert (tmp_path / "mine").is_dir()
+
+
+def test_a_config_refused_in_one_line_leaves_no_empty_workdir(tmp_path):
+  workdir = tmp_path / "refused"
+  proc = subprocess.run(
+      [sys.executable, "-m", "bert_jax.pretrain", "--config", "configs/pretrain.py:tiny",
+       "--workdir", str(workdir), "--config.learning_rate=-1"],
+      cwd=ROOT, capture_output=True, text=True, timeout=300,
+      env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT)))
+  assert proc.returncode == 1 and proc.stderr.strip() == (
+      "bert_jax.pretrain: error: bad config: learning_rate must be positive and finite, got -1.0")
+  assert not workdir.exists()
+
+
 def test_a_workdir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
   """A read-only workdir (fresh, or holding a finished run) is one line, not an OSError traceback."""
   (tmp_path / "file").write_text("")

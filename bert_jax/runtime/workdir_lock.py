@@ -10,6 +10,7 @@ exclusive create, and a pod restarted after preemption must be able to go on.
 import contextlib
 import json
 import os
+import pathlib
 import socket
 import time
 from typing import Iterator
@@ -92,6 +93,9 @@ def hold(workdir: str, flag: str = "--workdir") -> Iterator[None]:
 
   `flag` names the directory's command-line flag in the messages.
 
+  The folders it makes for the workdir are removed again at the end when the run left them
+  empty (a config refused in one line leaves no empty workdir behind).
+
   Raises:
     WorkdirInUseError: a live run holds the lock (its host, pid and start time
       are named).
@@ -100,6 +104,10 @@ def hold(workdir: str, flag: str = "--workdir") -> Iterator[None]:
     yield
     return
   path = epath.Path(workdir) / LOCK_FILE
+  made, folder = [], pathlib.Path(workdir)
+  while not folder.exists() and folder != folder.parent:
+    made.append(folder)  # deepest first
+    folder = folder.parent
   me = {"host": socket.gethostname(), "pid": os.getpid(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S")}
   while not _create_in(path, me, workdir, flag):
@@ -121,3 +129,8 @@ def hold(workdir: str, flag: str = "--workdir") -> Iterator[None]:
   finally:
     if _holder(path) == me:  # still ours: not taken over as stale meanwhile
       path.unlink(missing_ok=True)
+    for made_folder in made:
+      try:
+        made_folder.rmdir()  # only when empty
+      except OSError:
+        break
