@@ -12,6 +12,7 @@ import pytest
 from bert_jax import finetune
 from bert_jax.finetuning import evaluation
 from bert_jax.modeling import bundle
+from bert_jax.modeling import loading
 from bert_jax.runtime import stop_signals
 from tests.fixtures.finetuning import glue_config
 from tests.fixtures.finetuning import squad_config
@@ -98,6 +99,11 @@ def test_sigterm_exits_143_after_saving(pretrained, glue_dir, tmp_path, monkeypa
   assert e.value.code == 143 == stop_signals.exit_status("SIGTERM")
   assert stop_signals.exit_status("SIGINT") == 130
   assert (tmp_path / "run" / "finetune_checkpoints").is_dir()
+  # The stopped run, given where a model is read (embed, Encoder.load, an init checkpoint):
+  # the line says it has not finished and how to finish it.
+  with pytest.raises(ValueError, match=r"is a fine-tuning run that has not finished .* finish "
+                     r"it with the same python -m bert_jax.finetune command \(--workdir "):
+    loading.load_pretrained(str(tmp_path / "run"))
 
 
 @pytest.mark.slow

@@ -112,6 +112,12 @@ def _locate(path: str) -> tuple[Optional[epath.Path], Optional[CheckpointFolder]
     if newer is None:
       return export, None, -1
     return None, *newer
+  if ckpt_dir is None and ((root / workdir_layout.RUN_FILE).exists()
+                           or (root / workdir_layout.FINETUNE_CHECKPOINTS).is_dir()):
+    raise ValueError(f"checkpoint {path} is a fine-tuning run that has not finished (its "
+                     f"{workdir_layout.EXPORT}/ is written at the end): finish it with the same "
+                     f"python -m bert_jax.finetune command (--workdir {path}), then use "
+                     f"{root / workdir_layout.EXPORT}")
   if ckpt_dir is None:
     raise ValueError(f"checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
                      "a pretraining workdir, nor a checkpoints directory; convert Hugging Face or "
