@@ -149,3 +149,38 @@ def test_ctrl_c_while_aot_compile_compiles_for_a_tpu():
                  "written; exiting\n")
   assert "Traceback" not in err
 
+
+# A fine-tune's zero-shot scoring, before its first step, with a scoring that waits in C as
+# the compiler does.
+_ZERO_SHOT = """
+import os, types
+from bert_jax.finetuning import evaluation
+from bert_jax.runtime import time_split
+read, write = os.pipe()
+
+def scoring(*args, **kwargs):
+  print("scoring", flush=True)
+  os.read(read, 1)
+
+evaluation.score_eval_sets = scoring
+evaluation.zero_shot(None, None, types.SimpleNamespace(params=None),
+                     types.SimpleNamespace(eval_sets=[]), None, None, None,
+                     time_split.TimeSplit(), False)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_zero_shot_scoring_exits_at_once(sig):
+  proc = subprocess.Popen([sys.executable, "-c", _ZERO_SHOT], cwd=ROOT, env=child_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  assert proc.stdout.readline() == "scoring\n"
+  proc.send_signal(sig)
+  start = time.time()
+  out, err = proc.communicate(timeout=60)
+  assert time.time() - start < 5
+  assert proc.returncode == 128 + sig, err
+  assert out == (f"{sig.name}: stopped while scoring the init checkpoint before training, "
+                 "before the first step: nothing trained yet to save; exiting (the same command "
+                 "starts again)\n")
+

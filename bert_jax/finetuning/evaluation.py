@@ -106,13 +106,17 @@ def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
 def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
               split: time_split.TimeSplit, is_writer: bool, stop=None) -> Optional[dict]:
   """The eval sets' scores of the state before training, as `zero_shot_<metric>` (printed);
-  None when a stop signal ended the evaluation (the first step then saves and stops)."""
+  None when a stop signal that came before it ended the evaluation (the first step then saves
+  and stops). A signal during it ends the program at once: nothing is trained yet."""
   if is_writer:
     print("zero-shot: scoring the init checkpoint on " + ", ".join(
         f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets)
         + " before training", flush=True)
+  # Nothing is trained yet: a stop signal ends the program at once (Python would run no handler
+  # while the first batch compiles), and the same command starts again.
   try:
-    with split.phase("eval"):
+    with split.phase("eval"), stop_signals.first_compile(
+        doing="scoring the init checkpoint before training"):
       results = score_eval_sets(config, predict_step, state.params, task, buckets, mesh,
                                 rules, None, stop, "zero-shot" if is_writer else None)[0]
   except EvaluationStopped:

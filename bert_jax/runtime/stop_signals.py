@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Optional
 
 
 def exit_status(signal_name: str) -> int:
@@ -70,10 +71,14 @@ class first_compile:  # pylint: disable=invalid-name
     what: what is being compiled, for the message.
     lost: what the stop loses, for the message (a tool that writes nothing before the compile
       ends says so).
+    doing: the message's whole phrase for a block that does more than compile (the zero-shot
+      scoring before the first step: its first batch compiles, the others run), instead of
+      'compiling {what}'.
   """
 
-  def __init__(self, what: str = "the train step", lost: str = NOTHING_TRAINED):
-    self.what, self.lost = what, lost
+  def __init__(self, what: str = "the train step", lost: str = NOTHING_TRAINED,
+               doing: Optional[str] = None):
+    self.doing, self.lost = doing or f"compiling {what}", lost
     self._active = False
 
   def __enter__(self):
@@ -118,7 +123,7 @@ class first_compile:  # pylint: disable=invalid-name
       if self._done:
         return
       self._done = True
-      print(f"{name}: stopped while compiling {self.what}, {self.lost}", flush=True)
+      print(f"{name}: stopped while {self.doing}, {self.lost}", flush=True)
       for stream in (sys.stdout, sys.stderr):
         try:
           stream.flush()
