@@ -54,6 +54,8 @@ case $action in
   *) die "unknown action '$action' (create, setup, run, up, ssh, delete)" ;;
 esac
 
+# Before gcloud's configuration is read: without gcloud, say so (not "no zone").
+command -v gcloud >/dev/null || die "gcloud not found: install the Google Cloud CLI"
 zone=$(gcloud config get-value compute/zone 2>/dev/null || true)
 project=""
 accelerator=""
@@ -74,8 +76,6 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n $zone ]] || die "no zone: pass --zone or run 'gcloud config set compute/zone ZONE'"
-
-command -v gcloud >/dev/null || die "gcloud not found: install the Google Cloud CLI"
 gflags=(--zone="$zone")
 [[ -z $project ]] || gflags+=(--project="$project")
 tpu=(gcloud compute tpus tpu-vm)
@@ -106,8 +106,11 @@ do_create() {
 }
 
 do_setup() {
-  local archive
+  # Global, not local: the EXIT trap reads it after the function has returned. Removed however
+  # setup ends: a failed copy (no such TPU, no network) must not leave a tarball of the checkout
+  # in the temp directory.
   archive=$(mktemp -t bert_jax.XXXXXX.tar.gz)
+  trap 'rm -f "$archive"' EXIT
   # The checkout as it is now: tracked files with their uncommitted changes, plus
   # untracked files that git does not ignore.
   (cd "$repo" && git ls-files -z --cached --others --exclude-standard \
@@ -115,6 +118,7 @@ do_setup() {
   echo "tpu_pod: copying $(du -h "$archive" | cut -f1) to every worker of $name"
   "${tpu[@]}" scp "$archive" "$name":bert_jax.tar.gz --worker=all "${gflags[@]}"
   rm -f "$archive"
+  trap - EXIT
   "${tpu[@]}" ssh "$name" --worker=all "${gflags[@]}" --command "set -e
     rm -rf ~/$remote_dir && mkdir -p ~/$remote_dir && tar xzf ~/bert_jax.tar.gz -C ~/$remote_dir
     python3 -m venv ~/$remote_venv 2>/dev/null || {
