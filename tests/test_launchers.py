@@ -289,3 +289,309 @@ def test_gpu_slurm_two_tasks_match_one_process(slurm_cluster, tmp_path):
              for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
   assert diff <= 1e-5, diff
   print(f"SLURM job and the one-process run: {time.time() - start:.0f} s")
+
+
+# --------------------------------------------------------------------------------------------
+# launch/tpu_pod.sh against a stand-in for gcloud
+
+# The stand-in `gcloud` (Python, run by this interpreter). $FAKE_GCLOUD_DIR holds calls.jsonl
+# (one line per call: its argv, and for scp and ssh what each worker got and did), tpus/NAME.json
+# (the TPU VMs that exist) and workers/NAME/I (worker I's home). $FAKE_GCLOUD_ZONE is the
+# configured compute/zone (unset: none).
+_GCLOUD = r'''
+import json, os, pathlib, shutil, subprocess, sys, tarfile
+
+top = pathlib.Path(os.environ["FAKE_GCLOUD_DIR"])
+args = sys.argv[1:]
+call = {"argv": args}
+
+
+def done(rc=0, err=""):
+  with open(top / "calls.jsonl", "a") as f:
+    f.write(json.dumps(call) + "\n")
+  if err:
+    print(err, file=sys.stderr)
+  sys.exit(rc)
+
+
+if args[:2] == ["config", "get-value"]:
+  value = {"compute/zone": os.environ.get("FAKE_GCLOUD_ZONE")}.get(args[2])
+  if value:
+    print(value)
+  else:
+    print("(unset)", file=sys.stderr)  # as gcloud: nothing on stdout, status 0
+  done()
+if args[:3] != ["compute", "tpus", "tpu-vm"]:
+  done(2, f"ERROR: (gcloud) the stand-in knows no {args}")
+verb, rest = args[3], args[4:]
+flags, positional, i = {}, [], 0
+while i < len(rest):
+  a = rest[i]
+  if a == "--command":  # the one flag tpu_pod.sh gives with a separate value
+    flags["command"] = rest[i + 1]
+    i += 2
+    continue
+  if a.startswith("--"):
+    key, _, value = a[2:].partition("=")
+    flags[key] = value or True
+  else:
+    positional.append(a)
+  i += 1
+if "zone" not in flags:
+  done(1, "ERROR: (gcloud.compute.tpus.tpu-vm) the stand-in wants --zone")
+name = positional[0].split(":")[0] if verb != "scp" else positional[1].split(":")[0]
+state = top / "tpus" / f"{name}.json"
+where = f"projects/{flags.get('project', 'my-project')}/locations/{flags['zone']}/nodes/{name}"
+if verb == "create":
+  if state.exists():
+    done(1, f"ERROR: (gcloud.compute.tpus.tpu-vm.create) ALREADY_EXISTS: {where}")
+  family, chips = flags["accelerator-type"].rsplit("-", 1)
+  # Hosts of a slice: v4 and v5p count TensorCores (8 a host), v5e and v6e chips (4 a host of
+  # a multi-host slice).
+  hosts = max(1, int(chips) // 8) if family in ("v4", "v5p") else (
+      1 if int(chips) <= 8 else int(chips) // 4)
+  state.parent.mkdir(exist_ok=True)
+  state.write_text(json.dumps({"acceleratorType": flags["accelerator-type"], "hosts": hosts,
+                               "runtimeVersion": flags["version"], "spot": "spot" in flags,
+                               "zone": flags["zone"]}))
+  done()
+if not state.exists():
+  done(1, f"ERROR: (gcloud.compute.tpus.tpu-vm.{verb}) NOT_FOUND: {where} was not found")
+tpu = json.loads(state.read_text())
+if verb == "describe":
+  print(f"acceleratorType: {tpu['acceleratorType']}\nname: {where}\n"
+        f"runtimeVersion: {tpu['runtimeVersion']}\nstate: READY")
+  done()
+if verb == "delete":
+  state.unlink()
+  done()
+worker = flags.get("worker", "0")
+homes = [top / "workers" / name / str(w)
+         for w in (range(tpu["hosts"]) if worker == "all" else [int(worker)])]
+if verb == "scp":
+  src, dst = positional[0], positional[1].split(":", 1)[1]
+  call["copied"] = {"src": src, "dst": dst, "workers": len(homes)}
+  if tarfile.is_tarfile(src):
+    with tarfile.open(src) as t:
+      call["copied"]["members"] = t.getnames()
+  for home in homes:
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copy(src, home / dst)
+  done()
+if verb == "ssh":
+  if "command" not in flags:
+    done()  # an interactive shell: nothing to play
+  # Each worker's sshd hands the command to the user's shell (bash -c); the stand-ins for
+  # python3 -m venv, sudo and apt-get come first on its PATH.
+  call["runs"], rc = [], 0
+  for home in homes:
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, HOME=str(home), PATH=os.environ["FAKE_WORKER_BIN"] + ":"
+               + os.environ["PATH"])
+    res = subprocess.run(["bash", "-c", flags["command"]], cwd=home, env=env,
+                         capture_output=True, text=True)
+    call["runs"].append({"worker": home.name, "command": flags["command"], "rc": res.returncode,
+                         "stdout": res.stdout, "stderr": res.stderr})
+    rc = rc or res.returncode
+  done(rc)
+done(2, f"ERROR: (gcloud) the stand-in knows no tpu-vm {verb}")
+'''
+
+# A worker's `python3`: `-m venv DIR` makes a virtualenv whose pip records its calls (cwd and
+# argv, in $HOME/pip.log) and whose python is this interpreter; anything else is this interpreter.
+_WORKER_PYTHON3 = r'''#!/usr/bin/env bash
+if [[ $1 == -m && $2 == venv ]]; then
+  mkdir -p "$3/bin"
+  venv=$(cd "$3" && pwd)
+  printf 'export VIRTUAL_ENV=%q\nexport PATH="$VIRTUAL_ENV/bin:$PATH"\n' "$venv" > "$venv/bin/activate"
+  printf '#!/usr/bin/env bash\necho "$PWD: pip $*" >> "$HOME/pip.log"\n' > "$venv/bin/pip"
+  printf '#!/usr/bin/env bash\nexec %q "$@"\n' "$REAL_PYTHON" > "$venv/bin/python"
+  chmod +x "$venv/bin/pip" "$venv/bin/python"
+  exit 0
+fi
+exec "$REAL_PYTHON" "$@"
+'''
+_WORKER_RECORDER = '#!/usr/bin/env bash\necho "$(basename "$0") $*" >> "$HOME/root_commands.log"\n'
+
+
+class FakeGcloud:
+  """The stand-in on PATH, and what it recorded."""
+
+  def __init__(self, folder: pathlib.Path):
+    self.folder = folder
+    bin_dir, worker_bin = folder / "bin", folder / "worker_bin"
+    bin_dir.mkdir(parents=True)
+    worker_bin.mkdir()
+    (bin_dir / "gcloud").write_text(f"#!{sys.executable}\n{_GCLOUD}")
+    (worker_bin / "python3").write_text(_WORKER_PYTHON3)
+    for name in ("sudo", "apt-get"):
+      (worker_bin / name).write_text(_WORKER_RECORDER)
+    for p in [bin_dir / "gcloud", *worker_bin.iterdir()]:
+      p.chmod(p.stat().st_mode | stat.S_IXUSR)
+    (folder / "tmp").mkdir()
+    self.env = child_env(PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_GCLOUD_DIR=str(folder),
+                         FAKE_WORKER_BIN=str(worker_bin), REAL_PYTHON=sys.executable,
+                         TMPDIR=str(folder / "tmp"))
+    self.env.pop("FAKE_GCLOUD_ZONE", None)
+
+  def pod(self, *args, zone=None):
+    """Runs launch/tpu_pod.sh ARGS; returns its result and the gcloud calls it made."""
+    before = len(self.calls())
+    env = dict(self.env, **({"FAKE_GCLOUD_ZONE": zone} if zone else {}))
+    res = subprocess.run([str(TPU_POD), *args], env=env, capture_output=True, text=True,
+                         timeout=120)
+    return res, self.calls()[before:]
+
+  def calls(self):
+    log = self.folder / "calls.jsonl"
+    return [json.loads(l) for l in log.read_text().splitlines()] if log.exists() else []
+
+  def home(self, name, worker):
+    return self.folder / "workers" / name / str(worker)
+
+
+def _tpu_calls(calls):
+  """The tpu-vm calls' argv after `gcloud compute tpus tpu-vm` (the config queries left out)."""
+  return [c["argv"][3:] for c in calls if c["argv"][:3] == ["compute", "tpus", "tpu-vm"]]
+
+
+# What the user's command prints on a worker: its arguments as received, where it runs, which
+# python and virtualenv, and what bert_jax.runtime.distributed will read.
+_SHOW = ("import json, os, shutil, sys; print(json.dumps(dict(argv=sys.argv[1:], cwd=os.getcwd(), "
+         "python=shutil.which('python'), venv=os.environ.get('VIRTUAL_ENV'), "
+         "distributed=os.environ.get('BERT_JAX_DISTRIBUTED'))))")
+# Arguments a shell would otherwise split, expand, glob or end at.
+_HARD_ARGS = ["two words", "it's \"quoted\"", "$HOME", "gs://bucket/corpus/*.txt", "a;b && c",
+              "--config.mesh.shape='(1,-1,1)'", "back\\slash", "new\nline", "", "`id`"]
+
+
+@pytest.mark.slow
+def test_tpu_pod_sends_every_worker_the_checkout_and_the_command(tmp_path):
+  gcloud = FakeGcloud(tmp_path / "gcloud")
+  zone = ("--zone", "us-central2-b")
+
+  # create: the accelerator's runtime version, --spot and --project passed on; once.
+  res, calls = gcloud.pod("create", "pod-a", *zone, "--accelerator", "v4-16", "--spot",
+                          "--project", "proj-1")
+  assert res.returncode == 0, res
+  gflags = ["--zone=us-central2-b", "--project=proj-1"]
+  assert _tpu_calls(calls) == [
+      ["describe", "pod-a", *gflags],
+      ["create", "pod-a", *gflags, "--accelerator-type=v4-16", "--version=tpu-ubuntu2204-base",
+       "--spot"]]
+  res, calls = gcloud.pod("create", "pod-a", *zone)
+  assert res.returncode == 0 and "pod-a exists in us-central2-b" in res.stdout, res
+  assert [c[0] for c in _tpu_calls(calls)] == ["describe"]
+
+  # setup (the zone from gcloud's configuration): the checkout copied to both workers (v4-16:
+  # 2 hosts), unpacked, a virtualenv made and the checkout installed with the tpu extra.
+  res, calls = gcloud.pod("setup", "pod-a", zone="us-central2-b")
+  assert res.returncode == 0, res
+  scp, ssh = calls[-2:]
+  assert scp["argv"][3] == "scp" and scp["argv"][5:] == ["pod-a:bert_jax.tar.gz", "--worker=all",
+                                                         "--zone=us-central2-b"], scp
+  members = set(scp["copied"]["members"])
+  tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.splitlines()
+  assert {f for f in tracked if (ROOT / f).is_file()} <= members
+  assert not [m for m in members if m.startswith((".git/", ".venv/")) or "__pycache__" in m]
+  assert not list((tmp_path / "gcloud" / "tmp").iterdir())  # the archive is removed
+  assert ssh["argv"][3:] == ["ssh", "pod-a", "--worker=all", "--zone=us-central2-b", "--command",
+                             ssh["runs"][0]["command"]]
+  assert [r["worker"] for r in ssh["runs"]] == ["0", "1"]
+  for run in ssh["runs"]:
+    assert run["rc"] == 0, run
+    assert f"{jax.__version__} 1 devices" in run["stdout"], run
+    home = gcloud.home("pod-a", run["worker"])
+    assert (home / "bert_jax" / "launch" / "tpu_pod.sh").read_bytes() == TPU_POD.read_bytes()
+    assert (home / "pip.log").read_text().splitlines() == [
+        f"{home}: pip install -q --upgrade pip", f"{home}/bert_jax: pip install -q -e .[tpu]"]
+    assert not (home / "root_commands.log").exists()  # python3 -m venv worked: no apt-get
+
+  # run: on every worker, in the checkout, with the virtualenv active and
+  # BERT_JAX_DISTRIBUTED=auto; every argument arrives as it was given.
+  res, calls = gcloud.pod("run", "pod-a", *zone, "--", "python", "-c", _SHOW, *_HARD_ARGS)
+  assert res.returncode == 0, res
+  (ssh,) = [c for c in calls if c["argv"][0] == "compute"]
+  assert ssh["argv"][3:6] == ["ssh", "pod-a", "--worker=all"]
+  assert ssh["runs"][0]["command"].startswith(
+      "cd ~/bert_jax && source ~/bert_jax_venv/bin/activate && BERT_JAX_DISTRIBUTED=auto python ")
+  for run in ssh["runs"]:
+    assert run["rc"] == 0, run
+    home = gcloud.home("pod-a", run["worker"])
+    assert json.loads(run["stdout"]) == dict(
+        argv=_HARD_ARGS, cwd=str(home / "bert_jax"), python=str(home / "bert_jax_venv/bin/python"),
+        venv=str(home / "bert_jax_venv"), distributed="auto")
+  # A worker's failure is the launcher's exit status.
+  res, _ = gcloud.pod("run", "pod-a", *zone, "--", "bash", "-c", "exit 3")
+  assert res.returncode == 3, res
+
+  # up: create, setup and run on a new slice; on an existing one setup alone (no command).
+  res, calls = gcloud.pod("up", "pod-b", *zone, "--accelerator", "v6e-8", "--", "python", "-c",
+                          _SHOW, "x y")
+  assert res.returncode == 0, res
+  assert [c[0] for c in _tpu_calls(calls)] == ["describe", "create", "scp", "ssh", "ssh"]
+  assert _tpu_calls(calls)[1][3:] == ["--accelerator-type=v6e-8", "--version=v2-alpha-tpuv6e"]
+  assert json.loads(calls[-1]["runs"][0]["stdout"])["argv"] == ["x y"]
+  res, calls = gcloud.pod("up", "pod-a", *zone)
+  assert res.returncode == 0, res
+  assert [c[0] for c in _tpu_calls(calls)] == ["describe", "scp", "ssh"]
+
+  # ssh: one worker's shell; delete: without a prompt, and the slice is gone.
+  res, calls = gcloud.pod("ssh", "pod-a", *zone, "--worker", "1")
+  assert res.returncode == 0 and _tpu_calls(calls) == [["ssh", "pod-a", "--worker=1",
+                                                        "--zone=us-central2-b"]], res
+  res, calls = gcloud.pod("delete", "pod-a", *zone)
+  assert res.returncode == 0 and _tpu_calls(calls) == [["delete", "pod-a", "--zone=us-central2-b",
+                                                        "--quiet"]], res
+  res, _ = gcloud.pod("run", "pod-a", *zone, "--", "true")
+  assert res.returncode != 0 and "NOT_FOUND" in res.stderr, res
+  # A setup that fails (no such slice) leaves no archive behind either.
+  res, _ = gcloud.pod("setup", "pod-a", *zone)
+  assert res.returncode != 0 and not list((tmp_path / "gcloud" / "tmp").iterdir()), res
+
+
+@pytest.mark.parametrize("accelerator, version", [
+    ("v4-32", "tpu-ubuntu2204-base"),
+    ("v5litepod-16", "v2-alpha-tpuv5-lite"),
+    ("v5p-16", "v2-alpha-tpuv5"),
+    ("v6e-16", "v2-alpha-tpuv6e"),
+])
+def test_tpu_pod_runtime_version_of_each_accelerator(tmp_path, accelerator, version):
+  gcloud = FakeGcloud(tmp_path)
+  res, calls = gcloud.pod("create", "pod", "--zone", "z", "--accelerator", accelerator)
+  assert res.returncode == 0, res
+  assert _tpu_calls(calls)[-1] == ["create", "pod", "--zone=z", f"--accelerator-type={accelerator}",
+                                   f"--version={version}"]
+  # --version wins over the default.
+  res, calls = gcloud.pod("create", "pod2", "--zone", "z", "--accelerator", accelerator,
+                          "--version", "my-runtime")
+  assert res.returncode == 0 and _tpu_calls(calls)[-1][-1] == "--version=my-runtime", res
+
+
+@pytest.mark.parametrize("args, zone, message", [
+    (("create", "pod", "--zone", "z"), None, "create needs --accelerator (e.g. v4-32)"),
+    (("create", "pod", "--zone", "z", "--accelerator", "v3-8"), None,
+     "no default --version for accelerator 'v3-8'; pass --version"),
+    (("run", "pod", "--zone", "z"), None, "run needs a command after --"),
+    (("run", "pod", "--zone", "z", "python"), None,
+     "unknown option 'python' (commands go after --)"),
+    (("start", "pod"), None, "unknown action 'start'"),
+    (("run", "pod", "--", "true"), None, "no zone: pass --zone"),
+    (("run",), None, "Usage: launch/tpu_pod.sh ACTION NAME"),
+])
+def test_tpu_pod_refuses_in_one_line_before_any_change(tmp_path, args, zone, message):
+  gcloud = FakeGcloud(tmp_path)
+  res, calls = gcloud.pod(*args, zone=zone)
+  assert res.returncode == 2 and message in res.stderr, res
+  assert not [c for c in _tpu_calls(calls) if c[0] != "describe"], calls
+
+
+def test_tpu_pod_without_gcloud_says_so(tmp_path):
+  # Only bash on PATH: no gcloud, with or without --zone.
+  (tmp_path / "bin").mkdir()
+  (tmp_path / "bin" / "bash").symlink_to(shutil.which("bash"))
+  for args in (("run", "pod", "--", "true"), ("run", "pod", "--zone", "z", "--", "true")):
+    res = subprocess.run([str(TPU_POD), *args], env=dict(os.environ, PATH=str(tmp_path / "bin")),
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2 and "gcloud not found" in res.stderr, res
