@@ -2,13 +2,18 @@ r"""Compiles the real pretraining step for a TPU topology ahead of time, on a CP
 
   pip install -e '.[tpu]'   # libtpu: the TPU compiler, no TPU needed
   python -m bert_jax.aot_compile --config configs/pretrain.py:base --topology v5e:4x4 \
-      [--preset fsdp] [--mesh_shape 1,-1,1] [--batch_size 256 --seq_len 128] [--num_slices 1]
+      [--preset fsdp] [--mesh_shape 1,-1,1] [--batch_size 256 --seq_len 128] [--num_slices 1] \
+      [--mfu 0.4] [--hlo_out FILE]
 
 It builds the mesh on compile-only devices of the topology
 (`jax.experimental.topologies`), derives the train state's shardings exactly
 as bert_jax.pretrain does, lowers and compiles the train step of `pretrain_setup.build`
 with donation, and prints per-device memory (arguments, outputs, temporaries)
-against the chip's HBM and the compiled FLOPs. Exits 1 when the step does not
+against the chip's HBM, the compiled FLOPs, and the bytes of the collectives a device runs per
+step (all-reduce, all-gather, reduce-scatter, all-to-all, collective-permute, read from the
+optimized HLO with loops counted by their trip counts). From the FLOPs at an assumed MFU
+(--mfu) and the collectives over the chip's ICI bandwidth it estimates the step time and the
+time to train config.total_steps. Exits 1 when the step does not
 fit in HBM, so a config can be checked before a pod is booked. With
 objective=distill the teacher (read from teacher_checkpoint on this host) is the
 step's frozen input, sharded as bert_jax.pretrain places it: counted in the
@@ -19,6 +24,7 @@ arguments, not donated.
 'v4-32', 'v5p-8', 'v6e-16'; the v4 / v5p number counts TensorCores, 2 per
 chip).
 """
+import math
 import os
 import sys
 from typing import Optional, Sequence
@@ -67,7 +73,13 @@ def _parse_flags(argv: Optional[Sequence[str]]):
       flag_values=fv)
   flags.DEFINE_integer("batch_size", None, "Global batch (default: config).", flag_values=fv)
   flags.DEFINE_integer("seq_len", None, "Sequence length (default: config).", flag_values=fv)
+  flags.DEFINE_float("mfu", 0.4, "Model FLOPs utilisation assumed for the step-time estimate.",
+                     flag_values=fv)
+  flags.DEFINE_string("hlo_out", None, "Write the compiled program's optimized HLO text here.",
+                      flag_values=fv)
   cli.parse(fv, argv, "bert_jax.aot_compile", __doc__)
+  if not 0 < fv.mfu <= 1:
+    raise SystemExit(f"bert_jax.aot_compile: --mfu {fv.mfu}: expected a fraction in (0, 1]")
   if fv.config is None or not fv.topology:
     raise SystemExit("bert_jax.aot_compile: --config and --topology are required "
                      "(--help lists the flags)")
@@ -145,7 +157,40 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         + f"; HLO of the unrolled step {hlo:.4g}; DESIGN.md formula {analytic:.4g} "
         f"(HLO / formula {hlo / analytic:.3f})")
   print(f"train-state arrays of >= 1 MiB replicated on every device: {len(replicated)}")
+  hlo_text = out["compiled"].as_text()
+  if fv.hlo_out:
+    with open(fv.hlo_out, "w", encoding="utf-8") as f:
+      f.write(hlo_text)
+  _report_collectives_and_time(hlo_text, len(devices), chip, hlo, config.total_steps, fv.mfu)
   sys.exit(0 if fits else 1)
+
+
+def _report_collectives_and_time(hlo_text: str, num_devices: int, chip, flops_per_device: float,
+                                 total_steps: int, mfu: float) -> None:
+  """Prints the step's collectives per device and the step and training time they suggest."""
+  coll = topology_compile.collective_bytes(hlo_text, num_devices)
+  gib = topology_compile.GiB
+  print("per-device collectives per step (loops counted by their trip counts):")
+  for kind, v in coll["kinds"].items():
+    if v["ops"]:
+      print(f"  {kind:19s}{v['ops']:6d} ops {v['bytes'] / gib:9.3f} GiB, "
+            f"ring send {v['ring_bytes'] / gib:9.3f} GiB")
+  print(f"  total              {sum(v['ops'] for v in coll['kinds'].values()):6d} ops "
+        f"{coll['bytes'] / gib:9.3f} GiB, ring send {coll['ring_bytes'] / gib:9.3f} GiB"
+        + (f" ({coll['unknown_loops']} loop(s) of unknown trip count counted once)"
+           if coll["unknown_loops"] else ""))
+  if math.isnan(chip.ici_bytes_per_s):
+    print(f"step estimate: compute {flops_per_device / (chip.peak_bf16_flops * mfu):.3f} s at "
+          f"MFU {mfu:.0%} (no ICI bandwidth known for this chip)")
+    return
+  est = topology_compile.estimate_step_seconds(flops_per_device, coll["ring_bytes"], chip, mfu)
+  print(f"step estimate: compute {est['compute']:.3f} s (unrolled HLO FLOPs at MFU {mfu:.0%} of "
+        f"{chip.peak_bf16_flops / 1e12:.0f} TFLOP/s), collectives {est['collectives']:.3f} s "
+        f"(ring send at {chip.ici_bytes_per_s / 2e9:.0f} GB/s out of "
+        f"{chip.ici_bytes_per_s / 1e9:.0f} GB/s bidirectional ICI): "
+        f"{est['overlapped']:.3f} to {est['serial']:.3f} s per step")
+  print(f"time to train {total_steps} steps: {total_steps * est['overlapped'] / 3600:.2f} to "
+        f"{total_steps * est['serial'] / 3600:.2f} h")
 
 
 if __name__ == "__main__":

@@ -152,3 +152,130 @@ def test_distill_step_compiles_with_the_teacher_as_a_sharded_input(tmp_path):
   # The unrolled step's FLOPs: the student's training and the teacher's forward pass.
   analytic = pretrain_setup.build(config, 64).flops_per_token(32, 5 / 32) * 8 * 32
   assert 0.8 < out["hlo_flops_per_device"] * 4 / analytic < 1.25
+
+
+def test_collective_bytes_of_a_program_compiled_for_8_cpu_devices():
+  """Each collective's bytes per device, and a loop's collective counted once per trip."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("x",))
+
+  def body(x):  # [16, 128] float32 on each device: 8 KiB
+    gathered = jax.lax.all_gather(x, "x", tiled=True)  # [128, 128]: 64 KiB
+    scattered = jax.lax.psum_scatter(gathered, "x", tiled=True)  # from 64 KiB
+    swapped = jax.lax.all_to_all(x, "x", 0, 0, tiled=True)
+    shifted = jax.lax.ppermute(x, "x", [(i, (i + 1) % 8) for i in range(8)])
+    summed, _ = jax.lax.scan(lambda c, _: (jax.lax.psum(c * 2.0, "x"), None), x, None, length=5)
+    return scattered + swapped + shifted + summed
+
+  step = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=jax.P("x"), out_specs=jax.P("x"),
+                               check_vma=False))
+  text = step.lower(jax.numpy.ones((128, 128))).compile().as_text()
+  got = topology_compile.collective_bytes(text, 8)
+  kib = 1024
+  assert got["kinds"] == {
+      "all-reduce": dict(ops=5, bytes=5 * 8 * kib, ring_bytes=5 * 8 * kib * 2 * 7 / 8),
+      "all-gather": dict(ops=1, bytes=64 * kib, ring_bytes=64 * kib * 7 / 8),
+      "reduce-scatter": dict(ops=1, bytes=64 * kib, ring_bytes=64 * kib * 7 / 8),
+      "all-to-all": dict(ops=1, bytes=8 * kib, ring_bytes=8 * kib * 7 / 8),
+      "collective-permute": dict(ops=1, bytes=8 * kib, ring_bytes=8 * kib)}
+  assert got["bytes"] == (40 + 64 + 64 + 8 + 8) * kib and got["unknown_loops"] == 0
+
+
+# The forms a TPU program takes (libtpu's optimized HLO): mesh replica groups, collectives inside
+# fusions, an async start whose result holds its operand, a loop whose trip count is only in its
+# condition, and a conditional (the NaN guard) whose update branch holds the collectives.
+_TPU_LIKE_HLO = """\
+HloModule jit_train_step
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %sum = f32[] add(%a, %b)
+}
+
+%gather_fusion (param_0.1: bf16[32,128]) -> bf16[128,128] {
+  %param_0.1 = bf16[32,128]{1,0:T(8,128)(2,1)} parameter(0)
+  ROOT %all-gather.1 = bf16[128,128]{1,0:T(8,128)(2,1)} all-gather(%param_0.1), channel_id=1, replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}, dimensions={0}
+}
+
+%cond (p.1: (s32[], bf16[32,128])) -> pred[] {
+  %p.1 = (s32[]{:T(128)}, bf16[32,128]{1,0}) parameter(0)
+  %constant.7 = s32[]{:T(128)} constant(24)
+  %gte.1 = s32[]{:T(128)} get-tuple-element(%p.1), index=0
+  ROOT %lt.1 = pred[]{:T(512)} compare(%gte.1, %constant.7), direction=LT
+}
+
+%body (p.2: (s32[], bf16[32,128])) -> (s32[], bf16[32,128]) {
+  %p.2 = (s32[]{:T(128)}, bf16[32,128]{1,0}) parameter(0)
+  %gte.2 = bf16[32,128]{1,0} get-tuple-element(%p.2), index=1
+  %fusion.1 = bf16[128,128]{1,0} fusion(%gte.2), kind=kCustom, calls=%gather_fusion
+  %collective-permute-start.1 = (bf16[32,128]{1,0}, bf16[32,128]{1,0}, u32[]{:S(2)}, u32[]{:S(2)}) collective-permute-start(%gte.2), channel_id=2, source_target_pairs={{0,1},{1,0}}
+  %collective-permute-done.1 = bf16[32,128]{1,0} collective-permute-done(%collective-permute-start.1)
+  %i = s32[]{:T(128)} get-tuple-element(%p.2), index=0
+  ROOT %t.1 = (s32[]{:T(128)}, bf16[32,128]{1,0}) tuple(%i, %collective-permute-done.1)
+}
+
+%update (p.3: f32[1024]) -> f32[1024] {
+  %p.3 = f32[1024]{0} parameter(0)
+  ROOT %all-reduce.2 = f32[1024]{0} all-reduce(%p.3), channel_id=3, replica_groups=[2,4]<=[8], to_apply=%add
+}
+
+%keep (p.4: f32[1024]) -> f32[1024] {
+  ROOT %p.4 = f32[1024]{0} parameter(0)
+}
+
+ENTRY %main (x: bf16[32,128], g: f32[1024], ok: pred[]) -> f32[1024] {
+  %x = bf16[32,128]{1,0} parameter(0)
+  %g = f32[1024]{0} parameter(1)
+  %ok = pred[] parameter(2)
+  %zero = s32[]{:T(128)} constant(0)
+  %init = (s32[]{:T(128)}, bf16[32,128]{1,0}) tuple(%zero, %x)
+  %while.1 = (s32[]{:T(128)}, bf16[32,128]{1,0}) while(%init), condition=%cond, body=%body
+  %all-gather-start.2 = (bf16[32,128]{1,0}, bf16[256,128]{1,0}) all-gather-start(%x), channel_id=4, replica_groups={{0,1,2,3,4,5,6,7}}, dimensions={0}
+  %all-gather-done.2 = bf16[256,128]{1,0} all-gather-done(%all-gather-start.2)
+  ROOT %conditional.1 = f32[1024]{0} conditional(%ok, %g, %g), true_computation=%update, false_computation=%keep
+}
+"""
+
+
+def test_collective_bytes_reads_the_forms_of_a_tpu_program():
+  got = topology_compile.collective_bytes(_TPU_LIKE_HLO, 8)
+  kinds = got["kinds"]
+  # In the loop's fusion, 24 trips: 32 KiB gathered over the 4 devices of axis_0.
+  # After the loop, an async all-gather of 64 KiB over all 8 (its operand not counted again).
+  assert kinds["all-gather"]["ops"] == 25
+  assert kinds["all-gather"]["bytes"] == 24 * 32768 + 65536
+  assert kinds["all-gather"]["ring_bytes"] == 24 * 32768 * 3 / 4 + 65536 * 7 / 8
+  assert kinds["collective-permute"] == dict(ops=24, bytes=24 * 8192, ring_bytes=24 * 8192)
+  # The update branch's all-reduce over groups of 4, not the empty branch.
+  assert kinds["all-reduce"] == dict(ops=1, bytes=4096, ring_bytes=4096 * 2 * 3 / 4)
+  assert got["unknown_loops"] == 0
+  unknown = _TPU_LIKE_HLO.replace("direction=LT", "direction=NE")
+  assert topology_compile.collective_bytes(unknown, 8)["unknown_loops"] == 1
+
+
+def test_step_estimate_is_compute_or_collectives_bound():
+  chip = topology_compile.CHIPS["v5p"]  # 459 TFLOP/s bf16, 1,200 GB/s bidirectional ICI
+  est = topology_compile.estimate_step_seconds(459e12 * 0.5, 600e9 * 3.0, chip, mfu=0.5)
+  assert est["compute"] == pytest.approx(1.0) and est["collectives"] == pytest.approx(3.0)
+  assert (est["overlapped"], est["serial"]) == (pytest.approx(3.0), pytest.approx(4.0))
+
+
+@pytest.mark.slow
+@needs_libtpu
+def test_aot_compile_reports_collectives_and_the_time_to_train(tmp_path, capsys):
+  """Data parallel with 2 microbatches: the gradients' all-reduce, in the accumulation loop,
+  counted per microbatch; the printed totals are the written HLO's."""
+  from bert_jax import aot_compile  # pylint: disable=g-import-not-at-top
+  hlo = tmp_path / "step.hlo"
+  with pytest.raises(SystemExit) as e:
+    aot_compile.main(["--config", "configs/pretrain.py:tiny", "--topology", "v5e:2x2",
+                      "--batch_size", "16", "--seq_len", "32", "--mfu", "0.5",
+                      "--config.optimizer.grad_accum_steps=2", "--hlo_out", str(hlo)])
+  assert e.value.code == 0
+  out = capsys.readouterr().out
+  coll = topology_compile.collective_bytes(hlo.read_text(), 4)
+  params = 4.4e6  # tiny's gradients, float32, reduced once per microbatch at least
+  assert coll["kinds"]["all-reduce"]["bytes"] >= 2 * 4 * params * 0.9
+  gib = coll["ring_bytes"] / topology_compile.GiB
+  assert f"ring send {gib:9.3f} GiB" in out and "per-device collectives per step" in out
+  assert "at MFU 50% of 197 TFLOP/s" in out and "time to train 300 steps: " in out

@@ -1,7 +1,9 @@
 """Compiling the real pretraining step for a device topology ahead of time, on a CPU host:
-the TPU chip table, topology names, compile-only devices, the compile, and its memory and FLOPs
-(the library of bert_jax.aot_compile)."""
+the TPU chip table, topology names, compile-only devices, the compile, and its memory, FLOPs and
+collective bytes (the library of bert_jax.aot_compile)."""
+import collections
 import dataclasses
+import math
 import os
 import re
 import time
@@ -24,19 +26,25 @@ GiB = 1 << 30
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
-  """What the TPU runtime needs to describe a topology, and the chip's memory."""
+  """What the TPU runtime needs to describe a topology, the chip's memory, and the two figures
+  a step-time estimate needs."""
   runtime_name: str  # prefix of the runtime's topology name ('v5e' in 'v5e:4x4')
   chip_config: str  # 'default' (one TensorCore per device) or 'megacore'
   hbm_bytes: int
   chips_per_host: tuple[int, int, int]
   cores_per_chip: int  # how gcloud's accelerator-type number counts a chip
+  peak_bf16_flops: float  # dense bf16 FLOP/s per chip
+  ici_bytes_per_s: float = math.nan  # bidirectional inter-chip bandwidth per chip; NaN: unknown
 
 
+# Peak bf16 and ICI bandwidth: Google Cloud's TPU v4 / v5e / v5p / v6e system-architecture pages
+# ("Peak compute per chip (bf16)", "Bidirectional inter-chip interconnect (ICI) bandwidth (per
+# chip)"); left unknown where the page gives no per-chip ICI figure.
 CHIPS = {
-    "v4": Chip("v4", "megacore", 32 * GiB, (2, 2, 1), 2),
-    "v5e": Chip("v5e", "default", 16 * GiB, (2, 2, 1), 1),
-    "v5p": Chip("v5", "megacore", 95 * GiB, (2, 2, 1), 2),
-    "v6e": Chip("v6e", "default", 32 * GiB, (2, 2, 1), 1),
+    "v4": Chip("v4", "megacore", 32 * GiB, (2, 2, 1), 2, 275e12),
+    "v5e": Chip("v5e", "default", 16 * GiB, (2, 2, 1), 1, 197e12, 400e9),
+    "v5p": Chip("v5", "megacore", 95 * GiB, (2, 2, 1), 2, 459e12, 1200e9),
+    "v6e": Chip("v6e", "default", 32 * GiB, (2, 2, 1), 1, 918e12),
 }
 
 
@@ -186,11 +194,13 @@ def unrolled_hlo_flops(config: ml_collections.ConfigDict, vocab_size: int,
   """FLOPs of one global step, from XLA's cost analysis of the unrolled program.
 
   Lowered (not compiled) for one CPU device: the count does not depend on the
-  target, and unlike the compiled executable's it sees every layer (XLA counts
-  a scanned layer loop's body once).
+  target, and unlike the compiled executable's it sees every layer and every
+  microbatch (XLA counts a loop's body once: scanned layers, gradient accumulation).
   """
   config = config.copy_and_resolve_references()
   config.model.scan_layers = False
+  # One batch instead of a loop of microbatches: the same FLOPs, and XLA counts a loop's body once.
+  config.optimizer.grad_accum_steps = 1
   if config.model.attention_impl == "splash":  # a TPU kernel: XLA's attention, the same FLOPs
     config.model.attention_impl = "xla"
   cpu = jax.devices("cpu")[:1]
@@ -242,3 +252,191 @@ def memory_report(compiled) -> dict[str, int]:
 def compiled_flops(compiled) -> float:
   """FLOPs of one step on one device, as XLA's cost analysis of the executable counts them."""
   return _flops(compiled.cost_analysis())
+
+
+# Collective ops of XLA's HLO, counted by collective_bytes ('-start' forms as their op; '-done'
+# only waits).
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1,
+                "f8e4m3fnuz": 1, "f8e5m2fnuz": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+                "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
+                "c128": 16, "s4": 0.5, "u4": 0.5}
+_ARRAY = re.compile(r"\b(" + "|".join(sorted(_DTYPE_BYTES, key=len, reverse=True))
+                    + r")\[([0-9,]*)\]")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_OPCODE = re.compile(r"(?:^|[\s)}])([a-z][a-z0-9\-]*)\(")
+_CALLED = re.compile(r"\b(calls|to_apply|body|condition|branch_computations|true_computation|"
+                     r"false_computation)=(\{[^}]*\}|%?[\w.\-]+)")
+
+
+def _arrays(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
+  """The (dtype, dims) of every array in an HLO type (a tuple's in order)."""
+  return [(d, tuple(int(x) for x in dims.split(",") if x))
+          for d, dims in _ARRAY.findall(type_text)]
+
+
+def _nbytes(arrays) -> float:
+  return sum(_DTYPE_BYTES[d] * math.prod(dims) for d, dims in arrays)
+
+
+def _group_size(attrs: str, num_devices: int) -> int:
+  """Devices in each replica group: `{{0,1},{2,3}}`, iota `[2,2]<=[4]`, or
+  `mesh['axis_0'=4,'axis_1'=2] {'axis_0'}` (the product of the named axes); all when empty."""
+  m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs)
+  if m:
+    sizes = dict(re.findall(r"'([^']+)'=(\d+)", m.group(1)))
+    return math.prod(int(sizes[a]) for a in re.findall(r"'([^']+)'", m.group(2)))
+  m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", attrs)
+  if m:
+    return int(m.group(2))
+  m = re.search(r"replica_groups=\{\{([^}]*)\}", attrs)
+  if m:
+    return len(m.group(1).split(","))
+  return num_devices
+
+
+def _ring_factor(kind: str, n: int) -> float:
+  """Bytes a device sends per byte of the collective's full buffer, in a ring over n devices."""
+  if kind == "collective-permute":
+    return 1.0
+  if n <= 1:
+    return 0.0
+  return (2.0 if kind == "all-reduce" else 1.0) * (n - 1) / n
+
+
+def _split_computations(hlo_text: str) -> tuple[dict[str, list[str]], Optional[str]]:
+  """HLO text -> {computation name: its instruction lines}, and the ENTRY computation's name."""
+  comps, entry, name = {}, None, None
+  for line in hlo_text.splitlines():
+    if name is None:
+      m = re.match(r"^(ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
+      if m and not line.startswith((" ", "\t")):
+        name = m.group(2)
+        comps[name] = []
+        if m.group(1):
+          entry = name
+    elif line.startswith("}"):
+      name = None
+    else:
+      comps[name].append(line)
+  return comps, entry
+
+
+def _trip_count(line: str, condition: list[str]) -> Optional[int]:
+  """A while loop's trip count: XLA's known_trip_count, else a JAX loop's condition
+  `counter < constant` (JAX's scans and fori_loops count from 0 by 1); None if neither."""
+  m = re.search(r'"known_trip_count":\{"n":"(\d+)"\}', line)
+  if m:
+    return int(m.group(1))
+  constants = {}
+  for text in condition:
+    m = _INSTRUCTION.match(text)
+    if m:
+      c = re.search(r"\bconstant\((-?\d+)\)", m.group(2))
+      if c:
+        constants[m.group(1)] = int(c.group(1))
+  for text in condition:
+    if "ROOT" in text and "compare(" in text and "direction=LT" in text:
+      operands = re.findall(r"%([\w.\-]+)", text.split("compare(", 1)[1].split(")", 1)[0])
+      if len(operands) == 2 and operands[1] in constants:
+        return constants[operands[1]]
+  return None
+
+
+def collective_bytes(hlo_text: str, num_devices: int) -> dict[str, Any]:
+  """The collectives one device runs in a step, from the optimized HLO (`compiled.as_text()`).
+
+  Each collective op counts once per execution: an op in a while loop's body as many times as
+  the loop runs (scanned layers, gradient accumulation), an op in a fusion or call as often as
+  its caller; of a conditional's branches the one with the most bytes (the NaN guard's update).
+
+  Args:
+    hlo_text: the compiled program's HLO text.
+    num_devices: devices of the program (the group of a collective without replica groups).
+
+  Returns:
+    {'kinds': {kind: {'ops', 'bytes', 'ring_bytes'}}, 'bytes', 'ring_bytes', 'unknown_loops'}:
+    per kind the executions, the bytes of their buffers (the larger of operands and result:
+    an all-gather's gathered result, a reduce-scatter's full operand), and the bytes a device
+    sends in a ring algorithm (all-reduce 2 (n-1)/n of the buffer, all-gather, reduce-scatter
+    and all-to-all (n-1)/n, collective-permute all of it); totals over kinds; and how many while
+    loops had no trip count that could be read (counted once).
+  """
+  comps, entry = _split_computations(hlo_text)
+  unknown_loops = [0]
+  memo: dict[str, collections.Counter] = {}
+
+  def total(name: str, stack: tuple = ()) -> collections.Counter:
+    if name in memo:
+      return memo[name]
+    if name not in comps or name in stack:
+      return collections.Counter()
+    lines, sizes, out = comps[name], {}, collections.Counter()
+    for line in lines:
+      m = _INSTRUCTION.match(line)
+      if not m:
+        continue
+      inst, rest = m.groups()
+      op = _OPCODE.search(rest)
+      if not op:
+        continue
+      opcode, type_text = op.group(1), rest[:op.start(1)]
+      sizes[inst] = _arrays(type_text)
+      called = {k: re.findall(r"%?([\w.\-]+)", v) for k, v in _CALLED.findall(rest)}
+      kind = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
+      if kind in COLLECTIVES:
+        args = rest[op.end():]
+        depth, end = 1, 0
+        for end, ch in enumerate(args):
+          depth += (ch == "(") - (ch == ")")
+          if depth == 0:
+            break
+        operands = [a for o in re.findall(r"%([\w.\-]+)", args[:end]) for a in sizes.get(o, [])]
+        result = [a for a in sizes[inst] if a[1]]  # without async contexts (scalars)
+        if opcode.endswith("-start") and result[:len(operands)] == operands and len(result) > len(operands):
+          result = result[len(operands):]  # ((operands), (results)) of an async start
+        nbytes = max(_nbytes(operands), _nbytes(result))
+        n = _group_size(rest, num_devices)
+        out[kind + ":ops"] += 1
+        out[kind + ":bytes"] += nbytes
+        out[kind + ":ring_bytes"] += nbytes * _ring_factor(kind, n)
+      if opcode == "while" and "body" in called:
+        trips = _trip_count(rest, comps.get(called.get("condition", [""])[0], []))
+        if trips is None:
+          unknown_loops[0] += 1
+          trips = 1
+        for _ in range(trips):
+          out.update(total(called["body"][0], stack + (name,)))
+      elif opcode == "conditional":
+        branches = [total(b, stack + (name,)) for k, v in called.items() for b in v
+                    if k in ("branch_computations", "true_computation", "false_computation")]
+        if branches:
+          out.update(max(branches, key=lambda c: sum(v for k, v in c.items()
+                                                     if k.endswith(":ring_bytes"))))
+      elif opcode not in ("async-done", "async-update"):
+        for key in ("calls", "to_apply"):
+          for callee in called.get(key, []):
+            out.update(total(callee, stack + (name,)))
+    memo[name] = out
+    return out
+
+  counts = total(entry) if entry else collections.Counter()
+  kinds = {k: dict(ops=int(counts[k + ":ops"]), bytes=counts[k + ":bytes"],
+                   ring_bytes=counts[k + ":ring_bytes"]) for k in COLLECTIVES}
+  return dict(kinds=kinds, bytes=sum(v["bytes"] for v in kinds.values()),
+              ring_bytes=sum(v["ring_bytes"] for v in kinds.values()),
+              unknown_loops=unknown_loops[0])
+
+
+def estimate_step_seconds(flops_per_device: float, ring_bytes: float, chip: Chip,
+                          mfu: float) -> dict[str, float]:
+  """A step's time from its FLOPs and collective bytes per device, for a chip at `mfu`.
+
+  compute = FLOPs / (peak bf16 x mfu); collectives = ring bytes / half the bidirectional ICI
+  bandwidth (a device's outbound rate with every link busy: a lower bound). The step takes
+  between max(compute, collectives) (collectives hidden behind compute) and their sum.
+  """
+  compute = flops_per_device / (chip.peak_bf16_flops * mfu)
+  comm = ring_bytes / (chip.ici_bytes_per_s / 2)
+  return dict(compute=compute, collectives=comm, overlapped=max(compute, comm),
+              serial=compute + comm)
