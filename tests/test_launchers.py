@@ -43,6 +43,14 @@ TPU_POD = ROOT / "launch" / "tpu_pod.sh"
 
 _SLURM_PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "srun", "sinfo", "squeue",
                    "scancel")
+
+
+def _slurm_program(name: str):
+  """Its path, also where PATH lacks the sbin folders (the daemons are there, as on Debian)."""
+  return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin",
+                                                  "/sbin"]))
+
+
 # jax.distributed's SLURM detection puts the coordinator on the first node at a port derived
 # from the job id: 61440 + job id % 4096.
 _JAX_SLURM_PORT_BASE, _JAX_SLURM_PORTS = 65536 - 4096, 4096
@@ -103,8 +111,8 @@ class SlurmCluster:
                      for p in sorted((self.folder / "log").glob("*")))
 
   def run(self, *args, **kwargs):
-    return subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=60,
-                          **kwargs)
+    return subprocess.run([_slurm_program(args[0]), *args[1:]], env=self.env,
+                          capture_output=True, text=True, timeout=60, **kwargs)
 
   def start(self) -> None:
     f = self.folder
@@ -166,13 +174,14 @@ class SlurmCluster:
 
   def _spawn(self, *args) -> None:
     with open(self.folder / "log" / f"{args[0]}.out", "w") as out:
-      self.procs.append(subprocess.Popen(args, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+      self.procs.append(subprocess.Popen([_slurm_program(args[0]), *args[1:]], env=self.env,
+                                         stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True))
 
   def _wait(self, ready, what: str, seconds: float = 60) -> None:
     deadline = time.time() + seconds
     while not ready():
-      dead = [p.args[0] for p in self.procs if p.poll() is not None]
+      dead = [os.path.basename(p.args[0]) for p in self.procs if p.poll() is not None]
       if dead or time.time() > deadline:
         raise RuntimeError(f"SLURM test cluster: no {what} after {seconds} s (exited: {dead})\n"
                            + self.logs())
@@ -202,7 +211,7 @@ class SlurmCluster:
 
 @pytest.fixture
 def slurm_cluster():
-  missing = [p for p in _SLURM_PROGRAMS if shutil.which(p) is None]
+  missing = [p for p in _SLURM_PROGRAMS if _slurm_program(p) is None]
   if missing:
     pytest.skip(f"needs SLURM and munge, missing {', '.join(missing)} (Debian: apt-get install "
                 "slurmctld slurmd slurm-client munge)")
@@ -221,7 +230,7 @@ def slurm_cluster():
     yield cluster
   finally:
     cluster.stop()
-    left = [p.args[0] for p in cluster.procs if p.poll() is None]
+    left = [os.path.basename(p.args[0]) for p in cluster.procs if p.poll() is None]
     shutil.rmtree(folder, ignore_errors=True)
     assert not left, f"still running after the test: {left}"
 
@@ -244,25 +253,33 @@ def test_gpu_slurm_two_tasks_match_one_process(slurm_cluster, tmp_path):
   ref = subprocess.Popen([sys.executable, *_PRETRAIN, "--workdir", str(ref_dir)], cwd=ROOT,
                          env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True)
-
-  # The launcher activates the virtualenv this test runs in, as BERT_JAX_VENV asks.
-  in_venv = sys.prefix != sys.base_prefix
-  python = "python" if in_venv else sys.executable
-  env = slurm_cluster.job_env(child_env())
-  if in_venv:
-    env["BERT_JAX_VENV"] = sys.prefix
-  mp_dir = tmp_path / "two_tasks"
-  out = tmp_path / "job.out"
-  # The script's #SBATCH defaults are for GPU nodes: one CPU node of 2 tasks here.
-  job = subprocess.run(["sbatch", "--wait", "--parsable", "--nodes=1", "--ntasks-per-node=2",
-                        "--gpus-per-node=0", "--cpus-per-task=1", f"--output={out}",
-                        str(GPU_SLURM), python, *_PRETRAIN, "--workdir", str(mp_dir)],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-  log = out.read_text() if out.exists() else ""
-  assert job.returncode == 0, (job, log[-5000:], slurm_cluster.logs())
-  job_id = job.stdout.strip()
-  ref_out, _ = ref.communicate(timeout=900)
-  assert ref.returncode == 0, ref_out[-5000:]
+  try:
+    env = slurm_cluster.job_env(child_env())
+    python = sys.executable
+    if sys.prefix != sys.base_prefix:
+      # The launcher activates this test's virtualenv, as BERT_JAX_VENV asks: `python` is found
+      # through the activation alone.
+      env["BERT_JAX_VENV"] = sys.prefix
+      venv_bin = os.path.join(sys.prefix, "bin")
+      env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != venv_bin)
+      python = "python"
+    mp_dir = tmp_path / "two_tasks"
+    out = tmp_path / "job.out"
+    # The script's #SBATCH defaults are for GPU nodes: one CPU node of 2 tasks here.
+    job = subprocess.run([_slurm_program("sbatch"), "--wait", "--parsable", "--nodes=1",
+                          "--ntasks-per-node=2", "--gpus-per-node=0", "--cpus-per-task=1",
+                          f"--output={out}", str(GPU_SLURM), python, *_PRETRAIN, "--workdir",
+                          str(mp_dir)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    log = out.read_text() if out.exists() else ""
+    assert job.returncode == 0, (job, log[-5000:], slurm_cluster.logs())
+    job_id = job.stdout.strip()
+    ref_out, _ = ref.communicate(timeout=900)
+    assert ref.returncode == 0, ref_out[-5000:]
+  finally:
+    if ref.poll() is None:
+      ref.kill()
+      ref.wait()
 
   lines = log.splitlines()
   assert lines[0].startswith(f"gpu_slurm: job {job_id} on 1 node(s) ({slurm_cluster.host}): "
@@ -289,6 +306,33 @@ def test_gpu_slurm_two_tasks_match_one_process(slurm_cluster, tmp_path):
              for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)))
   assert diff <= 1e-5, diff
   print(f"SLURM job and the one-process run: {time.time() - start:.0f} s")
+
+
+@pytest.mark.slow
+def test_gpu_slurm_stops_every_task_when_one_fails(slurm_cluster, tmp_path):
+  # Task 1 fails at once; task 0 would sleep for two minutes.
+  out = tmp_path / "job.out"
+  start = time.time()
+  job = subprocess.run(
+      [_slurm_program("sbatch"), "--wait", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0",
+       "--cpus-per-task=1", f"--output={out}", str(GPU_SLURM), sys.executable, "-c",
+       "import os, sys, time; print('up', flush=True); "
+       "sys.exit(3) if os.environ['SLURM_PROCID'] == '1' else time.sleep(120)"],
+      cwd=ROOT, env=slurm_cluster.job_env(child_env()), capture_output=True, text=True,
+      timeout=300)
+  log = out.read_text()
+  assert job.returncode != 0, (job, log)
+  assert time.time() - start < 90, log
+  assert "0: up" in log and "1: up" in log, log
+
+
+def test_gpu_slurm_outside_a_job_says_how_to_submit():
+  env = {k: v for k, v in child_env().items() if not k.startswith("SLURM_")}
+  res = subprocess.run([str(GPU_SLURM), "python", "-V"], env=env, capture_output=True, text=True)
+  assert res.returncode == 2, res
+  assert "not inside a SLURM job; submit with: sbatch launch/gpu_slurm.sh CMD" in res.stderr
+  res = subprocess.run([str(GPU_SLURM)], env=env, capture_output=True, text=True)
+  assert res.returncode == 2 and "Usage: sbatch [SBATCH OPTIONS] launch/gpu_slurm.sh" in res.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -403,7 +447,8 @@ _WORKER_PYTHON3 = r'''#!/usr/bin/env bash
 if [[ $1 == -m && $2 == venv ]]; then
   mkdir -p "$3/bin"
   venv=$(cd "$3" && pwd)
-  printf 'export VIRTUAL_ENV=%q\nexport PATH="$VIRTUAL_ENV/bin:$PATH"\n' "$venv" > "$venv/bin/activate"
+  printf 'export VIRTUAL_ENV=%q\nexport PATH="$VIRTUAL_ENV/bin:$PATH"\n' "$venv" \
+    > "$venv/bin/activate"
   printf '#!/usr/bin/env bash\necho "$PWD: pip $*" >> "$HOME/pip.log"\n' > "$venv/bin/pip"
   printf '#!/usr/bin/env bash\nexec %q "$@"\n' "$REAL_PYTHON" > "$venv/bin/python"
   chmod +x "$venv/bin/pip" "$venv/bin/python"
@@ -569,20 +614,20 @@ def test_tpu_pod_runtime_version_of_each_accelerator(tmp_path, accelerator, vers
   assert res.returncode == 0 and _tpu_calls(calls)[-1][-1] == "--version=my-runtime", res
 
 
-@pytest.mark.parametrize("args, zone, message", [
-    (("create", "pod", "--zone", "z"), None, "create needs --accelerator (e.g. v4-32)"),
-    (("create", "pod", "--zone", "z", "--accelerator", "v3-8"), None,
+@pytest.mark.parametrize("args, message", [
+    (("create", "pod", "--zone", "z"), "create needs --accelerator (e.g. v4-32)"),
+    (("create", "pod", "--zone", "z", "--accelerator", "v3-8"),
      "no default --version for accelerator 'v3-8'; pass --version"),
-    (("run", "pod", "--zone", "z"), None, "run needs a command after --"),
-    (("run", "pod", "--zone", "z", "python"), None,
+    (("run", "pod", "--zone", "z"), "run needs a command after --"),
+    (("run", "pod", "--zone", "z", "python"),
      "unknown option 'python' (commands go after --)"),
-    (("start", "pod"), None, "unknown action 'start'"),
-    (("run", "pod", "--", "true"), None, "no zone: pass --zone"),
-    (("run",), None, "Usage: launch/tpu_pod.sh ACTION NAME"),
+    (("start", "pod"), "unknown action 'start'"),
+    (("run", "pod", "--", "true"), "no zone: pass --zone"),
+    (("run",), "Usage: launch/tpu_pod.sh ACTION NAME"),
 ])
-def test_tpu_pod_refuses_in_one_line_before_any_change(tmp_path, args, zone, message):
+def test_tpu_pod_refuses_in_one_line_before_any_change(tmp_path, args, message):
   gcloud = FakeGcloud(tmp_path)
-  res, calls = gcloud.pod(*args, zone=zone)
+  res, calls = gcloud.pod(*args)
   assert res.returncode == 2 and message in res.stderr, res
   assert not [c for c in _tpu_calls(calls) if c[0] != "describe"], calls
 
