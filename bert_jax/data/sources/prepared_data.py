@@ -143,7 +143,22 @@ def read_info(prepared_dir: str) -> dict:
 
 
 def list_shards(data_config) -> list[shard_spec.ShardSpec]:
-  """The parts of config.data.prepared_dir as shards (validated: every part present)."""
+  """The parts of config.data.prepared_dir as shards (validated: every part present and, on a
+  local disk, whole)."""
+  shards = _listed(data_config)
+  check_shards(shards, data_config)
+  return shards
+
+
+def check_shards(shards: list[shard_spec.ShardSpec], data_config) -> None:
+  """Refuses a part of `shards` that is cut short (a local part's zip directory read)."""
+  del data_config
+  for shard in shards:
+    _check_whole(shard.name)
+
+
+def _listed(data_config) -> list[shard_spec.ShardSpec]:
+  """The parts as shards (every part present), no part opened."""
   d = data_config.prepared_dir
   if not d:
     raise ValueError("config.data.source='prepared' needs config.data.prepared_dir")
@@ -154,7 +169,6 @@ def list_shards(data_config) -> list[shard_spec.ShardSpec]:
     if not epath.Path(path).exists():
       raise FileNotFoundError(f"config.data.prepared_dir: {path} is missing ({INFO_FILE} "
                               f"lists {len(info['parts'])} parts)")
-    _check_whole(path)
     shards.append(shard_spec.ShardSpec(i, path, "prepared", int(part["size"])))
   if not shards:
     raise ValueError(f"config.data.prepared_dir={d!r}: {INFO_FILE} lists no parts")
@@ -197,4 +211,4 @@ SOURCE = source_base.Source(
     name="prepared", shard_kind="prepared", list_shards=list_shards,
     describe=lambda d: f"prepared parts in {d.prepared_dir}", read_tokens=read_part,
     describe_shard=lambda shard: os.path.basename(shard.name), check_tokenizer=check_tokenizer,
-    sized_shards=True)
+    sized_shards=True, list_shards_unread=_listed, check_shards=check_shards)

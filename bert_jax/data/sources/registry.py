@@ -60,12 +60,16 @@ def of_shard(shard: shard_spec.ShardSpec) -> source_base.Source:
   return next(s for s in SOURCES.values() if s.shard_kind == shard.kind)
 
 
-def list_shards(source: source_base.Source, data_config) -> list[shard_spec.ShardSpec]:
+def list_shards(source: source_base.Source, data_config, read: bool = True
+                ) -> list[shard_spec.ShardSpec]:
   """Lists and validates the shards of the configured source.
 
   Args:
     source: config.data.source's Source (`get`, resolved once by the caller).
     data_config: the `config.data` ConfigDict.
+    read: the checks that read each shard's contents are made here (else by each host on
+      its own shards, `check_shards`; a source without `list_shards_unread` makes them here
+      either way).
 
   Returns:
     Shards in a fixed order (the same on every host).
@@ -76,7 +80,17 @@ def list_shards(source: source_base.Source, data_config) -> list[shard_spec.Shar
   if data_config.format not in raw_docs.FORMATS:
     raise ValueError(f"config.data.format={data_config.format!r}; expected one of "
                      f"{list(raw_docs.FORMATS)}")
+  if not read and source.list_shards_unread is not None:
+    return source.list_shards_unread(data_config)
   return source.list_shards(data_config)
+
+
+def check_shards(source: source_base.Source, shards: list[shard_spec.ShardSpec],
+                 data_config) -> None:
+  """The checks of `list_shards` that read contents, on `shards` (one host's) only, where
+  they were not made when listing (`list_shards(..., read=False)`)."""
+  if source.list_shards_unread is not None:
+    source.check_shards(shards, data_config)
 
 
 def read_documents(spec: shard_spec.ShardSpec, data_config) -> raw_docs.RawDocs:

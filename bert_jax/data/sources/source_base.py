@@ -56,6 +56,12 @@ class Source:
       fit (prepared: another vocab or casing than they were made with).
     sized_shards: ShardSpec.size counts bytes of text, so shuffle pools fill by size
       (else each shard fills a pool).
+    list_shards_unread: config.data -> the shards from the listing alone (names and sizes),
+      no shard's contents read; None where list_shards reads none. Used where several hosts
+      each read a share: each then checks its own shards with check_shards instead of every
+      host opening every file.
+    check_shards: (shards, config.data) -> None; list_shards' checks of contents, on these
+      shards only (with list_shards_unread).
   """
   name: str
   shard_kind: str
@@ -67,6 +73,8 @@ class Source:
   check_early: Callable[[Any], None] = _nothing
   check_tokenizer: Callable[[Any, Any], None] = _nothing
   sized_shards: bool = False
+  list_shards_unread: Optional[Callable[[Any], list[shard_spec.ShardSpec]]] = None
+  check_shards: Callable[[list[shard_spec.ShardSpec], Any], None] = _nothing
 
   def __post_init__(self):
     if (self.read is None) == (self.read_tokens is None):

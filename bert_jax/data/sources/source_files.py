@@ -8,7 +8,8 @@ document start (a blank line; a newline for document_per_line), so a block is ad
 from the file's size alone, with no index and no scan. A .gz file is one shard.
 
 Listing validates up front: a glob that matches nothing, a missing or unreadable file, a
-binary file, a truncated .gz, a corpus whose files are all empty.
+binary file, a truncated .gz, a corpus whose files are all empty. Where several hosts each
+read a share, the listing reads names and sizes only and each host checks its own files.
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
@@ -95,28 +96,45 @@ def check_text_file(path: str, whole_gz: bool = True) -> bool:
   return len(head) < _SNIFF_BYTES and not head.strip()
 
 
-def list_shards(data_config) -> list[shard_spec.ShardSpec]:
-  """The files' shards: a .gz file whole, a plain file in blocks of block_mb."""
+def _listed(data_config) -> list[shard_spec.ShardSpec]:
+  """Every non-empty file's shards, from names and sizes alone: a .gz file whole, a plain
+  file in blocks of block_mb."""
   if not data_config.files:
     raise ValueError("config.data.source='files' needs config.data.files (a glob)")
   block = raw_docs.block_bytes(data_config)
-  shards, files = [], []
-  for path in _expand_globs(data_config.files):
-    size = tf.io.gfile.stat(path).length
+  paths = _expand_globs(data_config.files)
+  # Sizes are requests of their own on gs://: several in flight.
+  with concurrent.futures.ThreadPoolExecutor(8) as pool:
+    sizes = list(pool.map(lambda path: tf.io.gfile.stat(path).length, paths))
+  shards = []
+  for path, size in zip(paths, sizes):
     if size == 0:
       logging.warning("skipping empty file %s", path)
       continue
-    files.append((path, size))
     n = 1 if path.endswith(".gz") else -(-size // block)
     for i in range(n):
       shards.append(shard_spec.ShardSpec(len(shards), path, "file", size if n == 1 else
                               min(block, size - i * block), block=(i, block, n) if n > 1 else ()))
   if not shards:
     raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty")
-  gz_bytes = sum(size for path, size in files if path.endswith(".gz"))
+  return shards
+
+
+def _checked(shards: list[shard_spec.ShardSpec]) -> tuple[list[str], list[str]]:
+  """(the files of `shards`, those of them only whitespace), each file checked
+  (check_text_file)."""
+  files = list(dict.fromkeys(sh.name for sh in shards))
+  gz_bytes = sum(sh.size for sh in shards if sh.name.endswith(".gz"))  # a .gz is one shard
   with concurrent.futures.ThreadPoolExecutor(4) as pool:  # zlib and file reads drop the GIL
-    blank = [f[0] for f, b in zip(files, pool.map(
-        lambda f: check_text_file(f[0], whole_gz=gz_bytes <= MAX_GZ_CHECK_BYTES), files)) if b]
+    blank = [f for f, b in zip(files, pool.map(
+        lambda f: check_text_file(f, whole_gz=gz_bytes <= MAX_GZ_CHECK_BYTES), files)) if b]
+  return files, blank
+
+
+def list_shards(data_config) -> list[shard_spec.ShardSpec]:
+  """The files' shards (_listed), every file checked; files of only whitespace left out."""
+  shards = _listed(data_config)
+  files, blank = _checked(shards)
   if len(blank) == len(files):  # was: a TensorFlow traceback from the input pipeline
     raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty or "
                      "only whitespace")
@@ -124,6 +142,15 @@ def list_shards(data_config) -> list[shard_spec.ShardSpec]:
     logging.warning("skipping %s: only whitespace", path)
   kept = [sh for sh in shards if sh.name not in blank]
   return [dataclasses.replace(sh, index=i) for i, sh in enumerate(kept)] if blank else shards
+
+
+def check_shards(shards: list[shard_spec.ShardSpec], data_config) -> None:
+  """list_shards' checks of contents on one host's shards (of `_listed`, where each host
+  reads a share). A file of only whitespace stays a shard there, one without documents:
+  leaving it out would change every host's shard list, and knowing it needs every file read."""
+  del data_config
+  for path in _checked(shards)[1]:
+    logging.warning("%s holds only whitespace: no documents", path)
 
 
 def read(spec: shard_spec.ShardSpec, data_config) -> raw_docs.RawDocs:
@@ -178,4 +205,5 @@ def describe_shard(spec: shard_spec.ShardSpec) -> str:
 SOURCE = source_base.Source(
     name="files", shard_kind="file", list_shards=list_shards,
     describe=lambda d: f"files {d.files}", read=read, describe_shard=describe_shard,
-    check_early=lambda d: check_local_globs(d.files), sized_shards=True)
+    check_early=lambda d: check_local_globs(d.files), sized_shards=True,
+    list_shards_unread=_listed, check_shards=check_shards)

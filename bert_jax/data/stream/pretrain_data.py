@@ -50,12 +50,17 @@ where TensorFlow imports and python where it does not; only
 source='prepared' needs no TensorFlow (optional_tensorflow.py: raw text
 sources are refused up front, in one line, on such a host).
 
-Hosts read disjoint data: with at least as many shards as hosts, host h takes
-shards h, h + P, ...; otherwise every host reads every shard and takes every
-P-th document (of the training and of the held-out documents separately).
-With `host_invariant_stream`, every host builds the stream of one host (the whole
-global batch) and keeps its own rows of each batch instead: the stream is then the
-same for any number of hosts.
+Hosts read disjoint data, and only their own (stream_plan.host_share): with at least
+as many shards as hosts, host h reads shards h, h + P, ...; with S < P shards, host h
+reads shard h mod S alone and takes its share of that shard's documents with the
+other hosts that read it (of the training and of the held-out documents
+separately). With several hosts the shards are listed without reading them and each
+host checks only its own (source_base.Source.list_shards_unread), so no host opens a
+file it takes nothing from, at start-up or later. With `host_invariant_stream`, every
+host builds the stream of one host (the whole global batch) and keeps its own rows of
+each batch instead: the stream is then the same for any number of hosts, and by design
+every host reads and tokenizes the whole corpus (what one host would read), so it
+suits a corpus that one host can read at the pace of the whole job.
 Every `eval_every_nth_document`-th document of each shard is held out for
 `eval_iterator`.
 """
@@ -174,7 +179,8 @@ def _stream_hosts(host_invariant: bool, process_index: int, process_count: int,
   host count the stream is built for).
 
   With host_invariant_stream every host builds the whole global batch and keeps its rows:
-  the stream is then the same for any process count (exact replays across host counts).
+  the stream is then the same for any process count (exact replays across host counts), and
+  every host reads the whole corpus, as one host would.
   """
   if not host_invariant:
     return None, process_index, process_count
@@ -232,23 +238,29 @@ class PretrainData:
     _check_hosts(global_batch_size, process_index, process_count)
     self.source = source_registry.get(c.source) if source is None else source
     self.tokenizer = _checked_tokenizer(c, self.source)
-    shards = source_registry.list_shards(self.source, c)
+    self.per_host_batch_size = global_batch_size // process_count
+    self._host_rows, process_index, process_count = _stream_hosts(
+        c.host_invariant_stream, process_index, process_count, self.per_host_batch_size)
+    # A host that reads a share lists the shards without reading them and checks only its
+    # own: listing checks that open every file would read the corpus on every host.
+    shares = process_count > 1
+    shards = source_registry.list_shards(self.source, c, read=not shares)
     self.source.check_tokenizer(c, self.tokenizer)
 
     self.vocab_size = self.tokenizer.vocab_size
     self.vocab_file = self.tokenizer.vocab_file
     self.lowercase = self.tokenizer.lowercase
     self.has_pairs = c.mode in PAIR_MODES
-    self.per_host_batch_size = global_batch_size // process_count
-    self._host_rows, process_index, process_count = _stream_hosts(
-        c.host_invariant_stream, process_index, process_count, self.per_host_batch_size)
     # Rows of each batch the stream builds (the global batch with host_invariant_stream).
     self._stream_batch_size = global_batch_size // process_count
     self.seq_len = seq_len
     self.seed = seed
     self.process_index, self.process_count = process_index, process_count
-    self._docs_by_host = len(shards) < process_count
-    self._shards = shards if self._docs_by_host else shards[process_index::process_count]
+    positions, self._doc_share = stream_plan.host_share(len(shards), process_index,
+                                                        process_count)
+    self._shards = [shards[i] for i in positions]
+    if shares:
+      source_registry.check_shards(self.source, self._shards, c)
     self._mask_spec = _masking_spec(c, self.tokenizer)
     self._keys = {name: stateless_random.root_key(seed, name)
                   for name in ("order", "shuffle", "nsp", "mask", "evalmask")}
@@ -258,9 +270,10 @@ class PretrainData:
     self._lock = threading.Lock()
     self._counted = set()  # (shard, split) whose stats are counted (shards are read per epoch)
     self._failure = None
-    logging.info("pretraining data: %d shard(s) for host %d/%d (%s), mode %s%s", len(self._shards),
-                 process_index, process_count,
-                 "documents by host" if self._docs_by_host else "shards by host", c.mode,
+    logging.info("pretraining data: %d of %d shard(s) for host %d/%d (%s), mode %s%s",
+                 len(self._shards), len(shards), process_index, process_count,
+                 "shards by host" if self._doc_share[1] == 1 else
+                 f"every {self._doc_share[1]}th document of the shard", c.mode,
                  ", packed" if c.packing else "")
 
   # -- Tokenized shards -----------------------------------------------------------
@@ -274,9 +287,7 @@ class PretrainData:
     c = self._config
     select = functools.partial(shard_tokens.select_docs, split=split,
                                every_nth=c.eval_every_nth_document,
-                               docs_by_host=self._docs_by_host,
-                               process_index=self.process_index,
-                               process_count=self.process_count)
+                               share=self._doc_share)
     return shard_tokens.tokenized_shard(
         shard, split, data_config=c, tokenizer=self.tokenizer, seq_len=self.seq_len,
         has_pairs=self.has_pairs, select=select,
@@ -347,10 +358,13 @@ class PretrainData:
   # -- Streams ----------------------------------------------------------------------
 
   def _no_rows_error(self) -> ValueError:
+    part, parts = self._doc_share
+    share = (f" (this host's share: every {parts}th document from the {part}th; fewer shards "
+             f"than hosts)" if parts > 1 else "")
     return ValueError(
         f"no training examples for host {self.process_index}/{self.process_count}: the "
         f"{len(self._shards)} shard(s) of config.data.source={self._config.source!r} hold no "
-        f"document with tokens (after holding out every "
+        f"document with tokens{share} (after holding out every "
         f"{self._config.eval_every_nth_document}th document)")
 
   def _locate(self, rows: int) -> tuple[int, int, int]:

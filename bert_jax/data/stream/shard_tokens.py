@@ -105,16 +105,16 @@ def tokenize(tokenizer, sentences: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
           np.concatenate([k for _, k in parts]).astype(np.int64))
 
 
-def select_docs(num_docs: int, split: str, every_nth: int, docs_by_host: bool,
-                process_index: int, process_count: int) -> np.ndarray:
+def select_docs(num_docs: int, split: str, every_nth: int, share: tuple[int, int] = (0, 1)
+                ) -> np.ndarray:
   """The documents of `split` ('train' or 'eval': every `every_nth`-th is held out) of a shard
-  of `num_docs`; with docs_by_host (fewer shards than processes) this process's share."""
+  of `num_docs`; of those, every share[1]-th from the share[0]-th (a shard that share[1]
+  hosts read: fewer shards than hosts)."""
   d = np.arange(num_docs)
   is_eval = (d % every_nth == every_nth - 1) if every_nth else np.zeros(num_docs, bool)
   docs = d[is_eval] if split == "eval" else d[~is_eval]
-  if docs_by_host:
-    docs = docs[process_index::process_count]
-  return docs
+  part, parts = share
+  return docs[part::parts]
 
 
 def tokenized_shard(shard: shard_spec.ShardSpec, split: str, *, data_config, tokenizer,

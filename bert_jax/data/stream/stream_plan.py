@@ -1,10 +1,28 @@
-"""Where a host's training stream goes: each epoch's pools of shards, and the pool and row of
-any position (what a resume skips to). Pure functions of the shard list, the keys and, for
-positions, the rows each pool holds."""
+"""Where a host's training stream goes: its share of the shards, each epoch's pools of them,
+and the pool and row of any position (what a resume skips to). Pure functions of the shard
+list, the hosts, the keys and, for positions, the rows each pool holds."""
 from typing import Callable, Sequence
 
 from bert_jax.data.sources import shard_spec
 from bert_jax.data.stream import stateless_random
+
+
+def host_share(num_shards: int, process_index: int, process_count: int
+               ) -> tuple[list[int], tuple[int, int]]:
+  """The shards one host reads (positions in the source's list) and its share of their
+  documents, (part, parts): every parts-th training (and held-out) document from the part-th.
+
+  With at least as many shards as hosts, host h reads shards h, h + P, ... whole. With fewer,
+  host h reads one shard, h mod S, and takes its share of that shard's documents with the
+  other hosts that read it (h, h + S, ...): so no host opens a shard it takes nothing from (a
+  host reading the whole corpus every epoch is what costs on a pod), and the hosts' documents
+  are still disjoint and together the whole corpus. One shard and P hosts: host h takes
+  documents h, h + P, ...
+  """
+  if num_shards >= process_count:
+    return list(range(process_index, num_shards, process_count)), (0, 1)
+  shard = process_index % num_shards
+  return [shard], (process_index // num_shards, len(range(shard, process_count, num_shards)))
 
 
 def epoch_plan(shards: Sequence[shard_spec.ShardSpec], order_key, process_index: int,
