@@ -49,7 +49,8 @@ def _marker(f: int, d: int) -> str:
 
 
 def _write_corpus(folder, num_files, docs_per_file, seed=0):
-  """Google-layout files; returns the training documents {(file, doc)}."""
+  """Google-layout files; returns the training documents {(file, doc)} (the held-out ones are
+  every _EVERY_NTH_EVAL-th of each file)."""
   rng = random.Random(seed)
   folder.mkdir()
   train = set()
@@ -135,6 +136,14 @@ def _check_partition(shares, train):
   assert all(shares), "a host without documents"
 
 
+def _held_out_documents(cfg, host, hosts):
+  """The held-out documents a host's eval batches draw from: the eval stream cycles through
+  them, so enough rows for one pass (at most 4 a document) give the set."""
+  held_out = FEW_FILES["num_files"] * FEW_FILES["docs_per_file"] // _EVERY_NTH_EVAL
+  data = _host(cfg, host, hosts, rows_per_host=16)
+  return set(_documents(data, data.eval_iterator((4 * held_out // hosts + 40) // 16 + 1)))
+
+
 # The fast tier takes 16 hosts on the few files (1.4 s); the rest take 6-60 s each here.
 @pytest.mark.parametrize("corpus,hosts", [
     ("few", 16), pytest.param("many", 1, marks=pytest.mark.slow),
@@ -145,6 +154,11 @@ def test_hosts_draw_on_disjoint_documents_that_cover_the_corpus(corpora, corpus,
   files, vocab, train = corpora[corpus]
   cfg = _config(files, vocab)
   _check_partition([_epoch_documents(_host(cfg, h, hosts)) for h in range(hosts)], train)
+  if corpus == "few" and hosts == 16:  # the held-out documents are shared out the same way
+    held = [_held_out_documents(cfg, h, hosts) for h in range(hosts)]
+    assert sum(map(len, held)) == len(set().union(*held))
+    assert set().union(*held) == {(f, d) for f in range(FEW_FILES["num_files"])
+                                  for d in range(FEW_FILES["docs_per_file"])} - train
 
 
 class _Reads:
