@@ -1,25 +1,72 @@
 """Optimizers (BERT's AdamW, LAMB) and learning-rate schedules with optax."""
 import math
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-# Parameter leaf names that take weight decay; LayerNorm scales and all biases do not.
+# Parameter leaf names that take weight decay and LAMB's trust ratio; LayerNorm scales and all
+# biases take neither, as in BERT's AdamW and the TF Model Garden's and NVIDIA apex's LAMB.
 _DECAYED_LEAVES = ("kernel", "embedding")
 
 
-def _leaf_name(path) -> str:
+def _path_names(path) -> list[str]:
   names = [getattr(k, "key", getattr(k, "name", None)) for k in path]
-  names = [n for n in names if isinstance(n, str) and n != "value"]
+  return [n for n in names if isinstance(n, str) and n != "value"]  # 'value': a boxed leaf
+
+
+def _leaf_name(path) -> str:
+  names = _path_names(path)
   return names[-1] if names else ""
+
+
+def _decayed(path) -> bool:
+  return _leaf_name(path) in _DECAYED_LEAVES
+
+
+def _stacked(path) -> bool:
+  """True under scanned layers (`encoder/layers`, model.stack_layers): one leaf holds every
+  layer, the layer index its leading axis."""
+  names = _path_names(path)
+  return any(a == "encoder" and b == "layers" for a, b in zip(names, names[1:]))
 
 
 def decay_mask(params: Any) -> Any:
   """True where weight decay applies: kernels and embeddings, not LayerNorm or biases."""
-  return jax.tree_util.tree_map_with_path(lambda p, _: _leaf_name(p) in _DECAYED_LEAVES, params)
+  return jax.tree_util.tree_map_with_path(lambda p, _: _decayed(p), params)
+
+
+def _norm(x: jax.Array, axes: Optional[tuple[int, ...]]) -> jax.Array:
+  x = x.astype(jnp.promote_types(x.dtype, jnp.float32))  # bfloat16 sums lose the small terms
+  return jnp.sqrt(jnp.sum(jnp.square(x), axis=axes, keepdims=True))
+
+
+def scale_by_layer_trust_ratio() -> optax.GradientTransformation:
+  """LAMB's layer adaptation: each layer's update times ||w|| / ||update|| (1 if either is 0).
+
+  A layer is one leaf, or one slice of a scanned layers' leaf: there the norms are over all
+  axes but the leading layer axis, so unrolled and scanned layers get the same ratios
+  (`optax.scale_by_trust_ratio` takes one norm over the whole stack). Leaves without weight
+  decay (`decay_mask`: LayerNorm, biases) keep their update unscaled.
+  """
+  def update(updates, state, params=None):
+    if params is None:
+      raise ValueError("scale_by_layer_trust_ratio needs the params")
+
+    def scale(path, u, w):
+      if not _decayed(path):
+        return u
+      axes = tuple(range(1, u.ndim)) if _stacked(path) else None
+      w_norm, u_norm = _norm(w, axes), _norm(u, axes)  # [layers, 1, ...] or [1, ...]
+      ratio = jnp.where((w_norm > 0) & (u_norm > 0),
+                        w_norm / jnp.where(u_norm > 0, u_norm, 1.0), 1.0)
+      return u * ratio.astype(u.dtype)
+
+    return jax.tree_util.tree_map_with_path(scale, updates, params), state
+
+  return optax.GradientTransformation(optax.init_empty_state, update)
 
 
 # Learning-rate shapes after the linear warmup.
@@ -93,11 +140,12 @@ def make_optimizer(opt: Any, learning_rate: float, warmup_steps: int,
                        weight_decay=opt.weight_decay, mask=decay_mask, mu_dtype=mu_dtype)
   elif opt.name == "lamb":
     # LAMB (You et al. 2019): Adam direction + decoupled decay, scaled per layer by
-    # the trust ratio ||w|| / ||update||, as in the large-batch BERT recipe.
+    # the trust ratio ||w|| / ||update|| (not LayerNorm or biases), as in the large-batch
+    # BERT recipe.
     core = optax.chain(
         optax.scale_by_adam(b1=opt.b1, b2=opt.b2, eps=opt.eps, mu_dtype=mu_dtype),
         optax.add_decayed_weights(opt.weight_decay, mask=decay_mask),
-        optax.scale_by_trust_ratio(),
+        scale_by_layer_trust_ratio(),
         optax.scale_by_learning_rate(schedule))
   else:
     raise ValueError(f"optimizer.name {opt.name!r} not in ['adamw', 'lamb']")
@@ -125,7 +173,7 @@ def layerwise_scales(params: Any, num_layers: int, decay: float) -> Any:
     keys = [getattr(k, "key", "") for k in path]
     if "embeddings" in keys:
       return decay ** (num_layers + 1)
-    if "layers" in keys:  # scan layout: leading axis is the layer index
+    if _stacked(path):
       factors = decay ** (num_layers - np.arange(num_layers, dtype=np.float32))
       return jnp.asarray(factors.reshape((num_layers,) + (1,) * (len(leaf.shape) - 1)))
     for k in keys:
