@@ -31,6 +31,7 @@ import ml_collections
 from ml_collections import config_flags
 
 from bert_jax.runtime import distributed
+from bert_jax.runtime import peer_processes
 from bert_jax.runtime import python_gc
 from bert_jax.runtime import startup  # first: quiet start-up  # pylint: disable=g-bad-import-order
 
@@ -335,11 +336,18 @@ def exit_program(main: Callable[[], Any]) -> None:
     status = main()
   except SystemExit as e:
     status = e.code
+  except BaseException:
+    peer_processes.settle_before_failing()
+    peer_processes.record_exit(1)
+    raise
   if status is None:
     status = 0
   elif not isinstance(status, int):
+    peer_processes.settle_before_failing()
     print(status, file=sys.stderr)
     status = 1
+  # The other processes of a multi-process run tell a finished process from a lost one.
+  peer_processes.record_exit(status)
   if status:
     sys.stdout.flush()
     sys.stderr.flush()

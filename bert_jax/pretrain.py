@@ -77,7 +77,6 @@ def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer
   # -- Abstract model, objective, optimizer --------------------------------------
   setup = pretrain_setup.build(config, data.vocab_size, data.tokenizer.inv_vocab,
                                data.tokenizer.pad_id)
-  model_cfg = setup.model_config
 
   # -- State: resume this workdir, or start from init_checkpoint (or the params the
   # objective starts from: a distillation student from its teacher), or scratch -----
@@ -86,12 +85,28 @@ def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
   state, state_shardings, data_position = _initial_state(
       config, workdir, setup, data, mesh, rules, ckpts, config_record, is_writer)
-  start_step = int(state.step)
   beat.touch()  # _initial_state printed the header
   beat.doing("compiling the train step")
+  # From here until the end of training a signal stops the run (saved where a step has run).
+  stop = stop_signals.StopSignals()
+  try:
+    return _compile_and_loop(config, workdir, preempt_at_step, mesh, rules, is_writer, beat,
+                             data, setup, state, state_shardings, data_position, ckpts,
+                             config_record, stop)
+  finally:
+    stop.restore()  # (again, for a failed compile)
 
+
+def _compile_and_loop(config, workdir: str, preempt_at_step, mesh, rules, is_writer: bool,
+                      beat: train_log.Heartbeat, data, setup, state, state_shardings,
+                      data_position: int, ckpts, config_record: dict,
+                      stop: stop_signals.StopSignals) -> dict[str, Any]:
+  """_train from the first compile on: the steps compiled, the loop, the last checkpoint."""
+  model_cfg = setup.model_config
+  start_step = int(state.step)
   # -- Jitted steps (frozen params, a distillation teacher, are an input placed once) --
-  train_step, eval_step, frozen = _jitted_steps(config, setup, state, state_shardings, mesh, rules)
+  train_step, eval_step, frozen = _jitted_steps(config, setup, state, state_shardings, mesh,
+                                                rules, stop)
 
   # -- Loop ---------------------------------------------------------------------
   description = _model_description(model_cfg, data.tokenizer)  # saved with each checkpoint
@@ -108,7 +123,7 @@ def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer
 
   it = sharding.DevicePrefetch(data.train_iterator(start_position=data_position), mesh)
   step, last, failed = start_step, {}, True
-  loop = training_loop.Loop(ckpts, stop_signals.StopSignals(), config.on_nan, is_writer)
+  loop = training_loop.Loop(ckpts, stop, config.on_nan, is_writer)
   try:
     while step < config.total_steps:
       beat.doing(f"training, step {step} of {config.total_steps}")
@@ -146,7 +161,7 @@ def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer
         it.take_wait()  # a window starts here
     failed = False
   finally:
-    loop.stop.restore()
+    stop.restore()
     beat.doing(f"step {step} of {config.total_steps}, writing the last checkpoint")
     # Every writer is closed; a failed close is the run's error unless one is on its way.
     train_log.close_all((ckpts.close, logger.close), raise_first=not failed)
@@ -204,7 +219,8 @@ def _initial_state(config, workdir: str, setup, data, mesh, rules, ckpts, config
   return state, state_shardings, data_position
 
 
-def _jitted_steps(config, setup, state, state_shardings, mesh, rules):
+def _jitted_steps(config, setup, state, state_shardings, mesh, rules,
+                  stop: stop_signals.StopSignals):
   """(train step, eval step, frozen inputs); the train step compiled unless the run is done."""
   batch_shard = sharding.batch_sharding(mesh)
   frozen, frozen_shardings = (), ()
@@ -221,7 +237,8 @@ def _jitted_steps(config, setup, state, state_shardings, mesh, rules):
     # Compiled before the input pipeline starts, so that the compiler's peak memory and the
     # pipeline's first pools do not add up (peak RSS of tiny on War and Peace: 2.17 -> 1.91
     # GB, benchmarks/README). A batch of another shape is then an error, never a recompile.
-    with sharding.mesh_context(mesh, rules), stop_signals.first_compile("the train step"):
+    with sharding.mesh_context(mesh, rules), stop_signals.first_compile("the train step",
+                                                                       stop=stop):
       train_step = train_step.lower(
           state, pretrain_setup.abstract_batch(config, batch_shard), *frozen).compile()
   return train_step, eval_step, frozen

@@ -6,6 +6,7 @@ Each process cuts its rows out of the same global batches, so the run's losses a
 one process over all the devices.
 """
 import json
+import signal
 import subprocess
 import sys
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from bert_jax import finetune
+from tests.fixtures import multiprocess
 from tests.fixtures.repo import LAUNCH
 from tests.fixtures.repo import ROOT
 from tests.fixtures.repo import child_env
@@ -54,3 +56,21 @@ def test_two_process_glue_run_reaches_the_end_and_matches_one_process(
   mp, ref = losses(workdir), losses(tmp_path / "one_process")
   assert len(mp) == len(ref) >= 1
   np.testing.assert_allclose(mp, ref, atol=1e-5, rtol=0)
+
+
+def test_a_sigterm_to_one_process_stops_both_at_one_step_and_the_same_command_finishes(
+    pretrained, glue_dir, tmp_path):
+  args = ["--config", "configs/glue.py:task=mrpc", f"--config.init_checkpoint={pretrained}",
+          f"--config.data_dir={glue_dir}", "--config.log_every=1"]
+  job = multiprocess.Job("bert_jax.finetune", 2, tmp_path / "run", args)
+  job.wait_for("seed0_train step 2/")
+  job.signal(signal.SIGTERM, 1)  # process 0, which prints, hears of it from process 1
+  assert job.statuses(60) == [143, 143], job.all_text()
+  saved = job.checkpoints("finetune_checkpoints")
+  assert len(saved) == 1 and saved[0] >= 2, saved
+  assert f"SIGTERM: saved checkpoint at seed 0 step {saved[0]}" in job.text(0), job.all_text()
+  assert not (job.workdir / "eval_results.json").exists()
+
+  finished = multiprocess.Job("bert_jax.finetune", 2, job.workdir, args)
+  assert finished.statuses(900) == [0, 0], finished.all_text()
+  assert json.loads((job.workdir / "eval_results.json").read_text())["accuracy"] > 0

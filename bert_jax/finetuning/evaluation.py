@@ -61,7 +61,7 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
   pi, pc = jax.process_index(), jax.process_count()
   chunks = []
   for batch in batches:
-    if stop is not None and stop.name:
+    if stop is not None and stop.reached():
       raise EvaluationStopped(stop.name)
     if on_batch is not None:
       on_batch(len(chunks), len(batches))
@@ -116,7 +116,7 @@ def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
   # while the first batch compiles), and the same command starts again.
   try:
     with split.phase("eval"), stop_signals.first_compile(
-        doing="scoring the init checkpoint before training"):
+        doing="scoring the init checkpoint before training", stop=stop):
       results = score_eval_sets(config, predict_step, state.params, task, buckets, mesh,
                                 rules, None, stop, "zero-shot" if is_writer else None)[0]
   except EvaluationStopped:

@@ -131,7 +131,8 @@ class SeedRun:
             batch, shape = finetune_batches.train_batch(self.task.train_arrays, self.keys,
                                                         batches[index], self.pack)
             # The run's first compile: a stop signal there exits at once (nothing to save yet).
-            first = stop_signals.first_compile() if not self.compiled_lengths else None
+            first = (stop_signals.first_compile(stop=stop) if not self.compiled_lengths
+                     else None)
             self.compiled_lengths.add(shape)
             with sharding.mesh_context(self.mesh, self.rules):
               batch = sharding.host_to_global(batch, self.mesh)

@@ -14,6 +14,11 @@ adds the flags with `define_flags(flag_values)` and calls
 
 Cross-process collectives on CPU go through gloo; accelerators use their own
 interconnect (ICI, NCCL).
+
+With several processes, each one watches the others (bert_jax.runtime.peer_processes):
+a process that dies without a word is noticed once the coordination service misses its
+heartbeats for --distributed_heartbeat_timeout seconds, and every other process then
+ends with one line naming it, instead of waiting in a collective for ever.
 """
 import os
 import re
@@ -23,7 +28,13 @@ from absl import flags
 from absl import logging
 import jax
 
+from bert_jax.runtime import peer_processes
+
 _DEFAULT_TIMEOUT = 300
+# JAX's default is 100 s; a minute bounds how long the others wait for a lost process, and
+# heartbeats come from the runtime's own thread, which a busy host or a long compile does not
+# hold up.
+_DEFAULT_HEARTBEAT_TIMEOUT = 60
 
 
 def define_flags(flag_values: flags.FlagValues) -> None:
@@ -35,6 +46,9 @@ def define_flags(flag_values: flags.FlagValues) -> None:
                        flag_values=flag_values)
   flags.DEFINE_integer("distributed_timeout", _DEFAULT_TIMEOUT,
                        "Seconds to wait for every process to join.", flag_values=flag_values)
+  flags.DEFINE_integer("distributed_heartbeat_timeout", _DEFAULT_HEARTBEAT_TIMEOUT,
+                       "Seconds without a process's heartbeat before the others take it for "
+                       "lost and end.", flag_values=flag_values)
 
 
 def _launcher_with_several_processes() -> bool:
@@ -72,22 +86,45 @@ def initialize(flag_values: Optional[flags.FlagValues] = None) -> None:
   if jax.distributed.is_initialized():
     return
   coordinator = n = i = None
-  timeout = _DEFAULT_TIMEOUT
+  timeout, heartbeat = _DEFAULT_TIMEOUT, _DEFAULT_HEARTBEAT_TIMEOUT
   if flag_values is not None:
     coordinator, n, i = (flag_values[name].value
                          for name in ("coordinator_address", "num_processes", "process_id"))
     timeout = flag_values["distributed_timeout"].value
-  if coordinator or n is not None or i is not None:
+    heartbeat = flag_values["distributed_heartbeat_timeout"].value
+  if heartbeat < 1:
+    raise ValueError(f"--distributed_heartbeat_timeout must be at least 1 s, got {heartbeat}")
+  explicit = coordinator or n is not None or i is not None
+  if explicit:
     _check_flags(coordinator, n, i)
     # CPU collectives across processes go through gloo (the default in recent
     # JAX; set explicitly so it does not depend on the version).
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator, n, i, initialization_timeout=timeout)
-  elif os.environ.get("BERT_JAX_DISTRIBUTED") == "auto" or _launcher_with_several_processes():
-    jax.distributed.initialize(initialization_timeout=timeout)
+  if explicit or os.environ.get("BERT_JAX_DISTRIBUTED") == "auto" or (
+      _launcher_with_several_processes()):
+    _keep_going_when_a_process_is_lost()
+    jax.distributed.initialize(*((coordinator, n, i) if explicit else ()),
+                               initialization_timeout=timeout,
+                               heartbeat_timeout_seconds=heartbeat)
+    if jax.process_count() > 1:
+      peer_processes.Watchdog(heartbeat)
   _check_platform()
   logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
+
+
+def _keep_going_when_a_process_is_lost() -> None:
+  """The runtime answers which processes are alive instead of aborting this one.
+
+  Without it the coordination service ends every other process with a fatal error and a
+  long stack trace when one is lost; with it, Watchdog ends them with one line naming the
+  lost process. (Set before jax.distributed starts; a JAX without the option keeps its
+  fatal error.)
+  """
+  try:
+    jax.config.update("jax_enable_recoverability", True)
+  except (AttributeError, KeyError):
+    pass
 
 
 def _check_platform() -> None:

@@ -1,22 +1,31 @@
 """SIGTERM (preemption) and SIGINT (Ctrl-C) ask a training loop to save and stop.
 
-Both entry points (bert_jax.pretrain, bert_jax.finetune) check `StopSignals.name` before
-each step: once a signal has arrived they save a checkpoint, wait for it, print where it
-is and return; the same command resumes. The program then exits with 128 + the signal's
-number (SIGTERM 143, SIGINT 130), as a shell reports a process the signal ended: a job
-controller that restarts failed jobs (Kubernetes' OnFailure, Slurm's requeue) restarts a
-preempted run instead of taking it for finished.
+Both entry points (bert_jax.pretrain, bert_jax.finetune) call `StopSignals.reached()` before
+each step (and fine-tuning before each evaluation batch): once a signal has arrived they save
+a checkpoint, wait for it, print where it is and return; the same command resumes. In a
+multi-process run a signal that reaches any process stops every process at the same check
+(bert_jax.runtime.peer_processes.StopAgreement), so that they save one checkpoint together.
+The program then exits with 128 + the signal's number (SIGTERM 143, SIGINT 130), as a
+shell reports a process the signal ended: a job controller that restarts failed jobs
+(Kubernetes' OnFailure, Slurm's requeue) restarts a preempted run instead of taking it for
+finished.
 
 A signal during the first compile (`first_compile`) cannot wait for the next step: XLA's
 compiler holds the main thread in C++ for tens of seconds, and Python runs a signal handler
 only once it returns. Nothing has been trained then, so the program says so and exits at
 once with the same status.
 """
+import itertools
 import os
 import signal
 import sys
 import threading
 from typing import Optional
+
+from bert_jax.runtime import peer_processes
+
+# Numbers the agreements of one process, so that each run's keys are its own.
+_GENERATIONS = itertools.count(1)
 
 
 def exit_status(signal_name: str) -> int:
@@ -25,14 +34,21 @@ def exit_status(signal_name: str) -> int:
 
 
 class StopSignals:
-  """Installs the handlers; `name` is the signal that arrived ('SIGTERM' / 'SIGINT'), None before.
+  """Installs the handlers; `name` is the signal that stops the run ('SIGTERM' / 'SIGINT').
 
-  A second Ctrl-C while the checkpoint is being saved interrupts at once. `restore()` puts
-  the previous handlers back.
+  In one process `name` is the signal that arrived, None before. In a multi-process run it is
+  the first signal any process received, set on every process when `reached()` first says
+  True. A second Ctrl-C while the checkpoint is being saved interrupts at once. `restore()`
+  puts the previous handlers back; in a multi-process run a signal after that (the last
+  checkpoint and the export, collective and seconds long) is noted and the run finishes,
+  since a process that left would leave the others waiting.
   """
 
   def __init__(self):
     self.name = None
+    self._agreement = None
+    if peer_processes.client() is not None:
+      self._agreement = peer_processes.StopAgreement(next(_GENERATIONS))
     # A signal the process was started to ignore (SIGINT of a `nohup` or `cmd &` job) stays so.
     self._previous = {sig: signal.signal(sig, self._handle)
                       for sig in (signal.SIGTERM, signal.SIGINT)
@@ -43,10 +59,40 @@ class StopSignals:
     if signum == signal.SIGINT and self.name == "SIGINT":
       raise KeyboardInterrupt
     self.name = signal.Signals(signum).name
+    if self._agreement is not None:  # (a handler must not wait on the network)
+      threading.Thread(target=self._agreement.post, args=(self.name,), daemon=True).start()
+
+  def reached(self) -> bool:
+    """Whether the run stops here: a signal arrived (in one process), or this is the check
+    every process agreed on (in several); the caller saves, then stops."""
+    if self._agreement is None:
+      return self.name is not None
+    if self._agreement.reached():
+      self.name = self._agreement.name
+      return True
+    return False
+
+  def post_exit(self, name: str) -> None:
+    """This process ends at once on `name` before its first step: the others end too."""
+    if self._agreement is not None:
+      peer_processes.record_exit(exit_status(name))
+      self._agreement.post(name, exited=True)
 
   def restore(self) -> None:
+    if self._agreement is not None:
+      self._agreement.close()
+      for sig in self._previous:
+        signal.signal(sig, _after_training)
+      return
     for sig, handler in self._previous.items():
       signal.signal(sig, handler)
+
+
+def _after_training(signum, frame) -> None:
+  """A multi-process run's handler once training is over: the run finishes its writes."""
+  del frame
+  print(f"{signal.Signals(signum).name} after the last step: finishing the last checkpoint "
+        "and the export (collective, seconds), then exiting", file=sys.stderr, flush=True)
 
 
 NOTHING_TRAINED = ("before the first step: nothing trained yet to save; exiting (the same "
@@ -74,11 +120,13 @@ class first_compile:  # pylint: disable=invalid-name
     doing: the message's whole phrase for a block that does more than compile (the zero-shot
       scoring before the first step: its first batch compiles, the others run), instead of
       'compiling {what}'.
+    stop: the run's StopSignals, in a multi-process run: the other processes end too (they
+      cannot train a step without this one).
   """
 
   def __init__(self, what: str = "the train step", lost: str = NOTHING_TRAINED,
-               doing: Optional[str] = None):
-    self.doing, self.lost = doing or f"compiling {what}", lost
+               doing: Optional[str] = None, stop: Optional[StopSignals] = None):
+    self.doing, self.lost, self.stop = doing or f"compiling {what}", lost, stop
     self._active = False
 
   def __enter__(self):
@@ -123,6 +171,8 @@ class first_compile:  # pylint: disable=invalid-name
       if self._done:
         return
       self._done = True
+      if self.stop is not None:
+        self.stop.post_exit(name)
       print(f"{name}: stopped while {self.doing}, {self.lost}", flush=True)
       for stream in (sys.stdout, sys.stderr):
         try:

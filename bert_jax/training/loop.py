@@ -46,9 +46,10 @@ class Loop:
     self._checked: Optional[tuple[int, int]] = None  # (step, steps skipped) checked last
 
   def stop_requested(self, preempt: bool = False) -> bool:
-    """Whether a stop signal arrived (or `preempt`, a test's SIGTERM): the caller saves,
-    then calls `stopped`."""
-    if self.stop.name or preempt:
+    """Whether the run stops before this step: a stop signal arrived (in a multi-process run,
+    this is the step every process agreed on), or `preempt`, a test's SIGTERM. The caller
+    saves, then calls `stopped`. Called once before each step, on every process."""
+    if self.stop.reached() or preempt:
       self.stopped_by = self.stop.name or "SIGTERM"
     return self.stopped_by is not None
 

@@ -1,0 +1,252 @@
+"""The other processes of a multi-process run: one stop step agreed by all, and a lost one noticed.
+
+A pod's hosts get their preemption notice (SIGTERM) at different moments, and a Ctrl-C may
+reach one process of a local job alone. A process that saved on its own signal while the
+others went on to the next step's collectives would wait for them for ever, and they for it.
+So a signal is first made known to every process through the JAX coordination service (the
+key-value store on process 0 that `jax.distributed` starts), and the processes agree on a
+point that none of them has passed yet, as JAX's preemption sync point does
+(`multihost_utils.reached_preemption_sync_point`, the XLA PreemptionSyncManager): each
+reports how many stop checks it has made, they meet at a barrier, and all stop at the next
+check after the largest count. JAX's own sync point is not used because it listens to SIGTERM
+alone, through a C handler that any Python SIGTERM handler replaces, and does not say which
+signal came: a Ctrl-C (SIGINT) and the exit status every process must share need this one.
+Until a signal arrives nothing crosses the network on the step's path: a check takes a lock.
+
+A process that dies without a word (SIGKILL, an OOM kill, a lost host) stops sending the
+coordination service its heartbeats. `Watchdog` asks the service which processes are alive
+(`get_live_nodes`, answered once every live process has asked, or a missing one's heartbeat
+has timed out) and ends this process with one line naming the lost one, instead of leaving
+it waiting in a collective for ever or dying later in the runtime's own fatal error.
+A process that ends in order first records its exit status (`record_exit`), so that the
+others tell a finished process from a lost one.
+"""
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Optional
+
+# Every key this module writes in the coordination service's store starts with this.
+_PREFIX = "bert_jax/"
+# How long the watchdog waits between two questions to the service.
+_WATCH_INTERVAL_SECONDS = 2.0
+# How long a listener blocks on the store before looking whether it was closed.
+_LISTEN_MS = 1000
+# The barrier of an agreement waits this long for the other processes' listeners.
+_BARRIER_MS = 600_000
+# How long process 0 waits at its exit for the others to leave.
+_LEAVE_LAST_SECONDS = 30.0
+# The status a process ends with when another was lost.
+LOST_PEER_STATUS = 1
+# This process's Watchdog, once started.
+_WATCHDOG = None
+# A notice's value starts with this when its process ended at once (nothing trained yet).
+_EXITED = "exited:"
+
+
+def client():
+  """The coordination service's client of this process, or None in a one-process run."""
+  if "jax" not in sys.modules:  # a tool that never started JAX (nor its distributed runtime)
+    return None
+  from jax._src import distributed  # pylint: disable=g-import-not-at-top
+  return distributed.global_state.client
+
+
+def _say(line: str) -> None:
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  print(line, file=sys.stderr, flush=True)
+
+
+def _end(status: int) -> None:
+  """Ends this process now (a lost peer, or one that ended before its first step)."""
+  from absl import logging  # pylint: disable=g-import-not-at-top
+  _leave_last()
+  logging.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
+def settle_before_failing() -> None:
+  """Before a multi-process program ends with an error: a lost process is named first.
+
+  An error in a collective (gloo's "connection reset by peer") says nothing of which process
+  went away; the watchdog's next round does.
+  """
+  if _WATCHDOG is not None:
+    _WATCHDOG.settle()
+    _WATCHDOG.failing = True
+
+
+def record_exit(status: int) -> None:
+  """Records this process's exit status for the others' watchdogs (no-op in one process);
+  process 0 then waits for the others to leave."""
+  c = client()
+  if c is None:
+    return
+  import jax  # pylint: disable=g-import-not-at-top
+  try:
+    c.key_value_set(f"{_PREFIX}exit/{jax.process_index()}", str(status), allow_overwrite=True)
+  except Exception:  # pylint: disable=broad-except
+    return  # the service is gone: nobody is left to tell
+  _leave_last()
+
+
+def _leave_last() -> None:
+  """On process 0, waits (at most `_LEAVE_LAST_SECONDS`) until the others have left.
+
+  Process 0 hosts the coordination service: a process still shutting down its client when
+  the service goes away fails with a fatal error, so the host of the service leaves last.
+  """
+  c = client()
+  import jax  # pylint: disable=g-import-not-at-top
+  if c is None or jax.process_index() != 0 or jax.process_count() == 1:
+    return
+  everyone = list(range(jax.process_count()))
+
+  def wait():
+    # Answered once each live process's watchdog has asked too, or it has left.
+    while set(c.get_live_nodes(everyone)) - {0}:
+      time.sleep(0.1)
+
+  waiter = threading.Thread(target=wait, daemon=True, name="leave-last")
+  waiter.start()
+  waiter.join(_LEAVE_LAST_SECONDS)
+
+
+class Watchdog:
+  """A daemon thread that ends this process when another one of the run is lost.
+
+  Args:
+    heartbeat_timeout: the service's heartbeat timeout (seconds), for the message: a lost
+      process is noticed that long after its last heartbeat, and this one ends within
+      `_WATCH_INTERVAL_SECONDS` more.
+  """
+
+  def __init__(self, heartbeat_timeout: int):
+    import jax  # pylint: disable=g-import-not-at-top
+    global _WATCHDOG
+    self._client, self._timeout = client(), heartbeat_timeout
+    self._me, self._count = jax.process_index(), jax.process_count()
+    self._rounds, self._round_done = 0, threading.Condition()
+    self.failing = False  # this process is ending with an error of its own
+    self._thread = threading.Thread(target=self._watch, daemon=True, name="peer-watchdog")
+    self._thread.start()
+    _WATCHDOG = self
+
+  def _watch(self) -> None:
+    everyone = list(range(self._count))
+    while True:
+      try:
+        live = self._client.get_live_nodes(everyone)
+      except Exception:  # pylint: disable=broad-except
+        return  # the service shut down: this process is ending
+      for process in sorted(set(everyone) - set(live)):
+        self._check_gone(process)
+      with self._round_done:
+        self._rounds += 1
+        self._round_done.notify_all()
+      time.sleep(_WATCH_INTERVAL_SECONDS)
+
+  def settle(self) -> None:
+    """Waits for a round of the watchdog that starts after now: if a process was lost (the
+    likely cause of a collective's error here), it ends this one naming it."""
+    with self._round_done:
+      first = self._rounds + 2
+      self._round_done.wait_for(lambda: self._rounds >= first,
+                                self._timeout + 3 * _WATCH_INTERVAL_SECONDS)
+
+  def _check_gone(self, process: int) -> None:
+    """Ends this process unless `process` ended in order (status 0, or an agreed stop's)."""
+    try:
+      status = int(self._client.key_value_try_get(f"{_PREFIX}exit/{process}"))
+    except Exception:  # pylint: disable=broad-except
+      status = None  # no record: it died without a word
+    if status in (0, 130, 143) or self.failing:
+      return  # (a process that fails on its own says why itself)
+    why = (f"ended with status {status} (its own output says why)" if status is not None else
+           f"stopped without a word (killed, out of memory, or its host lost; noticed after "
+           f"the {self._timeout} s heartbeat timeout)")
+    _say(f"bert_jax: process {process} of {self._count} {why}; ending process {self._me} "
+         f"too (status {LOST_PEER_STATUS}): the same command resumes from the last checkpoint")
+    _end(LOST_PEER_STATUS)
+
+
+class StopAgreement:
+  """One stop point agreed by every process, after a signal that reached any of them.
+
+  `post(name)` makes a signal known (any process, any thread); `reached()` is the check each
+  process makes at the same places in the same order (before each training step, before
+  each evaluation batch), and is True at the same check on every process. `name` is the
+  signal that stops the run, the first one any process posted.
+
+  Args:
+    generation: tells this run's keys from an earlier agreement's in the same process.
+  """
+
+  def __init__(self, generation: int):
+    import jax  # pylint: disable=g-import-not-at-top
+    self._client = client()
+    self._me = jax.process_index()
+    self._base = f"{_PREFIX}stop/{generation}/"
+    self._lock = threading.Lock()
+    self._checks = 0
+    self._stop_at: Optional[int] = None
+    self.name: Optional[str] = None
+    self._closed = False
+    self._thread = threading.Thread(target=self._listen, daemon=True, name="stop-agreement")
+    self._thread.start()
+
+  def post(self, name: str, exited: bool = False) -> None:
+    """Makes signal `name` known to every process; the first one posted wins.
+
+    Args:
+      exited: this process ends at once (nothing trained yet): the others end too.
+    """
+    try:
+      self._client.key_value_set(self._base + "notice", (_EXITED if exited else "") + name)
+    except Exception:  # pylint: disable=broad-except
+      pass  # another process posted first (the key exists), or the service is gone
+
+  def reached(self) -> bool:
+    """One check: whether every process stops here."""
+    with self._lock:
+      self._checks += 1
+      return self._stop_at is not None and self._checks >= self._stop_at
+
+  def close(self) -> None:
+    """Ends the listener (within a second); a stop not yet agreed is not waited for."""
+    self._closed = True
+
+  def _listen(self) -> None:
+    while not self._closed:
+      try:
+        notice = self._client.blocking_key_value_get(self._base + "notice", _LISTEN_MS)
+      except Exception:  # pylint: disable=broad-except
+        continue  # (not posted within the wait: ask again)
+      if notice.startswith(_EXITED):
+        name = notice[len(_EXITED):]
+        _say(f"{name}: another process stopped before the first step (nothing trained yet to "
+             f"save); process {self._me} ends too (the same command starts again)")
+        _end(128 + int(signal.Signals[name]))  # as stop_signals.exit_status
+      self._agree(notice)
+      return
+
+  def _agree(self, name: str) -> None:
+    """Reports this process's check count, meets the others, stops after the largest."""
+    with self._lock:  # no check is made until the point is set
+      try:
+        self._client.key_value_set(f"{self._base}checks/{self._me}", str(self._checks))
+        self._client.wait_at_barrier(self._base + "barrier", _BARRIER_MS)
+        counts = [int(v) for _, v in self._client.key_value_dir_get(self._base + "checks/")]
+      except Exception as e:  # pylint: disable=broad-except
+        # A process is gone (the watchdog ends this one) or the service is: no stop point.
+        _say(f"bert_jax: {name} could not be agreed with the other processes ({e}); "
+             "not stopping on it")
+        return
+      self.name = name
+      self._stop_at = max(counts) + 1
