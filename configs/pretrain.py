@@ -1,4 +1,4 @@
-r"""Pretraining configs: `configs/pretrain.py:VARIANT[,recipe=RECIPE][,phase2][,fused_attention]`.
+r"""Pretraining configs: `configs/pretrain.py:VARIANT[,recipe=RECIPE][,lamb_64k][,phase2][,fused_attention]`.
 
 VARIANT is the model size (tiny, mini, small, medium, base, large); RECIPE how it is trained
 (bert, roberta, albert, electra, deberta: the family member's pretrain_recipe in
@@ -36,6 +36,28 @@ unchanged):
 
   python -m bert_jax.pretrain --config configs/pretrain.py:base,fused_attention --workdir DIR
 
+BERT-large in 8,601 steps on a TPU pod (`lamb_64k`: You et al. 2019's LAMB at 65,536 sequences
+of 128, then 32,768 of 512, as NVIDIA's DeepLearningExamples BERT trains it; phase 2 starts from
+phase 1's checkpoint). On a v5p-512 slice (256 chips; every worker runs the same command):
+
+  python -m bert_jax.pretrain --config configs/pretrain.py:large,lamb_64k --workdir gs://B/p1 \
+      --config.data.prepared_dir=gs://B/corpus_prepared --config.model.scan_layers=True \
+      --config.optimizer.grad_accum_steps=2
+  python -m bert_jax.pretrain --config configs/pretrain.py:large,lamb_64k,phase2 \
+      --workdir gs://B/p2 --config.init_checkpoint=gs://B/p1/checkpoints \
+      --config.data.prepared_dir=gs://B/corpus_prepared --config.model.scan_layers=True \
+      --config.optimizer.grad_accum_steps=8
+
+The global batch is split over the chips (data parallel, the default mesh) and, where a chip's
+share does not fit its memory, into microbatches (optimizer.grad_accum_steps: exact
+accumulation, the same update). On v5p-512 that is 2 microbatches in phase 1 and 8 in phase 2;
+on v5e-256 (16 GiB a chip) 32 and 128. Compiled for these slices on a CPU host, phase 1 is
+estimated at about 0.7 h on v5p-512 and phase 2 at 0.3 h (benchmarks/README.md, "Large-batch BERT
+on TPU pods": memory per chip, collectives, and the assumptions). Check a slice before booking it:
+
+  python -m bert_jax.aot_compile --config configs/pretrain.py:large,lamb_64k --topology v5p-512 \
+      --config.model.scan_layers=True --config.optimizer.grad_accum_steps=2
+
 Base and large are accelerator runs (BERT-Base's 1M steps of batch 256 took Google 4 days on 16
 TPU chips); see docs/pretraining.md for meshes, pods and GPU clusters.
 
@@ -43,6 +65,8 @@ Every key is declared here (the model, optimizer and mesh sections, shared by al
 entry points, in bert_jax/training/config_sections.py); `--config.a.b=v` overrides it, an
 unknown key is an error.
 """
+import math
+
 import ml_collections
 
 from bert_jax.data.sources import raw_docs
@@ -59,6 +83,16 @@ _RECIPES = {
     "medium": (256, 500_000, 2e-4, 10_000),
     "base": (256, 1_000_000, 1e-4, 10_000),
     "large": (256, 1_000_000, 1e-4, 10_000),
+}
+
+# `lamb_64k`, per phase: (global batch, steps, peak learning rate, warmup as a fraction of the
+# steps), NVIDIA DeepLearningExamples PyTorch/LanguageModeling/BERT scripts/run_pretraining.sh
+# (train_batch_size x gradient_accumulation_steps x 8 GPUs, learning_rate, warmup_proportion,
+# train_steps and their _phase2 values); the batches are You et al. 2019's 64K/32K mixed-batch
+# setting, which trained BERT-large in 8,599 steps.
+_LAMB_64K = {
+    "phase1": (65_536, 7_038, 6e-3, 0.2843),
+    "phase2": (32_768, 1_563, 4e-3, 0.128),
 }
 
 # Keys read only in some settings (bert_jax.runtime.config_reads): a --config.KEY the run would
@@ -94,9 +128,10 @@ READ_ONLY_WHEN = {
 
 
 def get_config(arg=None):
-  """Returns the pretraining ConfigDict for `arg` = 'VARIANT[,recipe=R][,phase2][,fused_attention]'."""
+  """Returns the pretraining ConfigDict for `arg` =
+  'VARIANT[,recipe=R][,lamb_64k][,phase2][,fused_attention]'."""
   options = config_sections.parse_arg(arg, positional="variant", variant="", recipe="bert",
-                                      phase2=False, fused_attention=False,
+                                      lamb_64k=False, phase2=False, fused_attention=False,
                                       example="configs/pretrain.py:base,phase2")
   variant = options.variant
   if not variant:  # the size decides hours of compute: never a silent default
@@ -312,5 +347,31 @@ def get_config(arg=None):
     c.data.max_predictions_per_seq = 80
     c.total_steps = max(1, steps // 9)  # BERT: 90% of steps at 128, 10% at 512.
     c.warmup_steps = max(1, warmup // 10)
+
+  if options.lamb_64k:
+    # The large-batch recipe; the model, objective and data stay the variant's and recipe's.
+    batch, steps, lr, warmup_fraction = _LAMB_64K["phase2" if options.phase2 else "phase1"]
+    c.batch_size = batch
+    c.total_steps = steps
+    c.learning_rate = lr
+    # NVIDIA's PolyWarmUpScheduler warms up over warmup_proportion x steps (2,000.9 and 200.1):
+    # 2,001 and 201 steps here. After the warmup this schedule decays from the peak, NVIDIA's from
+    # peak x (1 - warmup_proportion)^0.5 (it steps down at the end of the warmup): the same
+    # curve times 1 / 0.846 in phase 1 and 1 / 0.934 in phase 2.
+    c.warmup_steps = math.ceil(warmup_fraction * steps)
+    # NVIDIA run_pretraining.py: apex FusedLAMB at its defaults (betas 0.9 / 0.999, eps 1e-6,
+    # max_grad_norm 1.0: global-norm clipping before the moments), weight decay 0.01 except
+    # biases and LayerNorm (no_decay), PolyWarmUpScheduler(degree=0.5); You et al. 2019 use
+    # the same betas, eps and decay for BERT.
+    c.optimizer.name = "lamb"
+    c.optimizer.b1 = 0.9
+    c.optimizer.b2 = 0.999
+    c.optimizer.eps = 1e-6
+    c.optimizer.weight_decay = 0.01
+    c.optimizer.grad_clip_norm = 1.0
+    c.optimizer.schedule = "polynomial"
+    c.optimizer.poly_power = 0.5
+    # BERT-large's max_predictions_per_seq: 20 of 128, 80 of 512 (phase 2 above).
+    c.data.max_predictions_per_seq = 80 if options.phase2 else 20
   return c
 

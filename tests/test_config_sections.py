@@ -101,7 +101,8 @@ def test_pretrain_config_arguments():
   assert phase2.total_steps == base.total_steps // 9
   assert get_config("base,phase2=false").to_dict() == base.to_dict()
   with pytest.raises(ValueError, match=r"unknown config options \['phase3'\]; known: "
-                                       r"\['fused_attention', 'phase2', 'recipe', 'variant'\]"):
+                                       r"\['fused_attention', 'lamb_64k', 'phase2', 'recipe', "
+                                       r"'variant'\]"):
     get_config("base,phase3")
   with pytest.raises(ValueError, match=r"unknown variant 'huge'; known: \['base', "):
     get_config("huge")
