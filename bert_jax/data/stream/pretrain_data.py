@@ -444,15 +444,7 @@ class PretrainData:
     else:
       it = self._numpy_batches(start_position)
     stream_stages.OPEN_ITERATORS.add(it)
-    return self._this_hosts_rows(it)
-
-  def _this_hosts_rows(self, batches: Iterator[dict[str, np.ndarray]]
-                       ) -> Iterator[dict[str, np.ndarray]]:
-    """This host's rows of each batch, where the stream builds the global batch."""
-    if self._host_rows is None:
-      return batches
-    rows = self._host_rows
-    return ({k: v[rows] for k, v in b.items()} for b in batches)
+    return _rows_of(it, self._host_rows)
 
   def _python_batches(self, start_position: int) -> Iterator[dict[str, np.ndarray]]:
     stages = self._stages(start_position)
@@ -485,7 +477,8 @@ class PretrainData:
       raise ValueError("eval data needs config.data.eval_every_nth_document > 0")
     if num_batches not in self._eval_cache:
       self._eval_cache = {num_batches: list(self._eval_batches(num_batches))}
-    return self._this_hosts_rows(iter([dict(batch) for batch in self._eval_cache[num_batches]]))
+    return _rows_of(iter([dict(batch) for batch in self._eval_cache[num_batches]]),
+                    self._host_rows)
 
   def _eval_batches(self, num_batches: int) -> Iterator[dict[str, np.ndarray]]:
     """The held-out examples of this host's shards in source order, cycled (held_out.py)."""
@@ -506,3 +499,12 @@ class PretrainData:
             f"no held-out examples for host {self.process_index}/{self.process_count}: no "
             f"document is held out (every {c.eval_every_nth_document}th document of "
             f"each shard); lower config.data.eval_every_nth_document or add data"))
+
+
+def _rows_of(batches: Iterator[dict[str, np.ndarray]], rows: Optional[slice]
+             ) -> Iterator[dict[str, np.ndarray]]:
+  """This host's `rows` of each batch, where the stream builds the global batch (None: the
+  stream builds this host's batches, taken whole)."""
+  if rows is None:
+    return batches
+  return ({k: v[rows] for k, v in b.items()} for b in batches)
