@@ -23,7 +23,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from absl import flags
 from absl import logging
@@ -37,6 +37,14 @@ from bert_jax.runtime import startup  # first: quiet start-up  # pylint: disable
 
 _HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
 
+
+
+def usage_error(message: str) -> NoReturn:
+  """Bad usage (an unknown flag, a missing one, wrong positional arguments): `message`, one
+  line on stderr, then exit status 2, as argparse-style tools and the docs' exit status table
+  have it (also for programs that call their main without exit_program)."""
+  print(message, file=sys.stderr, flush=True)
+  raise SystemExit(2)
 
 def absolute(path: str) -> str:
   """`path` made absolute against the working directory, once, where a program starts.
@@ -144,16 +152,16 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
     args = flag_values([prog] + argv)[1:]
   except flags.Error as e:
     message = "; ".join(str(e).splitlines())  # several failed validators: one line
-    raise SystemExit(f"{prog}: {message} ({usage}; --help lists the flags)") from None
+    usage_error(f"{prog}: {message} ({usage}; --help lists the flags)")
   except (AttributeError, KeyError) as e:  # config_flags on --config.a.b=v naming no field
     field = str(e).strip("\"'")
-    raise SystemExit(f"{prog}: a --config.* override names no config field: {field}") from None
+    usage_error(f"{prog}: a --config.* override names no config field: {field}")
   variadic = bool(positional) and positional[-1].rstrip("]").endswith("...")
   required = len(positional) - (bool(positional) and positional[-1].startswith("["))
   if len(args) < required or (len(args) > len(positional) and not variadic):
     got = f"got {len(args)}" + (f": {args}" if args else "")
-    raise SystemExit(f"{prog}: expected positional arguments {' '.join(positional) or '(none)'}, "
-                     f"{got} ({usage})")
+    usage_error(f"{prog}: expected positional arguments {' '.join(positional) or '(none)'}, "
+                f"{got} ({usage})")
   given = []
   for name in paths:
     value = flag_values[name].value
@@ -264,14 +272,17 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   distributed.define_flags(flag_values)
   parse(flag_values, argv, prog, doc)
   if config.value is None or not workdir.value:
-    raise SystemExit(f"{prog}: --config and --workdir are required (--help lists the flags)")
+    usage_error(f"{prog}: --config and --workdir are required (--help lists the flags)")
   check_config_reads(config.value, argv, prog)
   workdir_path = absolute(workdir.value)
   check_remote_paths([workdir_path] + absolute_config_paths(config.value), prog)
   logging.use_absl_handler()
   if not verbosity.present:
     logging.set_verbosity(logging.WARNING)  # progress is printed; --verbosity=0 for INFO logs
-  distributed.initialize(flag_values)
+  try:
+    distributed.initialize(flag_values)
+  except ValueError as e:  # the multi-process flags, or the coordinator's port in use
+    raise SystemExit(f"{prog}: error: {e}") from None
   # jax and orbax come with these: imported here, not by every tool that uses this module.
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import workdir_lock  # pylint: disable=g-import-not-at-top

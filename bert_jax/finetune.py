@@ -114,6 +114,19 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   where = ["loading the init checkpoint"]
   starting = train_log.Heartbeat("bert_jax.finetune", enabled=is_writer, file=sys.stdout,
                                  at_start=False, status=lambda: where[0])
+  # From here a signal ends the program at once (nothing is trained yet); from the first step
+  # on it stops the run after a save.
+  stop = stop_signals.StopSignals(starting=True)
+  try:
+    return _start_and_run(config, workdir, preempt_at, split, out_dir, is_writer, mesh, rules,
+                          config_record, where, starting, stop)
+  finally:
+    stop.restore()  # (again, for a run that failed before its first step)
+
+
+def _start_and_run(config, workdir: str, preempt_at, split, out_dir, is_writer: bool, mesh,
+                   rules, config_record: dict, where: list, starting, stop) -> dict[str, Any]:
+  """finetune() from loading the init checkpoint on."""
   with starting:
     # -- The checkpoint (read only), then the task data, every split read and encoded ----
     pretrained = loading.load_pretrained(config.init_checkpoint)
@@ -139,7 +152,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
 
   # -- One run per seed: epochs, a checkpoint at the end of training, evaluation -----------
   pack, shape_limit = finetune_batches.packing(config, mesh, tokenizer, model_cfg, buckets)
-  stop = stop_signals.StopSignals()
+  stop.started()
   failed = True
   try:
     # The baseline a task whose init checkpoint is already its model must beat: scored once,

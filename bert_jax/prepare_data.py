@@ -29,6 +29,7 @@ from absl import flags
 from bert_jax import cli
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import workdir_lock
+from bert_jax.runtime import write_errors
 
 
 def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
@@ -75,8 +76,10 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
       tokens, lengths = shard_tokens.tokenize(tokenizer, raw.sentences)
       shard_tokens.check_unknown_rate(tokens, tokenizer, source_registry.describe(shard))
       name = prepared_data.part_file(shard.index)
-      prepared_data.write_part(os.path.join(out_dir, name),
-                               prepared_data.Part(tokens, raw.doc_splits, lengths=lengths))
+      # Each part whole (atomic_files); a disk that refuses it is one line naming the part.
+      with write_errors.writing(os.path.join(out_dir, name)):
+        prepared_data.write_part(os.path.join(out_dir, name),
+                                 prepared_data.Part(tokens, raw.doc_splits, lengths=lengths))
       parts.append({"file": name, "source": source_registry.describe(shard), "size": shard.size,
                     "documents": raw.num_docs, "sentences": len(lengths), "tokens": len(tokens),
                     "invalid_utf8": raw.invalid_utf8})
@@ -92,7 +95,9 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
           "source": {k: data_config[k] for k in ("source", "files", "format", "tfds_name",
                                                  "tfds_split", "block_mb")},
           "parts": parts}
-  atomic_files.write_text(epath.Path(out_dir, prepared_data.INFO_FILE), json.dumps(info, indent=1))
+  with write_errors.writing(os.path.join(out_dir, prepared_data.INFO_FILE)):
+    atomic_files.write_text(epath.Path(out_dir, prepared_data.INFO_FILE),
+                            json.dumps(info, indent=1))
   print(f"bert_jax.prepare_data: {len(parts)} parts, {total:,} tokens in {out_dir} "
         f"({time.time() - t0:.0f} s)", flush=True)
   return info
@@ -110,14 +115,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                                flag_values=flag_values)
   cli.parse(flag_values, argv, "bert_jax.prepare_data", __doc__, paths=("out",))
   if config.value is None or not out.value:
-    raise SystemExit("bert_jax.prepare_data: --config and --out are required (--help lists the "
-                     "flags)")
+    cli.usage_error("bert_jax.prepare_data: --config and --out are required (--help lists the "
+                    "flags)")
   cli.check_config_reads(config.value, argv, "bert_jax.prepare_data")
   cli.absolute_config_paths(config.value)
   try:  # two runs into one directory would write the same parts at once
     with workdir_lock.hold(out.value, "--out"):
       prepare(config.value.data, out.value, quiet=quiet.value)
-  except (ValueError, FileNotFoundError, workdir_lock.WorkdirInUseError) as e:
+  except (ValueError, FileNotFoundError, workdir_lock.WorkdirInUseError,
+          write_errors.OutputWriteError) as e:
     raise SystemExit(f"bert_jax.prepare_data: {e}") from None
 
 

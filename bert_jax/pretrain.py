@@ -61,14 +61,21 @@ def train(config: ml_collections.ConfigDict, workdir: str,
                jax.process_count())
   if is_writer:
     print("bert_jax.pretrain: loading the input pipeline ...", flush=True)
-  # Until the end of training, a line within every 9 s in every phase, saying which.
-  with train_log.Heartbeat("bert_jax.pretrain", enabled=is_writer, file=sys.stdout,
-                           at_start=False, status="loading the input pipeline") as beat:
-    return _train(config, workdir, preempt_at_step, mesh, rules, source, is_writer, beat)
+  # From here until the end of training a signal stops the run: at once before the first
+  # step (nothing is trained yet), after a save once training has begun.
+  stop = stop_signals.StopSignals(starting=True)
+  try:
+    # Until the end of training, a line within every 9 s in every phase, saying which.
+    with train_log.Heartbeat("bert_jax.pretrain", enabled=is_writer, file=sys.stdout,
+                             at_start=False, status="loading the input pipeline") as beat:
+      return _train(config, workdir, preempt_at_step, mesh, rules, source, is_writer, beat,
+                    stop)
+  finally:
+    stop.restore()  # (again, for a run that failed before its loop)
 
 
 def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer: bool,
-           beat: train_log.Heartbeat) -> dict[str, Any]:
+           beat: train_log.Heartbeat, stop: stop_signals.StopSignals) -> dict[str, Any]:
   """train() from the input pipeline on; `beat` says which phase the run is in."""
   # -- Data ------------------------------------------------------------------
   data = _input_pipeline(config, source)
@@ -87,14 +94,9 @@ def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer
       config, workdir, setup, data, mesh, rules, ckpts, config_record, is_writer)
   beat.touch()  # _initial_state printed the header
   beat.doing("compiling the train step")
-  # From here until the end of training a signal stops the run (saved where a step has run).
-  stop = stop_signals.StopSignals()
-  try:
-    return _compile_and_loop(config, workdir, preempt_at_step, mesh, rules, is_writer, beat,
-                             data, setup, state, state_shardings, data_position, ckpts,
-                             config_record, stop)
-  finally:
-    stop.restore()  # (again, for a failed compile)
+  return _compile_and_loop(config, workdir, preempt_at_step, mesh, rules, is_writer, beat,
+                           data, setup, state, state_shardings, data_position, ckpts,
+                           config_record, stop)
 
 
 def _compile_and_loop(config, workdir: str, preempt_at_step, mesh, rules, is_writer: bool,
@@ -121,6 +123,7 @@ def _compile_and_loop(config, workdir: str, preempt_at_step, mesh, rules, is_wri
     ckpts.save(step, state, dict(description, data_position=data_position,
                                  config=config_record))
 
+  stop.started()
   it = sharding.DevicePrefetch(data.train_iterator(start_position=data_position), mesh)
   step, last, failed = start_step, {}, True
   loop = training_loop.Loop(ckpts, stop, config.on_nan, is_writer)

@@ -26,6 +26,16 @@ shift
 [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "local_multiprocess: N must be a positive integer, got '$n'" >&2; usage; }
 
 port=${BERT_JAX_COORDINATOR_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("localhost", 0)); print(s.getsockname()[1])')}
+# Process 0 would fail on a port another program listens on; say so before starting any.
+if [[ -n ${BERT_JAX_COORDINATOR_PORT:-} ]] && ! python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", int(sys.argv[1])))' "$port" 2>/dev/null; then
+  echo "local_multiprocess: port $port (BERT_JAX_COORDINATOR_PORT) is in use on this host;" \
+    "unset BERT_JAX_COORDINATOR_PORT for a free one, or choose another" >&2
+  exit 2
+fi
 export PYTHONUNBUFFERED=1
 
 # Each process gets its own process group: a terminal's Ctrl-C reaches this script alone,
@@ -54,6 +64,7 @@ on_signal() {
 }
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
+trap 'on_signal 129' HUP
 
 for ((i = 0; i < n; i++)); do
   "$@" --coordinator_address="localhost:$port" --num_processes="$n" --process_id="$i" \

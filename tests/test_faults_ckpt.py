@@ -3,7 +3,7 @@
 A write that fails (metrics, TensorBoard, checkpoint, export) ends the program non-zero in
 one line; a workdir whose checkpoints are all unreadable, or whose export has no checkpoint,
 stops the run with nothing moved; a resume with other settings or another vocabulary is
-refused; a workdir resolves to its newest state; Ctrl-C saves like SIGTERM.
+refused; a workdir resolves to its newest state; Ctrl-C and SIGHUP save like SIGTERM.
 """
 import json
 import os
@@ -273,33 +273,36 @@ def test_a_workdir_resolves_to_a_checkpoint_newer_than_its_export(finished, tmp_
   assert loading.read_model_config(str(workdir)) == pretrained.config
 
 
-# -- 5. Ctrl-C saves like SIGTERM ------------------------------------------------------------
+# -- 5. Ctrl-C and a closed terminal save like SIGTERM ----------------------------------------
 
 @pytest.mark.slow
-def test_sigint_saves_a_checkpoint_and_exits_130(corpus, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGHUP, 129)])
+def test_sigint_or_sighup_saves_a_checkpoint_and_exits_with_its_status(
+    corpus, tmp_path, monkeypatch, capsys, sig, status):
   original = train_log.RunLogger.log
 
   def log(self, step, *args, **kwargs):
     original(self, step, *args, **kwargs)
     if step == 2:
-      os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C during step 3
+      os.kill(os.getpid(), sig)  # Ctrl-C, or the terminal closing, during step 3
   monkeypatch.setattr(train_log.RunLogger, "log", log)
-  # Ctrl-C as in a terminal: a suite started in the background (`cmd &`, nohup) inherits SIGINT
-  # ignored, which the run rightly leaves ignored (the run then went on to its end).
-  previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+  # As in a terminal: a suite started in the background (`cmd &`, nohup) inherits SIGINT (and
+  # under nohup SIGHUP) ignored, which the run rightly leaves ignored (it then goes on to its end).
+  handler = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+  previous = signal.signal(sig, handler)
   workdir = tmp_path / "w"
   try:
     with pytest.raises(SystemExit) as e:
       pretrain.train_and_export(_config(corpus), str(workdir))
-    after = signal.getsignal(signal.SIGINT)
+    after = signal.getsignal(sig)
   finally:
-    signal.signal(signal.SIGINT, previous)
-  assert e.value.code == 130
+    signal.signal(sig, previous)
+  assert e.value.code == status
   assert os.listdir(workdir / "checkpoints") == ["2"]
-  assert f"SIGINT: saved checkpoint at step 2 to {workdir / 'checkpoints'}/2" in (
+  assert f"{sig.name}: saved checkpoint at step 2 to {workdir / 'checkpoints'}/2" in (
       capsys.readouterr().out)
   assert not (workdir / "export").exists()
-  assert after is signal.default_int_handler  # the run restored the handler it found
+  assert after is handler  # the run restored the handler it found
 
 
 def test_reading_a_step_layout_prints_no_missing_metadata_warning(tmp_path, caplog):

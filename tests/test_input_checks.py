@@ -93,3 +93,18 @@ def test_tokenize_into_a_closed_pipe_or_from_a_closed_stdin_ends_without_a_trace
   assert closed.returncode == 1
   assert closed.stderr.strip() == ("error: standard input is closed: pipe or redirect the texts "
                                    "in, one a line")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["bert_jax.pretrain", "--config", "configs/pretrain.py:tiny", "--bogus=1"],
+     "bert_jax.pretrain: Unknown command line flag 'bogus' (usage: python -m bert_jax.pretrain "
+     "[flags]; --help lists the flags)"),
+    (["bert_jax.finetune", "--config", "configs/glue.py:task=mrpc"],
+     "bert_jax.finetune: --config and --workdir are required (--help lists the flags)"),
+    (["bert_jax.prepare_data", "--config", "configs/pretrain.py:tiny"],
+     "bert_jax.prepare_data: --config and --out are required (--help lists the flags)"),
+])
+def test_usage_mistakes_exit_2_in_one_line(args, line):
+  done = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+  assert (done.returncode, done.stderr.strip().splitlines()) == (2, [line]), done.stderr

@@ -12,6 +12,7 @@ checkpointing, logging) from the data split.
 import json
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import textwrap
@@ -153,6 +154,31 @@ def test_launcher_usage_errors():
 def test_distributed_flag_errors(flags, message):
   with pytest.raises(ValueError, match=message):
     distributed._check_flags(*flags)  # pylint: disable=protected-access
+
+
+def test_the_coordinators_port_in_use_is_named_in_one_line(tmp_path):
+  with socket.socket() as held:  # another run's coordinator
+    held.bind(("", 0))
+    held.listen()
+    port = held.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "bert_jax.pretrain", "--config", "configs/pretrain.py:tiny",
+         "--workdir", str(tmp_path / "run"), f"--coordinator_address=localhost:{port}",
+         "--num_processes=2", "--process_id=0"],
+        cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+    env = child_env(BERT_JAX_COORDINATOR_PORT=str(port))
+    launched = subprocess.run([str(LAUNCH), "2", sys.executable, "-c", "print('started')"],
+                              env=env, capture_output=True, text=True, timeout=60)
+  assert done.returncode == 1, done.stderr[-2000:]
+  assert done.stderr.strip().splitlines() == [
+      f"bert_jax.pretrain: error: --coordinator_address localhost:{port}: port {port} is in use "
+      "on this host (Address already in use; another run's coordinator?): choose another port"]
+  assert not (tmp_path / "run").exists()
+  # The launcher says so before any process starts.
+  assert launched.returncode == 2 and "started" not in launched.stdout
+  assert launched.stderr.strip().splitlines() == [
+      f"local_multiprocess: port {port} (BERT_JAX_COORDINATOR_PORT) is in use on this host; "
+      "unset BERT_JAX_COORDINATOR_PORT for a free one, or choose another"]
 
 
 def test_batch_shards_shared_by_processes_are_an_error():

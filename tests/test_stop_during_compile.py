@@ -46,7 +46,7 @@ def _start(*args):
                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_signal_during_the_compile_exits_at_once_with_its_status(sig):
   proc = _start()
   assert proc.stdout.readline() == "compiling\n"

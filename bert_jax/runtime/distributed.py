@@ -22,6 +22,7 @@ ends with one line naming it, instead of waiting in a collective for ever.
 """
 import os
 import re
+import socket
 from typing import Optional
 
 from absl import flags
@@ -29,6 +30,7 @@ from absl import logging
 import jax
 
 from bert_jax.runtime import peer_processes
+from bert_jax.runtime import stop_signals
 
 _DEFAULT_TIMEOUT = 300
 # JAX's default is 100 s; a minute bounds how long the others wait for a lost process, and
@@ -69,6 +71,24 @@ def _check_flags(coordinator: str, num_processes: int, process_id: int) -> None:
     raise ValueError(f"--coordinator_address {coordinator!r} must be HOST:PORT")
   if num_processes < 1 or not 0 <= process_id < num_processes:
     raise ValueError(f"--process_id {process_id} must be in [0, --num_processes={num_processes})")
+  if process_id == 0:
+    _check_port_free(coordinator)
+
+
+def _check_port_free(coordinator: str) -> None:
+  """Process 0 hosts the coordination service on the address's port: one already listened on
+  (another run's coordinator) is named here, where the runtime would fail on it with a
+  segmentation fault."""
+  port = int(coordinator.rsplit(":", 1)[1])
+  with socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET) as s:
+    # As the service binds it: a port of a run that just ended (TIME_WAIT) is free to it.
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+      s.bind(("", port))
+    except OSError as e:
+      raise ValueError(f"--coordinator_address {coordinator}: port {port} is in use on this "
+                       f"host ({e.strerror}; another run's coordinator?): choose another "
+                       "port") from None
 
 
 def initialize(flag_values: Optional[flags.FlagValues] = None) -> None:
@@ -107,14 +127,15 @@ def initialize(flag_values: Optional[flags.FlagValues] = None) -> None:
                                initialization_timeout=timeout,
                                heartbeat_timeout_seconds=heartbeat)
     if jax.process_count() > 1:
-      peer_processes.Watchdog(heartbeat)
+      peer_processes.Watchdog(heartbeat, stop_signals.ORDERLY_STATUSES)
   _check_platform()
   logging.info("process %d of %d, %d local / %d global devices", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
 
 
 def _keep_going_when_a_process_is_lost() -> None:
-  """The runtime answers which processes are alive instead of aborting this one.
+  """The runtime answers which processes are alive instead of aborting this one, and leaves
+  SIGTERM to bert_jax.
 
   Without it the coordination service ends every other process with a fatal error and a
   long stack trace when one is lost; with it, Watchdog ends them with one line naming the
@@ -123,6 +144,14 @@ def _keep_going_when_a_process_is_lost() -> None:
   """
   try:
     jax.config.update("jax_enable_recoverability", True)
+  except (AttributeError, KeyError):
+    pass
+  # JAX's own preemption notifier installs a C handler for SIGTERM that takes the signal and
+  # tells only JAX's sync point, which bert_jax does not use (stop_signals and
+  # peer_processes agree on the stop): until a program installs its handlers, a SIGTERM
+  # would be swallowed, not end the process.
+  try:
+    jax.config.update("jax_enable_preemption_service", False)
   except (AttributeError, KeyError):
     pass
 

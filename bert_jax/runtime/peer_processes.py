@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from typing import Optional
 
 # Every key this module writes in the coordination service's store starts with this.
@@ -42,8 +43,10 @@ _LEAVE_LAST_SECONDS = 30.0
 LOST_PEER_STATUS = 1
 # This process's Watchdog, once started.
 _WATCHDOG = None
-# A notice's value starts with this when its process ended at once (nothing trained yet).
-_EXITED = "exited:"
+# The agreements of this process (their listeners end at its exit).
+_AGREEMENTS = weakref.WeakSet()
+# This process has recorded its exit status: it is on its way out.
+_EXITING = False
 
 
 def client():
@@ -66,6 +69,8 @@ def _say(line: str) -> None:
 def _end(status: int) -> None:
   """Ends this process now (a lost peer, or one that ended before its first step)."""
   from absl import logging  # pylint: disable=g-import-not-at-top
+  if _WATCHDOG is not None and threading.current_thread() is not _WATCHDOG.thread:
+    _WATCHDOG.stop()
   _leave_last()
   logging.flush()
   os._exit(status)  # pylint: disable=protected-access
@@ -84,16 +89,27 @@ def settle_before_failing() -> None:
 
 def record_exit(status: int) -> None:
   """Records this process's exit status for the others' watchdogs (no-op in one process);
-  process 0 then waits for the others to leave."""
+  process 0 then waits for the others to leave.
+
+  This module's threads end here: a daemon thread still inside a call to the runtime when
+  the interpreter shuts down aborts the process ('FATAL: exception not rethrown').
+  """
+  global _EXITING
   c = client()
   if c is None:
     return
+  _EXITING = True
   import jax  # pylint: disable=g-import-not-at-top
   try:
     c.key_value_set(f"{_PREFIX}exit/{jax.process_index()}", str(status), allow_overwrite=True)
   except Exception:  # pylint: disable=broad-except
     return  # the service is gone: nobody is left to tell
+  if _WATCHDOG is not None:
+    _WATCHDOG.stop()
   _leave_last()
+  for agreement in list(_AGREEMENTS):
+    agreement.close()
+    agreement.thread.join(2 * _LISTEN_MS / 1000)
 
 
 def _leave_last() -> None:
@@ -125,32 +141,50 @@ class Watchdog:
     heartbeat_timeout: the service's heartbeat timeout (seconds), for the message: a lost
       process is noticed that long after its last heartbeat, and this one ends within
       `_WATCH_INTERVAL_SECONDS` more.
+    orderly: the exit statuses of a process that ended in order (done, or stopped by a
+      signal every process agreed on).
   """
 
-  def __init__(self, heartbeat_timeout: int):
+  def __init__(self, heartbeat_timeout: int, orderly: tuple[int, ...]):
     import jax  # pylint: disable=g-import-not-at-top
     global _WATCHDOG
-    self._client, self._timeout = client(), heartbeat_timeout
+    self._client, self._timeout, self._orderly = client(), heartbeat_timeout, orderly
     self._me, self._count = jax.process_index(), jax.process_count()
     self._rounds, self._round_done = 0, threading.Condition()
     self.failing = False  # this process is ending with an error of its own
-    self._thread = threading.Thread(target=self._watch, daemon=True, name="peer-watchdog")
-    self._thread.start()
+    self._stopped = threading.Event()
+    self.thread = threading.Thread(target=self._watch, daemon=True, name="peer-watchdog")
+    self.thread.start()
     _WATCHDOG = self
 
   def _watch(self) -> None:
     everyone = list(range(self._count))
-    while True:
+    while not self._stopped.is_set():
       try:
         live = self._client.get_live_nodes(everyone)
+        ended = {int(k.rsplit("/", 1)[1]): int(v)
+                 for k, v in self._client.key_value_dir_get(f"{_PREFIX}exit/")}
       except Exception:  # pylint: disable=broad-except
-        return  # the service shut down: this process is ending
-      for process in sorted(set(everyone) - set(live)):
-        self._check_gone(process)
+        if _EXITING:
+          return  # this process shut the service down on its way out
+        self._lost(0, "is gone, and with it the coordination service it hosts")
+        return
+      for process, status in sorted(ended.items()):
+        if process != self._me:  # one failing while it is still here (process 0 leaves last)
+          self._check_ended(process, status)
+      for process in sorted(set(everyone) - set(live) - set(ended)):
+        self._lost(process, "stopped without a word (killed, out of memory, or its host lost; "
+                            f"noticed after the {self._timeout} s heartbeat timeout)")
       with self._round_done:
         self._rounds += 1
         self._round_done.notify_all()
-      time.sleep(_WATCH_INTERVAL_SECONDS)
+      self._stopped.wait(_WATCH_INTERVAL_SECONDS)
+
+  def stop(self) -> None:
+    """Ends the thread once its question is answered (every live process asks every
+    `_WATCH_INTERVAL_SECONDS`)."""
+    self._stopped.set()
+    self.thread.join(_WATCH_INTERVAL_SECONDS + 3)
 
   def settle(self) -> None:
     """Waits for a round of the watchdog that starts after now: if a process was lost (the
@@ -160,17 +194,14 @@ class Watchdog:
       self._round_done.wait_for(lambda: self._rounds >= first,
                                 self._timeout + 3 * _WATCH_INTERVAL_SECONDS)
 
-  def _check_gone(self, process: int) -> None:
+  def _check_ended(self, process: int, status: int) -> None:
     """Ends this process unless `process` ended in order (status 0, or an agreed stop's)."""
-    try:
-      status = int(self._client.key_value_try_get(f"{_PREFIX}exit/{process}"))
-    except Exception:  # pylint: disable=broad-except
-      status = None  # no record: it died without a word
-    if status in (0, 130, 143) or self.failing:
-      return  # (a process that fails on its own says why itself)
-    why = (f"ended with status {status} (its own output says why)" if status is not None else
-           f"stopped without a word (killed, out of memory, or its host lost; noticed after "
-           f"the {self._timeout} s heartbeat timeout)")
+    if status not in self._orderly:
+      self._lost(process, f"ended with status {status} (its own output says why)")
+
+  def _lost(self, process: int, why: str) -> None:
+    if self.failing or _EXITING:
+      return  # (a process that fails or ends on its own says why itself)
     _say(f"bert_jax: process {process} of {self._count} {why}; ending process {self._me} "
          f"too (status {LOST_PEER_STATUS}): the same command resumes from the last checkpoint")
     _end(LOST_PEER_STATUS)
@@ -198,8 +229,9 @@ class StopAgreement:
     self._stop_at: Optional[int] = None
     self.name: Optional[str] = None
     self._closed = False
-    self._thread = threading.Thread(target=self._listen, daemon=True, name="stop-agreement")
-    self._thread.start()
+    self.thread = threading.Thread(target=self._listen, daemon=True, name="stop-agreement")
+    self.thread.start()
+    _AGREEMENTS.add(self)
 
   def post(self, name: str, exited: bool = False) -> None:
     """Makes signal `name` known to every process; the first one posted wins.
@@ -208,7 +240,7 @@ class StopAgreement:
       exited: this process ends at once (nothing trained yet): the others end too.
     """
     try:
-      self._client.key_value_set(self._base + "notice", (_EXITED if exited else "") + name)
+      self._client.key_value_set(self._base + ("exited" if exited else "notice"), name)
     except Exception:  # pylint: disable=broad-except
       pass  # another process posted first (the key exists), or the service is gone
 
@@ -223,18 +255,25 @@ class StopAgreement:
     self._closed = True
 
   def _listen(self) -> None:
+    agreed = False
     while not self._closed:
+      try:
+        exited = self._client.key_value_try_get(self._base + "exited")
+      except Exception:  # pylint: disable=broad-except
+        exited = None  # (not posted)
+      if exited:
+        _say(f"{exited}: another process stopped before the first step (nothing trained yet "
+             f"to save); process {self._me} ends too (the same command starts again)")
+        _end(128 + int(signal.Signals[exited]))  # as stop_signals.exit_status
+      if agreed:
+        time.sleep(_LISTEN_MS / 1000)
+        continue
       try:
         notice = self._client.blocking_key_value_get(self._base + "notice", _LISTEN_MS)
       except Exception:  # pylint: disable=broad-except
         continue  # (not posted within the wait: ask again)
-      if notice.startswith(_EXITED):
-        name = notice[len(_EXITED):]
-        _say(f"{name}: another process stopped before the first step (nothing trained yet to "
-             f"save); process {self._me} ends too (the same command starts again)")
-        _end(128 + int(signal.Signals[name]))  # as stop_signals.exit_status
       self._agree(notice)
-      return
+      agreed = True
 
   def _agree(self, name: str) -> None:
     """Reports this process's check count, meets the others, stops after the largest."""

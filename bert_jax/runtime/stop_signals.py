@@ -1,14 +1,15 @@
-"""SIGTERM (preemption) and SIGINT (Ctrl-C) ask a training loop to save and stop.
+"""SIGTERM (preemption), SIGINT (Ctrl-C) and SIGHUP (a closed terminal or a dropped ssh
+connection) ask a training loop to save and stop.
 
 Both entry points (bert_jax.pretrain, bert_jax.finetune) call `StopSignals.reached()` before
 each step (and fine-tuning before each evaluation batch): once a signal has arrived they save
 a checkpoint, wait for it, print where it is and return; the same command resumes. In a
 multi-process run a signal that reaches any process stops every process at the same check
 (bert_jax.runtime.peer_processes.StopAgreement), so that they save one checkpoint together.
-The program then exits with 128 + the signal's number (SIGTERM 143, SIGINT 130), as a
-shell reports a process the signal ended: a job controller that restarts failed jobs
-(Kubernetes' OnFailure, Slurm's requeue) restarts a preempted run instead of taking it for
-finished.
+The program then exits with 128 + the signal's number (SIGTERM 143, SIGINT 130, SIGHUP
+129), as a shell reports a process the signal ended: a job controller that restarts failed
+jobs (Kubernetes' OnFailure, Slurm's requeue) restarts a preempted run instead of taking it
+for finished.
 
 A signal during the first compile (`first_compile`) cannot wait for the next step: XLA's
 compiler holds the main thread in C++ for tens of seconds, and Python runs a signal handler
@@ -24,6 +25,11 @@ from typing import Optional
 
 from bert_jax.runtime import peer_processes
 
+# The signals that stop a training run after a save (SIGHUP: a run started in a terminal that
+# closed would otherwise die at once and lose every step since its last checkpoint).
+STOPPING = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# The exit statuses of a process that ended in order: done, or stopped by one of them.
+ORDERLY_STATUSES = (0,) + tuple(128 + int(sig) for sig in STOPPING)
 # Numbers the agreements of one process, so that each run's keys are its own.
 _GENERATIONS = itertools.count(1)
 
@@ -44,21 +50,24 @@ class StopSignals:
   since a process that left would leave the others waiting.
   """
 
-  def __init__(self):
+  def __init__(self, starting: bool = False):
     self.name = None
+    # Until `started()`, a signal ends the program at once: nothing is trained yet.
+    self._starting = starting
     self._agreement = None
     if peer_processes.client() is not None:
       self._agreement = peer_processes.StopAgreement(next(_GENERATIONS))
     # A signal the process was started to ignore (SIGINT of a `nohup` or `cmd &` job) stays so.
     self._previous = {sig: signal.signal(sig, self._handle)
-                      for sig in (signal.SIGTERM, signal.SIGINT)
-                      if signal.getsignal(sig) is not signal.SIG_IGN}
+                      for sig in STOPPING if signal.getsignal(sig) is not signal.SIG_IGN}
 
   def _handle(self, signum, frame):
     del frame
     if signum == signal.SIGINT and self.name == "SIGINT":
       raise KeyboardInterrupt
     self.name = signal.Signals(signum).name
+    if self._starting:
+      _exit_before_the_first_step(self.name, "starting the run", NOTHING_TRAINED, self)
     if self._agreement is not None:  # (a handler must not wait on the network)
       threading.Thread(target=self._agreement.post, args=(self.name,), daemon=True).start()
 
@@ -71,6 +80,10 @@ class StopSignals:
       self.name = self._agreement.name
       return True
     return False
+
+  def started(self) -> None:
+    """Training begins: from now on a signal stops the run after a save."""
+    self._starting = False
 
   def post_exit(self, name: str) -> None:
     """This process ends at once on `name` before its first step: the others end too."""
@@ -97,6 +110,21 @@ def _after_training(signum, frame) -> None:
 
 NOTHING_TRAINED = ("before the first step: nothing trained yet to save; exiting (the same "
                    "command starts again)")
+
+
+def _exit_before_the_first_step(name: str, doing: str, lost: str,
+                                stop: Optional[StopSignals]) -> None:
+  """Says what a signal before the first step stopped and ends the process with its status;
+  in a multi-process run the others end too (`stop`)."""
+  if stop is not None:
+    stop.post_exit(name)
+  print(f"{name}: stopped while {doing}, {lost}", flush=True)
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+  os._exit(exit_status(name))  # pylint: disable=protected-access
 
 
 class first_compile:  # pylint: disable=invalid-name
@@ -132,6 +160,9 @@ class first_compile:  # pylint: disable=invalid-name
   def __enter__(self):
     if threading.current_thread() is not threading.main_thread():
       return self
+    if self.stop is not None and self.stop.name:  # it came while the run was starting
+      self._lock, self._done = threading.Lock(), False
+      self._exit(self.stop.name)
     self._active = True
     self._lock = threading.Lock()
     self._done = False
@@ -140,8 +171,7 @@ class first_compile:  # pylint: disable=invalid-name
     os.set_blocking(self._write, False)  # (set_wakeup_fd requires it)
     # A signal the process ignores (a `nohup` or `cmd &` job's SIGINT) stays ignored.
     self._handlers = {sig: signal.signal(sig, self._record)
-                      for sig in (signal.SIGTERM, signal.SIGINT)
-                      if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
+                      for sig in STOPPING if signal.getsignal(sig) not in (signal.SIG_IGN, None)}
     self._wakeup = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
     threading.Thread(target=self._watch, daemon=True, name="stop-during-compile").start()
     return self
@@ -157,7 +187,7 @@ class first_compile:  # pylint: disable=invalid-name
         for number in data:
           if number == 0:  # __exit__'s word (no signal has the number 0)
             return
-          if number in (signal.SIGINT, signal.SIGTERM) and number in self._handlers:
+          if number in STOPPING and number in self._handlers:
             self._exit(signal.Signals(number).name)
           elif self._wakeup >= 0:  # another signal: for the wakeup fd the block replaced
             os.write(self._wakeup, bytes([number]))
@@ -171,15 +201,7 @@ class first_compile:  # pylint: disable=invalid-name
       if self._done:
         return
       self._done = True
-      if self.stop is not None:
-        self.stop.post_exit(name)
-      print(f"{name}: stopped while {self.doing}, {self.lost}", flush=True)
-      for stream in (sys.stdout, sys.stderr):
-        try:
-          stream.flush()
-        except (OSError, ValueError):
-          pass
-      os._exit(exit_status(name))  # pylint: disable=protected-access
+      _exit_before_the_first_step(name, self.doing, self.lost, self.stop)
 
   def __exit__(self, *exc):
     if not self._active:
