@@ -51,9 +51,10 @@ phase 1's checkpoint). On a v5p-512 slice (256 chips; every worker runs the same
 The global batch is split over the chips (data parallel, the default mesh) and, where a chip's
 share does not fit its memory, into microbatches (optimizer.grad_accum_steps: exact
 accumulation, the same update). On v5p-512 that is 2 microbatches in phase 1 and 8 in phase 2;
-on v5e-256 (16 GiB a chip) 32 and 128. Compiled for these slices on a CPU host, phase 1 is
-estimated at about 0.7 h on v5p-512 and phase 2 at 0.3 h (benchmarks/README.md, "Large-batch BERT
-on TPU pods": memory per chip, collectives, and the assumptions). Check a slice before booking it:
+on v5e-256 (16 GiB a chip) 32 and 128. Compiled for these slices on a CPU host, both phases are
+estimated at about 1 h on v5p-512 and 2 to 3 h on v5e-256 at an assumed MFU of 40 %
+(benchmarks/README.md, "Large-batch BERT on TPU pods": memory per chip, collectives, and the
+assumptions). Check a slice before booking it:
 
   python -m bert_jax.aot_compile --config configs/pretrain.py:large,lamb_64k --topology v5p-512 \
       --config.model.scan_layers=True --config.optimizer.grad_accum_steps=2
