@@ -18,6 +18,13 @@ vocab.txt that transformers loads as the architecture in config.json
 (BertForPreTraining, DistilBertForMaskedLM, ElectraForPreTraining,
 DebertaV2ForMaskedLM, ...).
 
+--dst is replaced whole: the new folder is written beside it and exchanged with
+the earlier one in one step, so that a kill or a full disk leaves the complete
+earlier folder (or none), never a mix of two models; a disk that refuses a
+write is one line naming the file. --overwrite replaces only a bundle (--from)
+or a folder holding only the files an export writes (--to hf): anything else in
+it (a tokenizer.json of another model, notes) is named and nothing is touched.
+
 A conversion that takes longer than 10 s prints a line every 10 s until it is
 done (--quiet: only the result; a mistake is one line).
 """
@@ -38,6 +45,7 @@ from bert_jax.conversion import hf  # noqa: E402  pylint: disable=g-import-not-a
 from bert_jax.conversion import tf1  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.modeling import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.runtime import train_log  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.runtime import write_errors  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
@@ -55,7 +63,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_boolean("uncased", None, "the tokenizer lowercases (uncased model)",
                        flag_values=fv)
   flags.mark_bool_flags_as_mutual_exclusive(["cased", "uncased"], flag_values=fv)
-  flags.DEFINE_boolean("overwrite", False, "replace a non-empty --dst", flag_values=fv)
+  flags.DEFINE_boolean("overwrite", False, "replace a non-empty --dst that holds an earlier "
+                       "conversion", flag_values=fv)
   flags.DEFINE_boolean("drop_unexpected", False,
                        "drop tensors outside the BERT name map (e.g. a fine-tuned classifier) "
                        "instead of failing", flag_values=fv)
@@ -66,6 +75,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
+  try:
+    return _convert(args)
+  except write_errors.OutputWriteError as e:  # a full disk: one line naming the file
+    raise SystemExit(f"bert_jax.convert: {e}") from None
+
+
+def _convert(args: flags.FlagValues) -> int:
   lowercase = False if args.cased else True if args.uncased else None
   working = train_log.Heartbeat(f"bert_jax.convert: converting {args.src} to {args.dst}",
                                 enabled=not args.quiet, at_start=False)

@@ -18,33 +18,33 @@ from bert_jax import tokenize as tokenize_cli
 from bert_jax.conversion import hf
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import workdir_lock
+from bert_jax.runtime import write_errors
 from tests.fixtures.finetuning import squad_config
 from tests.fixtures.repo import ROOT
+from tests.fixtures import write_faults
 
 _FULL = OSError(errno.ENOSPC, "No space left on device")
-
-
-def _leftovers(folder: pathlib.Path) -> list:
-  return [p.name for p in folder.iterdir() if atomic_files.TMP_MARK in p.name]
 
 
 def test_a_failed_write_leaves_the_previous_file_and_no_temporary_one(tmp_path):
   out = tmp_path / "emb.npy"
   atomic_files.write_bytes(out, b"previous")
-  with pytest.raises(OSError, match="No space left"):
+  with pytest.raises(write_errors.OutputWriteError,
+                     match=rf"writing {out} failed \(OSError: No space left on device\)"):
     with atomic_files.replacing(out) as tmp, tmp.open("wb") as f:
       np.save(f, np.zeros((100, 8), np.float32))
       raise _FULL  # the disk fills after part of the array was written
-  assert out.read_bytes() == b"previous" and not _leftovers(tmp_path)
+  assert out.read_bytes() == b"previous" and not write_faults.leftovers(tmp_path)
   # A complete write replaces the file; a folder replaces a folder whole.
   atomic_files.write_text(out, "new")
-  assert out.read_text() == "new" and not _leftovers(tmp_path)
+  assert out.read_text() == "new" and not write_faults.leftovers(tmp_path)
   (tmp_path / "d").mkdir()
   (tmp_path / "d" / "old.txt").write_text("old")
   with atomic_files.replacing(tmp_path / "d") as tmp:
     tmp.mkdir()
     (tmp / "new.txt").write_text("new")
-  assert [p.name for p in (tmp_path / "d").iterdir()] == ["new.txt"] and not _leftovers(tmp_path)
+  assert [p.name for p in (tmp_path / "d").iterdir()] == ["new.txt"]
+  assert not write_faults.leftovers(tmp_path)
 
 
 @pytest.mark.slow  # the session's pretraining run (about 20 s) unless built already
@@ -60,14 +60,15 @@ def test_convert_to_hf_on_a_full_disk_leaves_no_folder_and_keeps_an_earlier_one(
       f.truncate(100)
     raise _FULL
   monkeypatch.setattr(safetensors.numpy, "save_file", fails)
-  with pytest.raises(OSError, match="No space left"):
+  with pytest.raises(write_errors.OutputWriteError,
+                     match=r"hf/model.safetensors failed \(OSError: No space left on device\)"):
     hf.bundle_to_hf(src, str(tmp_path / "hf"))
-  assert not (tmp_path / "hf").exists() and not _leftovers(tmp_path)
+  assert not (tmp_path / "hf").exists() and not write_faults.leftovers(tmp_path)
   monkeypatch.setattr(safetensors.numpy, "save_file", real)
   hf.bundle_to_hf(src, str(tmp_path / "hf"))
   before = {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()}
   monkeypatch.setattr(safetensors.numpy, "save_file", fails)
-  with pytest.raises(OSError):
+  with pytest.raises(write_errors.OutputWriteError):
     hf.bundle_to_hf(src, str(tmp_path / "hf"), overwrite=True)
   assert {p.name: p.read_bytes() for p in (tmp_path / "hf").iterdir()} == before
 

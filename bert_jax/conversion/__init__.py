@@ -11,6 +11,7 @@ from flax import traverse_util
 import numpy as np
 
 from bert_jax.modeling import bundle
+from bert_jax.runtime import atomic_files
 
 
 def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str, *,
@@ -25,12 +26,15 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
     dst: the bundle directory to write.
     lowercase: tokenizer casing (None: from the checkpoint's tokenizer files,
       else guessed from the vocab).
-    overwrite: replace a non-empty `dst`.
+    overwrite: replace a non-empty `dst` that is exactly a bundle (bundle.check_replaceable).
     drop_unexpected: drop tensors outside the name map.
 
   Returns:
     The summary dict of `load` (params, config, vocab_file, lowercase,
     lowercase_reason, dropped, heads).
+
+  Raises:
+    write_errors.OutputWriteError: the disk refused a write, naming `dst`.
   """
   dst_path = epath.Path(dst)
   if dst_path.exists() and any(dst_path.iterdir()):
@@ -40,9 +44,13 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
   out = load(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
   check_finite(out["params"], src)
   source = src if "://" in src else os.path.abspath(src)
-  bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"] or out["vocab"],
-                     out["lowercase"], info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
-                     overwrite=overwrite, tokenizer_file=out.get("tokenizer_file"))
+  # Built whole beside dst, then put in its place in one step: a kill or a full disk leaves dst
+  # as it was (the earlier bundle, or nothing), never without a bundle.
+  with atomic_files.replacing(dst) as tmp:
+    bundle.save_bundle(os.fspath(tmp), out["params"], out["config"],
+                       out["vocab_file"] or out["vocab"], out["lowercase"],
+                       info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
+                       overwrite=overwrite, tokenizer_file=out.get("tokenizer_file"))
   return out
 
 

@@ -29,6 +29,7 @@ from bert_jax.members import registry as members
 from bert_jax.modeling import bundle
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict, to_hf_dict
 from bert_jax.runtime import atomic_files
+from bert_jax.runtime import write_errors
 from bert_jax.runtime.json_file import read_json
 
 SAFETENSORS = "model.safetensors"
@@ -313,13 +314,19 @@ def _architecture(model_type: str, heads: tuple[str, ...]) -> str:
   return masked_lm if "mlm" in heads else base
 
 
-def params_to_hf(params: dict, config: BertConfig, dst: str) -> dict[str, Any]:
+def params_to_hf(params: dict, config: BertConfig, dst: str,
+                 shown: Optional[str] = None) -> dict[str, Any]:
   """Writes params as an HF model: model.safetensors (PyTorch layout, float32) and config.json.
 
   Args:
     params: canonical params (encoder; pooler, MLM and NSP heads where present).
     config: their config (its model_type picks the names).
     dst: the output directory (created).
+    shown: the folder a failed write names (default `dst`): the destination, where `dst` is
+      the temporary folder that replaces it.
+
+  Raises:
+    write_errors.OutputWriteError: the disk refused a write, naming the file.
 
   Returns:
     dict(heads, architecture, num_tensors, dropped): `dropped` names the params with no
@@ -337,10 +344,38 @@ def params_to_hf(params: dict, config: BertConfig, dst: str) -> dict[str, Any]:
   heads = bundle.heads_of(params)
   arch = _architecture(config.model_type, heads)
   hf_config["architectures"] = [arch]
+  shown = shown or dst
   out.mkdir(parents=True, exist_ok=True)
-  save_file(tensors, os.fspath(out / SAFETENSORS), metadata={"format": "pt"})
-  (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+  with write_errors.writing(f"{shown}/{SAFETENSORS}"):
+    save_file(tensors, os.fspath(out / SAFETENSORS), metadata={"format": "pt"})
+  with write_errors.writing(f"{shown}/config.json"):
+    (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
   return dict(heads=heads, architecture=arch, num_tensors=len(tensors), dropped=dropped)
+
+
+# The files an export writes (the tokenizer's: WordPiece's vocab.txt, or the bundle's BPE or
+# SentencePiece files). --overwrite replaces a folder that holds these only.
+_EXPORT_FILES = (SAFETENSORS, "config.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
+                 "merges.txt")
+
+
+def check_replaceable_export(path: str) -> None:
+  """Refuses to replace a folder holding anything an export does not write.
+
+  The export replaces the folder whole: a file kept from before would be lost, and a
+  tokenizer.json or special_tokens_map.json of an earlier model would be read by transformers
+  with the new one's weights.
+
+  Raises:
+    FileExistsError: naming those files; nothing is touched.
+  """
+  others = sorted(e.name for e in epath.Path(path).iterdir()
+                  if not (e.is_file() and (e.name in _EXPORT_FILES or e.name.endswith(".model"))))
+  if others:
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    raise FileExistsError(f"{path} holds {shown}, which an export does not write; --overwrite "
+                          "replaces only an earlier export: move those away or choose another "
+                          "--dst")
 
 
 def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, Any]:
@@ -351,39 +386,43 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   result with the architecture written in config.json (e.g. BertForPreTraining,
   DistilBertForMaskedLM; PyTorch or Flax).
 
+  The folder is written whole beside `dst` and replaces it in one step
+  (atomic_files.replacing): a full disk or a kill leaves `dst` as it was, the
+  complete earlier export or nothing, never a mix of two models.
+
   Args:
     src: anything a run starts from (bert_jax.modeling.loading.load_pretrained): a bundle (an
       export/, a converted checkpoint), a pretraining workdir or its checkpoints/.
     dst: the output directory.
-    overwrite: write into a non-empty `dst`.
+    overwrite: replace a non-empty `dst` that holds an earlier export (only the files an
+      export writes: check_replaceable_export).
 
   Returns:
     dict(config, heads, architecture, num_tensors, dropped) (params_to_hf's).
+
+  Raises:
+    FileExistsError: `dst` is not empty and overwrite is False, or it holds other files.
+    write_errors.OutputWriteError: the disk refused a write, naming the file.
   """
   # Orbax and JAX load on use.
   from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
-  if out.exists() and any(out.iterdir()) and not overwrite:
-    raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to write into it")
+  if out.exists() and any(out.iterdir()):
+    if not overwrite:
+      raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
+    check_replaceable_export(dst)  # before the checkpoint is read
   b = loading.load_pretrained(src)
-  # Written whole in a folder beside dst, then moved in file by file (each a rename): a
-  # full disk or a kill leaves dst as it was, never an empty folder or a truncated file.
-  tmp = atomic_files.temporary_sibling(out)
-  try:
-    written = params_to_hf(b.params, b.config, str(tmp))
+  tok = {"do_lower_case": b.lowercase,
+         "tokenizer_class": members.get(b.config.model_type).hf.tokenizer_class,
+         "model_max_length": b.config.max_position_embeddings}
+  with atomic_files.replacing(out) as tmp:
+    written = params_to_hf(b.params, b.config, str(tmp), shown=dst)
     if b.tokenizer_file:  # BPE or SentencePiece files, as transformers reads them
-      for f in epath.Path(b.tokenizer_file).parent.iterdir():
-        (tmp / f.name).write_bytes(f.read_bytes())
+      files = {f.name: f.read_bytes() for f in epath.Path(b.tokenizer_file).parent.iterdir()}
     else:
-      (tmp / "vocab.txt").write_text("".join(t + "\n" for t in b.vocab), encoding="utf-8")
-    tok = {"do_lower_case": b.lowercase,
-           "tokenizer_class": members.get(b.config.model_type).hf.tokenizer_class,
-           "model_max_length": b.config.max_position_embeddings}
-    (tmp / "tokenizer_config.json").write_text(json.dumps(tok, indent=2) + "\n")
-    out.mkdir(parents=True, exist_ok=True)
-    for f in sorted(tmp.iterdir()):
-      f.replace(out / f.name)  # each file whole: the old one until the new one is there
-  finally:
-    if tmp.exists():
-      tmp.rmtree()
+      files = {"vocab.txt": "".join(t + "\n" for t in b.vocab).encode("utf-8")}
+    files["tokenizer_config.json"] = (json.dumps(tok, indent=2) + "\n").encode("utf-8")
+    for name, data in files.items():
+      with write_errors.writing(f"{dst}/{name}"):
+        (tmp / name).write_bytes(data)
   return dict(written, config=b.config)

@@ -1,35 +1,76 @@
 """Failed writes of a run's outputs, reported in one line.
 
 A full disk, a lost permission or a file-size limit while writing metrics,
-TensorBoard events, checkpoints or the export must end the program with a
-non-zero status and one line naming the file and the cause (the programs turn
-these errors into that line: bert_jax.cli).
+TensorBoard events, checkpoints, the export or a program's output file must end
+the program with a non-zero status and one line naming the file and the cause
+(the programs turn these errors into that line: bert_jax.cli).
 """
 import contextlib
+import errno
 import re
+from typing import Optional
+
+# What the disk (not the data or the code) refuses: the failures a user fixes by freeing space,
+# raising a limit or fixing a permission. Libraries that write in C++ or Rust (TensorStore,
+# safetensors) report them inside messages of their own exception types.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EACCES,
+                          errno.EPERM, errno.EIO})
+_DISK_CONDITION = re.compile(r"(No space left on device|Permission denied|Read-only file system"
+                             r"|Disk quota exceeded|File too large|Input/output error)")
+# The file TensorStore names in its write failures ('Failed writing: "PATH": ...').
+_NAMED_FILE = re.compile(r'Failed writing: "([^"]+)"')
 
 
 class OutputWriteError(RuntimeError):
   """A run's output (metrics.jsonl, TensorBoard events, the export) could not be written."""
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+  """`error` and its causes, outermost first (a chain may loop back: it stops there)."""
+  chain = [error]
+  while (chain[-1].__cause__ or chain[-1].__context__) is not None:
+    following = chain[-1].__cause__ or chain[-1].__context__
+    if any(following is seen for seen in chain):
+      break
+    chain.append(following)
+  return chain
+
+
+def _named_file(error: BaseException) -> Optional[str]:
+  """The file a write failure names, where it names one (OSError.filename, TensorStore's text)."""
+  if isinstance(error, OSError) and error.filename:
+    return str(error.filename)
+  found = _NAMED_FILE.search(str(error))
+  return found.group(1) if found else None
+
+
 def write_error_cause(error: BaseException) -> str:
   """'ExcType: reason' of the innermost cause of a failed write, in a few words.
 
   A full disk, a lost permission or a file-size limit is named as such
-  ('OSError: No space left on device'); anything else by its first line.
+  ('OSError: No space left on device'), followed by the file it names where it
+  names one (a checkpoint's failing file inside its folder); anything else by
+  its first line.
   """
-  cause, seen = error, {id(error)}
-  while (cause.__cause__ or cause.__context__) is not None:  # a chain may loop back: stop there
-    following = cause.__cause__ or cause.__context__
-    if id(following) in seen:
-      break
-    seen.add(id(following))
-    cause = following
-  detail = re.search(r"(No space left on device|Permission denied|Read-only file system"
-                     r"|Disk quota exceeded|File too large)", str(cause))
+  cause = _chain(error)[-1]
+  detail = _DISK_CONDITION.search(str(cause))
   text = str(cause).splitlines()[0][:300] if str(cause) else ""
-  return f"{type(cause).__name__}: {detail.group(1) if detail else text}"
+  named = _named_file(cause) if detail else None
+  return (f"{type(cause).__name__}: {detail.group(1) if detail else text}"
+          + (f" ({named})" if named else ""))
+
+
+def is_disk_failure(error: BaseException) -> bool:
+  """Whether `error` (or one of its causes) is the disk refusing a write: full, a size limit,
+  read-only, a lost permission; not a bad value or a missing input."""
+  return any((isinstance(e, OSError) and e.errno in _DISK_ERRNOS)
+             or bool(_DISK_CONDITION.search(str(e))) for e in _chain(error))
+
+
+def failed(what: str, error: BaseException) -> OutputWriteError:
+  """The one-line error for a failed write of `what` (a path, or words naming the output)."""
+  cause = write_error_cause(error).replace(f" ({what})", "")  # named once
+  return OutputWriteError(f"writing {what} failed ({cause}); stopping")
 
 
 @contextlib.contextmanager
@@ -40,4 +81,4 @@ def writing(what: str):
   except OutputWriteError:
     raise
   except Exception as e:  # pylint: disable=broad-except
-    raise OutputWriteError(f"writing {what} failed ({write_error_cause(e)}); stopping") from e
+    raise failed(what, e) from e
