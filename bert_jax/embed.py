@@ -53,6 +53,7 @@ from bert_jax.modeling import bundle as bundle_lib
 from bert_jax.modeling import loading
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
+from bert_jax.runtime import write_errors
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
@@ -102,6 +103,15 @@ def _weights(values: Optional[Sequence[str]]) -> Optional[list[float]]:
     raise ValueError(f"--weights {','.join(values)!r}: expected comma-separated numbers") from None
 
 
+class _Stream:
+  """A file seen by numpy as a stream: np.save writes a real file with C's fwrite, whose failure
+  loses the cause ('N requested and M written'); through write() a full disk or a size
+  limit is raised as itself."""
+
+  def __init__(self, f):
+    self.write = f.write
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   # Everything that can be wrong is checked before the input is read. A line within seconds
@@ -148,9 +158,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       pooling=args.pooling, layers=layers, max_length=args.max_length, batch_size=args.batch_size,
       dtype=args.dtype, length_bucketing=args.length_bucketing, chunk_stride=args.chunk_stride,
       progress="" if args.quiet else "embedding")
-  # Exactly this path (np.save would add .npy), written whole or not at all.
-  with atomic_files.replacing(args.output) as tmp, tmp.open("wb") as f:
-    np.save(f, emb)
+  # Exactly this path (np.save would add .npy), written whole or not at all; a disk that
+  # refuses it (full, a file-size limit) is one line naming the file, the earlier file kept.
+  try:
+    with atomic_files.replacing(args.output) as tmp, tmp.open("wb") as f:
+      np.save(_Stream(f), emb)
+  except write_errors.OutputWriteError as e:
+    raise SystemExit(f"bert_jax.embed: {e}") from None
   stats = all_stats[0]
   print(f"embedded {stats.num_texts} {kind} -> {args.output} {list(emb.shape)} float32 "
         f"({'; '.join(how)}; layers {list(layers)}"
