@@ -11,12 +11,14 @@ The config is the default tiny one (the fill-mask example and the export include
 the step count and the log, checkpoint and evaluation frequencies are the test's.
 """
 import json
+import os
 import pathlib
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from tests.fixtures import multiprocess
@@ -63,10 +65,10 @@ def uninterrupted(tmp_path_factory, cache):
 
 
 def _stopped_then_resumed(job: Job, cache, status: int, want: dict[int, float],
-                          *extra: str) -> int:
+                          atol: float = 0.0) -> int:
   """Checks a stopped run: every process ended with `status`, one checkpoint, all of them in
-  it; then resumes it with the same command and compares its losses with `want`. Returns the
-  step it stopped at."""
+  it; then resumes it with the same command and compares its losses with `want` (bitwise
+  unless `atol`). Returns the step it stopped at."""
   statuses = job.statuses(STOP_SECONDS)
   assert statuses == [status] * len(job.procs), job.all_text()
   saved = job.checkpoints("checkpoints")
@@ -79,10 +81,16 @@ def _stopped_then_resumed(job: Job, cache, status: int, want: dict[int, float],
   assert {p.name for p in state.glob("ocdbt.process_*")} == {
       f"ocdbt.process_{i}" for i in range(len(job.procs))}
 
-  resumed = Job(len(job.procs), job.workdir, cache, *extra)
+  resumed = Job(len(job.procs), job.workdir, cache)
   assert resumed.statuses(900) == [0] * len(job.procs), resumed.all_text()
   assert f"resuming at step {step}" in resumed.text(), resumed.all_text()
-  assert resumed.losses() == want  # bitwise, every step before and after the stop
+  got = resumed.losses()  # every step, before and after the stop
+  assert sorted(got) == sorted(want)
+  if atol:
+    np.testing.assert_allclose([got[k] for k in sorted(got)], [want[k] for k in sorted(want)],
+                               atol=atol, rtol=0)
+  else:
+    assert got == want
   return step
 
 
@@ -140,20 +148,19 @@ def test_a_signal_during_the_first_compile_ends_every_process_at_once(tmp_path, 
   assert not (job.workdir / "checkpoints").exists() or job.checkpoints("checkpoints") == []
 
 
-def test_four_processes_one_signalled(tmp_path, cache):
-  reference = Job(4, tmp_path / "reference", cache)
-  assert reference.statuses(900) == [0] * 4, reference.all_text()
+def test_four_processes_one_signalled(tmp_path, cache, uninterrupted):
   job = Job(4, tmp_path / "run", cache)
   job.wait_for("step 3/")
   job.signal(signal.SIGTERM, 2)
-  _stopped_then_resumed(job, cache, 143, reference.losses())
+  # Four devices reduce in another order than two: equal to float32 rounding.
+  _stopped_then_resumed(job, cache, 143, uninterrupted, atol=1e-5)
 
 
 def test_a_killed_process_ends_the_others_with_one_line_and_the_run_resumes(
     tmp_path, cache, uninterrupted):
   workdir = tmp_path / "run"
-  args = [str(LAUNCH), "2", sys.executable, "-m", "bert_jax.pretrain", "--workdir",
-          str(workdir), *ARGS, "--config.checkpoint_every=4"]
+  args = [str(LAUNCH), "2", sys.executable, "-m", "bert_jax.pretrain", f"--workdir={workdir}",
+          *ARGS, "--config.checkpoint_every=4"]
   proc = subprocess.Popen(args, cwd=ROOT, env=child_env(JAX_COMPILATION_CACHE_DIR=str(cache)),
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
   lines = []
@@ -161,9 +168,8 @@ def test_a_killed_process_ends_the_others_with_one_line_and_the_run_resumes(
     lines.append(line)
     if line.startswith("[0] step 5/"):
       break
-  killed = subprocess.run(["pkill", "-KILL", "-f", f"--workdir {workdir} .*--process_id=1$"],
-                          check=False)
-  assert killed.returncode == 0
+  (pid,) = multiprocess.pids_of(f"--workdir={workdir}", "--process_id=1")
+  os.kill(pid, signal.SIGKILL)
   start = time.monotonic()
   out, _ = proc.communicate(timeout=180)
   elapsed = time.monotonic() - start

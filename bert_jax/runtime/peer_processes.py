@@ -69,9 +69,8 @@ def _say(line: str) -> None:
 def _end(status: int) -> None:
   """Ends this process now (a lost peer, or one that ended before its first step)."""
   from absl import logging  # pylint: disable=g-import-not-at-top
-  if _WATCHDOG is not None and threading.current_thread() is not _WATCHDOG.thread:
-    _WATCHDOG.stop()
-  _leave_last()
+  if client() is not None:
+    _leave()
   logging.flush()
   os._exit(status)  # pylint: disable=protected-access
 
@@ -104,12 +103,31 @@ def record_exit(status: int) -> None:
     c.key_value_set(f"{_PREFIX}exit/{jax.process_index()}", str(status), allow_overwrite=True)
   except Exception:  # pylint: disable=broad-except
     return  # the service is gone: nobody is left to tell
-  if _WATCHDOG is not None:
+  _leave()
+
+
+def _leave() -> None:
+  """Ends this module's threads, then leaves the service in order.
+
+  Process 0 waits for the others to leave (`_leave_last`); the others disconnect from its
+  service now, so that it sees them go at once: one that ends with os._exit would count as
+  alive until its heartbeats time out.
+  """
+  me = threading.current_thread()
+  if _WATCHDOG is not None and me is not _WATCHDOG.thread:
     _WATCHDOG.stop()
-  _leave_last()
   for agreement in list(_AGREEMENTS):
     agreement.close()
-    agreement.thread.join(2 * _LISTEN_MS / 1000)
+    if me is not agreement.thread:
+      agreement.thread.join(2 * _LISTEN_MS / 1000)
+  import jax  # pylint: disable=g-import-not-at-top
+  if jax.process_index() == 0:
+    _leave_last()
+  else:
+    disconnect = threading.Thread(target=jax.distributed.shutdown, daemon=True,
+                                  name="disconnect")
+    disconnect.start()
+    disconnect.join(_LEAVE_LAST_SECONDS / 3)
 
 
 def _leave_last() -> None:
@@ -120,7 +138,7 @@ def _leave_last() -> None:
   """
   c = client()
   import jax  # pylint: disable=g-import-not-at-top
-  if c is None or jax.process_index() != 0 or jax.process_count() == 1:
+  if c is None or jax.process_count() == 1:
     return
   everyone = list(range(jax.process_count()))
 
