@@ -24,13 +24,21 @@ def test_a_vocab_that_starts_with_a_byte_order_mark_is_named_as_such(tmp_path):
   assert len(wordpiece.read_vocab(str(_VOCAB))) == 30522
 
 
-def test_a_latin1_byte_in_a_glue_file_names_the_file_line_and_column(tmp_path):
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
+def test_a_latin1_byte_in_a_glue_file_names_the_file_line_and_column(tmp_path, bom):
+  """The bad byte itself, on its line, at the column an editor shows: the same whether the file
+  starts with a byte-order mark (as GLUE's MRPC train file does) or not."""
   (tmp_path / "MRPC").mkdir()
   rows = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String", "1\t1\t2\ta cafe\tanother",
           "0\t3\t4\tthe caf\xe9\tanother"]
-  (tmp_path / "MRPC" / "train.tsv").write_bytes("\n".join(rows).encode("latin-1"))
+  (tmp_path / "MRPC" / "train.tsv").write_bytes(bom + "\n".join(rows).encode("latin-1"))
   with pytest.raises(ValueError, match=r"MRPC/train.tsv:3: byte 0xe9 at column 14 is not UTF-8 "
                                        r"\(GLUE files are read as UTF-8"):
+    glue.read_tsv(glue.get_task("mrpc"), str(tmp_path), "train")
+  # Characters before it that take several bytes count once each; on line 1, the mark not at all.
+  (tmp_path / "MRPC" / "train.tsv").write_bytes(
+      bom + "Quality\u00e9\u20ac".encode("utf-8") + b"\xe9\n")
+  with pytest.raises(ValueError, match=r"MRPC/train.tsv:1: byte 0xe9 at column 10 is not UTF-8"):
     glue.read_tsv(glue.get_task("mrpc"), str(tmp_path), "train")
 
 

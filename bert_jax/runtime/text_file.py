@@ -1,4 +1,6 @@
 """Reading a UTF-8 text file with one clear error for each way it can fail."""
+import codecs
+
 from etils import epath
 
 
@@ -11,7 +13,8 @@ def read_utf8(path, what: str = "file") -> str:
 
   Raises:
     FileNotFoundError: the file does not exist.
-    ValueError: `path` is a directory, or a byte is not UTF-8 (naming the line and column).
+    ValueError: `path` is a directory, or a byte is not UTF-8 (naming the line and column,
+      in characters as an editor shows them, the byte-order mark not counted).
   """
   p = epath.Path(path)
   if not p.exists():
@@ -19,11 +22,15 @@ def read_utf8(path, what: str = "file") -> str:
   if p.is_dir():
     raise ValueError(f"{what} {path} is a directory, not a file")
   data = p.read_bytes()
+  # The mark is dropped before decoding, not by the utf-8-sig codec: that codec counts the
+  # offset of a bad byte from after the mark, 3 bytes short of the file's own.
+  data = data[len(codecs.BOM_UTF8):] if data.startswith(codecs.BOM_UTF8) else data
   try:
-    return data.decode("utf-8-sig")
+    return data.decode("utf-8")
   except UnicodeDecodeError as e:
     line = data.count(b"\n", 0, e.start) + 1
-    column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+    before = data[data.rfind(b"\n", 0, e.start) + 1:e.start]  # valid UTF-8: decoding got past it
+    column = len(before.decode("utf-8")) + 1
     raise ValueError(f"{path}:{line}: byte 0x{data[e.start]:02x} at column {column} is not "
                      f"UTF-8 ({what}s are read as UTF-8: save it as UTF-8, e.g. with "
                      "`iconv -f latin1 -t utf-8`)") from None
