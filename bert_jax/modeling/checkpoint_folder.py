@@ -7,7 +7,8 @@
 
 Training writes and resumes it (bert_jax.training.checkpoint.TrainCheckpoints, a
 CheckpointFolder that also saves); loading a trained model reads one step of it
-(bert_jax.modeling.loading), so reading needs nothing from training.
+(bert_jax.modeling.loading), so reading needs nothing from training. A reader of a folder
+that a run is still saving into takes its steps from committed_steps.
 """
 from typing import Any, Optional
 
@@ -26,13 +27,20 @@ class CheckpointFolder:
     directory: the checkpoints directory (created if missing; local or gs://).
     max_to_keep: how many recent checkpoints are kept (when saving).
     async_save: save in a background thread (when saving).
+    read_only: only read: nothing is created, saved or deleted (a reader of
+      another run's folder must never rotate its checkpoints).
   """
 
-  def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True):
+  def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True,
+               read_only: bool = False):
     path = epath.Path(directory)
     self.directory = path if "://" in str(directory) else path.absolute()
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save)
+    if read_only:
+      options = ocp.CheckpointManagerOptions(read_only=True, create=False, max_to_keep=None,
+                                             save_interval_steps=0)
+    else:
+      options = ocp.CheckpointManagerOptions(
+          max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save)
     self._manager = ocp.CheckpointManager(self.directory, options=options,
                                           item_names=("state", "meta"))
 
@@ -58,6 +66,44 @@ class CheckpointFolder:
     one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta)
     return ckptr.restore(path, target)
+
+
+def committed_steps(directory: epath.PathLike) -> list[int]:
+  """The steps of a checkpoints folder whose save completed and that are still whole, oldest first.
+
+  Orbax saves a step into `<step>.orbax-checkpoint-tmp*`, writes its commit
+  marker, and renames it to `<step>`; it deletes a rotated-out step in place, one
+  entry at a time. A reader of a folder that a run is still saving into takes
+  only steps that Orbax calls finalized and that still hold the commit marker and
+  both items, so that neither a save nor a deletion in progress is chosen. (A
+  folder in which no step has the marker was written by an Orbax that wrote
+  none on this filesystem: there, the finalized name and both items suffice.)
+  """
+  path = epath.Path(directory)
+  try:
+    steps = {int(p.name): p for p in path.iterdir() if p.name.isdigit()}
+  except FileNotFoundError:
+    return []
+  marker = ocp.path.atomicity_types.COMMIT_SUCCESS_FILE
+
+  def has(p: epath.Path, name: str) -> bool:
+    try:
+      return (p / name).exists()
+    except OSError:  # deleted while it is looked at
+      return False
+
+  whole = {s: p for s, p in steps.items() if has(p, "state") and has(p, "meta")}
+  marked = {s for s, p in whole.items() if has(p, marker)}
+  if marked or any(has(p, marker) for p in steps.values()):
+    whole = {s: whole[s] for s in marked}
+  return sorted(s for s, p in whole.items() if _finalized(p))
+
+
+def _finalized(step_dir: epath.Path) -> bool:
+  try:
+    return ocp.path.step.is_path_finalized(step_dir)
+  except OSError:  # deleted while it is looked at
+    return False
 
 
 def one_line_cause(e: BaseException, limit: int = 200) -> str:

@@ -13,7 +13,7 @@ Reading only: training's checkpoints write what is read here.
 """
 import dataclasses
 import sys
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 from etils import epath
 import jax
@@ -21,11 +21,13 @@ import numpy as np
 
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib
-from bert_jax.modeling.checkpoint_folder import CheckpointFolder
+from bert_jax.modeling.checkpoint_folder import CheckpointFolder, committed_steps
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.runtime import checksum
 from bert_jax.runtime.json_file import read_json
 from bert_jax.runtime import workdir_layout
+
+T = TypeVar("T")
 
 
 def vocab_difference(found: Sequence[str], expected: Sequence[str]) -> str:
@@ -94,8 +96,9 @@ def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
   return None
 
 
-def _locate(path: str) -> tuple[Optional[epath.Path], Optional[CheckpointFolder], int]:
-  """Where the checkpoint at `path` is: (bundle dir, None, -1) or (None, checkpoints, step).
+def _locate(path: str) -> tuple[Optional[epath.Path], Optional[epath.Path], int]:
+  """Where the checkpoint at `path` is: (bundle dir, None, -1) or (None, checkpoints dir, step),
+  the step being the newest committed one (checkpoint_folder.committed_steps).
 
   Raises:
     FileNotFoundError / ValueError naming the path and why it is no checkpoint.
@@ -122,19 +125,18 @@ def _locate(path: str) -> tuple[Optional[epath.Path], Optional[CheckpointFolder]
     raise ValueError(f"checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
                      "a pretraining workdir, nor a checkpoints directory; convert Hugging Face or "
                      "Google checkpoints first with python -m bert_jax.convert")
-  ckpts = CheckpointFolder(str(ckpt_dir), async_save=False)
-  step = ckpts.latest_step()
-  if step is None:
+  steps = committed_steps(ckpt_dir)
+  if not steps:
     unfinished = sorted(p.name for p in ckpt_dir.iterdir() if "orbax-checkpoint-tmp" in p.name)
     raise ValueError(f"checkpoint directory {ckpt_dir} holds no finished checkpoint" + (
         f" (only {', '.join(unfinished)}: a save interrupted before it completed)"
         if unfinished else ""))
-  return None, ckpts, step
+  return None, ckpt_dir, steps[-1]
 
 
 def _newer_than_export(export: epath.Path, ckpt_dir: Optional[epath.Path]
-                       ) -> Optional[tuple[CheckpointFolder, int]]:
-  """A workdir's checkpoints and latest step when they are newer than its export, else None.
+                       ) -> Optional[tuple[epath.Path, int]]:
+  """A workdir's checkpoints dir and newest committed step when newer than its export, else None.
 
   A run resumed after its export and stopped before the next one leaves an
   export/ older than its checkpoints: the newest state is the checkpoint
@@ -146,13 +148,13 @@ def _newer_than_export(export: epath.Path, ckpt_dir: Optional[epath.Path]
   step = info.get("step") if isinstance(info, dict) else None
   if ckpt_dir is None or not isinstance(step, int):
     return None
-  ckpts = CheckpointFolder(str(ckpt_dir), async_save=False)
-  latest = ckpts.latest_step()
-  if latest is None or latest <= step:
+  steps = committed_steps(ckpt_dir)
+  if not steps or steps[-1] <= step:
     return None
+  latest = steps[-1]
   print(f"note: {ckpt_dir}/{latest} (step {latest}) is newer than {export} (step {step}); "
         "using the checkpoint", file=sys.stderr, flush=True)
-  return ckpts, latest
+  return ckpt_dir, latest
 
 
 def read_model_config(path: str) -> BertConfig:
@@ -161,11 +163,11 @@ def read_model_config(path: str) -> BertConfig:
   For checks before a run's setup (a pretraining init_checkpoint of another
   size is refused before the data is read).
   """
-  bundle_dir, ckpts, step = _locate(path)
-  if bundle_dir is not None:
-    return bundle.read_config(str(bundle_dir))
-  source = f"{ckpts.directory}/{step}"
-  return BertConfig.from_dict(ckpts.read_meta(step)["model_config"], source=source)
+  def from_checkpoint(ckpts: CheckpointFolder, step: int) -> BertConfig:
+    source = f"{ckpts.directory}/{step}"
+    return BertConfig.from_dict(ckpts.read_meta(step)["model_config"], source=source)
+
+  return _read_newest(path, lambda d: bundle.read_config(str(d)), from_checkpoint)
 
 
 def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretrained:
@@ -177,33 +179,48 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
   Args:
     path: a bundle (converted Hugging Face / Google checkpoint, or a workdir's
       export/), a pretraining workdir (its export/ when the run finished, else
-      its latest checkpoint), or a `checkpoints/` directory (latest step).
+      its newest committed checkpoint), or a `checkpoints/` directory (the same).
     expect: when given, the checkpoint's architecture must match it.
   """
-  # A run that is still training saves newer checkpoints and deletes older ones: one deleted
-  # while it was read is read again at the newest step (or the export, once there); a
-  # failure on a checkpoint that is still there and still the newest is its own.
-  located = _locate(path)
-  for attempt in range(READ_ATTEMPTS):
-    bundle_dir, ckpts, step = located
-    if bundle_dir is not None:
-      b = bundle.load_bundle(str(bundle_dir), expect_config=expect)
-      return Pretrained(b.params, b.config, tuple(bundle.vocab_lines(b.vocab_file)),
-                        b.lowercase, str(bundle_dir), b.tokenizer_file)
-    try:
-      return _load_checkpoint(ckpts, step, expect)
-    except Exception:  # pylint: disable=broad-except
-      if attempt == READ_ATTEMPTS - 1:
-        raise
-      located = _locate(path)
-      if located[1] is not None and located[2] == step and (
-          located[1].directory / str(step)).exists():
-        raise
-  raise AssertionError("unreachable")
+  def from_bundle(bundle_dir: epath.Path) -> Pretrained:
+    b = bundle.load_bundle(str(bundle_dir), expect_config=expect)
+    return Pretrained(b.params, b.config, tuple(bundle.vocab_lines(b.vocab_file)),
+                      b.lowercase, str(bundle_dir), b.tokenizer_file)
+
+  return _read_newest(path, from_bundle,
+                      lambda ckpts, step: _load_checkpoint(ckpts, step, expect))
 
 
 # Reads of a checkpoint that a training run deleted meanwhile (its rotation), before giving up.
-READ_ATTEMPTS = 4
+READ_ATTEMPTS = 8
+
+
+def _read_newest(path: str, from_bundle: Callable[[epath.Path], T],
+                 from_checkpoint: Callable[[CheckpointFolder, int], T]) -> T:
+  """from_bundle(dir) or from_checkpoint(folder, step) of what `path` resolves to (_locate).
+
+  A run that is still training saves newer checkpoints and deletes older ones:
+  one deleted while it was read (Orbax's listing, its metadata or its arrays
+  vanish under the reader) is read again at the newest committed step, or the
+  export once there; a failure on a checkpoint that is still there and still the
+  newest is its own, and raised.
+  """
+  tried = []
+  for _ in range(READ_ATTEMPTS):
+    bundle_dir, ckpt_dir, step = _locate(path)
+    if bundle_dir is not None:
+      return from_bundle(bundle_dir)
+    try:
+      return from_checkpoint(CheckpointFolder(str(ckpt_dir), read_only=True), step)
+    except Exception:  # pylint: disable=broad-except
+      steps = committed_steps(ckpt_dir)
+      if steps and steps[-1] == step:
+        raise
+      tried.append(step)
+  raise RuntimeError(
+      f"checkpoint {path}: the run saving into {ckpt_dir} deleted each checkpoint while it was "
+      f"read (steps {', '.join(map(str, tried))}); read it again, or once the run has "
+      f"finished (its {workdir_layout.EXPORT}/), or have it keep more (keep_checkpoints)") from None
 
 
 def _load_checkpoint(ckpts: CheckpointFolder, step: int,

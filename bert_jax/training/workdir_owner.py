@@ -40,7 +40,7 @@ def owner(workdir: str) -> Optional[str]:
     return "bundle"
   info = p / workdir_layout.EXPORT / bundle.INFO_FILE
   if info.exists():
-    source = read_json(info, missing=f"{info} does not exist")
+    source = _read_record(info, "an export record", object_only=False)
     source = source.get("source") if isinstance(source, dict) else None
     if source in PROGRAMS:
       return source
@@ -83,10 +83,28 @@ def read_run(workdir: str) -> Optional[dict]:
   path = epath.Path(workdir) / workdir_layout.RUN_FILE
   if not path.exists():
     return None
-  record = read_json(path, missing=f"{path} does not exist")
-  if not isinstance(record, dict):
-    raise ValueError(f"{path}: not a run record (a JSON object); move it away or give a new "
-                     "--workdir")
+  return _read_record(path, "a run record")
+
+
+def _read_record(path: epath.Path, what: str, object_only: bool = True) -> Any:
+  """The JSON (object, with `object_only`) in `path`; else ValueError, one line naming the
+  file and what to do.
+
+  A file that is not UTF-8 (a binary file, one overwritten by another program)
+  would otherwise fail in the decoder, whose message names no file.
+  """
+  def refuse(why: str) -> ValueError:
+    return ValueError(f"{path} is not {what} ({why}); move it away or give a new --workdir")
+
+  try:
+    record = read_json(path, missing=f"{path} does not exist")
+  except UnicodeDecodeError as e:
+    raise refuse(f"not UTF-8 text: byte 0x{e.object[e.start]:02x} at offset {e.start}"
+                 ) from None
+  except ValueError as e:  # not valid JSON (a truncated file): read_json says where it breaks
+    raise refuse(str(e).replace(f"{path}: ", "", 1)) from None
+  if object_only and not isinstance(record, dict):
+    raise refuse("not a JSON object")
   return record
 
 
