@@ -60,8 +60,9 @@ def test_two_process_glue_run_reaches_the_end_and_matches_one_process(
 
 def test_a_sigterm_to_one_process_stops_both_at_one_step_and_the_same_command_finishes(
     pretrained, glue_dir, tmp_path):
+  # Batches of 4: 8 steps an epoch, so that the signal lands in training.
   args = ["--config", "configs/glue.py:task=mrpc", f"--config.init_checkpoint={pretrained}",
-          f"--config.data_dir={glue_dir}", "--config.log_every=1"]
+          f"--config.data_dir={glue_dir}", "--config.log_every=1", "--config.batch_size=4"]
   job = multiprocess.Job("bert_jax.finetune", 2, tmp_path / "run", args)
   job.wait_for("seed0_train step 2/")
   job.signal(signal.SIGTERM, 1)  # process 0, which prints, hears of it from process 1
