@@ -142,6 +142,19 @@ def test_export_loads_in_transformers_exactly(hf_model, converted, tmp_path):
   assert tok.convert_tokens_to_ids("[MASK]") == 4
 
 
+def test_every_exported_file_is_readable_as_the_umask_says(converted, tmp_path):
+  """safetensors writes its file 0600: on a shared machine no one else could read the model."""
+  out = tmp_path / "export"
+  mask = os.umask(0o022)
+  try:
+    assert convert.main(["--to", "hf", "--src", converted, "--dst", str(out), "--quiet"]) == 0
+  finally:
+    os.umask(mask)
+  modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+  assert "model.safetensors" in modes
+  assert set(modes.values()) == {0o644}, modes
+
+
 def test_pytorch_layout_round_trip_exact(converted, tmp_path):
   """PyTorch-layout safetensors -> bundle -> safetensors gives identical files' tensors."""
   first, second, b2 = (str(tmp_path / n) for n in ("first", "second", "b2"))

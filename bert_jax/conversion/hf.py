@@ -348,6 +348,9 @@ def params_to_hf(params: dict, config: BertConfig, dst: str,
   out.mkdir(parents=True, exist_ok=True)
   with write_errors.writing(f"{shown}/{SAFETENSORS}"):
     save_file(tensors, os.fspath(out / SAFETENSORS), metadata={"format": "pt"})
+  # safetensors makes its file private (0600); the folder's other files, and what a user
+  # sharing the model expects, follow the umask.
+  atomic_files.with_default_mode(out / SAFETENSORS)
   with write_errors.writing(f"{shown}/config.json"):
     (out / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
   return dict(heads=heads, architecture=arch, num_tensors=len(tensors), dropped=dropped)

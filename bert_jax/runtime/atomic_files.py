@@ -85,6 +85,16 @@ def replacing(path) -> Iterator[epath.Path]:
     raise
 
 
+def with_default_mode(path) -> None:
+  """Gives a local file the mode a plain open() gives a new file (0666 less the umask), for
+  writers that make theirs private."""
+  if _is_remote(path):
+    return
+  mask = os.umask(0)
+  os.umask(mask)
+  os.chmod(path, 0o666 & ~mask)
+
+
 def write_text(path, text: str) -> None:
   """Writes `text` (UTF-8) to `path` whole or not at all."""
   with replacing(path) as tmp:
