@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 
+from flax import traverse_util
 import numpy as np
 import pytest
 
@@ -27,7 +28,6 @@ import os, sys
 import jax
 from bert_jax.modeling import loading, model as model_lib
 from bert_jax.training import checkpoint as ckpt_lib
-from bert_jax.training import workdir_owner
 from tests.fixtures.tiny_encoder import CONFIG, VOCAB, random_params
 workdir, stop = sys.argv[1], sys.argv[2]
 base = random_params(CONFIG)
@@ -49,9 +49,11 @@ def _step_of(pretrained) -> int:
 def _assert_whole_step(pretrained, base):
   """The params are those saved at the step the source names, all of them."""
   step = _step_of(pretrained)
-  want = base["bert"]["embeddings"]["word_embeddings"]["embedding"] + step
-  got = pretrained.params["bert"]["embeddings"]["word_embeddings"]["embedding"]
-  np.testing.assert_array_equal(got, want)
+  want = traverse_util.flatten_dict(base, sep="/")
+  got = traverse_util.flatten_dict(pretrained.params, sep="/")
+  assert got.keys() == want.keys()
+  for name, value in want.items():
+    np.testing.assert_array_equal(got[name], value + step, err_msg=name)
 
 
 @pytest.mark.slow  # about 100 reads while another process saves (about 30 s on 2 cores)
@@ -113,3 +115,26 @@ def test_an_unreadable_run_record_is_named_in_one_line(tmp_path, content, why):
   assert re.match(rf"{re.escape(str(tmp_path / 'run.json'))} is not a run record \({why}",
                   message), message
   assert message.endswith("move it away or give a new --workdir")
+
+
+def test_a_run_that_outpaces_every_read_is_named_in_one_line_after_a_few_tries(
+    tmp_path, monkeypatch):
+  """Retries are bounded: a run that rotates each checkpoint away while it is read (a save
+  faster than the read) ends the reader in one line saying so, not in Orbax's error."""
+  ckpt_dir = tmp_path / "run" / "checkpoints"
+  _save_steps(ckpt_dir, [1])
+  calls = []
+
+  def outpaced(ckpts, step, expect):
+    del expect
+    calls.append(step)
+    shutil.copytree(ckpts.directory / str(step), ckpts.directory / str(step + 1))
+    shutil.rmtree(ckpts.directory / str(step))
+    raise FileNotFoundError(f"Checkpoint directory does not exist: {ckpts.directory}/{step}/state")
+  monkeypatch.setattr(loading, "_load_checkpoint", outpaced)
+  with pytest.raises(RuntimeError) as e:
+    loading.load_pretrained(str(tmp_path / "run"))
+  assert calls == list(range(1, loading.READ_ATTEMPTS + 1))
+  assert "\n" not in str(e.value) and e.value.__cause__ is None
+  assert str(e.value).startswith(f"checkpoint {tmp_path / 'run'}: the run saving into {ckpt_dir} "
+                                 "deleted each checkpoint while it was read (steps 1, 2, 3")

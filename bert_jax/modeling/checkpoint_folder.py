@@ -27,30 +27,37 @@ class CheckpointFolder:
     directory: the checkpoints directory (created if missing; local or gs://).
     max_to_keep: how many recent checkpoints are kept (when saving).
     async_save: save in a background thread (when saving).
-    read_only: only read: nothing is created, saved or deleted (a reader of
-      another run's folder must never rotate its checkpoints).
+    read_only: only read, with no manager: nothing is created, saved or deleted,
+      and the steps are the committed ones (committed_steps). A manager lists
+      every step and reads each one's metadata when it is made, which fails on
+      any step that the run saving into the folder deletes meanwhile.
   """
 
   def __init__(self, directory: str, max_to_keep: int = 3, async_save: bool = True,
                read_only: bool = False):
     path = epath.Path(directory)
     self.directory = path if "://" in str(directory) else path.absolute()
-    if read_only:
-      options = ocp.CheckpointManagerOptions(read_only=True, create=False, max_to_keep=None,
-                                             save_interval_steps=0)
-    else:
+    self._manager = None
+    if not read_only:
       options = ocp.CheckpointManagerOptions(
           max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save)
-    self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                          item_names=("state", "meta"))
+      self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                            item_names=("state", "meta"))
 
   def all_steps(self) -> list[int]:
+    if self._manager is None:
+      return committed_steps(self.directory)
     return sorted(self._manager.all_steps())
 
   def latest_step(self) -> Optional[int]:
+    if self._manager is None:
+      return (committed_steps(self.directory) or [None])[-1]
     return self._manager.latest_step()
 
   def read_meta(self, step: int) -> dict[str, Any]:
+    if self._manager is None:
+      return ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(
+          self.directory / str(step) / "meta")
     return self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
   def restore_on_one_device(self, step: int, config: BertConfig) -> Any:
