@@ -136,3 +136,18 @@ def test_each_status_of_the_table(pretrained, glue_dir, corpus, tmp_path):
     assert proc.returncode == status, out + err
     assert re.fullmatch(f"{sig.name}: {_EARLY_STOP}\n", out), out + err
     assert "Traceback" not in err
+
+
+@pytest.mark.slow  # a fine-tune of 32 MRPC rows (about 40 s on 2 cores), then the same command
+def test_a_finished_finetune_given_again_prints_its_results_and_exits_0(pretrained, glue_dir,
+                                                                          tmp_path):
+  command = ["bert_jax.finetune", "--config", "configs/glue.py:task=mrpc", "--workdir",
+             str(tmp_path / "mrpc"), f"--config.data_dir={glue_dir}",
+             f"--config.init_checkpoint={pretrained}", "--config.max_seq_length=32",
+             "--config.batch_size=8", "--config.eval_batch_size=16", "--config.num_epochs=1.0"]
+  first = _run(*command)
+  assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+  again = _run(*command)
+  assert again.returncode == 0, again.stderr
+  assert "holds this run, finished" in again.stdout, again.stdout
+  assert "Traceback" not in again.stderr
