@@ -35,15 +35,17 @@ TensorBoard logs, and the fine-tuned bundle in workdir/export (prediction files 
 are of the last seed).
 
 Preemption: the training state is saved to workdir/finetune_checkpoints every
-`checkpoint_every` steps, at the end of each seed's training (before its evaluation) and
+`checkpoint_every` steps, at the end of each seed's training (written while its evaluation
+predicts, and complete before any of its results, predictions or export is written) and
 on SIGTERM / SIGINT (the run then stops after the save, with exit status 128 + the
 signal's number: 143 and 130); a signal during an evaluation stops it within a batch,
 the end-of-training checkpoint kept; one that arrives while the results and the export
-are written lets them finish. So a signal at any moment leaves either the finished
-export or a checkpoint, and the same command resumes from the newest checkpoint (seed,
-epoch, batch within it, dropout key, the finished seeds' results) to the uninterrupted
-run's results, bitwise on the CPU. A checkpoint saved with other settings is refused in
-one line (bert_jax.finetuning.setup.RESUME_MAY_CHANGE lists what may change).
+are written lets them finish. So a signal at any moment leaves either the finished export
+or a checkpoint, and a kill (no save at all) never costs a seed whose results exist: the same
+command resumes from the newest checkpoint (seed, epoch, batch within it, dropout key, the
+finished seeds' results) to the uninterrupted run's results, bitwise on the CPU. A checkpoint
+saved with other settings is refused in one line (bert_jax.finetuning.setup.RESUME_MAY_CHANGE
+lists what may change).
 
 The workdir records its run in run.json (bert_jax.training.workdir_owner): given again
 once the run has finished, the same command prints the results and does nothing else;
@@ -297,7 +299,7 @@ def _each_seed(config, run: seed_run.SeedRun, first_seed: int, state, how: str,
     try:
       per_seed.append(evaluation.evaluate_seed(
           config, seed, run.predict_step, state, run.task, run.buckets, run.mesh, run.rules,
-          run.logger, run.split, workdir, run.is_writer, stop))
+          run.logger, run.split, workdir, run.is_writer, stop, run.ckpts))
     except evaluation.EvaluationStopped as e:
       return state, evaluation.stopped_in_evaluation(str(e), run.ckpts, seed, int(state.step),
                                                      run.is_writer)

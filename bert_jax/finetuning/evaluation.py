@@ -77,29 +77,38 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
 
 
 def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
-                    workdir: Optional[str], stop=None,
-                    progress: Optional[str] = None) -> tuple[dict, list, bool]:
+                    workdir: Optional[str], stop=None, progress: Optional[str] = None,
+                    checkpoint_written: Optional[Callable[[], None]] = None
+                    ) -> tuple[dict, list, bool]:
   """(results of every eval set, their warnings, whether the task checks for constant
   predictions); every process scores, files are written to `workdir` unless None;
-  `progress`: the label of the progress lines (None: none)."""
-  results, warnings, checked = {}, [], False
-  for eval_set in task.eval_sets:
-    # A line every PROGRESS_SECONDS from a thread: the first batch compiles the program, and
-    # scoring (SQuAD's answers, NER's entities) and writing the predictions take a while too.
-    where = ["0 batches"]
+  `progress`: the label of the progress lines (None: none). `checkpoint_written` waits for
+  the checkpoint of `params`: called once every set is predicted, before any is scored and
+  its files written, so that the save overlaps the predictions."""
+  # A line every PROGRESS_SECONDS from a thread: the first batch compiles the program, and
+  # scoring (SQuAD's answers, NER's entities) and writing the predictions take a while too.
+  where = ["0 batches"]
+  beat = train_log.Heartbeat(progress, every=PROGRESS_SECONDS, enabled=bool(progress),
+                             file=sys.stdout, at_start=False, status=lambda: where[0])
 
-    def on_batch(done, total, where=where):
-      where[0] = f"{done} of {total} batches" if done < total else "scoring the predictions"
-    with train_log.Heartbeat(f"{progress} {eval_set.name}", every=PROGRESS_SECONDS,
-                             enabled=bool(progress), file=sys.stdout, at_start=False,
-                             status=lambda where=where: where[0]):
-      outputs = predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
-                        mesh, rules, bucketing=config.length_bucketing, buckets=buckets,
-                        stop=stop, on_batch=on_batch)
-      scores = eval_set.score(outputs, workdir)
-    checked |= task_lib.WARNINGS in scores
-    warnings += scores.pop(task_lib.WARNINGS, [])
-    results.update(scores)
+  def on_batch(done, total):
+    where[0] = f"{done} of {total} batches"
+  outputs, results, warnings, checked = [], {}, [], False
+  with beat:
+    for eval_set in task.eval_sets:
+      where[0], beat.label = "0 batches", f"{progress} {eval_set.name}"
+      outputs.append(predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
+                             mesh, rules, bucketing=config.length_bucketing, buckets=buckets,
+                             stop=stop, on_batch=on_batch))
+    if checkpoint_written is not None:
+      where[0], beat.label = "writing the checkpoint of the end of training", progress
+      checkpoint_written()
+    for eval_set, out in zip(task.eval_sets, outputs):
+      where[0], beat.label = "scoring the predictions", f"{progress} {eval_set.name}"
+      scores = eval_set.score(out, workdir)
+      checked |= task_lib.WARNINGS in scores
+      warnings += scores.pop(task_lib.WARNINGS, [])
+      results.update(scores)
   return results, warnings, checked
 
 
@@ -130,8 +139,13 @@ def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
 
 def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, rules, logger,
                   split: time_split.TimeSplit, workdir: str, is_writer: bool,
-                  stop=None) -> dict:
+                  stop=None, ckpts=None) -> dict:
   """Scores every eval set with `state`'s params; the seed's results (logged and printed).
+
+  `ckpts` (the run's TrainCheckpoints, or None): its saves, the seed's end of training among
+  them, are committed after the predictions and before the first file or record that says the
+  seed is done. A kill before then leaves the previous checkpoint and no trace of these
+  results; a kill after, the end-of-training checkpoint, which the same command evaluates.
 
   Raises:
     EvaluationStopped: a stop signal arrived (checked before each batch).
@@ -144,7 +158,8 @@ def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, r
                                                  buckets, mesh, rules,
                                                  workdir if is_writer else None, stop,
                                                  f"seed {seed}: evaluating" if is_writer
-                                                 else None)
+                                                 else None,
+                                                 ckpts.wait if ckpts is not None else None)
   logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
              prefix=f"seed{seed}_eval_")
   if checked:
