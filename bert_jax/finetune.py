@@ -150,7 +150,7 @@ def _start_and_run(config, workdir: str, preempt_at, split, out_dir, is_writer: 
   per_seed, first_seed, position = resume = _resume_point(config, meta)
   description = loading.model_description(model_cfg, pretrained.vocab, pretrained.lowercase,
                                           tokenizer_file=pretrained.tokenizer_file)
-  logger = _run_logger(config, workdir, total_steps, is_writer, meta, state, how, resume)
+  logger = _run_logger(workdir, total_steps, is_writer, meta, state, how, resume)
 
   # -- One run per seed: epochs, a checkpoint at the end of training, evaluation -----------
   pack, shape_limit = finetune_batches.packing(config, mesh, tokenizer, model_cfg, buckets)
@@ -239,17 +239,16 @@ def _state_and_steps(config, out_dir: epath.Path, pretrained: loading.Pretrained
   return tx, schedule, init_fn, ckpts, state, meta, how, train_step, predict_step
 
 
-def _run_logger(config, workdir: str, total_steps: int, is_writer: bool, meta: Optional[dict],
+def _run_logger(workdir: str, total_steps: int, is_writer: bool, meta: Optional[dict],
                 state, how: str, resume_point: tuple) -> train_log.RunLogger:
   """The run's metrics log; resuming (`_resume_point`), it says where training goes on."""
   per_seed, first_seed, position = resume_point
   if meta and is_writer:
     print(f"{how}: seed {first_seed}, epoch {position[0] + 1}, batch {position[1]}; "
           f"{len(per_seed)} seed(s) done before it", flush=True)
-  # Records logged after the checkpoint are logged again: dropped (steps restart per seed,
-  # so only while the first seed is resumed).
-  return train_log.RunLogger(workdir, total_steps, is_writer, resume_step=(
-      int(state.step) if meta and first_seed == config.seed else None))
+    # Records logged after the checkpoint are logged again: dropped, so each appears once.
+    seed_run.drop_records_after(workdir, first_seed, int(state.step), position[1])
+  return train_log.RunLogger(workdir, total_steps, is_writer)
 
 
 def _fresh_state(config, init_fn, tx, mesh, rules, pretrained: loading.Pretrained,

@@ -2,7 +2,8 @@
 wait) never trains again: each seed's end-of-training checkpoint is committed before anything
 that says the seed is done (its predictions, the results, the export, run.json) is written, so
 the same command resumes from that checkpoint, or finds the finished run, to the results of the
-run that was never killed."""
+run that was never killed. A resumed run's metrics.jsonl holds each record once."""
+import json
 import pathlib
 import re
 
@@ -10,6 +11,7 @@ from flax import traverse_util
 import numpy as np
 import pytest
 
+from bert_jax.finetuning import seed_run
 from bert_jax.modeling import bundle
 from tests.fixtures import kills
 
@@ -41,6 +43,12 @@ def _outputs(workdir: pathlib.Path) -> tuple:
   return files, params
 
 
+def _records(workdir: pathlib.Path) -> list:
+  """metrics.jsonl's records as (step, their metric names), in the order written."""
+  return [(r["step"], tuple(sorted(k for k in r if k != "step")))
+          for r in map(json.loads, (workdir / "metrics.jsonl").read_text().splitlines())]
+
+
 @pytest.mark.slow
 def test_a_kill_at_any_rename_after_training_never_trains_again(pretrained, glue_dir, tmp_path):
   args = _args(glue_dir, pretrained)
@@ -48,7 +56,8 @@ def test_a_kill_at_any_rename_after_training_never_trains_again(pretrained, glue
   assert straight.returncode == 0, straight.output[-3000:]
   everything = {(s, k) for s in range(_SEEDS) for k in range(1, _STEPS + 1)}
   assert _trained(straight.output) == everything
-  want = _outputs(tmp_path / "straight")
+  want, records = _outputs(tmp_path / "straight"), _records(tmp_path / "straight")
+  assert len(records) == len(set(records))
   points = straight.renames[1:]  # after run.json's first (before the first step)
   # Each end-of-training checkpoint's commit (killed right after it), each seed's predictions,
   # the results, the export and run.json "finished" (killed right before each).
@@ -77,3 +86,29 @@ def test_a_kill_at_any_rename_after_training_never_trains_again(pretrained, glue
     assert got[1].keys() == want[1].keys(), where
     for k in want[1]:
       np.testing.assert_array_equal(got[1][k], want[1][k], err_msg=f"{where}: {k}")
+    # Every record once, each seed's evaluation among them, as in the run never killed.
+    assert sorted(_records(workdir)) == sorted(records), where
+
+
+def test_a_resumed_run_drops_the_records_logged_after_its_checkpoint(tmp_path):
+  """What a resumed run drops from metrics.jsonl: the records it is about to log again."""
+  def record(seed, kind, step):
+    return {"step": step, f"seed{seed}_{kind}_x": 1.0}
+  written = ([record(0, "train", k) for k in range(1, 5)] + [record(0, "train_epoch", 4),
+             record(0, "eval", 4)] + [record(1, "train", k) for k in range(1, 5)]
+             + [record(1, "train_epoch", 2), record(1, "train_epoch", 4), record(1, "eval", 4)])
+
+  def kept(seed, step, batch):
+    (tmp_path / "metrics.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in written) + '{"step": 5, "seed1_tr')  # torn
+    seed_run.drop_records_after(str(tmp_path), seed, step, batch)
+    return [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+
+  # Seed 0's end of training: its steps and its epoch, not its evaluation nor seed 1.
+  assert kept(0, 4, 0) == written[:5]
+  # Seed 1's end of training: everything but its evaluation.
+  assert kept(1, 4, 0) == written[:-1]
+  # Seed 1 at a save within its epoch, after step 2 (that epoch's record came after the save).
+  assert kept(1, 2, 2) == written[:6] + written[6:8]
+  # Seed 1 at the start of an epoch, after step 2: the epoch that ended there is kept.
+  assert kept(1, 2, 0) == written[:6] + written[6:8] + [written[10]]

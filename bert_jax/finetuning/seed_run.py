@@ -3,19 +3,24 @@ checkpoints (periodic, at the end of training, on a stop signal)."""
 import contextlib
 import dataclasses
 import functools
+import json
+import re
 import sys
 import time
 from typing import Any, Optional
 
+from etils import epath
 import jax
 import numpy as np
 
 from bert_jax.data.stream import length_buckets
 from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.runtime import ahead_compile
+from bert_jax.runtime import atomic_files
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
+from bert_jax.runtime import workdir_layout
 from bert_jax.tasks import task as task_lib
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import loop as training_loop
@@ -184,3 +189,42 @@ def jitted_steps(config, task, task_model, tx, schedule, impl, state_shardings, 
       task_lib.predict_fn(task_model), in_shardings=(state_shardings.params, batch_shard)),
       trace_context)
   return train_step, predict_step
+
+
+# A fine-tune's metrics records: a training step's (`seed0_train_loss`, ...), an epoch's
+# (`seed0_train_epoch_seconds`, ...) and an evaluation's (`seed0_eval_accuracy`, ...).
+_RECORD_KEY = re.compile(r"seed(\d+)_(train_epoch|train|eval)_")
+
+
+def drop_records_after(workdir: str, seed: int, step: int, batch: int) -> None:
+  """Rewrites workdir/metrics.jsonl without the records logged after the checkpoint that a run
+  resumes (`seed` at `step`, `batch` the next batch of its epoch): those are logged again.
+
+  Kept: every earlier seed's records, and this seed's training steps up to `step`; its epoch
+  record at `step` only when the checkpoint is at the start of an epoch (the end of training
+  among them: a save within the epoch comes before that epoch's record), its evaluation never
+  (it follows the end of training's save). A torn last line is dropped.
+  """
+  path = epath.Path(workdir) / workdir_layout.METRICS
+  if not path.exists():
+    return
+  text = path.read_text()
+  kept = []
+  for line in text.splitlines():
+    try:
+      record = json.loads(line)
+      step_of = int(record["step"])
+    except (ValueError, KeyError, TypeError):
+      continue
+    kinds = {m.groups() for m in map(_RECORD_KEY.match, record) if m}
+    if len(kinds) != 1:  # not one of a fine-tune's records: by its step alone
+      keep = step_of <= step
+    else:
+      (of_seed, kind), = kinds
+      keep = (int(of_seed) < seed if int(of_seed) != seed else
+              kind == "train" and step_of <= step or
+              kind == "train_epoch" and (step_of < step or step_of == step and batch == 0))
+    if keep:
+      kept.append(line + "\n")
+  if "".join(kept) != text:
+    atomic_files.write_text(path, "".join(kept))
