@@ -199,9 +199,11 @@ def test_build_wordpiece_vocab_google_order(tmp_path):
 def test_build_vocab_refuses_zero_max_sentences_and_an_input_without_words(tmp_path, capsys):
   corpus = _corpus(tmp_path, n=5)
   out = str(tmp_path / "vocab.txt")
-  with pytest.raises(SystemExit, match=r"--max_sentences=0: 0 is not a positive integer"):
+  with pytest.raises(SystemExit) as e:  # bad usage: its line, status 2
     build_vocab.main(["--input", corpus, "--output", out, "--vocab_size", "300",
                       "--max_sentences", "0"])
+  assert e.value.code == 2
+  assert "--max_sentences=0: 0 is not a positive integer" in capsys.readouterr().err
   blank = tmp_path / "blank.txt"
   blank.write_text("\n \n\t\n", encoding="utf-8")
   with pytest.raises(SystemExit, match=r"blank\.txt': every matched file is empty or only "
