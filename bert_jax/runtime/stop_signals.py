@@ -160,9 +160,6 @@ class first_compile:  # pylint: disable=invalid-name
   def __enter__(self):
     if threading.current_thread() is not threading.main_thread():
       return self
-    if self.stop is not None and self.stop.name:  # it came while the run was starting
-      self._lock, self._done = threading.Lock(), False
-      self._exit(self.stop.name)
     self._active = True
     self._lock = threading.Lock()
     self._done = False
