@@ -104,8 +104,9 @@ class StopSignals:
 def _after_training(signum, frame) -> None:
   """A multi-process run's handler once training is over: the run finishes its writes."""
   del frame
-  print(f"{signal.Signals(signum).name} after the last step: finishing the last checkpoint "
-        "and the export (collective, seconds), then exiting", file=sys.stderr, flush=True)
+  print(f"{signal.Signals(signum).name} once training is over: its last writes (checkpoint, "
+        "export; collective, seconds) finish, then the program exits", file=sys.stderr,
+        flush=True)
 
 
 NOTHING_TRAINED = ("before the first step: nothing trained yet to save; exiting (the same "
