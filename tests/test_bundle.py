@@ -2,6 +2,8 @@
 from flax import traverse_util
 import json
 import os
+import pathlib
+import shutil
 
 import jax
 import numpy as np
@@ -9,6 +11,9 @@ import pytest
 
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib
+from bert_jax.runtime import atomic_files
+from tests.fixtures import tiny_encoder
+from tests.fixtures import write_faults
 from tests.fixtures.tiny_encoder import BUNDLE_CONFIG as CONFIG
 
 
@@ -77,6 +82,69 @@ def test_refuses_to_overwrite_and_overwrites_atomically(params, vocab_file, tmp_
   bundle.save_bundle(path, {"bert": p2}, CONFIG, vocab_file, lowercase=True, overwrite=True)
   _equal_trees(bundle.load_bundle(path).params, {"bert": p2})
   assert sorted(os.listdir(tmp_path)) == ["b"]  # no temporary or old directories left
+
+
+def _state(dst: pathlib.Path, earlier: dict, new: bundle.Bundle) -> str:
+  if not dst.exists():
+    return "absent"
+  if write_faults.snapshot(dst) == earlier:
+    return "earlier"
+  try:
+    got = bundle.load_bundle(str(dst))
+  except (FileNotFoundError, ValueError) as e:
+    return f"unreadable: {e}"
+  same = traverse_util.flatten_dict(got.params).keys() == traverse_util.flatten_dict(
+      new.params).keys() and all(
+          np.array_equal(a, b) for a, b in zip(jax.tree.leaves(got.params),
+                                               jax.tree.leaves(new.params)))
+  return "new" if same and got.config == new.config else "another bundle"
+
+
+@pytest.mark.slow  # a child process per kill point (a few seconds each)
+def test_a_kill_at_any_step_of_an_export_over_an_earlier_one_leaves_the_one_or_the_other(
+    tmp_path):
+  """An export (save_bundle over an earlier bundle, as pretraining and fine-tuning write
+  theirs) ended like SIGKILL before each kind of step it takes (its first write of each
+  kind, every rename and the exchange): the folder is at every moment the complete earlier
+  bundle or the complete new one, never missing; the next write removes what it left."""
+  new = tiny_encoder.save_random_bundle(tmp_path / "new", seed=0)
+  wider = CONFIG.replace(hidden_size=32, num_heads=4, intermediate_size=64)
+  earlier = tiny_encoder.save_random_bundle(tmp_path / "earlier", wider, seed=1, lowercase=False)
+  earlier_files = write_faults.snapshot(pathlib.Path(earlier))
+  new_bundle = bundle.load_bundle(new)
+  root = tmp_path / "workdir"
+  dst = root / "export"
+
+  def reset():
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir()
+    shutil.copytree(earlier, dst)
+
+  def export(kill_at):
+    reset()
+    return write_faults.run_killed_at(kill_at, root, "tests.fixtures.export_child",
+                                      [new, str(dst)])
+  whole = export(0)
+  assert whole.returncode == 0 and _state(dst, earlier_files, new_bundle) == "new", whole.output
+  kinds = [line.split("\t")[1] for line in whole.calls]
+  assert "bert_jax.runtime.atomic_files._exchange" in kinds, whole.calls
+  steps = [k for k, kind in enumerate(kinds, 1)
+           if k == 1 or kind != kinds[k - 2] or kind in ("os.rename", "os.replace")
+           or kind.endswith("_exchange")]
+  seen = []
+  for k in steps:
+    run = export(k)
+    assert run.returncode == write_faults.KILLED, run.output[-3000:]
+    seen.append(_state(dst, earlier_files, new_bundle))
+    assert seen[-1] in ("earlier", "new"), (run.calls[-1], seen[-1])
+    assert not list(root.glob("*old-bundle*")), sorted(os.listdir(root))
+    assert set(os.listdir(root)) - {"export"} <= set(write_faults.leftovers(root))
+    bundle.save_bundle(str(dst), new_bundle.params, new_bundle.config, new_bundle.vocab_file,
+                       new_bundle.lowercase, overwrite=True)
+    assert _state(dst, earlier_files, new_bundle) == "new", run.calls[-1]
+    assert sorted(os.listdir(root)) == ["export"], run.calls[-1]  # the leftovers removed
+  # Kills fell before the exchange and after it; none left the folder missing or mixed.
+  assert seen[0] == "earlier" and seen[-1] == "new" and set(seen) == {"earlier", "new"}, seen
 
 
 def test_heads_are_checked(params, vocab_file, tmp_path):

@@ -11,7 +11,6 @@ from flax import traverse_util
 import numpy as np
 
 from bert_jax.modeling import bundle
-from bert_jax.runtime import atomic_files
 
 
 def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str, *,
@@ -44,13 +43,12 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
   out = load(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
   check_finite(out["params"], src)
   source = src if "://" in src else os.path.abspath(src)
-  # Built whole beside dst, then put in its place in one step: a kill or a full disk leaves dst
-  # as it was (the earlier bundle, or nothing), never without a bundle.
-  with atomic_files.replacing(dst) as tmp:
-    bundle.save_bundle(os.fspath(tmp), out["params"], out["config"],
-                       out["vocab_file"] or out["vocab"], out["lowercase"],
-                       info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
-                       overwrite=overwrite, tokenizer_file=out.get("tokenizer_file"))
+  # save_bundle builds it whole beside dst and puts it in place in one step: a kill or a full
+  # disk leaves dst as it was (the earlier bundle, or nothing), never without a bundle.
+  bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"] or out["vocab"],
+                     out["lowercase"],
+                     info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
+                     overwrite=overwrite, tokenizer_file=out.get("tokenizer_file"))
   return out
 
 

@@ -32,6 +32,7 @@ import orbax.checkpoint as ocp
 from bert_jax.members import registry as members
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
+from bert_jax.runtime import atomic_files
 from bert_jax.runtime.json_file import read_json
 
 FORMAT_VERSION = 1
@@ -278,6 +279,21 @@ def _sync(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
+def _writer_of_process_0() -> str:
+  """Process 0's atomic_files.writer_id(), known to every process (the name of the temporary
+  folder they write a bundle into together)."""
+  mine = atomic_files.writer_id()
+  if jax.process_count() == 1:
+    return mine
+  from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+  raw = np.frombuffer(mine.encode().ljust(_WRITER_ID_BYTES), np.uint8)
+  agreed = multihost_utils.broadcast_one_to_all(raw)
+  return bytes(np.asarray(agreed, np.uint8)).decode().strip()
+
+
+_WRITER_ID_BYTES = 48  # a pid and 8 hex digits fit with room to spare
+
+
 def _absolute(path: str) -> epath.Path:
   """Orbax takes only absolute paths: a relative local one is made absolute (a URL stays)."""
   path = str(path)
@@ -288,7 +304,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
                 lowercase: bool, *,
                 heads: Optional[Sequence[str]] = None, info: Optional[dict] = None,
                 overwrite: bool = False, tokenizer_file: Optional[str] = None) -> None:
-  """Writes a bundle atomically (a temporary directory renamed into place).
+  """Writes a bundle whole: built beside `path`, then put in its place in one step.
 
   Call it on every process (Orbax saves sharded jax.Arrays cooperatively);
   process 0 writes the JSON and vocab files and does the renames.
@@ -304,8 +320,8 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
     heads: optional heads the caller expects in `params` (checked); by default
       they are read from the params.
     info: extra JSON-serialisable metadata for bundle.json (e.g. source, step).
-    overwrite: replace an existing bundle (the old one is removed only after the
-      new one is in place); a directory holding anything else is never replaced.
+    overwrite: replace an existing bundle (exchanged with the new one in one step, and
+      removed after); a directory holding anything else is never replaced.
     tokenizer_file: the BPE vocab.json (merges.txt beside it) or SentencePiece
       .model of a tokenizer other than WordPiece; copied into BUNDLE/tokenizer/
       under its own name (the name tells SentencePiece families apart).
@@ -334,32 +350,28 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
   if heads is not None and set(heads) - set(found):
     raise ValueError(f"save_bundle: heads {sorted(set(heads) - set(found))} requested but the "
                      f"params only have {list(found)}")
-  tmp = dst.parent / (dst.name + ".tmp-bundle")
-  old = dst.parent / (dst.name + ".old-bundle")
   primary = jax.process_index() == 0
-  if primary:
-    for p in (tmp, old):
-      if p.exists():
-        p.rmtree()
-    tmp.mkdir(parents=True)
-  _sync("bert_jax.modeling.bundle.save.start")
-  ckptr = ocp.PyTreeCheckpointer()
-  ckptr.save(tmp / PARAMS_DIR, args=ocp.args.PyTreeSave(params))
-  if primary:
-    config.save_json(str(tmp / CONFIG_FILE))
-    (tmp / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-    if tokenizer_file:
-      _copy_tokenizer(tokenizer_file, tmp / TOKENIZER_DIR)
-    meta = dict(info or {})
-    meta.update(format_version=FORMAT_VERSION, lowercase=bool(lowercase), heads=list(found),
-                num_params=int(sum(int(np.prod(s)) for s in flat_shapes.values())),
-                created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    (tmp / INFO_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-    if dst.exists():
-      dst.rename(old)
-    tmp.rename(dst)
-    if old.exists():
-      old.rmtree()
+  # Built whole beside dst and put in its place in one step (atomic_files.replacing_folder): a
+  # kill or a full disk leaves dst the complete earlier bundle (or nothing), never a mix of two
+  # and never a moment without one. Every process writes its shards into the same temporary
+  # folder, named by process 0, which alone prepares it and puts it in place.
+  with atomic_files.replacing_folder(path, writer=_writer_of_process_0(),
+                                     primary=primary) as tmp:
+    if primary:
+      tmp.mkdir(parents=True)
+    _sync("bert_jax.modeling.bundle.save.start")
+    ckptr = ocp.PyTreeCheckpointer()
+    ckptr.save(tmp / PARAMS_DIR, args=ocp.args.PyTreeSave(params))
+    if primary:
+      config.save_json(str(tmp / CONFIG_FILE))
+      (tmp / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+      if tokenizer_file:
+        _copy_tokenizer(tokenizer_file, tmp / TOKENIZER_DIR)
+      meta = dict(info or {})
+      meta.update(format_version=FORMAT_VERSION, lowercase=bool(lowercase), heads=list(found),
+                  num_params=int(sum(int(np.prod(s)) for s in flat_shapes.values())),
+                  created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+      (tmp / INFO_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
   _sync("bert_jax.modeling.bundle.save.end")
 
 

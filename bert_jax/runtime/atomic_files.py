@@ -51,10 +51,16 @@ def _is_remote(path) -> bool:
   return "://" in str(path)
 
 
-def temporary_sibling(path) -> epath.Path:
-  """A name beside `path` that no other process uses (hidden, with this process's id and host)."""
+def writer_id() -> str:
+  """This process's id and host, as a temporary name carries them."""
+  return f"{os.getpid()}-{_HOST}"
+
+
+def temporary_sibling(path, writer: Optional[str] = None) -> epath.Path:
+  """A name beside `path` that no other process uses (hidden, with the writer's id and host:
+  `writer`, a writer_id(), or by default this process's)."""
   p = epath.Path(path)
-  return p.parent / f".{p.name}{TMP_MARK}{os.getpid()}-{_HOST}"
+  return p.parent / f".{p.name}{TMP_MARK}{writer or writer_id()}"
 
 
 @contextlib.contextmanager
@@ -69,9 +75,60 @@ def replacing(path) -> Iterator[epath.Path]:
   if _is_remote(dst):
     yield dst
     return
-  dst = epath.Path(os.path.realpath(dst))
+  with _replacing_local(path, None, True) as tmp:
+    yield tmp
+
+
+@contextlib.contextmanager
+def replacing_folder(path, *, writer: Optional[str] = None,
+                     primary: bool = True) -> Iterator[epath.Path]:
+  """Yields a temporary folder path beside `path` (not made yet); on success the folder written
+  there replaces `path` whole, as `replacing` does.
+
+  Several processes may write one folder together (each its part, as Orbax saves sharded
+  arrays): each passes the same `writer` (the writer_id() of the one that puts the folder in
+  place), and only that one passes `primary`. The primary removes leftovers and an earlier
+  temporary folder before yielding, and after a clean exit puts the folder in place (on an
+  error it removes it); the others only write into it, so the caller must make them wait for
+  the primary's start (and the primary for their writes) itself.
+
+  An object store cannot rename a folder in one step: there the earlier folder is renamed
+  aside, the new one renamed onto `path`, and the earlier one removed.
+  """
+  dst = epath.Path(path)
+  if not _is_remote(dst):
+    with _replacing_local(path, writer, primary) as tmp:
+      yield tmp
+    return
+  tmp = temporary_sibling(dst, writer)
+  aside = epath.Path(str(tmp) + _EARLIER)
+  if not primary:
+    yield tmp
+    return
+  for p in (tmp, aside):
+    if p.exists():
+      p.rmtree()
+  try:
+    yield tmp
+    if dst.exists():
+      dst.rename(aside)
+    tmp.rename(dst)
+    if aside.exists():
+      aside.rmtree()
+  except BaseException:
+    if tmp.exists():
+      tmp.rmtree()
+    raise
+
+
+@contextlib.contextmanager
+def _replacing_local(path, writer: Optional[str], primary: bool) -> Iterator[epath.Path]:
+  dst = epath.Path(os.path.realpath(path))
+  tmp = temporary_sibling(dst, writer)
+  if not primary:
+    yield tmp
+    return
   remove_leftovers(dst.parent)
-  tmp = temporary_sibling(dst)
   _remove(tmp)
   try:
     yield tmp
@@ -200,8 +257,8 @@ def _flush(p: epath.Path) -> None:
 
 
 def _remove_temporaries(tmp: epath.Path) -> None:
-  """Removes `tmp` and the names a writer inside derived from it (a bundle's `tmp.tmp-bundle`);
-  never an earlier folder set aside, which a failed rename may have left there."""
+  """Removes `tmp` and the names a writer inside derived from it (`tmp.SUFFIX`); never an
+  earlier folder set aside, which a failed rename may have left there."""
   _remove(tmp)
   for name in os.listdir(tmp.parent):
     if name.startswith(tmp.name + ".") and not name.endswith(_EARLIER):
