@@ -1,4 +1,9 @@
-"""ELECTRA's objective: shared embeddings, gradients through the sample, the AUC from histograms."""
+"""ELECTRA's objective: shared embeddings, gradients through the sample, the AUC from histograms;
+a vocab that does not fit the corpus refused in one line."""
+import re
+import subprocess
+import sys
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -7,6 +12,8 @@ import pytest
 
 from bert_jax.modeling import model_config
 from bert_jax.objectives import electra
+from tests.fixtures.repo import ROOT
+from tests.fixtures.repo import child_env
 from tests.objective_batches import LEN, P, VOCAB, masked_batch
 
 
@@ -96,3 +103,28 @@ def test_auc_from_histograms_is_the_binned_mann_whitney_statistic():
   assert abs(electra.auc_from_histograms(hp, hn) - exact) < 2e-3
   assert abs(electra.auc_from_histograms(hn, hp) - (1 - exact)) < 2e-3
   assert np.isnan(electra.auc_from_histograms(np.zeros(4), np.ones(4)))
+
+
+@pytest.mark.slow  # runs pretrain (its imports alone are seconds)
+def test_a_vocab_that_does_not_fit_the_corpus_is_one_line_before_the_pipeline_starts(tmp_path):
+  # 110 tokens (the specials, some words): three quarters of the built-in corpus is [UNK]. The
+  # refusal comes before tf.data's threads start, so none of them prints a traceback.
+  words = "the a of and to in is was it that for on with as at by an be this from".split()
+  tokens = (["[PAD]"] + [f"[unused{i}]" for i in range(5)] + ["[UNK]", "[CLS]", "[SEP]",
+            "[MASK]"] + words)
+  tokens += [f"w{i}" for i in range(110 - len(tokens))]
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(tokens) + "\n", encoding="utf-8")
+  done = subprocess.run(
+      [sys.executable, "-m", "bert_jax.pretrain", "--config",
+       str(ROOT / "configs" / "pretrain.py") + ":tiny,recipe=electra",
+       "--workdir", str(tmp_path / "run"), f"--config.data.vocab_file={vocab}",
+       "--config.seq_len=32", "--config.batch_size=8", "--config.total_steps=2"],
+      cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=300)
+  assert done.returncode == 1, done.stderr[-3000:]  # docs/troubleshooting.md: an error, one line
+  lines = done.stderr.splitlines()
+  assert len(lines) == 1 and re.fullmatch(
+      r"bert_jax\.pretrain: error: builtin \(first 2,000 sentences\): \d+% of its \d+ tokens "
+      r"are \[UNK\] with the 110-token vocab " + re.escape(str(vocab)) + r": the vocab does "
+      r"not fit this corpus \(build one with python -m bert_jax\.build_vocab, or check "
+      r"config\.data\.lowercase\)", lines[0]), done.stderr

@@ -217,7 +217,8 @@ class PretrainData:
   def __init__(self, data_config, *, seq_len: int, global_batch_size: int, seed: int,
                process_index: int = 0, process_count: int = 1,
                source: Optional[source_base.Source] = None):
-    """Validates the config and the input up front (no tokenization yet).
+    """Validates the config and the input up front (of the text, only the start of the first
+    shard is tokenized yet: the share of [UNK]).
 
     Args:
       data_config: the `config.data` ConfigDict of configs/pretrain.py.
@@ -261,6 +262,8 @@ class PretrainData:
     self._shards = [shards[i] for i in positions]
     if shares:
       source_registry.check_shards(self.source, self._shards, c)
+    if self._shards:  # a vocab that does not fit the corpus: one line, before any tf.data
+      shard_tokens.check_vocab_fits(self._shards[0], c, self.tokenizer)
     self._mask_spec = _masking_spec(c, self.tokenizer)
     self._keys = {name: stateless_random.root_key(seed, name)
                   for name in ("order", "shuffle", "nsp", "mask", "evalmask")}

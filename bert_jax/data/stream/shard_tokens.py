@@ -1,8 +1,8 @@
 """A shard's documents as tokens: read through its source, held-out documents split off,
 tokenized on a thread pool, empty sentences and documents dropped, long sentences cut.
 
-Also the vocab checks made before any shard is read (casing) and on each one (the share of
-[UNK]).
+Also the vocab checks made before any shard is read (casing), on the start of the first one
+before the stream starts and on each one as it is read (the share of [UNK]).
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
@@ -79,6 +79,34 @@ def check_unknown_rate(tokens: np.ndarray, tokenizer, name: str) -> None:
         f"{tokenizer.vocab_size}-token vocab {tokenizer.vocab_file or ''}: the vocab does not "
         f"fit this corpus (build one with python -m bert_jax.build_vocab, or check "
         f"config.data.lowercase)")
+
+
+# Sentences of a shard's start that check_vocab_fits tokenizes: enough for a stable share of
+# [UNK], few enough to cost a fraction of a second before the pipeline starts.
+_SAMPLE_SENTENCES = 2000
+
+
+def check_vocab_fits(shard: shard_spec.ShardSpec, data_config, tokenizer) -> None:
+  """check_unknown_rate on the first sentences of `shard`, before any pipeline starts.
+
+  The same check runs on every shard as the stream reads it, but there it is raised inside
+  tf.data's threads, which print each failed call's traceback before the error reaches the
+  program; a vocab that does not fit the corpus at all is found here, as one line.
+  A prepared shard was checked when it was prepared.
+
+  Raises:
+    ValueError: as check_unknown_rate.
+  """
+  source = source_registry.of_shard(shard)
+  if source.tokenized:
+    return
+  sentences = source.read(shard, data_config).sentences
+  name = source_registry.describe(shard)
+  if int(tf.size(sentences)) > _SAMPLE_SENTENCES:
+    sentences = sentences[:_SAMPLE_SENTENCES]
+    name += f" (first {_SAMPLE_SENTENCES:,} sentences)"
+  tokens, _ = tokenize(tokenizer, sentences)
+  check_unknown_rate(tokens, tokenizer, name)
 
 
 @functools.cache
