@@ -58,3 +58,27 @@ def test_undefined_metric_is_written_as_null_with_a_warning(tmp_path, capsys):
   out = capsys.readouterr().out
   assert ("WARNING: pearson, spearman, pearson_and_spearman, zero_shot_pearson, zero_shot_spearman, "
           "zero_shot_pearson_and_spearman undefined (NaN") in out
+
+
+@pytest.mark.parametrize("config, arg", [("glue", "task=stsb"), ("squad", "version=1.1"),
+                                         ("ner", None)])
+def test_an_unset_data_dir_is_said_before_the_checkpoint_loads(tmp_path, config, arg):
+  """A recipe's `--config.data_dir=$X` with X unset: one line naming data_dir, and the
+  checkpoint (absent here) is never read."""
+  c = load_config(config, arg)
+  c.init_checkpoint, c.data_dir = str(tmp_path / "no_checkpoint"), ""
+  with pytest.raises(ValueError, match="bad config: data_dir is required"):
+    finetune.finetune(c, str(tmp_path / "w"))
+
+
+def test_sentence_embeddings_name_the_first_missing_file_before_the_checkpoint_loads(tmp_path):
+  """`$STSB_DIR/sts-train.tsv` with STSB_DIR unset: the training file is named, before the
+  checkpoint (absent here) is read; evaluating only, the eval file."""
+  c = load_config("sentence_embeddings", None)
+  c.init_checkpoint = str(tmp_path / "no_checkpoint")
+  c.train_file, c.eval_file = "/sts-train.tsv", "/sts-test.tsv"
+  with pytest.raises(ValueError, match="bad config: train_file /sts-train.tsv does not exist"):
+    finetune.finetune(c, str(tmp_path / "w"))
+  c.eval_only = True
+  with pytest.raises(ValueError, match="bad config: eval_file /sts-test.tsv does not exist"):
+    finetune.finetune(c, str(tmp_path / "w2"))

@@ -19,6 +19,14 @@ from bert_jax.tasks import task as task_lib
 
 def check_config(config) -> None:
   task_lib.refuse_shaped_batches(config, "SQuAD windows fill max_seq_length")
+  # A recipe's `--config.data_dir=$SQUAD_DIR` with the variable unset leaves data_dir empty:
+  # said here, as GLUE and NER say it, before the checkpoint loads.
+  if config.data_source == "json" and not config.data_dir:
+    names = ([] if config.eval_only else [config.train_file]) + [config.eval_file]
+    relative = [n for n in names if "://" not in n and not os.path.isabs(n)]
+    if relative:
+      raise ValueError(f"bad config: data_dir is required with data_source='json' (the folder "
+                       f"holding {', '.join(dict.fromkeys(relative))})")
 
 
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
