@@ -4,6 +4,21 @@ A siamese encoder (one set of weights for every sentence; mean or [CLS]
 pooling) trained with CoSENT, cosine-similarity MSE, in-batch-negative ranking
 (mnrl) or triplet loss, as sentence-transformers defines them; scored by the
 Spearman correlation between the cosine of each eval pair and its gold score.
+
+The built-in sample needs no download: scored sentence pairs made from the built-in
+pretraining corpus, shipped in the package (600 training pairs, 200 eval pairs; how they are
+made: bert_jax/assets/README.md). From the quick start's tiny model (/tmp/bert_tiny, from
+`python -m bert_jax.pretrain --config configs/pretrain.py:tiny --workdir /tmp/bert_tiny`):
+
+  python -m bert_jax.finetune --config configs/sentence_embeddings.py --workdir /tmp/pairs_tiny \
+      --config.init_checkpoint=/tmp/bert_tiny/export --config.data_source=builtin \
+      --config.learning_rate=1e-3 --config.num_epochs=3
+
+Expected (seed 0; 111 steps of batch 16): eval Spearman / Pearson 0.899 / 0.873 after
+training, against 0.840 / 0.690 before (the run prints them as zero_shot_spearman /
+zero_shot_pearson); under a minute on a 2-core CPU. A tiny model after 300 steps of
+pretraining needs the higher learning rate.
+
 $STSB_DIR holds the STS Benchmark release files (sts-train.tsv, sts-dev.tsv, sts-test.tsv;
 GLUE's download keeps them in STS-B/original/). CoSENT on the training pairs, from
 all-MiniLM-L6-v2 (converted to /tmp/minilm as the README's "Fine-tune" section shows):
@@ -41,6 +56,9 @@ from bert_jax.training import config_sections
 READ_ONLY_WHEN = {
     **config_sections.FINETUNE_READ_ONLY_WHEN,
     "score_max": ("loss", ("cosent", "cosine")),
+    "train_file": ("data_source", ("tsv",)),
+    "eval_file": ("data_source", ("tsv",)),
+    "data_dir": ("data_source", ("tsv",)),
     "scale": ("loss", ("cosent", "mnrl")),
     "triplet_margin": ("loss", ("triplet",)),
 }

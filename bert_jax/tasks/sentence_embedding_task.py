@@ -7,6 +7,11 @@ scored by the Spearman correlation of the cosine similarity of each eval pair's
 embeddings with its gold score (`spearman`, also `pearson`). The export bundle
 records the pooling and normalisation (bundle.json `embedding`), which
 `bert_jax.embed` uses by default.
+
+Data: `train_file` and `eval_file` (data_source='tsv'), or data_source='builtin': scored
+pairs made from the built-in pretraining corpus and shipped in the package
+(bert_jax/assets/sentence_pairs/, described in bert_jax/assets/README.md), so that a
+fine-tune can be tried with no download.
 """
 import os
 
@@ -21,46 +26,74 @@ from bert_jax.tasks import sentence_pairs
 from bert_jax.tasks import task as task_lib
 
 NAME = "sentence_embeddings"
+DATA_SOURCES = ("tsv", "builtin")
+# The built-in sample's files, in the package beside the bundled vocab.
+BUILTIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "assets", "sentence_pairs")
+BUILTIN_FILES = {"train_file": "train.tsv", "eval_file": "eval.tsv"}
 
 
-def _path(config, name: str) -> str:
+def data_file(config, key: str) -> str:
+  """The file `key` ('train_file' or 'eval_file') names: the built-in sample's, or the
+  config's, absolute or under data_dir."""
+  if config.data_source == "builtin":
+    return os.path.join(BUILTIN_DIR, BUILTIN_FILES[key])
+  name = config[key]
   if not name:
-    raise ValueError("bad config: train_file and eval_file are required for sentence embeddings")
+    raise ValueError("bad config: train_file and eval_file are required for sentence embeddings "
+                     "(or data_source='builtin', the built-in sample)")
   if "://" in name or os.path.isabs(name) or not config.data_dir:
     return name
   return str(epath.Path(config.data_dir) / name)
 
 
-def check_config(config) -> None:
-  """Fails fast, naming the key, on a sentence-embedding config that cannot run."""
-  def bad(msg):
-    raise ValueError(f"bad config: {msg}")
+def _bad(msg):
+  raise ValueError(f"bad config: {msg}")
+
+
+def _check_options(config) -> None:
+  """Fails fast, naming the key, on options a sentence-embedding run cannot take."""
   if config.loss not in sentence_pairs.LOSSES:
-    bad(f"loss {config.loss!r} not in {sentence_pairs.LOSSES}")
+    _bad(f"loss {config.loss!r} not in {sentence_pairs.LOSSES}")
   if config.pooling not in pooling.TRAIN_POOLINGS:
-    bad(f"pooling {config.pooling!r} not in {pooling.TRAIN_POOLINGS}")
-  if config.data_source != "tsv":
-    bad(f"sentence embeddings read TSV files (data_source='tsv'), not {config.data_source!r}")
+    _bad(f"pooling {config.pooling!r} not in {pooling.TRAIN_POOLINGS}")
+  if config.data_source not in DATA_SOURCES:
+    _bad(f"sentence embeddings read TSV files (data_source='tsv') or the built-in sample "
+        f"('builtin'), not {config.data_source!r}")
+  if config.data_source == "builtin" and config.loss not in sentence_pairs.SCORED_LOSSES:
+    _bad(f"the built-in sample is scored pairs: loss {' or '.join(sentence_pairs.SCORED_LOSSES)}, "
+        f"not {config.loss}")
   if config.packing:
-    bad("packing applies to GLUE's sequence heads, not to sentence embeddings")
+    _bad("packing applies to GLUE's sequence heads, not to sentence embeddings")
   if config.loss in sentence_pairs.IN_BATCH_LOSSES and config.optimizer.grad_accum_steps != 1:
-    bad(f"loss {config.loss} compares the examples of a whole batch; microbatches "
+    _bad(f"loss {config.loss} compares the examples of a whole batch; microbatches "
         f"(optimizer.grad_accum_steps {config.optimizer.grad_accum_steps}) would change it: use 1")
   if config.score_max <= 0:
-    bad(f"score_max must be positive (the top of the score scale, 5 for STS), got "
+    _bad(f"score_max must be positive (the top of the score scale, 5 for STS), got "
         f"{config.score_max}")
+
+
+def check_config(config) -> None:
+  """The options, then the data files: run before the checkpoint loads."""
+  _check_options(config)
+  # The training file first: a path built from an unset variable ('/sts-train.tsv') fails
+  # in one line, naming the first missing file, before the checkpoint is read.
+  for key in ("eval_file",) if config.eval_only else ("train_file", "eval_file"):
+    path = data_file(config, key)
+    if not epath.Path(path).is_file():
+      _bad(f"{key} {path} does not exist")
 
 
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
   """The siamese encoder; it has no head beside the encoder."""
-  check_config(config)
+  _check_options(config)
   return task_lib.TaskModel(
       NAME, pooling.SentenceEncoder(model_cfg, config.pooling, config.normalize), head="",
       export_info={"embedding": {"pooling": config.pooling, "normalize": bool(config.normalize)}})
 
 
 def _train_arrays(config, tokenizer) -> tuple[dict, dict]:
-  path = _path(config, config.train_file)
+  path = data_file(config, "train_file")
   if config.loss in sentence_pairs.SCORED_LOSSES:
     rows = sentence_pairs.read_scored_pairs(path)
     scaled = rows.scores / config.score_max
@@ -87,7 +120,7 @@ def _train_arrays(config, tokenizer) -> tuple[dict, dict]:
 def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   """Sentence-embedding training from train_file, scored on the STS pairs of eval_file."""
   task_model = model(config, model_cfg)
-  eval_path = _path(config, config.eval_file)
+  eval_path = data_file(config, "eval_file")
   eval_rows = sentence_pairs.read_scored_pairs(eval_path)  # read first: bad data fails fast
   train_arrays, stats = ({}, {}) if config.eval_only else _train_arrays(config, tokenizer)
   eval_arrays, truncated = sentence_pairs.encode(tokenizer, eval_rows, config.max_seq_length)
