@@ -78,15 +78,17 @@ def test_the_training_log_does_not_load_pytorch():
                                       "that it is not loaded")
   code = ("import sys\n"
           "from bert_jax.runtime import train_log\n"
-          "print('torch' in sys.modules)\n"
+          "train_log._summary_writer_class()  # as a run's first log does\n"
+          "print('torch' in sys.modules, 'tensorboardX' in sys.modules)\n"
           "import torch, tensorboardX.writer\n"
           "print(int(torch.ones(2).sum()), tensorboardX.writer.numpy_compatible.__name__)\n")
   proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                         timeout=120, check=False)
   assert proc.returncode == 0, proc.stderr[-2000:]
-  assert proc.stdout.split() == ["False", "2", "ndarray"]
+  assert proc.stdout.split() == ["False", "True", "2", "ndarray"]
   code = ("import torch, tensorboardX.writer\n"
           "from bert_jax.runtime import train_log\n"
+          "train_log._summary_writer_class()\n"
           "print(tensorboardX.writer.numpy_compatible.__name__)\n")
   proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                         timeout=120, check=False)

@@ -47,3 +47,36 @@ def test_importing_every_library_module_changes_nothing_process_wide():
   before, after, frozen_before, frozen_after = report["gc"]
   assert before == after and frozen_before == frozen_after == 0
   assert report["jax"] == []
+
+
+def _imported_modules(args: list[str]) -> tuple[set[str], subprocess.CompletedProcess]:
+  """The top-level packages a `python -X importtime ARGS` run imported, and the run."""
+  done = subprocess.run([sys.executable, "-X", "importtime"] + args, cwd=ROOT,
+                        env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+                        text=True, timeout=600, check=False)
+  names = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+           if line.startswith("import time:")}
+  return names, done
+
+
+# What a program's start-up must not pay for before it can answer a mistake: the model and
+# training stack (seconds of imports on a small machine) and TensorFlow.
+_HEAVY = {"flax", "optax", "orbax", "tensorflow", "tensorboardX", "transformers", "torch"}
+
+
+def test_a_config_typo_is_answered_before_the_training_code_loads(tmp_path):
+  for program, config in (("finetune", "configs/glue.py:task=cola"),
+                          ("pretrain", "configs/pretrain.py:tiny")):
+    names, done = _imported_modules(["-m", f"bert_jax.{program}", "--config", config,
+                                     "--workdir", str(tmp_path / program),
+                                     "--config.batch_sizee=3"])
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "unknown config key 'batch_sizee'" in done.stderr
+    assert names & _HEAVY == set(), program
+
+
+def test_the_python_api_imports_no_training_logs_or_tensorflow():
+  names, done = _imported_modules(["-c", "from bert_jax import Encoder"])
+  assert done.returncode == 0, done.stderr[-2000:]
+  assert "flax" in names  # the model: what the API needs
+  assert names & {"tensorflow", "tensorboardX", "optax", "torch", "transformers"} == set()

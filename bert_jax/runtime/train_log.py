@@ -1,4 +1,5 @@
 """Run observability: console progress lines, TensorBoard scalars, metrics.jsonl."""
+import functools
 import json
 import sys
 import threading
@@ -13,6 +14,7 @@ from bert_jax.runtime import workdir_layout
 from bert_jax.runtime import write_errors
 
 
+@functools.cache  # imported when a run first logs: half a second that tools never need
 def _summary_writer_class():
   """tensorboardX's SummaryWriter, imported without loading PyTorch.
 
@@ -30,9 +32,6 @@ def _summary_writer_class():
   finally:
     del sys.modules["torch"]
   return SummaryWriter
-
-
-SummaryWriter = _summary_writer_class()
 
 
 class _ThreadErrors:
@@ -361,7 +360,7 @@ class RunLogger:
       with write_errors.writing(f"TensorBoard events to {self._tb_path}"):
         # A queue that never fills: after its writer thread failed, a bounded one would
         # block the next add_scalar for ever (the failure is raised at the next record).
-        self._tb = SummaryWriter(str(self._tb_path), max_queue=1 << 20)
+        self._tb = _summary_writer_class()(str(self._tb_path), max_queue=1 << 20)
       global _THREAD_ERRORS
       if _THREAD_ERRORS is None:
         _THREAD_ERRORS = _ThreadErrors()
