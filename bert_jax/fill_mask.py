@@ -56,7 +56,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   for n, text in enumerate(texts, 1):
     if mask_filling.MASK not in text:
       raise ValueError(f"text {n} ({text!r}) has no {mask_filling.MASK}")
-  pretrained = loading.load_pretrained(args.checkpoint)
+  # A line within every 9 s (none when it all takes less) while the checkpoint loads, and
+  # while a run of one batch tokenizes and compiles: its progress lines need two batches.
+  with train_log.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet, at_start=False,
+                           first=train_log.LOADING_SECONDS,
+                           status=f"loading {args.checkpoint}"):
+    pretrained = loading.load_pretrained(args.checkpoint)
   mask_filling.require_mlm(pretrained, args.checkpoint)
   if not 1 <= args.top_k <= pretrained.config.vocab_size:
     raise ValueError(f"--top_k {args.top_k} must be in [1, {pretrained.config.vocab_size}]")
@@ -68,8 +73,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   f"{pretrained.source}"),
         ("data", f"{len(texts)} text(s)" + (f" ({args.input})" if args.input else "")
                  + f", batches of {args.batch_size}")], file=sys.stderr)
-  result = mask_filling.fill_mask(pretrained, texts, args.top_k, batch_size=args.batch_size,
-                     progress="" if args.quiet else "filling masks")
+  one_batch = len(texts) <= args.batch_size
+  with train_log.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet and one_batch,
+                           at_start=False,
+                           status="tokenizing, compiling the model and filling the masks"):
+    result = mask_filling.fill_mask(pretrained, texts, args.top_k, batch_size=args.batch_size,
+                                    progress="" if args.quiet else "filling masks")
   if args.json:
     print(json.dumps([{"text": t, "masks": [[{"token": tok, "prob": p} for tok, p in m]
                                             for m in r]}
