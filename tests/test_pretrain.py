@@ -229,6 +229,20 @@ def test_every_phase_of_a_run_says_what_it_is_doing_within_a_beat(corpus, tmp_pa
 
 
 @pytest.mark.slow
+def test_nothing_follows_the_line_saying_a_stopped_run_exits(corpus, tmp_path, monkeypatch,
+                                                              capsys):
+  # Beats every 0.02 s: closing the writers after the stop would print one if it could.
+  monkeypatch.setattr(train_log, "BEAT_SECONDS", 0.02)
+  summary = pretrain.train(small_config(corpus, total_steps=8), str(tmp_path / "run"),
+                           preempt_at_step=2)
+  assert summary["stopped_by"] == "SIGTERM"
+  time.sleep(0.1)
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[-1].startswith("SIGTERM: saved checkpoint at step 2 ") and lines[-1].endswith(
+      "exiting (the same command resumes it)"), lines[-3:]
+
+
+@pytest.mark.slow
 def test_diverged_state_stops_the_run_and_is_never_saved(corpus, tmp_path):
   # learning_rate 1e30: step 1 runs at lr 0 (warmup), step 2's update makes every param ~1e30,
   # finite but diverged, while its loss and gradients are finite: the state check stops it.

@@ -129,6 +129,7 @@ def _compile_and_loop(config, workdir: str, preempt_at_step, mesh, rules, is_wri
       if loop.stop_requested(preempt=step == preempt_at_step):
         save(step)
         loop.stopped(f"step {step}")
+        beat.end()  # its line saying it exits is the program's last
         break
       if config.profile_start_step and step == config.profile_start_step and is_writer:
         jax.profiler.start_trace(str(epath.Path(workdir) / "profile"))

@@ -300,6 +300,11 @@ class Heartbeat:
     return self
 
   def __exit__(self, *exc):
+    self.end()
+
+  def end(self) -> None:
+    """No beat from now on (the end of the `with` block does this too): for a program whose
+    last line is printed before its block ends ("... exiting")."""
     self._stop.set()
     if self._thread is not None:
       self._thread.join()
