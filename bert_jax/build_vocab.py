@@ -10,10 +10,16 @@ the pretraining pipeline reads them (config.data.format), or `builtin` for the
 built-in corpus. The text is cleaned (and lower-cased, accents stripped unless
 --cased) exactly as the tokenizer does before learning.
 
-WordPiece (tf-text's bert_vocab_from_dataset, the algorithm of BERT's vocab
-tooling): the special tokens come first in Google's order, [PAD], [unused0] ..
-[unusedN-1], [UNK], [CLS], [SEP], [MASK] (with the default 99 unused tokens
-these get Google's ids 0, 1-99, 100, 101, 102, 103), then the learned tokens.
+WordPiece (`tokenizers`' WordPiece trainer: merges of the most frequent
+adjacent pieces, BPE-style, written with BERT's `##` continuation prefix; words
+split on whitespace and punctuation, CJK characters alone, as the tokenizer
+splits them): the special tokens come first in Google's order, [PAD],
+[unused0] .. [unusedN-1], [UNK], [CLS], [SEP], [MASK] (with the default 99
+unused tokens these get Google's ids 0, 1-99, 100, 101, 102, 103), then the
+learned tokens: the single characters (the 1000 most common) sorted, then the
+other pieces by how often the tokenizer uses them on the input (of 1.4 times as
+many as fit, the most used are kept). --vocab_size is a maximum: learning stops
+early when no pair of adjacent pieces is seen --min_count times or more.
 SentencePiece (unigram): [PAD]=0, [UNK]=1, then [CLS], [SEP], [MASK] as
 control pieces; `--output X.model` writes X.model and X.vocab.
 Use the result with config.data.vocab_file / config.data.spm_model.
@@ -45,8 +51,8 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
   flags.DEFINE_integer("max_sentences", 5_000_000, "learn from at most this many sentences",
                        lower_bound=1, flag_values=fv)
   flags.DEFINE_integer("min_count", 10,
-                       "wordpiece: ignore words seen fewer times (--vocab_size is a maximum)",
-                       flag_values=fv)
+                       "wordpiece: a new piece (two adjacent pieces merged) must be seen at "
+                       "least this many times (--vocab_size is a maximum)", flag_values=fv)
   flags.DEFINE_boolean("quiet", False, "no header or progress lines on stderr", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.build_vocab", __doc__, paths=("output",))
   return fv
@@ -78,9 +84,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
       atomic_files.write_text(args.output, "".join(t + "\n" for t in vocab))
       print(f"wrote {len(vocab):,} tokens to {args.output}" + (
           "" if len(vocab) == args.vocab_size else
-          f" (--vocab_size {args.vocab_size:,} is a maximum: the WordPiece learner searches "
-          "for a count threshold giving a vocab within 5% below it, and never learns words "
-          f"seen fewer than --min_count {args.min_count} times)"))
+          f" (--vocab_size {args.vocab_size:,} is a maximum: the WordPiece learner stops "
+          "when no pair of adjacent pieces is seen --min_count "
+          f"{args.min_count} times or more)"))
     else:
       with learning:
         path = vocab_builder.build_sentencepiece(sentences, args.output, args.vocab_size)

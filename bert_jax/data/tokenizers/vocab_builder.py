@@ -1,8 +1,13 @@
 """Building a vocabulary from a corpus: its sentences, a WordPiece vocab (BERT's layout) or a
 SentencePiece model (the library of bert_jax.build_vocab)."""
+import itertools
 import os
 
+import numpy as np
+
 SPECIALS_AFTER_UNUSED = ("[UNK]", "[CLS]", "[SEP]", "[MASK]")
+MAX_ALPHABET = 1000  # WordPiece: distinct characters kept, the most common first
+OVERLEARN = 1.4  # WordPiece: pieces learned per piece kept (build_wordpiece)
 
 
 def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int,
@@ -39,30 +44,84 @@ def build_wordpiece(sentences, vocab_size: int, num_unused: int,
                     min_count: int = 10) -> list[str]:
   """Learns a WordPiece vocab; returns the tokens in id order (specials first).
 
+  The learner is `tokenizers`' WordPiece trainer (BPE merges written as WordPiece
+  pieces): it runs in Rust threads, where tf-text's learner counts words through
+  TensorFlow and searches a count threshold in Python, many times slower for a coverage
+  no better (benchmarks/README.md, "build_vocab"). Words are split as the
+  tokenizer splits them (wordpiece_rust.py: CJK characters alone, then whitespace and
+  punctuation), so every learned piece can be reached at tokenization time.
+
+  BPE keeps every merge, also those that longer merges absorb later and WordPiece's
+  longest match then seldom uses; so it learns OVERLEARN times the room and keeps the
+  pieces most used when the sentences are tokenized with all of them, which gives fewer
+  pieces per word than the first ones learned; every character and its `##c` stay. The
+  order is tf-text's: the single characters sorted, then the other pieces (`##c` among
+  them) by use, ties alphabetically.
+
   Args:
-    sentences: tf.string [S], already normalised.
-    vocab_size: target size including the special and unused tokens.
+    sentences: tf.string [S], already normalised (read_sentences).
+    vocab_size: size including the special and unused tokens; fewer when the merges
+      run out (below).
     num_unused: number of [unusedN] tokens.
-    min_count: words seen fewer times are ignored.
+    min_count: a new piece (a merge of two adjacent pieces) must be seen at least this
+      many times; the characters of the alphabet are kept whatever their count.
 
   Returns:
     The vocab tokens.
   """
-  from bert_jax.runtime.cpu_tensorflow import tf  # pylint: disable=g-import-not-at-top
-  from tensorflow_text.tools.wordpiece_vocab import bert_vocab_from_dataset  # pylint: disable=g-import-not-at-top
+  import tokenizers  # pylint: disable=g-import-not-at-top
   head = ["[PAD]"] + [f"[unused{i}]" for i in range(num_unused)] + list(SPECIALS_AFTER_UNUSED)
   if vocab_size <= len(head):
     raise ValueError(f"--vocab_size {vocab_size} leaves no room after {len(head)} special tokens")
-  ds = tf.data.Dataset.from_tensor_slices(sentences).batch(1024)
-  try:
-    learned = bert_vocab_from_dataset.bert_vocab_from_dataset(
-        ds, vocab_size=vocab_size - len(head), reserved_tokens=[],
-        bert_tokenizer_params={"lower_case": False}, learn_params={"lower_thresh": min_count})
-  except StopIteration:  # the learner's way of saying it counted no word
-    raise ValueError(f"the input has no words to learn from ({int(tf.size(sentences))} "
-                     "sentences read)") from None
-  reserved = set(head)
-  return head + [t for t in learned if t not in reserved and t.strip()][:vocab_size - len(head)]
+  texts = [s.decode("utf-8") for s in sentences.numpy()]
+  # The trainer numbers each `##c` as it meets it in a hash map, and breaks ties between equal
+  # counts by those numbers, so two runs would differ; a first pass (the alphabet alone) finds
+  # them, and the second numbers them up front, in sorted order, with the specials.
+  alphabet = _train_wordpiece(texts, 0, head, min_count).get_vocab()
+  continuations = sorted(t for t in alphabet if t.startswith("##"))
+  if len(alphabet) == len(head):
+    raise ValueError(f"the input has no words to learn from ({len(texts)} sentences read)")
+  ids = _train_wordpiece(texts, len(head) + int((vocab_size - len(head)) * OVERLEARN),
+                         head + continuations, min_count).get_vocab()
+  # Counting uses with the learned vocab alone: the trainer's tokenizer would match the `##c`
+  # it was given as literals in the raw text.
+  tok = _split_as_bert(tokenizers.Tokenizer(tokenizers.models.WordPiece(ids, unk_token="[UNK]")))
+  uses = np.zeros(len(ids), np.int64)
+  for i in range(0, len(texts), 65536):  # bounded memory for huge inputs
+    encodings = tok.encode_batch(texts[i:i + 65536], add_special_tokens=False)
+    uses += np.bincount(np.fromiter(itertools.chain.from_iterable(e.ids for e in encodings),
+                                    np.int64), minlength=len(ids))
+  by_use = lambda t: (-uses[ids[t]], t)  # pylint: disable=unnecessary-lambda-assignment
+  chars = sorted(t for t, i in ids.items() if i >= len(head) and len(t) == 1)
+  # Every `##c` stays, as every character does: without one, a word that needs it is [UNK].
+  room = vocab_size - len(head) - len(chars) - len(continuations)
+  merged = sorted((t for t, i in ids.items() if i >= len(head) + len(continuations)
+                   and len(t) > 1), key=by_use)[:max(room, 0)]
+  # An alphabet larger than the room is cut too.
+  return (head + chars + sorted(continuations + merged, key=by_use))[:vocab_size]
+
+
+def _split_as_bert(tok):
+  """The tokenizer with the tokenization's word splitting (wordpiece_rust.py) on clean text."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  # The text is cleaned and cased already; only the CJK spacing of BertNormalizer is left.
+  tok.normalizer = tokenizers.normalizers.BertNormalizer(
+      clean_text=False, handle_chinese_chars=True, strip_accents=False, lowercase=False)
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+  return tok
+
+
+def _train_wordpiece(texts: list[str], vocab_size: int, first: list[str], min_count: int):
+  """`tokenizers`' WordPiece trainer on the texts; `first` get ids 0.. in order."""
+  import tokenizers  # pylint: disable=g-import-not-at-top
+  tok = _split_as_bert(tokenizers.Tokenizer(tokenizers.models.WordPiece(unk_token="[UNK]")))
+  trainer = tokenizers.trainers.WordPieceTrainer(
+      vocab_size=vocab_size, min_frequency=min_count, special_tokens=first,
+      # The most common characters only (as BERT's vocab tooling): rare ones would each take
+      # two tokens (`c` and `##c`) from the learned pieces.
+      limit_alphabet=MAX_ALPHABET, continuing_subword_prefix="##", show_progress=False)
+  tok.train_from_iterator(texts, trainer, length=len(texts))
+  return tok
 
 
 def build_sentencepiece(sentences, output: str, vocab_size: int) -> str:
