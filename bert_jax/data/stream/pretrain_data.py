@@ -217,8 +217,7 @@ class PretrainData:
   def __init__(self, data_config, *, seq_len: int, global_batch_size: int, seed: int,
                process_index: int = 0, process_count: int = 1,
                source: Optional[source_base.Source] = None):
-    """Validates the config and the input up front (of the text, only the start of the first
-    shard is tokenized yet: the share of [UNK]).
+    """Validates the config and the input up front (tokenizing only the first shard's start).
 
     Args:
       data_config: the `config.data` ConfigDict of configs/pretrain.py.
@@ -254,8 +253,7 @@ class PretrainData:
     self.has_pairs = c.mode in PAIR_MODES
     # Rows of each batch the stream builds (the global batch with host_invariant_stream).
     self._stream_batch_size = global_batch_size // process_count
-    self.seq_len = seq_len
-    self.seed = seed
+    self.seq_len, self.seed = seq_len, seed
     self.process_index, self.process_count = process_index, process_count
     positions, self._doc_share = stream_plan.host_share(len(shards), process_index,
                                                         process_count)
