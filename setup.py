@@ -25,21 +25,14 @@ INSTALL_REQUIRES = [
 ]
 
 EXTRAS = {
-    # Parity tests compare against transformers' Flax BERT (removed in v5). transformers 4.x
-    # requires huggingface-hub < 1.0: pip downgrades a newer hub (README.md, Install).
+    # The test suite without its parity references: what the fast tier needs. Tests that
+    # compare against transformers or PyTorch skip without the `parity` extra, saying so.
     "test": [
         "pytest>=7",
         # pytest.ini runs the suite on two workers.
         "pytest-xdist>=3.5,<4",
         # pytest.ini: a hung test fails and the run goes on (tests/test_suite_guard.py).
         "pytest-timeout>=2.3,<3",
-        "transformers>=4.44,<5",
-        # DeBERTa-v2's reference: transformers has no Flax DeBERTa, so its PyTorch classes
-        # (tests/test_convert_deberta.py); tested with 2.13.0. PyPI's torch for Linux is a CUDA
-        # build of several GB: a CPU build installed first
-        # (`pip install torch --index-url https://download.pytorch.org/whl/cpu`) satisfies this
-        # range and is kept, where a pin to another version would replace it.
-        "torch>=2.4,<3",
         "scipy>=1.10",
         "scikit-learn>=1.3",
         # trec_eval's C code: the reference for bert_jax.inference.retrieval_metrics.
@@ -51,6 +44,18 @@ EXTRAS = {
         "gcsfs>=2025.3",
         # retrieval_eval --index hnsw: recall against exact search is tested.
         "faiss-cpu>=1.8,<2",
+    ],
+    # The references the parity tests compare against (CI installs `test` and `parity`).
+    # transformers' Flax BERT family (removed in v5); transformers 4.x requires
+    # huggingface-hub < 1.0: pip downgrades a newer hub (README.md, Install).
+    "parity": [
+        "transformers>=4.44,<5",
+        # DeBERTa-v2's reference: transformers has no Flax DeBERTa, so its PyTorch classes
+        # (tests/test_convert_deberta.py); tested with 2.13.0. PyPI's torch for Linux is a CUDA
+        # build of several GB: a CPU build installed first
+        # (`pip install torch --index-url https://download.pytorch.org/whl/cpu`) satisfies this
+        # range and is kept, where a pin to another version would replace it.
+        "torch>=2.4,<3",
     ],
     # Approximate nearest-neighbour search for retrieval_eval (--index hnsw): faiss's HNSW.
     "ann": ["faiss-cpu>=1.8,<2"],

@@ -16,6 +16,7 @@ from bert_jax.modeling import flops
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import trace_summary  # noqa: E402  pylint: disable=g-import-not-at-top
+from tests.fixtures import parity
 
 
 @pytest.mark.parametrize("kind,bf16,f32", [
@@ -134,6 +135,7 @@ def _run_without_tensorflow(*argv):
 
 @pytest.mark.slow
 def test_train_step_and_the_torch_peer_run_without_tensorflow(tmp_path):
+  parity.require("torch")
   out = tmp_path / "r.json"
   proc = _run_without_tensorflow(
       "benchmarks/train_step.py", "--config", "configs/pretrain.py:tiny", "--batch_size", "2",
@@ -149,6 +151,7 @@ def test_train_step_and_the_torch_peer_run_without_tensorflow(tmp_path):
 
 @pytest.mark.slow
 def test_embed_speed_runs_without_tensorflow(tmp_path):
+  parity.require("transformers")
   import random_bert  # pylint: disable=g-import-not-at-top
   assert random_bert.main(["--dst", str(tmp_path), "--layers", "1", "--hidden", "32", "--heads", "2",
                            "--intermediate", "64", "--texts", "16"]) == 0
@@ -162,6 +165,8 @@ def test_embed_speed_runs_without_tensorflow(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
+  parity.require("torch")
+  parity.require("transformers")
   proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "--dry_run", "--out", str(tmp_path),
                          "--work", str(tmp_path / "work")],
                         cwd=ROOT, capture_output=True, text=True, timeout=900,

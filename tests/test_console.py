@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from bert_jax.runtime import startup
+from tests.fixtures import parity
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -74,8 +75,7 @@ def test_the_training_log_does_not_load_pytorch():
   """tensorboardX imports torch whenever it is installed (0.2 GB of resident memory in a JAX
   process); bert_jax.runtime.train_log hides it while tensorboardX imports. torch imports
   normally afterwards, and a program that loaded torch first keeps tensorboardX's torch support."""
-  pytest.importorskip("torch", reason="needs torch installed (the test extras): the check is "
-                                      "that it is not loaded")
+  parity.require("torch")  # the check is that it is not loaded
   code = ("import sys\n"
           "from bert_jax.runtime import train_log\n"
           "train_log._summary_writer_class()  # as a run's first log does\n"

@@ -19,8 +19,6 @@ import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
-import torch
-import transformers
 
 from bert_jax.conversion import hf
 from bert_jax import convert
@@ -33,6 +31,10 @@ from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import from_hf_dict
 from bert_jax.modeling import pooling
+from tests.fixtures import parity
+
+torch = parity.require("torch")
+transformers = parity.require("transformers")
 
 TEXTS = [("The quick brown fox jumps over the lazy dog.", "Seven wizards hum jazzy tunes."),
          ("café naïve", "1,000 towns in 9 countries, 12 of them by the sea and rivers")]

@@ -19,7 +19,6 @@ import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
-import transformers
 
 from bert_jax.conversion import hf
 from bert_jax.conversion import name_map
@@ -29,6 +28,9 @@ from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import from_hf_dict
 from bert_jax.modeling import pooling
 from tests.hf_reference import Reference
+from tests.fixtures import parity
+
+transformers = parity.require("transformers")
 
 VOCAB_SIZE = 99
 CONFIGS = {

@@ -13,7 +13,6 @@ import jax
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
-import transformers
 
 from bert_jax import cli
 from bert_jax.conversion import hf
@@ -22,6 +21,9 @@ from bert_jax import convert
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib
 from tests.hf_reference import Reference
+from tests.fixtures import parity
+
+transformers = parity.require("transformers")
 
 HF_CONFIG = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                  intermediate_size=37, max_position_embeddings=64, type_vocab_size=2)

@@ -14,13 +14,15 @@ import jax
 import numpy as np
 import pytest
 import tensorflow as tf
-import transformers
 
 from bert_jax.conversion import name_map
 from bert_jax.conversion import tf1
 from bert_jax import convert
 from bert_jax.modeling import bundle
 from bert_jax.modeling import model as model_lib
+from tests.fixtures import parity
+
+transformers = parity.require("transformers")
 
 try:
   tf.config.set_visible_devices([], "GPU")

@@ -14,8 +14,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import traverse_util
-import torch
-import transformers
 
 from bert_jax import config_help
 from bert_jax.conversion import hf
@@ -24,6 +22,10 @@ from bert_jax.modeling import flops
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import from_hf_dict
 from bert_jax.objectives import pretrain_setup
+from tests.fixtures import parity
+
+torch = parity.require("torch")
+transformers = parity.require("transformers")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 VOCAB = 50

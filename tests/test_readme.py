@@ -91,7 +91,7 @@ def test_the_readme_is_a_front_page_with_a_section_per_use():
   configs = {a.split(":")[0] for c in COMMANDS for a in c if a.startswith("configs/")}
   assert {"configs/pretrain.py", "configs/glue.py", "configs/squad.py", "configs/ner.py",
           "configs/sentence_embeddings.py"} <= configs
-  for extra in ("[gpu]", "[tpu]", "[ann]", "[test]"):
+  for extra in ("[gpu]", "[tpu]", "[ann]", "[test]", "[test,parity]"):
     assert f"pip install -e '.{extra}'" in text
 
 
@@ -104,7 +104,7 @@ def test_the_quick_start_is_the_two_commands_ci_runs_the_second_of():
   assert first[0] == ["pip", "install", "-e", "."]
   assert first[1][:3] == ["python", "-m", "bert_jax.pretrain"]
   assert "configs/pretrain.py:tiny" in first[1]
-  assert second == [["pip", "install", "-e", ".[test]"], ["pytest", "-q", "tests"]]
+  assert second == [["pip", "install", "-e", ".[test,parity]"], ["pytest", "-q", "tests"]]
   ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
   assert lines[1] in ci.splitlines(), ".ci/run no longer runs the README's test command"
   assert 'pytest -q -m "not slow" tests' in _text(README)

@@ -9,32 +9,36 @@ import pytest
 
 from bert_jax.tasks import squad_metrics
 from bert_jax.tasks import squad
+from tests.fixtures import parity
 
 _BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "assets",
                               "bert-base-uncased-vocab.txt")
 
 
 class _TestTokenizer:
-  """The WordPieceTokenizer protocol over transformers' pure-Python BertTokenizer."""
+  """The WordPieceTokenizer protocol over the `tokenizers` library's BERT WordPiece (not
+  bert_jax's)."""
 
   def __init__(self, vocab_file, lowercase=True):
-    import transformers  # pylint: disable=g-import-not-at-top
-    self._tok = transformers.BertTokenizer(vocab_file, do_lower_case=lowercase)
-    vocab = self._tok.vocab
+    import tokenizers  # pylint: disable=g-import-not-at-top
+    self._tok = tokenizers.BertWordPieceTokenizer(tokenizers.models.WordPiece.read_file(
+        vocab_file), lowercase=lowercase)
+    vocab = self._tok.get_vocab()
     self.pad_id, self.unk_id, self.cls_id, self.sep_id = (
         vocab[t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]"))
 
   def tokenize(self, text):
-    return self._tok.tokenize(text)
+    return self._tok.encode(text, add_special_tokens=False).tokens
 
   def tokenize_to_ids(self, texts):
-    return [self._tok.convert_tokens_to_ids(self._tok.tokenize(t)) for t in texts]
+    return [self._tok.encode(t, add_special_tokens=False).ids for t in texts]
 
   def convert_ids_to_tokens(self, ids):
-    return self._tok.convert_ids_to_tokens(list(ids))
+    return [self._tok.id_to_token(int(i)) for i in ids]
 
   def basic_tokenize(self, text):
-    return self._tok.basic_tokenizer.tokenize(text)
+    words = self._tok.pre_tokenizer.pre_tokenize_str(self._tok.normalizer.normalize_str(text))
+    return [word for word, _ in words]
 
 
 @pytest.fixture(scope="module")
@@ -221,8 +225,8 @@ def test_features_by_hand(tokenizer):
   assert feature.tokens[start:end + 1] == ["1895"]
   assert feature.token_to_orig_map[start] == 5
   n = len(expected_tokens)
-  assert arrays["input_ids"][0, :n].tolist() == tokenizer._tok.convert_tokens_to_ids(
-      expected_tokens)
+  assert arrays["input_ids"][0, :n].tolist() == [tokenizer._tok.token_to_id(t)
+                                                  for t in expected_tokens]
   assert arrays["input_ids"][0, n:].tolist() == [0] * (40 - n)
   assert arrays["input_mask"][0].tolist() == [1] * n + [0] * (40 - n)
   assert arrays["segment_ids"][0].tolist() == [0] * 5 + [1] * (n - 5) + [0] * (40 - n)
@@ -305,6 +309,7 @@ def test_get_final_text_cases(tokenizer):
 
 
 def test_get_final_text_matches_transformers(tokenizer):
+  parity.require("transformers")
   from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   originals = ["Steve Smith's", "(1895-1943).", "Caf\u00e9 au LAIT, s'il vous pla\u00eet",
@@ -368,6 +373,7 @@ def test_per_context_basic_tokens_equal_direct_calls(tokenizer):
 
 def _reference_predictions(examples, features, start_logits, end_logits, version_2):
   """transformers' port of Google's write_predictions, on our features."""
+  parity.require("transformers")
   from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
 
   class GoogleDetokenizer:

@@ -7,6 +7,7 @@ import pytest
 
 from bert_jax import squad_eval
 from bert_jax.tasks import squad_metrics
+from tests.fixtures import parity
 
 
 def _dataset(qas, version):
@@ -134,6 +135,7 @@ def _hf_examples(data):
 
 def test_v2_matches_transformers_port_of_the_official_script():
   """transformers' squad_metrics ports evaluate-v2.0.py; compare on random data."""
+  parity.require("transformers")
   from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   words = ["the", "a", "denver", "broncos", "won", "Super", "Bowl", "50", "in", "2016", ",", "."]

@@ -12,6 +12,7 @@ import pytest
 from bert_jax import squad_eval
 from bert_jax.tasks import squad_metrics
 from bert_jax.tasks import squad
+from tests.fixtures import parity
 
 _BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "assets",
                               "bert-base-uncased-vocab.txt")
@@ -23,6 +24,7 @@ def _questions(data):
 
 def test_v1_gold_answers_score_100_and_perturbations_match_reference(shared_data, tmp_path,
                                                                       capsys):
+  parity.require("transformers")
   from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   path = shared_data / "squad" / "dev-v1.1.part-a.json"
   data = json.loads(path.read_text(encoding="utf-8"))
@@ -60,6 +62,7 @@ def test_v1_gold_answers_score_100_and_perturbations_match_reference(shared_data
 
 
 def test_v2_reconstructed_matches_reference(shared_data):
+  parity.require("transformers")
   from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   import types  # pylint: disable=g-import-not-at-top
   path = shared_data / "squad" / "dev-v2.0.reconstructed.part-a.json"
@@ -87,7 +90,7 @@ def test_oracle_logits_through_features_and_postprocessing(shared_data, tmp_path
   Not 100: some annotated spans are parts of whitespace words ("8" inside
   "20–18", "gold" inside "golden"), which word-piece spans cannot reproduce.
   """
-  import transformers  # pylint: disable=g-import-not-at-top
+  transformers = parity.require("transformers")
 
   class Tokenizer:
     def __init__(self):
