@@ -74,6 +74,7 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
   """
   m = model_section
   return base.replace(dtype=compute_dtype(m.dtype), attention_impl=m.attention_impl,
+                      fused_norm=m.fused_norm,
                       scan_layers=m.scan_layers, remat=m.remat, dropout_rate=m.dropout_rate,
                       attention_dropout_rate=m.attention_dropout_rate,
                       one_example_per_row=one_example_per_row,
@@ -101,6 +102,19 @@ def check(model_section: Any, backend: Optional[str] = None) -> None:
     prng_impl(m)  # raises naming the key
   vocab_pad_multiple(m, "cpu")  # likewise
   check_attention_impl(m, backend)
+  check_fused_norm(m, backend)
+
+
+def check_fused_norm(model_section: Any, backend: Optional[str] = None) -> None:
+  """model.fused_norm is 'off' or 'pallas', and 'pallas' runs where its kernel lowers: Triton
+  on a GPU, Pallas's interpreter on the CPU; a TPU's Mosaic compiler takes other blocks."""
+  name = model_section.fused_norm
+  if name not in ("off", "pallas"):
+    raise ValueError(f"bad config: model.fused_norm {name!r} not in ('off', 'pallas')")
+  backend = backend or jax.default_backend()
+  if name == "pallas" and backend == "tpu":
+    raise ValueError("bad config: model.fused_norm='pallas' runs on a GPU (Triton) or the CPU "
+                     "(the Pallas interpreter); JAX runs on tpu here: use 'off'")
 
 
 def check_attention_impl(model_section: Any, backend: Optional[str] = None) -> None:

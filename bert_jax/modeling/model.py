@@ -35,6 +35,7 @@ import numpy as np
 from bert_jax.members import registry as members
 from bert_jax.modeling import disentangled
 from bert_jax.modeling import emd
+from bert_jax.modeling import fused_norm
 from bert_jax.modeling import layers
 from bert_jax.modeling.model_config import BertConfig
 
@@ -149,6 +150,14 @@ class EncoderLayer(nn.Module):
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
     kw = dict(dtype=dtype, param_dtype=pdtype, kernel_init=layers.kernel_init(c.initializer_range))
     drop = layers.Dropout(c.dropout_rate)
+
+    def add_norm(name, x, y):  # LayerNorm(x + dropout(y)); one kernel with model.fused_norm
+      if c.fused_norm == "pallas":
+        return fused_norm.DropoutAddNorm(c.dropout_rate, c.layer_norm_eps, dtype, pdtype,
+                                         self.deterministic, name=name)(y, x)
+      return layers.layer_norm(c.layer_norm_eps, dtype, pdtype, name)(
+          x + drop(y, deterministic=self.deterministic))
+
     queries = query_states
     if positions is not None and queries is None:
       queries = gather_positions(x, positions)  # [batch, Q, hidden]
@@ -157,14 +166,12 @@ class EncoderLayer(nn.Module):
     y = SelfAttention(c, self.deterministic, name="attention")(x, mask, queries, relative,
                                                               positions)
     x = x if queries is None else queries
-    y = drop(y, deterministic=self.deterministic)
-    x = layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "attention_norm")(x + y)
+    x = add_norm("attention_norm", x, y)
     h = layers.DenseGeneral(c.intermediate_size, ("embed", "mlp"), name="intermediate", **kw)(x)
     h = layers.constrain(layers.activation(c.hidden_act)(h),
                          ("activation_batch", "activation_length", "activation_mlp"))
     y = layers.DenseGeneral(c.hidden_size, ("mlp", "embed"), name="output", **kw)(h)
-    y = drop(y, deterministic=self.deterministic)
-    x = layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "output_norm")(x + y)
+    x = add_norm("output_norm", x, y)
     x = layers.constrain(x, BATCH_LEN_EMBED)
     return x, x
 

@@ -87,6 +87,10 @@ class BertConfig:
   # which has no attention dropout: training with them and a nonzero attention_dropout_rate
   # is refused; 'einsum' always the explicit path.
   attention_impl: str = "auto"
+  # 'pallas': each post-LN layer's dropout, residual add and LayerNorm as one Pallas kernel
+  # with its dropout mask hashed in the kernel (bert_jax.modeling.fused_norm; the same
+  # parameters); 'off': flax's Dropout and LayerNorm.
+  fused_norm: str = "off"
   scan_layers: bool = False
   remat: str = "none"
   # A property of the run's rows, not of the model (never saved): each row holds one example,
@@ -118,6 +122,8 @@ class BertConfig:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
     if not isinstance(self.vocab_pad_multiple, int) or self.vocab_pad_multiple < 1:
       raise ValueError(f"vocab_pad_multiple must be an int >= 1, got {self.vocab_pad_multiple!r}")
+    if self.fused_norm not in ("off", "pallas"):
+      raise ValueError(f"fused_norm {self.fused_norm!r} not in ('off', 'pallas')")
     if self.attention_impl not in _ATTENTION_IMPLS:
       raise ValueError(f"attention_impl {self.attention_impl!r} not in {_ATTENTION_IMPLS}")
     if self.remat not in _REMAT:

@@ -83,6 +83,10 @@ def model() -> ml_collections.ConfigDict:
   # (bert_jax.modeling.layers.attention_kernel;
   # 'xla', 'cudnn' and 'splash' apply no attention dropout: they need attention_dropout_rate 0).
   m.attention_impl = "auto"
+  # 'off' or 'pallas': each post-LN layer's dropout, residual add and LayerNorm as one Pallas
+  # kernel, its mask hashed in the kernel from the dropout key (bert_jax.modeling.fused_norm;
+  # Triton on a GPU, the Pallas interpreter on the CPU, refused on a TPU).
+  m.fused_norm = "off"
   # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
   # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.modeling.compute_policy.prng_impl).
   # With 'rbg'/'unsafe_rbg' dropout draws 16 bits per element (a rate within 0.1% of a multiple
