@@ -56,6 +56,9 @@ EXTRAS = {
         # (`pip install torch --index-url https://download.pytorch.org/whl/cpu`) satisfies this
         # range and is kept, where a pin to another version would replace it.
         "torch>=2.4,<3",
+        # The sentence-embedding reference (tests/test_sentence_transformers.py, run in a child
+        # process); 6.x needs transformers 5, so pip takes the newest 5.x; tested with 5.1.2.
+        "sentence-transformers>=5.1,<6",
     ],
     # Approximate nearest-neighbour search for retrieval_eval (--index hnsw): faiss's HNSW.
     "ann": ["faiss-cpu>=1.8,<2"],

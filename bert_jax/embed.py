@@ -12,11 +12,17 @@ checkpoints/ (latest step).
 
 Pooling: `cls` (the [CLS] vector), `pooler` (dense + tanh on [CLS], needs the
 pooler), `mean` (average over real tokens only, [CLS] and [SEP] included as in
-sentence-transformers), `max` (over real tokens). By default the checkpoint's
-own: a sentence-embedding fine-tuning export (configs/sentence_embeddings.py)
-records its pooling and normalisation in bundle.json; other checkpoints get
-mean, not normalised. `--layers` pools several hidden layers (0 = embedding
-output, -1 = last layer; the feature-based approach of the BERT paper).
+sentence-transformers), `max` (over real tokens), and sentence-transformers'
+`mean_sqrt_len`, `weightedmean` (weighted by position) and `lasttoken`. By
+default the checkpoint's own: a sentence-embedding fine-tuning export
+(configs/sentence_embeddings.py) and a converted sentence-transformers model
+record their pooling, normalisation and max_seq_length in bundle.json (a
+converted one also its Dense layers after pooling, always applied, and its
+prompts, recorded and not prepended); other checkpoints get mean, not
+normalised, 128 tokens. The header says which each option is and where it came
+from ("from the checkpoint", "from --pooling", "the default"). `--layers` pools
+several hidden layers (0 = embedding output, -1 = last layer; the
+feature-based approach of the BERT paper).
 `--pairs` reads `text_a<TAB>text_b` lines with segment ids 0 / 1.
 
 Aggregation (bert_jax.inference.aggregate): `--combine` (mean, max, concat, or
@@ -82,9 +88,9 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                        flag_values=fv)
   flags.DEFINE_boolean("pairs", False, "lines are text_a<TAB>text_b", flag_values=fv)
   flags.DEFINE_integer("max_length", None,
-                       "tokens per text incl. [CLS]/[SEP] (default "
-                       f"{embedding.DEFAULT_MAX_LENGTH}, or the model's max positions when "
-                       "smaller)", flag_values=fv)
+                       "tokens per text incl. [CLS]/[SEP] (default: the checkpoint's "
+                       f"max_seq_length, else {embedding.DEFAULT_MAX_LENGTH}; at most the "
+                       "model's max positions)", flag_values=fv)
   flags.DEFINE_integer("batch_size", 32, "texts per forward pass", flag_values=fv)
   flags.DEFINE_enum("dtype", "float32", ("float32", "bfloat16"), "compute dtype", flag_values=fv)
   flags.DEFINE_boolean("length_bucketing", True, "sort texts by length and cut each batch to "
@@ -127,31 +133,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   elif weights:
     raise ValueError("--weights applies to --combine weighted_mean over several --checkpoint or "
                      "--layers (chunks are weighted by their tokens)")
+  chosen = []
   for pretrained in checkpoints:
     layers = embedding.parse_layers(args.layers, pretrained.config.num_layers)
-    max_length = args.max_length or min(embedding.DEFAULT_MAX_LENGTH,
-                                        pretrained.config.max_position_embeddings)
-    pooling = args.pooling or embedding.bundle_defaults(pretrained)["pooling"]
-    embedding.check_options(pretrained, pooling, layers, args.combine, max_length,
-                            args.batch_size, args.pairs, args.chunk_stride)
+    chosen.append(embedding.settings(pretrained, pooling=args.pooling, normalize=args.normalize,
+                                     max_length=args.max_length))
+    embedding.check_options(pretrained, chosen[-1].pooling, layers, args.combine,
+                            chosen[-1].max_length, args.batch_size, args.pairs, args.chunk_stride)
+  max_length = chosen[0].max_length
   out_dir = epath.Path(args.output).parent
   if not out_dir.is_dir():
     raise FileNotFoundError(f"--output directory does not exist: {out_dir}")
   inp = embedding.read_input(args.input, args.pairs)
   kind = "pairs" if args.pairs else "texts"
-  defaults = [embedding.bundle_defaults(p) for p in checkpoints]
-  how = [f"{p.source}: pooling {args.pooling or d['pooling']}"
-         + (", L2-normalised" if (d["normalize"] if args.normalize is None else args.normalize)
-            else "") for p, d in zip(checkpoints, defaults)]
+  how = [c.describe() if len(checkpoints) == 1 else f"{p.source}: {c.describe()}"
+         for p, c in zip(checkpoints, chosen)]
   train_log.print_header("bert_jax.embed", f"embed {len(inp.texts):,} {kind}", [
       ("model", "; ".join(f"{bundle_lib.describe_arch(p.config)}, "
                           f"{train_log.count_params(p.params) / 1e6:.1f}M params, from "
                           f"{p.source}" for p in checkpoints)),
-      ("data", f"{args.input}: {len(inp.texts):,} {kind}, max_length {max_length}"
+      ("data", f"{args.input}: {len(inp.texts):,} {kind}"
                + (f", windows every {args.chunk_stride} tokens" if args.chunk_stride else "")),
       ("steps", f"{-(-len(inp.texts) // args.batch_size):,} batch(es) of {args.batch_size} per "
                 f"checkpoint, {args.dtype}"
-                + (f", merged by {args.combine}" if len(checkpoints) > 1 else "")),
+                + (f", merged by {args.combine}" if len(checkpoints) > 1 else "")
+                + f"; {'; '.join(how)}"),
       ("output", args.output)], file=sys.stderr)
   emb, all_stats = embedding.embed_ensemble(
       checkpoints, inp.texts, combine=args.combine, weights=weights, normalize=args.normalize,

@@ -1,16 +1,21 @@
 r"""Dense retrieval on a BEIR dataset: embed corpus and queries, top-k, BEIR's metrics.
 
   python -m bert_jax.retrieval_eval --checkpoint CKPT --beir_dir DIR --split test \
-      [--max_length 256] [--pooling mean] [--normalize] [--top_k 100] [--output metrics.json] \
+      [--max_length N] [--pooling MODE] [--[no]normalize] [--top_k 100] [--output metrics.json] \
       [--index exact|hnsw] [--hnsw_ef_search 128]
 
 DIR is BEIR's layout: corpus.jsonl ({"_id", "title", "text"}), queries.jsonl
 ({"_id", "text"}) and qrels/SPLIT.tsv (`query-id corpus-id score`, a header
 line). Documents are embedded as "title text" (BEIR's SentenceBERT joins them
 with a space), the judged queries of the split as their text, both with
-bert_jax.embed (length-sorted batches when embed sorts). Scores are the dot
-product of the embeddings (cosine with --normalize, the default, as BEIR's
-`cos_sim`), searched exactly by matmul top-k in blocks of queries (`--index exact`,
+bert_jax.embed (length-sorted batches when embed sorts), with the pooling,
+normalisation, Dense layers and longest input the checkpoint records (a
+sentence-embedding fine-tuning export, a converted sentence-transformers model)
+unless --pooling, --[no]normalize or --max_length say otherwise; a checkpoint that
+records none is embedded as BEIR evaluates sentence-transformers models: mean
+pooling, normalised, 256 tokens. The header says which each is and where it came
+from. Scores are the dot product of the embeddings (cosine when normalised, as
+BEIR's `cos_sim`), searched exactly by matmul top-k in blocks of queries (`--index exact`,
 the default) or approximately with a faiss HNSW graph (`--index hnsw`: search time
 grows about logarithmically with the corpus instead of linearly; the vectors
 stay in memory; needs faiss-cpu, `pip install -e '.[ann]'`); a document
@@ -33,8 +38,7 @@ from bert_jax.modeling import loading
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
 
-# Nearest-neighbour retrieval.search: exact matmul top-k, or faiss's HNSW graph (approximate).
-retrieval.INDEXES = ("exact", "hnsw")
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   """The command line's flags (on a FlagValues of their own), parsed."""
   fv = flags.FlagValues()
@@ -42,13 +46,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                       "workdir or its checkpoints/)", flag_values=fv, required=True)
   flags.DEFINE_string("beir_dir", None, "BEIR dataset directory (corpus.jsonl, queries.jsonl, "
                       "qrels/)", flag_values=fv, required=True)
-  flags.DEFINE_string("split", "test", "qrels/SPLIT.tsv to retrieval.evaluate", flag_values=fv)
-  flags.DEFINE_integer("max_length", 256, "longest input, special tokens included",
-                       flag_values=fv)
-  flags.DEFINE_enum("pooling", "mean", embedding.POOLINGS, "how token vectors become one",
-                    flag_values=fv)
-  flags.DEFINE_boolean("normalize", True, "cosine scores (L2-normalised embeddings); "
-                       "--nonormalize for dot product", flag_values=fv)
+  flags.DEFINE_string("split", "test", "the split to evaluate: its judgements are read from "
+                      "qrels/SPLIT.tsv", flag_values=fv)
+  flags.DEFINE_integer("max_length", None, "longest input, special tokens included (default: "
+                       "the checkpoint's, else 256)", flag_values=fv)
+  flags.DEFINE_enum("pooling", None, embedding.POOLINGS, "how token vectors become one "
+                    "(default: the checkpoint's, else mean)", flag_values=fv)
+  flags.DEFINE_boolean("normalize", None, "cosine scores (L2-normalised embeddings); "
+                       "--nonormalize for dot product (default: the checkpoint's, else "
+                       "normalised)", flag_values=fv)
   flags.DEFINE_integer("batch_size", 32, "texts per forward pass", flag_values=fv)
   flags.DEFINE_integer("top_k", 100, "results kept per query", flag_values=fv)
   flags.DEFINE_enum("index", "exact", retrieval.INDEXES, "exact matmul top-k, or an approximate "
@@ -71,7 +77,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   with train_log.Heartbeat("bert_jax.retrieval_eval", at_start=False,
                            first=train_log.LOADING_SECONDS, status=f"loading {args.checkpoint}"):
     pretrained = loading.load_pretrained(args.checkpoint)
-  embedding.check_options(pretrained, args.pooling, (-1,), "mean", args.max_length,
+  chosen = retrieval.settings(pretrained, pooling=args.pooling, normalize=args.normalize,
+                              max_length=args.max_length)
+  embedding.check_options(pretrained, chosen.pooling, (-1,), "mean", chosen.max_length,
                           args.batch_size, pairs=False)
   data = retrieval.read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
   if not args.quiet:
@@ -79,18 +87,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     train_log.print_header("bert_jax.retrieval_eval", f"retrieval on {args.beir_dir}", [
         ("model", f"{bundle.describe_arch(pretrained.config)}, from {pretrained.source}"),
         ("data", f"{len(corpus):,} documents, {len(qrels):,} judged queries of split "
-                 f"{args.split}, max_length {args.max_length}, batch {args.batch_size}"),
-        ("steps", f"encode the corpus and the queries ({args.pooling} pooling), "
-                  f"{args.index} retrieval.search of the top {args.top_k}"),
+                 f"{args.split}, batch {args.batch_size}"),
+        ("steps", f"encode the corpus and the queries ({chosen.describe()}), then find each "
+                  f"query's {args.top_k} best documents "
+                  + ("exactly (every document scored)" if args.index == "exact" else
+                     "approximately (a faiss HNSW graph)")),
         ("output", args.output or "stdout")], file=sys.stderr)
-  metrics = retrieval.evaluate(pretrained, data, max_length=args.max_length,
-                     pooling=args.pooling, normalize=args.normalize,
+  metrics = retrieval.evaluate(pretrained, data, max_length=chosen.max_length,
+                     pooling=chosen.pooling, normalize=chosen.normalize,
                      batch_size=args.batch_size, top_k=args.top_k, index=args.index,
                      hnsw_ef_search=args.hnsw_ef_search, quiet=args.quiet)
   if args.output:
     atomic_files.write_text(args.output, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
   print(f"{metrics['queries']} queries, {metrics['documents']} documents "
-        f"({metrics['truncated_documents']} truncated to {args.max_length} tokens), "
+        f"({metrics['truncated_documents']} truncated to {chosen.max_length} tokens), "
         f"{metrics['seconds']:.0f} s embedding")
   for name in retrieval.REPORTED:
     if name != "ndcg@10":

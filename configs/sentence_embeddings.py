@@ -34,10 +34,15 @@ positives and every negative) and triplet (needs the negative). Training
 scores are divided by score_max into [0, 1] (sentence-transformers' STS-B
 example divides by 5).
 
-Writes eval_results.json (`spearman`, `pearson` on eval_file),
-predictions/eval_cosine.txt and the fine-tuned bundle in export/, whose
-bundle.json records `embedding: {pooling, normalize}`; `python -m bert_jax.embed
---checkpoint WORKDIR/export` embeds with them by default.
+Pooling and normalisation are what the init checkpoint records (a converted
+sentence-transformers model such as all-MiniLM-L6-v2: mean, normalised; its Dense
+layers, if any, are trained with the encoder), else mean and normalised, unless
+--config.pooling / --config.normalize say otherwise; the header's data line says
+which and where each came from. Writes eval_results.json (`spearman`, `pearson`
+on eval_file), predictions/eval_cosine.txt and the fine-tuned bundle in export/,
+whose bundle.json records `embedding: {pooling, normalize, ...}`; `python -m
+bert_jax.embed --checkpoint WORKDIR/export` embeds with them by default, and
+`python -m bert_jax.convert --to hf` writes it as a sentence-transformers folder.
 Hyperparameters are sentence-transformers' STS-B example: batch 16, 1 epoch
 (the example runs 4), learning rate 2e-5, 10% warmup, AdamW with weight decay
 0.01. Expected (the command above, seed 0): all-MiniLM-L6-v2's STS-B test
@@ -48,6 +53,7 @@ Every key is declared here or, with its comment, in bert_jax/training/config_sec
 (`finetune`); `--config.a.b=v` overrides it, an unknown key is an error.
 """
 import ml_collections
+from ml_collections import config_dict
 
 from bert_jax.training import config_sections
 
@@ -76,11 +82,14 @@ def get_config(arg=None):
   c.eval_file = ""
   # 'cosent', 'cosine' (scored pairs), 'mnrl' (in-batch negatives) or 'triplet'.
   c.loss = "cosent"
-  # How token vectors become the sentence vector: 'mean' (real tokens) or 'cls'.
-  c.pooling = "mean"
+  # How token vectors become the sentence vector: 'mean' (real tokens) or 'cls'; '': what the
+  # init checkpoint records (a converted sentence-transformers model, an earlier export), else
+  # 'mean'.
+  c.pooling = ""
   # L2-normalise the sentence vector (the model's output: triplet distances see it; cosine
-  # losses do not change). Recorded in the bundle for bert_jax.embed.
-  c.normalize = True
+  # losses do not change); None: what the init checkpoint records, else True. Recorded in the
+  # bundle for bert_jax.embed.
+  c.normalize = config_dict.placeholder(bool)
   # Training scores are divided by this into [0, 1] (5 for STS; 1 when already in [0, 1]).
   c.score_max = 5.0
   # Inverse temperature of cosent and mnrl (sentence-transformers: 20).

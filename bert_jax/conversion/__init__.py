@@ -47,7 +47,8 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
   # disk leaves dst as it was (the earlier bundle, or nothing), never without a bundle.
   bundle.save_bundle(dst, out["params"], out["config"], out["vocab_file"] or out["vocab"],
                      out["lowercase"],
-                     info={"source": f"{kind}:{source}", "dropped": out["dropped"]},
+                     info={**out.get("info", {}), "source": f"{kind}:{source}",
+                           "dropped": out["dropped"]},
                      overwrite=overwrite, tokenizer_file=out.get("tokenizer_file"))
   return out
 

@@ -7,7 +7,6 @@ training (bert_jax.tasks.sentence_pairs) and bert_jax.retrieval_eval.
 """
 import dataclasses
 import functools
-import json
 import time
 from typing import Optional, Sequence
 
@@ -26,9 +25,12 @@ from bert_jax.modeling import pooling as pooling_lib
 from bert_jax.runtime import ahead_compile
 from bert_jax.runtime.json_file import read_json
 from bert_jax.runtime import train_log
+from bert_jax.runtime import workdir_layout
 
-POOLINGS = ("cls", "pooler", "mean", "max")
-DEFAULT_MAX_LENGTH = 128
+POOLINGS = ("cls", "pooler") + pooling_lib.POOL_MODES[1:]
+# The longest input of a checkpoint that records none (a sentence-transformers model records
+# its max_seq_length; conversion and sentence-embedding fine-tuning write it into bundle.json).
+DEFAULT_MAX_LENGTH = pooling_lib.DEFAULT_MAX_LENGTH
 COMBINES = aggregate.COMBINES
 
 
@@ -138,16 +140,21 @@ def parse_layers(spec: str, num_layers: int) -> tuple[int, ...]:
 
 @functools.lru_cache(maxsize=16)
 def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, normalize: bool,
-                  layer_weights: Optional[tuple[float, ...]] = None):
+                  layer_weights: Optional[tuple[float, ...]] = None, dense: tuple = ()):
   """fn(params, ids, mask, segment_ids) -> float32 [batch, dim], jitted, its programs per
-  length compiled ahead when queued (bert_jax.runtime.ahead_compile; cached)."""
+  length compiled ahead when queued (bert_jax.runtime.ahead_compile; cached). params:
+  {'bert': the encoder's, and with `dense` (pooling.SentenceDense.layers) the Dense layers'
+  under pooling.DENSE_GROUP}, applied after pooling and before normalising, as
+  sentence-transformers does."""
   layers = tuple(layers)
   want_hidden = layers != (-1,)
   bert = model_lib.BertModel(config, add_pooler=pooling == "pooler")
+  dense_layers = pooling_lib.SentenceDense(dense)
 
   @jax.jit
   def fn(params, ids, mask, seg):
-    out = bert.apply({"params": params}, ids, mask, seg, output_hidden_states=want_hidden)
+    out = bert.apply({"params": params["bert"]}, ids, mask, seg,
+                     output_hidden_states=want_hidden)
     if pooling == "pooler":
       x = out["pooled_output"].astype(jnp.float32)
     else:
@@ -156,6 +163,8 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
                 for i in (layers if want_hidden else (0,))]
       x = pooled[0] if len(pooled) == 1 else aggregate.combine(
           jnp.stack(pooled), combine, layer_weights)  # from [layers, batch, hidden]
+    if dense:
+      x = dense_layers.apply({"params": params[pooling_lib.DENSE_GROUP]}, x)
     if normalize:
       x = pooling_lib.l2_normalize(x)
     return x
@@ -166,27 +175,96 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
 
 
 def bundle_defaults(pretrained: loading.Pretrained) -> dict:
-  """The pooling and normalisation a checkpoint was trained to embed with.
+  """How a checkpoint was trained to embed, as its bundle.json records it.
 
-  A sentence-embedding fine-tuning export records them in its bundle.json
-  (`embedding: {pooling, normalize}`); any other checkpoint gets mean pooling,
-  not normalised.
+  A sentence-embedding fine-tuning export and a converted sentence-transformers model record
+  it (`embedding`: pooling, normalize, max_seq_length, Dense layers, prompts;
+  pooling.embedding_record); any other checkpoint gets mean pooling, not normalised, and no
+  recorded length.
 
   Returns:
-    {'pooling': str, 'normalize': bool}.
+    {'pooling': str, 'normalize': bool, 'max_seq_length': int or None, 'dense':
+    pooling.SentenceDense.layers, 'prompts': {name: text}, 'default_prompt_name': str or
+    None, 'recorded': the keys the checkpoint records}.
   """
-  defaults = {"pooling": "mean", "normalize": False}
-  info = epath.Path(pretrained.source) / bundle_lib.INFO_FILE
-  if info.is_file():
+  return recorded_at(pretrained.source)
+
+
+def recorded_at(path: str) -> dict:
+  """`bundle_defaults` of the bundle at `path` or, for a run's workdir, its export/, read
+  without loading the params (what sentence-embedding fine-tuning starts from)."""
+  defaults = {"pooling": "mean", "normalize": False, "max_seq_length": None, "dense": (),
+              "prompts": {}, "default_prompt_name": None, "recorded": ()}
+  found = [epath.Path(path) / name / bundle_lib.INFO_FILE for name in ("", workdir_layout.EXPORT)
+           if bundle_lib.is_bundle(str(epath.Path(path) / name))] if path else []
+  found = [info for info in found if info.is_file()]
+  if found:
+    info = found[0]
     recorded = read_json(info, missing=f"{info} is missing").get("embedding", {})
-    # A hand-edited "normalize": "false" (a string) was read as true.
-    if (not isinstance(recorded, dict) or not set(recorded) <= set(defaults)
-        or recorded.get("pooling", "mean") not in POOLINGS
-        or not isinstance(recorded.get("normalize", False), bool)):
-      raise ValueError(f"{info}: 'embedding' must be {{\"pooling\": one of {list(POOLINGS)}, "
-                       f"\"normalize\": true or false}}, got {json.dumps(recorded)}")
-    defaults.update(recorded)
+    recorded = pooling_lib.embedding_record(recorded, str(info))
+    defaults.update(recorded, recorded=tuple(k for k in recorded if k != "dense"))
   return defaults
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """How texts are embedded, and where each choice came from.
+
+  Attributes:
+    pooling, normalize, max_length: the values used.
+    dense: the checkpoint's Dense layers after pooling (pooling.SentenceDense.layers).
+    prompts: the checkpoint's prompts ({name: text}), recorded, not prepended.
+    origin: {'pooling' | 'normalize' | 'max_length': 'from the checkpoint', 'from --FLAG' or
+      'the default'}.
+  """
+  pooling: str
+  normalize: bool
+  max_length: int
+  dense: tuple
+  prompts: dict
+  origin: dict
+
+  def describe(self) -> str:
+    """'pooling mean (from the checkpoint), L2-normalised (from the checkpoint), max_length
+    256 (from the checkpoint)', and the Dense layers and prompts where there are any."""
+    parts = [f"pooling {self.pooling} ({self.origin['pooling']})",
+             f"{'L2-normalised' if self.normalize else 'not normalised'} "
+             f"({self.origin['normalize']})",
+             f"max_length {self.max_length} ({self.origin['max_length']})"]
+    if self.dense:
+      parts.append("Dense " + " -> ".join(f"{f} {a}" for f, _, a in self.dense)
+                   + " (from the checkpoint)")
+    if self.prompts:
+      parts.append(f"prompts {sorted(self.prompts)} recorded in the checkpoint, not prepended")
+    return ", ".join(parts)
+
+
+def settings(pretrained: loading.Pretrained, *, pooling: Optional[str] = None,
+             normalize: Optional[bool] = None, max_length: Optional[int] = None,
+             default_normalize: bool = False, default_max_length: int = DEFAULT_MAX_LENGTH,
+             flag: str = "--") -> Settings:
+  """Each option as given, else as the checkpoint records it (`bundle_defaults`), else the
+  program's default (mean pooling; `default_normalize`; `default_max_length`, at most the
+  model's max positions). `flag` prefixes the option names in `origin` ('--' for the
+  programs, '' for the Python API's arguments)."""
+  recorded = bundle_defaults(pretrained)
+  longest = pretrained.config.max_position_embeddings
+  fallback = {"pooling": "mean", "normalize": default_normalize,
+              "max_length": min(default_max_length, longest)}
+  given = {"pooling": pooling, "normalize": normalize, "max_length": max_length}
+  keys = {"pooling": "pooling", "normalize": "normalize", "max_length": "max_seq_length"}
+  values, origin = {}, {}
+  for name, value in given.items():
+    if value is not None:
+      values[name], origin[name] = value, f"from {flag}{name}"
+    elif keys[name] in recorded["recorded"]:
+      values[name], origin[name] = recorded[keys[name]], "from the checkpoint"
+    else:
+      values[name], origin[name] = fallback[name], "the default"
+  if max_length is None:
+    values["max_length"] = min(values["max_length"], longest)
+  return Settings(values["pooling"], bool(values["normalize"]), int(values["max_length"]),
+                  recorded["dense"], dict(recorded["prompts"]), origin)
 
 
 @dataclasses.dataclass
@@ -266,8 +344,8 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
     combine: how several layers, and the chunks of a text, merge: one of COMBINES.
     normalize: L2-normalise each embedding (None: the checkpoint's, `bundle_defaults`);
       with chunks, each chunk's and the text's.
-    max_length: longest sequence, special tokens included (default: 128, or
-      the model's max positions when smaller).
+    max_length: longest sequence, special tokens included (None: the checkpoint's recorded
+      max_seq_length, else 128; at most the model's max positions).
     batch_size: texts per forward pass.
     dtype: compute dtype ('float32' or 'bfloat16').
     tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
@@ -286,10 +364,8 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
     (float32 [len(texts), dim] embeddings, EmbedStats).
   """
   config = pretrained.config
-  defaults = bundle_defaults(pretrained)
-  pooling = defaults["pooling"] if pooling is None else pooling
-  normalize = defaults["normalize"] if normalize is None else normalize
-  max_length = max_length or min(DEFAULT_MAX_LENGTH, config.max_position_embeddings)
+  chosen = settings(pretrained, pooling=pooling, normalize=normalize, max_length=max_length)
+  pooling, normalize, max_length = chosen.pooling, chosen.normalize, chosen.max_length
   pairs = bool(texts) and isinstance(texts[0], tuple)
   check_options(pretrained, pooling, layers, combine, max_length, batch_size, pairs, chunk_stride)
   layer_weights = (tuple(aggregate.check_weights(weights, len(layers), "--layers"))
@@ -313,8 +389,12 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
   params = model_lib.match_scan_layout(pretrained.params, config)["bert"]
   if pooling != "pooler":
     params = {k: v for k, v in params.items() if k != "pooler"}
+  params = {"bert": params}
+  if chosen.dense:
+    params[pooling_lib.DENSE_GROUP] = pretrained.params[pooling_lib.DENSE_GROUP]
   params = jax.device_put(params)
-  fn = make_embed_fn(config, pooling, tuple(layers), combine, bool(normalize), layer_weights)
+  fn = make_embed_fn(config, pooling, tuple(layers), combine, bool(normalize), layer_weights,
+                     chosen.dense)
   keys = ("input_ids", "input_mask", "segment_ids")
 
   def queue_ahead():  # the later lengths, compiled while others run (after the first's lowering)
@@ -412,6 +492,9 @@ def check_options(pretrained: loading.Pretrained, pooling: str, layers: Sequence
                        "use --pooling cls, mean or max")
     if tuple(layers) != (-1,):
       raise ValueError("--pooling pooler works on the last layer only; drop --layers")
+  if tuple(layers) != (-1,) and pooling_lib.DENSE_GROUP in pretrained.params:
+    raise ValueError(f"--layers {list(layers)}: the checkpoint's Dense layers after pooling "
+                     "take the last layer's vector; drop --layers")
   parse_layers(",".join(str(i) for i in layers), config.num_layers)
   low = 3 if pairs else 2
   if not low <= max_length <= config.max_position_embeddings:

@@ -2,7 +2,7 @@
 evaluation of a checkpoint (the library of bert_jax.retrieval_eval)."""
 import json
 import sys
-from typing import Sequence
+from typing import Optional, Sequence
 
 from etils import epath
 import numpy as np
@@ -14,6 +14,21 @@ from bert_jax.modeling import loading
 
 # Nearest-neighbour search: exact matmul top-k, or faiss's HNSW graph (approximate).
 INDEXES = ("exact", "hnsw")
+
+
+# A checkpoint that records no embedding settings is evaluated as BEIR evaluates
+# sentence-transformers models: cosine scores (normalised vectors) over 256 tokens.
+DEFAULT_NORMALIZE = True
+DEFAULT_MAX_LENGTH = 256
+
+
+def settings(pretrained: loading.Pretrained, *, pooling: Optional[str] = None,
+             normalize: Optional[bool] = None,
+             max_length: Optional[int] = None) -> embedding.Settings:
+  """The options as given, else the checkpoint's, else BEIR's (embedding.settings)."""
+  return embedding.settings(pretrained, pooling=pooling, normalize=normalize,
+                            max_length=max_length, default_normalize=DEFAULT_NORMALIZE,
+                            default_max_length=DEFAULT_MAX_LENGTH)
 
 
 REPORTED = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "ndcg@100", "map@10", "recall@10",
@@ -164,8 +179,9 @@ def search_hnsw(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int, *, m: in
   return np.where(found >= 0, scores, -np.inf).astype(np.float32), found
 
 
-def evaluate(pretrained: loading.Pretrained, data: tuple, *, max_length: int = 256,
-             pooling: str = "mean", normalize: bool = True, batch_size: int = 32,
+def evaluate(pretrained: loading.Pretrained, data: tuple, *, max_length: Optional[int] = None,
+             pooling: Optional[str] = None, normalize: Optional[bool] = None,
+             batch_size: int = 32,
              top_k: int = 100, index: str = "exact", hnsw_ef_search: int = 128,
              quiet: bool = True) -> dict:
   """Embeds, searches and scores one BEIR split.
@@ -173,7 +189,9 @@ def evaluate(pretrained: loading.Pretrained, data: tuple, *, max_length: int = 2
   Args:
     pretrained: the checkpoint.
     data: (corpus, queries, qrels) from `read_beir`.
-    max_length, pooling, normalize, batch_size: bert_jax.embed's options.
+    max_length, pooling, normalize: bert_jax.embed's options; None: the checkpoint's, else
+      256 tokens, mean pooling, normalised (`settings`).
+    batch_size: texts per forward pass.
     top_k: results kept per query.
     index: 'exact' (`search`) or 'hnsw' (`search_hnsw`, approximate).
     hnsw_ef_search: search_hnsw's ef_search.
@@ -185,8 +203,9 @@ def evaluate(pretrained: loading.Pretrained, data: tuple, *, max_length: int = 2
   corpus, queries, qrels = data
   doc_ids = list(corpus)
   query_ids = list(qrels)
-  options = dict(pooling=pooling, normalize=normalize, batch_size=batch_size,
-                 max_length=min(max_length, pretrained.config.max_position_embeddings))
+  chosen = settings(pretrained, pooling=pooling, normalize=normalize, max_length=max_length)
+  options = dict(pooling=chosen.pooling, normalize=chosen.normalize, batch_size=batch_size,
+                 max_length=min(chosen.max_length, pretrained.config.max_position_embeddings))
   doc_emb, doc_stats = embedding.embed(pretrained, [document_text(corpus[d]) for d in doc_ids],
                                        progress="" if quiet else "encoding the corpus", **options)
   query_emb, query_stats = embedding.embed(pretrained, [queries[q]["text"] for q in query_ids],

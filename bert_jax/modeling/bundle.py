@@ -31,6 +31,7 @@ import orbax.checkpoint as ocp
 
 from bert_jax.members import registry as members
 from bert_jax.modeling import model as model_lib
+from bert_jax.modeling import pooling
 from bert_jax.modeling.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime.json_file import read_json
@@ -91,6 +92,8 @@ def heads_of(params: dict) -> tuple[str, ...]:
     heads.append("pooler")
   heads += [h for h in ("mlm", "emd", "nsp", "discriminator") if h in params]
   heads += [h for h in TASK_HEADS if h in params]
+  # A sentence-transformers model's Dense layers after pooling (kept by fine-tuning).
+  heads += [h for h in (pooling.DENSE_GROUP,) if h in params]
   return tuple(heads)
 
 
@@ -202,7 +205,8 @@ def _check_shapes(found: dict[str, tuple], config: BertConfig, source: str) -> N
   bad = [f"{p}: stored {found[p]} vs expected {s}" for p, s in wanted.items()
          if p in found and tuple(found[p]) != s]
   missing = sorted(p for p in wanted if p not in found)
-  unknown = sorted(p for p in found if p not in expected and p.split("/")[0] not in TASK_HEADS)
+  unknown = sorted(p for p in found if p not in expected
+                   and p.split("/")[0] not in TASK_HEADS + (pooling.DENSE_GROUP,))
   for head in TASK_HEADS:
     kernel = found.get(f"{head}/kernel")
     if kernel is not None and kernel[0] != config.hidden_size:

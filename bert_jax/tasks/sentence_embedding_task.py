@@ -2,11 +2,13 @@
 
 A siamese encoder: every sentence of a pair or triplet goes through the same
 weights (bert_jax.modeling.pooling.SentenceEncoder: mean or [CLS] pooling, optionally
-L2-normalised), trained with one of bert_jax.tasks.sentence_pairs.LOSSES, and
-scored by the Spearman correlation of the cosine similarity of each eval pair's
-embeddings with its gold score (`spearman`, also `pearson`). The export bundle
-records the pooling and normalisation (bundle.json `embedding`), which
-`bert_jax.embed` uses by default.
+L2-normalised, then the init checkpoint's Dense layers where it has them), trained with one
+of bert_jax.tasks.sentence_pairs.LOSSES, and scored by the Spearman correlation of the cosine
+similarity of each eval pair's embeddings with its gold score (`spearman`, also `pearson`).
+Pooling and normalisation are the config's, else what the init checkpoint records (a
+converted sentence-transformers model, an earlier export), else mean and normalised. The
+export bundle records them (bundle.json `embedding`, with the init checkpoint's
+max_seq_length and prompts), which `bert_jax.embed` uses by default.
 
 Data: `train_file` and `eval_file` (data_source='tsv'), or data_source='builtin': scored
 pairs made from the built-in pretraining corpus and shipped in the package
@@ -18,6 +20,7 @@ import os
 from etils import epath
 import numpy as np
 
+from bert_jax.inference import embedding
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.modeling import pooling
 from bert_jax.runtime import atomic_files
@@ -55,8 +58,9 @@ def _check_options(config) -> None:
   """Fails fast, naming the key, on options a sentence-embedding run cannot take."""
   if config.loss not in sentence_pairs.LOSSES:
     _bad(f"loss {config.loss!r} not in {sentence_pairs.LOSSES}")
-  if config.pooling not in pooling.TRAIN_POOLINGS:
-    _bad(f"pooling {config.pooling!r} not in {pooling.TRAIN_POOLINGS}")
+  if config.pooling and config.pooling not in pooling.TRAIN_POOLINGS:
+    _bad(f"pooling {config.pooling!r} not in {pooling.TRAIN_POOLINGS} (or '': the init "
+         "checkpoint's)")
   if config.data_source not in DATA_SOURCES:
     _bad(f"sentence embeddings read TSV files (data_source='tsv') or the built-in sample "
         f"('builtin'), not {config.data_source!r}")
@@ -84,12 +88,48 @@ def check_config(config) -> None:
       _bad(f"{key} {path} does not exist")
 
 
+def settings(config) -> tuple[dict, str]:
+  """The embedding this run trains and exports (bundle.json's `embedding`: pooling and
+  normalize as the config says, else as the init checkpoint records, else mean and
+  normalised; the checkpoint's Dense layers, max_seq_length and prompts kept), and a line
+  saying where each came from."""
+  recorded = embedding.recorded_at(config.init_checkpoint)
+  out, said = {}, []
+  for key, given, fallback in (("pooling", config.pooling or None, "mean"),
+                               ("normalize", config.normalize, True)):
+    if given is not None:
+      out[key], origin = given, f"from --config.{key}"
+    elif key in recorded["recorded"]:
+      out[key], origin = recorded[key], "from the checkpoint"
+    else:
+      out[key], origin = fallback, "the default"
+    said.append(f"{key} {out[key]} ({origin})")
+  if out["pooling"] not in pooling.TRAIN_POOLINGS:
+    _bad(f"the init checkpoint embeds with pooling {out['pooling']!r}, which training does not "
+         f"compute: set --config.pooling to one of {pooling.TRAIN_POOLINGS}")
+  for key in ("max_seq_length", "prompts", "default_prompt_name"):
+    if key in recorded["recorded"]:
+      out[key] = recorded[key]
+  if recorded["dense"]:
+    out["dense"] = pooling.dense_record(recorded["dense"])
+    said.append("Dense " + " -> ".join(f"{f} {a}" for f, _, a in recorded["dense"])
+                + " (from the checkpoint, trained)")
+  return out, ", ".join(said)
+
+
 def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
-  """The siamese encoder; it has no head beside the encoder."""
+  """The siamese encoder; beside it only the init checkpoint's Dense layers, if any."""
   _check_options(config)
+  record, _ = settings(config)
+  dense = _dense_layers(record)
   return task_lib.TaskModel(
-      NAME, pooling.SentenceEncoder(model_cfg, config.pooling, config.normalize), head="",
-      export_info={"embedding": {"pooling": config.pooling, "normalize": bool(config.normalize)}})
+      NAME, pooling.SentenceEncoder(model_cfg, record["pooling"], record["normalize"], dense),
+      head="", export_info={"embedding": record})
+
+
+def _dense_layers(record: dict) -> tuple:
+  """The record's Dense layers as pooling.SentenceDense.layers."""
+  return tuple((d["features"], d["bias"], d["activation"]) for d in record.get("dense", ()))
 
 
 def _train_arrays(config, tokenizer) -> tuple[dict, dict]:
@@ -125,7 +165,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   train_arrays, stats = ({}, {}) if config.eval_only else _train_arrays(config, tokenizer)
   eval_arrays, truncated = sentence_pairs.encode(tokenizer, eval_rows, config.max_seq_length)
   stats.update(eval_file=eval_path, eval_pairs=len(eval_rows.texts),
-               eval_truncated_sentences=truncated)
+               eval_truncated_sentences=truncated, embedding=settings(config)[1])
   gold = eval_rows.scores
 
   def score(outputs, workdir):

