@@ -20,6 +20,10 @@ torch peer gets the same dropout rates:
                  ours alone
   base_seq128_vocab_unpadded  base_seq128's recipe with the MLM decoder unpadded
                  (model.vocab_pad_multiple=1; the GPU default pads 30,522 to 30,592), ours alone
+  variants       benchmarks/gpu_variants.py: base_seq128's recipe, baseline against each switch
+                 (model.fused_norm=pallas, cuDNN LayerNorm, cuBLASLt), what the time left
+                 allows (`--parts variants` gives it the whole budget); dry run: each lowered
+                 for CUDA
 The profile and base_seq128 share a persistent compilation cache (same step program).
 
 Writes DIR/suite.json (every figure of every part, with its device), DIR/suite.md (the
@@ -119,6 +123,9 @@ def parts(args, work: str) -> list[dict]:
                [py, f"{HERE}/train_step.py", *fused(step), "--set", "model.vocab_pad_multiple=1",
                 "--no_reference", "--steps", "2" if dry else "10", "--rounds", "1" if dry else "3",
                 "--json", f"{work}/base_seq128_vocab_unpadded.json"]]),
+      dict(name="variants", budget_s=540, json=f"{work}/variants.json", cmds=[
+          [py, f"{HERE}/gpu_variants.py", "--json", f"{work}/variants.json",
+           *(["--dry_run", "--variants", "baseline,fused_norm"] if dry else [])]]),
   ]
 
 
@@ -233,6 +240,9 @@ def markdown(suite: dict) -> str:
           top, f"profile: {r['device']} | {r['config']} | {r['steps']} traced steps ({r['where']})"),
               "", f"traced: {r['traced_wall_ms_per_step']:.2f} ms/step, MFU {r['mfu']:.1%}, "
               f"compile {r['compile_s']:.1f} s"]
+    if p["name"] == "variants" and "result" in p:
+      out += ["", "variants (base_seq128's recipe; each switch alone):", "",
+              p["result"]["table"]]
     if p["name"] == "embed" and "result" in p:
       r = p["result"]
       s = r["sentences_per_s"]
@@ -282,6 +292,7 @@ def main(argv=None) -> int:
   env = dict(os.environ, PYTHONUNBUFFERED="1", USE_TF="0",
              JAX_COMPILATION_CACHE_DIR=os.path.join(work, "jax_cache"),
              XLA_PYTHON_CLIENT_PREALLOCATE="false",  # torch shares the GPU with jax
+             GPU_SUITE_DEADLINE=str(start + args.budget_s),  # gpu_variants skips what won't fit
              PYTHONPATH=os.pathsep.join([ROOT] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x]))
   print(f"gpu_suite{' --dry_run' if args.dry_run else ''}: budget {args.budget_s:.0f} s; log {args.out}/suite.log", flush=True)
   records = []

@@ -395,7 +395,8 @@ def main(argv=None):
                 batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype,
                 steps=args.steps, rounds=args.rounds, peak_flops=setup.peak,
                 peak_source=setup.peak_source, flops_per_token=setup.flops_per_token, rows=rows,
-                state_s=built - imported, init_checksum=f"{init_sum:08x}")
+                state_s=built - imported, init_checksum=f"{init_sum:08x}",
+                loss=float(runners[0].out["loss"]), steps_run=int(runners[0].state.step))
   if len(rows) > 1:
     result["vs_reference"] = rows[0]["tokens_per_s"] / rows[1]["tokens_per_s"]
   if args.json:

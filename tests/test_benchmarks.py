@@ -176,7 +176,8 @@ def test_gpu_suite_dry_run_writes_one_json_and_one_table(tmp_path):
   assert suite["dry_run"] and suite["device"] == "cpu"
   parts = {p["name"]: p for p in suite["parts"]}
   assert list(parts) == ["profile", "base_seq128", "large_seq512", "large_seq512_cached", "embed",
-                         "base_seq128_attention_dropout", "base_seq128_vocab_unpadded"]
+                         "base_seq128_attention_dropout", "base_seq128_vocab_unpadded",
+                         "variants"]
   assert all(p["status"] == "ok" for p in parts.values()), parts
   profile = parts["profile"]["result"]
   assert sum(c["share"] for c in profile["categories"]) == pytest.approx(1.0, abs=1e-6)
@@ -285,3 +286,24 @@ def test_longest_silence_counts_the_start_and_the_end_as_silences():
   gaps = longest_silence.silences([(4.0, "a"), (5.0, "b")], end=12.0)
   assert gaps == [(4.0, "(start)", "a"), (1.0, "a", "b"), (7.0, "b", "(exit)")]
   assert longest_silence.silences([], end=3.0) == [(3.0, "(start)", "(exit)")]
+
+
+@pytest.mark.slow  # about 15 s on 2 cores: the tiny step built and lowered twice
+def test_gpu_variants_dry_run_lowers_the_kernel_for_cuda_and_checks_the_flags(tmp_path):
+  proc = subprocess.run([sys.executable, "benchmarks/gpu_variants.py", "--dry_run", "--variants",
+                         "fused_norm,cublaslt", "--json", str(tmp_path / "v.json")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=600,
+                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  records = {r["name"]: r for r in json.loads((tmp_path / "v.json").read_text())["variants"]}
+  assert records["fused_norm"]["platforms"] == ["cuda"]
+  assert records["fused_norm"]["triton_calls"] == 8  # 2 layers x 2 norms x forward, backward
+  assert records["cublaslt"]["status"] == "ok" and records["cublaslt"]["triton_calls"] == 0
+
+
+def test_gpu_variants_skip_what_the_budget_cannot_hold(capsys):
+  import gpu_variants  # pylint: disable=g-import-not-at-top
+  assert gpu_variants.main(["--budget_s", "60", "--variants", "baseline,cublaslt"]) == 1
+  out = capsys.readouterr().out
+  for name in ("baseline", "cublaslt"):  # in the table, each with the reason
+    assert f"| {name} | skipped: 60 s left of the budget, a variant takes up to 150 s |" in out

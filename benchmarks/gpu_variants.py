@@ -1,0 +1,170 @@
+r"""The accelerator step's switches against its baseline, on one GPU, in one table.
+
+  bash benchmarks/gpu_suite.sh --parts variants
+  python benchmarks/gpu_variants.py [--budget_s 480] [--json PATH] [--variants a,b] [--dry_run]
+
+Variants, each in its own process (XLA reads XLA_FLAGS once, when its backend starts):
+  baseline          configs/pretrain.py:base,fused_attention, batch 256 x seq 128, bfloat16
+  fused_norm        + model.fused_norm=pallas (bert_jax/modeling/fused_norm.py: dropout,
+                    residual add and LayerNorm as one Triton kernel)
+  cudnn_layer_norm  + XLA_FLAGS --xla_gpu_enable_cudnn_layer_norm=true
+  cublaslt          + XLA_FLAGS --xla_gpu_enable_cublaslt=true
+Each is benchmarks/train_step.py alone (no reference): 2 warm-up steps, then 2 rounds of one
+blocked step and 8 back-to-back ones: 20 steps from the same initial state on the same batch,
+so the loss after them says whether a switch changed the numerics (fused_norm draws another
+dropout mask: close, not equal). The table: ms/step, MFU, tokens/s, the first step (compile)
+and that loss. A variant starts only when the budget's time left covers the longest one so
+far (before the first: 150 s); the others are listed as skipped, with the reason. Run by
+gpu_suite.py, the budget ends where the suite's does.
+
+--dry_run (the CPU): each variant builds the tiny step and lowers it for CUDA through
+jax.export (the Pallas kernel as its Triton call), and its XLA flags are checked by starting
+a JAX backend with them in a subprocess (XLA stops on a flag it does not know). No timings.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+VARIANTS = {  # name: (train_step.py --set items, XLA flags added)
+    "baseline": ([], []),
+    "fused_norm": (["model.fused_norm=pallas"], []),
+    "cudnn_layer_norm": ([], ["--xla_gpu_enable_cudnn_layer_norm=true"]),
+    "cublaslt": ([], ["--xla_gpu_enable_cublaslt=true"]),
+}
+FIRST_ESTIMATE_S = 150.0  # base's first compile and 20 steps on an H100, with room
+
+
+def _env(flags: list[str]) -> dict:
+  env = dict(os.environ, PYTHONUNBUFFERED="1",
+             PYTHONPATH=os.pathsep.join([ROOT] + [p for p in os.environ.get(
+                 "PYTHONPATH", "").split(os.pathsep) if p]))
+  if flags:
+    env["XLA_FLAGS"] = " ".join([env.get("XLA_FLAGS", "")] + flags).strip()
+  return env
+
+
+def measure(name: str, work: str, limit_s: float) -> dict:
+  """One variant's figures from train_step.py in its own process (a record with a status)."""
+  sets, flags = VARIANTS[name]
+  out = os.path.join(work, f"{name}.json")
+  cmd = [sys.executable, os.path.join(HERE, "train_step.py"), "--config",
+         "configs/pretrain.py:base,fused_attention", "--batch_size", "256", "--seq_len", "128",
+         "--dtype", "bfloat16", "--no_reference", "--steps", "8", "--rounds", "2", "--json", out]
+  for item in sets:
+    cmd += ["--set", item]
+  start = time.time()
+  try:
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(flags), capture_output=True, text=True,
+                          timeout=limit_s)
+  except subprocess.TimeoutExpired:
+    return dict(name=name, status=f"timed out after {limit_s:.0f} s", seconds=limit_s)
+  record = dict(name=name, seconds=time.time() - start, log_tail=proc.stdout[-2000:]
+                + proc.stderr[-2000:])
+  if proc.returncode:
+    record["status"] = f"failed (exit {proc.returncode})"
+    return record
+  with open(out) as f:
+    result = json.load(f)
+  row = result["rows"][0]
+  record.update(status="ok", device=result["device"], ms_per_step=row["ms_per_step"],
+                mfu=row["mfu"], tokens_per_s=row["tokens_per_s"],
+                first_step_s=row["first_step_s"], loss=result["loss"], steps=result["steps_run"])
+  return record
+
+
+def dry_run(name: str) -> dict:
+  """The tiny step of `name` lowered for CUDA here, and its XLA flags accepted by this XLA."""
+  sys.path.insert(0, HERE)
+  import jax  # pylint: disable=g-import-not-at-top
+  import train_step  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import fused_norm  # pylint: disable=g-import-not-at-top
+  sets, flags = VARIANTS[name]
+  p = argparse.ArgumentParser()
+  train_step.add_step_args(p)
+  args = p.parse_args(["--config", "configs/pretrain.py:tiny,fused_attention", "--batch_size",
+                       "4", "--seq_len", "32", "--dtype", "bfloat16"]
+                      + [x for item in sets for x in ("--set", item)])
+  args.set += ["model.dropout_rate=0.1"]  # the tiny variant has none: the kernel's mask is drawn
+  setup = train_step.Setup(args)
+  runner = train_step.ours(setup.config, setup.model_cfg, setup.batch)
+  interpreted, fused_norm.interpret = fused_norm.interpret, False  # Triton, not the interpreter
+  try:
+    exported = jax.export.export(runner.step_fn, platforms=["cuda"], disabled_checks=[
+        jax.export.DisabledSafetyCheck.custom_call("__gpu$xla.gpu.triton")])(
+            runner.state, runner.batch)
+  finally:
+    fused_norm.interpret = interpreted
+  text = exported.mlir_module()
+  record = dict(name=name, status="ok", triton_calls=text.count("xla.gpu.triton"),
+                platforms=list(exported.platforms))
+  if flags:
+    proc = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], env=_env(flags),
+                          capture_output=True, text=True, timeout=120)
+    if proc.returncode:
+      record["status"] = f"failed: XLA refused {' '.join(flags)}: {proc.stderr.strip()[-300:]}"
+  return record
+
+
+def markdown(records: list[dict], dry: bool) -> str:
+  if dry:
+    out = ["| variant | status | lowered for | Triton calls |", "|---|---|---|---:|"]
+    out += [f"| {r['name']} | {r['status']} | {','.join(r.get('platforms', []))} "
+            f"| {r.get('triton_calls', '')} |" for r in records]
+    return "\n".join(out)
+  out = ["| variant | status | ms/step | MFU | tokens/s | first step s | loss after 20 steps |",
+         "|---|---|---:|---:|---:|---:|---:|"]
+  for r in records:
+    if r["status"] == "ok":
+      out.append(f"| {r['name']} | ok | {r['ms_per_step']:.1f} | {r['mfu']:.1%} "
+                 f"| {r['tokens_per_s']:,.0f} | {r['first_step_s']:.1f} | {r['loss']:.4f} |")
+    else:
+      out.append(f"| {r['name']} | {r['status']} | | | | | |")
+  return "\n".join(out)
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--budget_s", type=float, default=480.0)
+  p.add_argument("--variants", default=",".join(VARIANTS))
+  p.add_argument("--json", default="", help="write the records and the table here")
+  p.add_argument("--dry_run", action="store_true",
+                 default=os.environ.get("GPU_SUITE_DRY_RUN", "") not in ("", "0"))
+  args = p.parse_args(argv)
+  names = [x for x in args.variants.split(",") if x]
+  unknown = [x for x in names if x not in VARIANTS]
+  if unknown:
+    sys.exit(f"--variants: unknown {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+  start, records, longest = time.time(), [], FIRST_ESTIMATE_S
+  end = start + args.budget_s
+  if os.environ.get("GPU_SUITE_DEADLINE"):  # within the suite: its end, less room to write up
+    end = min(end, float(os.environ["GPU_SUITE_DEADLINE"]) - 10)
+  with tempfile.TemporaryDirectory(prefix="gpu_variants_") as work:
+    for name in names:
+      left = end - time.time()
+      if args.dry_run:
+        records.append(dry_run(name))
+      elif left < longest:
+        records.append(dict(name=name, status=f"skipped: {left:.0f} s left of the budget, "
+                            f"a variant takes up to {longest:.0f} s"))
+      else:
+        records.append(measure(name, work, left))
+        longest = max(longest if len(records) > 1 else 0, records[-1].get("seconds", 0))
+      print(f"  {name}: {records[-1]['status']}", flush=True)
+  table = markdown(records, args.dry_run)
+  print(table)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump(dict(dry_run=args.dry_run, variants=records, table=table), f, indent=1)
+  return 0 if all(r["status"] == "ok" for r in records) else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
