@@ -70,12 +70,21 @@ class Encoder:
             max_length: Optional[int] = None, batch_size: int = 32) -> np.ndarray:
     """float32 [len(texts), dim] embeddings of texts or (a, b) pairs (see bert_jax.embed).
 
-    pooling and normalize default to what the checkpoint records (a sentence-embedding
-    fine-tuning export), else mean pooling, not normalised (embedding.bundle_defaults)."""
+    pooling, normalize and max_length default to what the checkpoint records (a
+    sentence-embedding fine-tuning export, a converted sentence-transformers model, whose
+    Dense layers are applied too), else mean pooling, not normalised, 128 tokens;
+    `embed_settings` says which and where each came from."""
     emb, _ = embedding.embed(self.pretrained, list(texts), pooling=pooling, layers=layers,
                              combine=combine, normalize=normalize, max_length=max_length,
                              batch_size=batch_size, tokenizer=self.tokenizer)
     return emb
+
+  def embed_settings(self, *, pooling: Optional[str] = None, normalize: Optional[bool] = None,
+                     max_length: Optional[int] = None) -> embedding.Settings:
+    """What `embed` with these arguments uses, and where each came from (`.describe()`:
+    'pooling mean (from the checkpoint), L2-normalised (from the checkpoint), ...')."""
+    return embedding.settings(self.pretrained, pooling=pooling, normalize=normalize,
+                              max_length=max_length, flag="")
 
   def fill_mask(self, texts: Union[str, Sequence[str]],
                 top_k: int = 5) -> list:

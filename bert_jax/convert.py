@@ -8,7 +8,13 @@
 or BertForMaskedLM layouts, with or without the `bert.` prefix; model_type
 roberta, distilbert, electra, albert and deberta-v2 likewise, by config.json's
 model_type, with their tokenizer files beside the weights); pickle
-checkpoints (pytorch_model.bin) are refused with instructions. `--from tf1`
+checkpoints (pytorch_model.bin) are refused with instructions. A
+sentence-transformers folder (modules.json) also brings its modules: Pooling
+(cls, mean, max, mean_sqrt_len, weightedmean or lasttoken), Dense layers (their
+weights and activation), Normalize, sentence_bert_config.json's max_seq_length
+and any prompts are recorded in the bundle, and `embed`, `retrieval_eval`,
+`Encoder.embed` and sentence-embedding fine-tuning use them by default; a module
+or pooling mode bert_jax cannot compute is refused in one line naming it. `--from tf1`
 reads original Google BERT checkpoints (bert_model.ckpt.* + bert_config.json +
 vocab.txt). Casing defaults to tokenizer_config.json's do_lower_case, else a
 guess from the vocab (printed). `--to hf` reads anything a run starts from (a
@@ -16,7 +22,11 @@ bundle such as a workdir's export/, a pretraining workdir, its checkpoints/) and
 safetensors + config.json +
 vocab.txt that transformers loads as the architecture in config.json
 (BertForPreTraining, DistilBertForMaskedLM, ElectraForPreTraining,
-DebertaV2ForMaskedLM, ...).
+DebertaV2ForMaskedLM, ...). A bundle that records how it embeds (a
+sentence-embedding fine-tuning export, a converted sentence-transformers model)
+is also written as a sentence-transformers folder: modules.json, 1_Pooling/,
+its Dense layers (2_Dense/, ...), Normalize and sentence_bert_config.json, which
+sentence-transformers loads and encodes with as bert_jax embeds.
 
 --dst is replaced whole: the new folder is written beside it and exchanged with
 the earlier one in one step, so that a kill or a full disk leaves the complete
@@ -92,7 +102,9 @@ def _convert(args: flags.FlagValues) -> int:
     with working:
       out = hf.bundle_to_hf(args.src, args.dst, overwrite=args.overwrite)
     print(f"wrote {args.dst}: {out['architecture']} ({bundle.describe_arch(out['config'])}, "
-          f"heads {list(out['heads'])}, {out['num_tensors']} tensors)")
+          f"heads {list(out['heads'])}, {out['num_tensors']} tensors)"
+          + (f"; a sentence-transformers folder: {' -> '.join(out['modules'])}"
+             if out.get("modules") else ""))
     if out["dropped"]:
       print(f"left out {out['dropped']}: DeBERTa's enhanced mask decoder (pretraining only; "
             "transformers has none)")
@@ -108,6 +120,13 @@ def _convert(args: flags.FlagValues) -> int:
         f"{'uncased' if out['lowercase'] else 'cased'} ({out['lowercase_reason']})")
   if out["dropped"]:
     print(f"dropped {len(out['dropped'])} tensors outside the name map: {out['dropped']}")
+  if out.get("info", {}).get("embedding"):
+    record = out["info"]["embedding"]
+    print(f"embeds as recorded from its {record['source']}: pooling {record['pooling']}"
+          + (", normalised" if record["normalize"] else "")
+          + (f", max_seq_length {record['max_seq_length']}" if "max_seq_length" in record else "")
+          + (f", prompts {sorted(record['prompts'])} (recorded, not prepended)"
+             if record.get("prompts") else ""))
   return 0
 
 

@@ -172,6 +172,41 @@ def test_retrieval_eval_takes_the_checkpoints_pooling(models, tmp_path, capsys):
   assert results[0] == {**results[1], "seconds": results[0]["seconds"]}
 
 
+@pytest.mark.slow
+def test_fine_tuning_takes_the_checkpoints_pooling_and_trains_its_dense_layers(models, tmp_path,
+                                                                              capsys):
+  """Sentence-embedding fine-tuning from a converted folder with Dense layers: pooling and
+  normalisation from the checkpoint (said in the header), the Dense layers trained with the
+  encoder and exported with what the checkpoint records."""
+  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.repo import load_config  # pylint: disable=g-import-not-at-top
+  rng = np.random.default_rng(0)
+  words = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "big", "red"]
+  line = lambda: " ".join(rng.choice(words, rng.integers(2, 7)))  # noqa: E731
+  for name, n in (("train", 16), ("eval", 8)):
+    (tmp_path / f"{name}.tsv").write_text("".join(
+        f"{line()}\t{line()}\t{rng.uniform(0, 5):.2f}\n" for _ in range(n)))
+  c = load_config("sentence_embeddings", None)
+  c.init_checkpoint = models["bundles"]["dense"]
+  c.train_file, c.eval_file = str(tmp_path / "train.tsv"), str(tmp_path / "eval.tsv")
+  c.max_seq_length, c.batch_size, c.eval_batch_size, c.learning_rate = 8, 8, 8, 1e-3
+  finetune.finetune(c, str(tmp_path / "run"))
+  assert ("embedding pooling mean (from the checkpoint), normalize True (from the checkpoint), "
+          "Dense 12 tanh -> 8 identity (from the checkpoint, trained)") in capsys.readouterr().out
+  export = str(tmp_path / "run" / "export")
+  info = json.loads((tmp_path / "run" / "export" / bundle.INFO_FILE).read_text())
+  assert info["embedding"] == {
+      "pooling": "mean", "normalize": True, "max_seq_length": 256,
+      "dense": [{"features": 12, "bias": True, "activation": "tanh"},
+                {"features": 8, "bias": True, "activation": "identity"}]}
+  before = loading.load_pretrained(models["bundles"]["dense"]).params["sentence_dense"]
+  after = loading.load_pretrained(export).params["sentence_dense"]
+  assert after["layer_1"]["kernel"].shape == (12, 8)
+  assert not np.allclose(before["layer_0"]["kernel"], after["layer_0"]["kernel"])
+  assert _embed(export, tmp_path, "tuned").shape == (len(TEXTS), 8)
+
+
 def _folder(tmp_path, modules, pooling_cfg=None):
   (tmp_path / "modules.json").write_text(json.dumps(
       [{"idx": i, "name": str(i), "path": p, "type": f"sentence_transformers.models.{t}"}
@@ -219,3 +254,24 @@ def test_a_recorded_embedding_with_a_bad_length_or_dense_layer_is_refused(tmp_pa
   with pytest.raises(ValueError, match="dense layers must be"):
     pooling.embedding_record({"dense": [{"features": 8, "bias": True, "activation": "swish"}]},
                              "b.json")
+
+
+def test_prompts_and_max_seq_length_are_recorded(tmp_path):
+  """Prompts are recorded (the empty ones sentence-transformers saves for every model left
+  out); embed does not prepend them and its header says so."""
+  from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
+  src = _folder(tmp_path, [("Transformer", ""), ("Pooling", "1_Pooling"),
+                           ("Normalize", "2_Normalize")], {"pooling_mode_cls_token": True,
+                                                           "pooling_mode_mean_tokens": False})
+  (tmp_path / "sentence_bert_config.json").write_text('{"max_seq_length": 64}')
+  (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(
+      {"prompts": {"query": "query: ", "document": ""}, "default_prompt_name": None}))
+  record = st_modules.read_modules(src, 16)["embedding"]
+  assert {k: v for k, v in record.items() if k != "source"} == {
+      "pooling": "cls", "normalize": True, "max_seq_length": 64,
+      "prompts": {"query": "query: "}, "default_prompt_name": None}
+  settings = embedding.Settings("cls", True, 64, (), record["prompts"],
+                                dict.fromkeys(("pooling", "normalize", "max_length"),
+                                              "from the checkpoint"))
+  assert settings.describe().endswith(
+      "prompts ['query'] recorded in the checkpoint, not prepended")

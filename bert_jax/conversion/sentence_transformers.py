@@ -159,8 +159,10 @@ def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
   prompts_file = root / PROMPTS_FILE
   if prompts_file.is_file():
     found = read_json(prompts_file, missing=str(prompts_file))
-    if found.get("prompts"):
-      record["prompts"] = dict(found["prompts"])
+    # sentence-transformers saves empty 'query' and 'document' prompts for every model.
+    prompts = {k: v for k, v in (found.get("prompts") or {}).items() if v}
+    if prompts:
+      record["prompts"] = prompts
       record["default_prompt_name"] = found.get("default_prompt_name")
   pooling.embedding_record(record, str(root / MODULES_FILE))
   return dict(embedding=record, params={pooling.DENSE_GROUP: params} if params else {})

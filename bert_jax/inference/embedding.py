@@ -246,7 +246,7 @@ def settings(pretrained: loading.Pretrained, *, pooling: Optional[str] = None,
   """Each option as given, else as the checkpoint records it (`bundle_defaults`), else the
   program's default (mean pooling; `default_normalize`; `default_max_length`, at most the
   model's max positions). `flag` prefixes the option names in `origin` ('--' for the
-  programs, '' for the Python API's arguments)."""
+  programs; '' for the Python API: "from the pooling argument")."""
   recorded = bundle_defaults(pretrained)
   longest = pretrained.config.max_position_embeddings
   fallback = {"pooling": "mean", "normalize": default_normalize,
@@ -256,7 +256,8 @@ def settings(pretrained: loading.Pretrained, *, pooling: Optional[str] = None,
   values, origin = {}, {}
   for name, value in given.items():
     if value is not None:
-      values[name], origin[name] = value, f"from {flag}{name}"
+      values[name], origin[name] = value, (f"from {flag}{name}" if flag
+                                           else f"from the {name} argument")
     elif keys[name] in recorded["recorded"]:
       values[name], origin[name] = recorded[keys[name]], "from the checkpoint"
     else:
