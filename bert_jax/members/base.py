@@ -89,6 +89,11 @@ class Member:
     has_pooler: a pooler for sentence(-pair) objectives (not DistilBERT).
     pooler_activation: the pooler's activation after its dense layer: 'tanh' (BERT) or
       'gelu' (exact; DeBERTa-v2's ContextPooler).
+    fused_qkv: the attention's query, key and value projections are one kernel
+      (`attention/qkv`, hidden -> 3 x hidden), as the member stores them.
+    head_transform: the sequence and token classification heads read a transform (dense,
+      activation, LayerNorm: `head`) of the pooled vector or of each token before their
+      classifier, instead of BERT's pooler (ModernBERT's prediction head).
     recipe_name: the name `configs/pretrain.py:VARIANT,recipe=NAME` gives this member's
       pretraining recipe, or None where it has none.
     pretrain_recipe: how the member is trained, applied in place to the pretraining
@@ -115,6 +120,8 @@ class Member:
   vocab_table_padded: bool = False
   has_pooler: bool = True
   pooler_activation: str = "tanh"
+  fused_qkv: bool = False
+  head_transform: bool = False
   recipe_name: Optional[str] = None
   pretrain_recipe: Callable[[Any], None] = _as_built
 

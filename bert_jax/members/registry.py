@@ -11,6 +11,7 @@ from bert_jax.members import bert
 from bert_jax.members import deberta
 from bert_jax.members import distilbert
 from bert_jax.members import electra
+from bert_jax.members import modernbert
 from bert_jax.members import roberta
 
 # model_type -> the Member serving it.
@@ -32,8 +33,8 @@ def recipes() -> dict[str, base.Member]:
 
 
 # Registered so that recipes() keeps the order configs/pretrain.py has always listed them in
-# (bert, roberta, albert, electra, deberta).
-for _module in (bert, roberta, distilbert, albert, electra, deberta):
+# (bert, roberta, albert, electra, deberta, modernbert).
+for _module in (bert, roberta, distilbert, albert, electra, deberta, modernbert):
   register(_module.MEMBER)
 
 

@@ -200,10 +200,12 @@ def _tied_logits_bwd(residuals, g):
 _tied_logits.defvjp(_tied_logits_fwd, _tied_logits_bwd)
 
 
-def layer_norm(eps: float, dtype: Dtype, param_dtype: Dtype, name: str) -> nn.LayerNorm:
-  """LayerNorm over the hidden axis with logically named scale and bias."""
+def layer_norm(eps: float, dtype: Dtype, param_dtype: Dtype, name: str,
+               use_bias: bool = True) -> nn.LayerNorm:
+  """LayerNorm over the hidden axis with logically named scale and bias (use_bias False:
+  a scale only)."""
   return nn.LayerNorm(
-      epsilon=eps, dtype=dtype, param_dtype=param_dtype, name=name,
+      epsilon=eps, dtype=dtype, param_dtype=param_dtype, name=name, use_bias=use_bias,
       scale_init=nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
       bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))
 
@@ -245,11 +247,38 @@ class AttentionMask:
   dense: jax.Array
   kv_lengths: Optional[jax.Array] = None
   segments: Optional[jax.Array] = None
+  # The keys' position ids int [batch, len] where queries and keys are rotated (RoPE).
+  rotary_positions: Optional[jax.Array] = None
 
   def rows(self, positions: jax.Array) -> "AttentionMask":
     """The mask of the queries at `positions` [batch, Q] (the keys are unchanged)."""
     return self.replace(segments=None, dense=jnp.take_along_axis(
         self.dense, positions[:, None, :, None].astype(jnp.int32), axis=2))
+
+  def windowed(self, window: int, query_columns: Optional[jax.Array] = None) -> "AttentionMask":
+    """The mask with each query's keys cut to those at most `window` columns away (a
+    sliding window); `query_columns` [batch, Q]: the queries' columns (None: 0..len-1).
+    The fused kernels' lengths and segment ids do not know the window: dropped, so the
+    dense mask is what masks."""
+    k_len = self.dense.shape[-1]
+    if query_columns is None:
+      query_columns = jnp.broadcast_to(jnp.arange(self.dense.shape[2]),
+                                       (self.dense.shape[0], self.dense.shape[2]))
+    near = jnp.abs(query_columns[:, None, :, None] - jnp.arange(k_len)) <= window
+    return self.replace(dense=self.dense & near, kv_lengths=None, segments=None)
+
+
+def rotary(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+  """Rotary position embedding (RoPE, Su et al. 2021) of x [batch, len, heads, head_dim] at
+  positions int [batch, len], in transformers' layout: the first and second halves of
+  head_dim are the pairs rotated by position / theta^(2i / head_dim), computed in float32."""
+  half = x.shape[-1] // 2
+  inv_freq = 1.0 / (theta ** (np.arange(0, 2 * half, 2, dtype=np.float32) / (2 * half)))
+  angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [batch, len, half]
+  angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]  # [batch, len, 1, hd]
+  cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
+  rotated = jnp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+  return x * cos + rotated * sin
 
 
 def padding_lengths(input_mask: jax.Array) -> jax.Array:

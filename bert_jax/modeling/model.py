@@ -67,7 +67,7 @@ class BertEmbeddings(nn.Module):
           c.hidden_size, ("embed", "embed_out"), dtype=_dtype(c.dtype),
           param_dtype=_dtype(c.param_dtype), kernel_init=layers.kernel_init(c.initializer_range))
     self.layer_norm = layers.layer_norm(c.layer_norm_eps, _dtype(c.dtype), _dtype(c.param_dtype),
-                                        "layer_norm")
+                                        "layer_norm", c.norm_bias)
     self.dropout = layers.Dropout(c.dropout_rate)
 
   def __call__(self, input_ids: Array, segment_ids: Array, position_ids: Array,
@@ -88,9 +88,11 @@ class BertEmbeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
-  """Bidirectional multi-head self-attention with the output projection."""
+  """Bidirectional multi-head self-attention with the output projection; `local`: within
+  config.local_window (a sliding window), with the local RoPE base."""
   config: BertConfig
   deterministic: bool
+  local: bool = False
 
   @nn.compact
   def __call__(self, x: Array, mask: layers.AttentionMask, queries: Optional[Array] = None,
@@ -106,12 +108,29 @@ class SelfAttention(nn.Module):
     kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
               kernel_init=layers.kernel_init(c.initializer_range))
     proj = lambda name: layers.DenseGeneral(  # noqa: E731
-        (c.num_heads, c.head_dim), ("embed", "heads", "kv"), name=name, **kw)
-    query, key = proj("query"), proj("key")
-    q = query(x if queries is None else queries)  # [batch, Q, heads, hd]
-    k, v = key(x), proj("value")(x)  # [batch, len, heads, hd]
+        (c.num_heads, c.head_dim), ("embed", "heads", "kv"), name=name,
+        use_bias=c.linear_bias, **kw)
+    if members.get(c.model_type).fused_qkv:  # one [hidden, 3 x hidden] kernel, q | k | v
+      qkv = layers.DenseGeneral(3 * c.hidden_size, ("embed", "mlp"), name="qkv",
+                                use_bias=c.linear_bias, **kw)
+      split = lambda t: t.reshape(t.shape[:-1] + (3, c.num_heads, c.head_dim))  # noqa: E731
+      kv = split(qkv(x))  # [batch, len, 3, heads, hd]
+      k, v = kv[:, :, 1], kv[:, :, 2]
+      q = kv[:, :, 0] if queries is None else split(qkv(queries))[:, :, 0]
+    else:
+      query, key = proj("query"), proj("key")
+      q = query(x if queries is None else queries)  # [batch, Q, heads, hd]
+      k, v = key(x), proj("value")(x)  # [batch, len, heads, hd]
     names = ("activation_batch", "activation_length", "activation_heads", None)
     q, k, v = (layers.constrain(t, names) for t in (q, k, v))
+    if c.rope_theta:
+      theta = (c.local_rope_theta or c.rope_theta) if self.local else c.rope_theta
+      k_pos = mask.rotary_positions  # [batch, len]
+      q_pos = k_pos if query_positions is None else jnp.take_along_axis(
+          k_pos, query_positions.astype(jnp.int32), axis=1)
+      q, k = layers.rotary(q, q_pos, theta), layers.rotary(k, k_pos, theta)
+    if self.local:
+      mask = mask.windowed(c.local_window // 2, query_positions)
     bias = scale = None
     if relative is not None:  # DeBERTa's c2p and p2c terms (share_att_key: the same projections)
       relative = layers.Dropout(c.dropout_rate)(relative, deterministic=self.deterministic)
@@ -129,13 +148,17 @@ class SelfAttention(nn.Module):
         bias=bias, scale=scale, kv_lengths=mask.kv_lengths, segments=mask.segments)
     y = layers.constrain(y, names)
     return layers.DenseGeneral(c.hidden_size, ("heads", "kv", "embed"), in_dims=2,
-                               name="out", **kw)(y)  # [batch, len, hidden]
+                               name="out", use_bias=c.linear_bias, **kw)(y)  # [batch, len, hidden]
 
 
 class EncoderLayer(nn.Module):
-  """One post-LN BERT layer: attention, add & norm, GELU MLP, add & norm."""
+  """One post-LN BERT layer: attention, add & norm, GELU MLP, add & norm; with
+  config.norm_first a pre-LN layer: norm, attention, add, norm, MLP, add (`first`: no norm
+  before attention). `local`: sliding-window attention (SelfAttention)."""
   config: BertConfig
   deterministic: bool
+  local: bool = False
+  first: bool = False
 
   @nn.compact
   def __call__(self, x: Array, mask: layers.AttentionMask, relative: Optional[Array] = None,
@@ -150,28 +173,45 @@ class EncoderLayer(nn.Module):
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
     kw = dict(dtype=dtype, param_dtype=pdtype, kernel_init=layers.kernel_init(c.initializer_range))
     drop = layers.Dropout(c.dropout_rate)
+    norm = lambda name: layers.layer_norm(  # noqa: E731
+        c.layer_norm_eps, dtype, pdtype, name, c.norm_bias)
 
     def add_norm(name, x, y):  # LayerNorm(x + dropout(y)); one kernel with model.fused_norm
       if c.fused_norm == "pallas":
         return fused_norm.DropoutAddNorm(c.dropout_rate, c.layer_norm_eps, dtype, pdtype,
                                          self.deterministic, name=name)(y, x)
-      return layers.layer_norm(c.layer_norm_eps, dtype, pdtype, name)(
-          x + drop(y, deterministic=self.deterministic))
+      return norm(name)(x + drop(y, deterministic=self.deterministic))
 
+    def mlp(x, dropped=True):  # [batch, rows, hidden] -> the feed-forward's output (dropped)
+      width = c.intermediate_size * (2 if c.glu else 1)
+      h = layers.DenseGeneral(width, ("embed", "mlp"), name="intermediate",
+                              use_bias=c.linear_bias, **kw)(x)
+      act = layers.activation(c.hidden_act)
+      h = act(h[..., :c.intermediate_size]) * h[..., c.intermediate_size:] if c.glu else act(h)
+      h = layers.constrain(h, ("activation_batch", "activation_length", "activation_mlp"))
+      y = layers.DenseGeneral(c.hidden_size, ("mlp", "embed"), name="output",
+                              use_bias=c.linear_bias, **kw)(h)
+      return drop(y, deterministic=self.deterministic) if dropped else y
+
+    attention = SelfAttention(c, self.deterministic, self.local, name="attention")
+    if positions is not None:
+      mask = mask.rows(positions)
+    if c.norm_first:
+      h = x if self.first else norm("attention_norm")(x)
+      queries = None if positions is None else gather_positions(h, positions)
+      y = attention(h, mask, queries, relative, positions)
+      x = x if positions is None else gather_positions(x, positions)  # [batch, Q, hidden]
+      x = x + drop(y, deterministic=self.deterministic)
+      x = x + mlp(norm("output_norm")(x))
+      x = layers.constrain(x, BATCH_LEN_EMBED)
+      return x, x
     queries = query_states
     if positions is not None and queries is None:
       queries = gather_positions(x, positions)  # [batch, Q, hidden]
-    if positions is not None:
-      mask = mask.rows(positions)
-    y = SelfAttention(c, self.deterministic, name="attention")(x, mask, queries, relative,
-                                                              positions)
+    y = attention(x, mask, queries, relative, positions)
     x = x if queries is None else queries
     x = add_norm("attention_norm", x, y)
-    h = layers.DenseGeneral(c.intermediate_size, ("embed", "mlp"), name="intermediate", **kw)(x)
-    h = layers.constrain(layers.activation(c.hidden_act)(h),
-                         ("activation_batch", "activation_length", "activation_mlp"))
-    y = layers.DenseGeneral(c.hidden_size, ("mlp", "embed"), name="output", **kw)(h)
-    x = add_norm("output_norm", x, y)
+    x = add_norm("output_norm", x, mlp(x, dropped=False))
     x = layers.constrain(x, BATCH_LEN_EMBED)
     return x, x
 
@@ -253,11 +293,17 @@ class BertEncoder(nn.Module):
       shared = layer_cls(c, deterministic, name="layer_0") if c.share_layers else None
       for i in range(c.num_layers):
         last_rows = output_positions if i == c.num_layers - 1 and not output_hidden_states else None
-        layer = shared if shared is not None else layer_cls(c, deterministic, name=f"layer_{i}")
+        layer = shared if shared is not None else layer_cls(
+            c, deterministic, c.is_local(i), i == 0, name=f"layer_{i}")
         last_input = x
         x, _ = layer(x, mask, extra[0] if extra else None, last_rows)
         if output_hidden_states:
           hidden.append(x)
+      if c.norm_first:  # pre-LN: the encoder's output is normalised (the last hidden state too)
+        x = layers.layer_norm(c.layer_norm_eps, _dtype(c.dtype), _dtype(c.param_dtype),
+                              "final_norm", c.norm_bias)(x)
+        if output_hidden_states:
+          hidden[-1] = x
       if output_positions is not None and output_hidden_states:
         x = gather_positions(x, output_positions)
       last_layer = layer
@@ -336,7 +382,8 @@ class BertModel(nn.Module):
     mask = layers.AttentionMask(
         layers.attention_mask(input_mask, padding_attends=padding_attends),
         layers.padding_lengths(input_mask) if self.config.one_example_per_row else None,
-        input_mask if padding_attends else None)
+        input_mask if padding_attends else None,
+        position_ids if self.config.rope_theta else None)
     x, hidden, decoded = self.encoder(x, mask, deterministic, output_hidden_states,
                                       output_positions, emd_queries)
     out = {"sequence_output": x}  # [batch, len or Q, hidden]
@@ -410,9 +457,10 @@ class MlmHead(nn.Module):
     c = self.config
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
     x = layers.DenseGeneral(c.embed_dim, ("embed", "embed_out"), dtype=dtype, param_dtype=pdtype,
-                            kernel_init=layers.kernel_init(c.initializer_range), name="transform")(x)
+                            kernel_init=layers.kernel_init(c.initializer_range), name="transform",
+                            use_bias=c.linear_bias)(x)
     x = layers.activation(c.hidden_act)(x)
-    return layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "transform_norm")(x)
+    return layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "transform_norm", c.norm_bias)(x)
 
 
 class BertForPreTraining(nn.Module):
@@ -559,8 +607,16 @@ class BertForSequenceClassification(nn.Module):
     c = self.config
     if self.head not in SEQUENCE_HEADS:
       raise ValueError(f"unknown sequence head {self.head!r}; known: {SEQUENCE_HEADS}")
-    bert = BertModel(c, add_pooler=self.head == "cls", name="bert")
-    if self.head == "cls" and cls_index is None:
+    transform = members.get(c.model_type).head_transform
+    bert = BertModel(c, add_pooler=self.head == "cls" and not transform, name="bert")
+    if self.head == "cls" and transform:  # ModernBERT: [CLS] of the last layer, no pooler
+      if cls_index is None:
+        out = bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
+                   output_positions=jnp.zeros((input_ids.shape[0], 1), jnp.int32))
+      else:
+        out = bert(input_ids, input_mask, segment_ids, position_ids, deterministic)
+      vector = first_tokens(out["sequence_output"], cls_index)
+    elif self.head == "cls" and cls_index is None:
       cls_rows = jnp.zeros((input_ids.shape[0], 1), jnp.int32)  # [batch, 1]
       vector = bert(input_ids, input_mask, segment_ids, position_ids, deterministic,
                     output_positions=cls_rows)["pooled_output"]
@@ -576,8 +632,26 @@ class BertForSequenceClassification(nn.Module):
       vectors = jnp.stack([first_tokens(h, cls_index)
                            for h in out["hidden_states"][-self.head_layers:]], axis=1)
       vector = LayerAttention(c, name="aggregation")(vectors)  # [batch or examples, hidden]
+    if transform:
+      vector = HeadTransform(c, name="head")(vector)
     return _dropout_dense(c, vector, self.num_labels, "classifier",
                           deterministic)  # [batch or examples, labels]
+
+
+class HeadTransform(nn.Module):
+  """[..., hidden] -> dense, activation, LayerNorm: what a member with head_transform
+  (ModernBERT's prediction head) puts before a task head's classifier."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    c = self.config
+    dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
+    x = layers.DenseGeneral(c.hidden_size, ("embed", "embed_out"), dtype=dtype,
+                            param_dtype=pdtype, use_bias=c.linear_bias, name="dense",
+                            kernel_init=layers.kernel_init(c.initializer_range))(x)
+    x = layers.activation(c.hidden_act)(x)
+    return layers.layer_norm(c.layer_norm_eps, dtype, pdtype, "norm", c.norm_bias)(x)
 
 
 def first_tokens(x: Array, cls_index: Optional[Array] = None) -> Array:
@@ -647,9 +721,11 @@ class BertForTokenClassification(nn.Module):
   @nn.compact
   def __call__(self, input_ids, input_mask, segment_ids, deterministic: bool = True) -> Array:
     c = self.config
-    out = BertModel(c, add_pooler=False, name="bert")(
-        input_ids, input_mask, segment_ids, deterministic=deterministic)
-    return _dropout_dense(c, out["sequence_output"], self.num_labels, "token_classifier",
+    x = BertModel(c, add_pooler=False, name="bert")(
+        input_ids, input_mask, segment_ids, deterministic=deterministic)["sequence_output"]
+    if members.get(c.model_type).head_transform:
+      x = HeadTransform(c, name="head")(x)
+    return _dropout_dense(c, x, self.num_labels, "token_classifier",
                           deterministic)  # [batch, len, labels]
 
 

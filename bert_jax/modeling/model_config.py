@@ -23,9 +23,10 @@ VARIANTS = {
 ARCH_FIELDS = ("vocab_size", "hidden_size", "num_layers", "num_heads",
                "intermediate_size", "max_position_embeddings", "type_vocab_size",
                "embedding_size", "absolute_positions", "max_relative_positions",
-               "position_buckets")
+               "position_buckets", "norm_first", "linear_bias", "norm_bias", "glu")
 # Fields that change what the same parameter shapes compute (and their foreign names).
-FAMILY_FIELDS = ("model_type", "position_offset", "share_layers")
+FAMILY_FIELDS = ("model_type", "position_offset", "share_layers", "rope_theta",
+                 "local_rope_theta", "local_window", "global_every")
 
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "einsum")
 _REMAT = ("none", "full", "dots")
@@ -62,6 +63,29 @@ class BertConfig:
   position_buckets: int = 0
   # ALBERT: one layer's parameters (bert/encoder/layer_0) applied num_layers times.
   share_layers: bool = False
+  # Pre-LN layers (ModernBERT): a layer normalises its input before attention (all but the
+  # first, whose input is the embeddings' LayerNorm) and before the feed-forward, and adds
+  # without normalising after; the encoder ends in a LayerNorm (bert/encoder/final_norm).
+  # False: BERT's post-LN layers.
+  norm_first: bool = False
+  # Biases of the encoder's dense layers, the MLM transform and the task heads' transform
+  # (never of the MLM decoder or a classifier). False: ModernBERT's bias-free layers.
+  linear_bias: bool = True
+  # LayerNorms with a bias; False: a scale only (ModernBERT).
+  norm_bias: bool = True
+  # A gated feed-forward: `intermediate` maps to 2 x intermediate_size, the activation of the
+  # first half times the second half (GeGLU with gelu: Shazeer 2020), then `output`.
+  glu: bool = False
+  # Rotary position embeddings (RoPE, Su et al. 2021) on queries and keys with this base
+  # (the global layers'); 0: none. Packed rows give each example positions from 0.
+  rope_theta: float = 0.0
+  # Sliding-window attention: a local layer's tokens attend to those at most local_window // 2
+  # columns away (and of their own example); 0: every layer attends globally.
+  local_window: int = 0
+  # The RoPE base of the local layers (0: rope_theta).
+  local_rope_theta: float = 0.0
+  # With local_window: layers 0, n, 2n, ... attend globally, the others locally.
+  global_every: int = 1
   # Which member of the BERT family (bert_jax.members: one module each): picks the foreign
   # parameter names and config.json keys; the computation follows from the fields here and
   # the member's switches.
@@ -108,13 +132,15 @@ class BertConfig:
   def __post_init__(self):
     for f in ARCH_FIELDS:
       low = 0 if f in ("type_vocab_size", "embedding_size", "absolute_positions",
-                       "max_relative_positions", "position_buckets") else 1
+                       "max_relative_positions", "position_buckets", "norm_first",
+                       "linear_bias", "norm_bias", "glu") else 1
       if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
         raise ValueError(f"BertConfig.{f} must be an int >= {low}, got {getattr(self, f)!r}")
     if self.share_layers and self.scan_layers:
       raise ValueError("share_layers (ALBERT) computes one layer num_layers times; "
                        "scan_layers is not supported with it")
     members.get(self.model_type)  # a ValueError naming the known members
+    self._check_layer_options()
     self._check_disentangled()
     if not isinstance(self.position_offset, int) or self.position_offset < 0:
       raise ValueError(f"position_offset must be an int >= 0, got {self.position_offset!r}")
@@ -137,9 +163,11 @@ class BertConfig:
   def _check_disentangled(self):
     """The relative-attention fields are set exactly for a member with relative attention."""
     if not members.get(self.model_type).relative_attention:
-      if self.max_relative_positions or self.position_buckets or not self.absolute_positions:
-        raise ValueError(f"model_type {self.model_type!r} has absolute positions only "
-                         "(max_relative_positions, position_buckets 0, absolute_positions True)")
+      if (self.max_relative_positions or self.position_buckets
+          or not (self.absolute_positions or self.rope_theta)):
+        raise ValueError(f"model_type {self.model_type!r} has absolute or rotary positions only "
+                         "(max_relative_positions, position_buckets 0, absolute_positions True "
+                         "or rope_theta > 0)")
       return
     if self.max_relative_positions < 1:
       raise ValueError(f"model_type {self.model_type!r} needs max_relative_positions >= 1, got "
@@ -147,6 +175,27 @@ class BertConfig:
     if self.embedding_size not in (0, self.hidden_size) or self.share_layers:
       raise ValueError(f"model_type {self.model_type!r} with embedding_size != hidden_size or "
                        "share_layers is not supported")
+
+  def _check_layer_options(self):
+    """Rotary positions, windows and pre-LN layers: values bert_jax computes."""
+    if self.rope_theta < 0 or self.local_rope_theta < 0:
+      raise ValueError(f"rope_theta and local_rope_theta must be >= 0, got {self.rope_theta!r}, "
+                       f"{self.local_rope_theta!r}")
+    if self.rope_theta and self.head_dim % 2:
+      raise ValueError(f"rotary positions need an even head_dim, got {self.head_dim}")
+    if not isinstance(self.local_window, int) or self.local_window < 0:
+      raise ValueError(f"local_window must be an int >= 0, got {self.local_window!r}")
+    if not isinstance(self.global_every, int) or self.global_every < 1:
+      raise ValueError(f"global_every must be an int >= 1, got {self.global_every!r}")
+    # Scanned layers share one body: the first pre-LN layer (no attention norm) and the
+    # local layers differ from the rest.
+    if self.scan_layers and (self.norm_first or (self.local_window and self.global_every > 1)):
+      raise ValueError("scan_layers is not supported with norm_first or local_window (their "
+                       "layers are not all alike)")
+
+  def is_local(self, layer: int) -> bool:
+    """Layer `layer` attends within local_window (the others globally)."""
+    return bool(self.local_window) and layer % self.global_every != 0
 
   @property
   def relative_span(self) -> int:

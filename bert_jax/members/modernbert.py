@@ -1,0 +1,123 @@
+"""ModernBERT (Warner et al. 2024, arXiv:2412.13663): pre-LN layers without biases, GeGLU
+feed-forward, rotary positions, every third layer global and the others a sliding window,
+no token types, a BPE tokenizer; transformers' ModernBertModel / ModernBertForMaskedLM."""
+from bert_jax.members import base
+
+_LAYER = "model.layers.{i}."
+# What ModernBERT's released configs fix and bert_jax computes (transformers' defaults).
+FIXED = {"type_vocab_size": 0, "absolute_positions": False, "norm_first": True,
+         "linear_bias": False, "norm_bias": False, "glu": True}
+# config.json switches bert_jax does not read, with the only value it computes.
+_ONLY = {"attention_bias": False, "mlp_bias": False, "norm_bias": False,
+         "classifier_bias": False, "decoder_bias": True}
+# The released sizes (answerdotai/ModernBERT-base and -large config.json), by the BERT
+# variant's (hidden, layers) they replace: layers, heads, intermediate size per GLU half.
+PUBLISHED = {(768, 12): (22, 12, 1152), (1024, 24): (28, 16, 2624)}
+
+
+def build(config, pad_id: int):
+  """The variant's sizes as ModernBERT: base and large are the released models (22 layers,
+  GLU halves of 1152; 28 layers, 2624; 8,192 positions), smaller variants keep their layers
+  and heads with GLU halves of 1.5 x hidden (base's ratio)."""
+  layers, heads, intermediate = PUBLISHED.get(
+      (config.hidden_size, config.num_layers),
+      (config.num_layers, config.num_heads, 3 * config.hidden_size // 2))
+  positions = 8192 if (config.hidden_size, config.num_layers) in PUBLISHED else (
+      config.max_position_embeddings)
+  return config.replace(
+      model_type="modernbert", num_layers=layers, num_heads=heads,
+      intermediate_size=intermediate, max_position_embeddings=positions, pad_token_id=pad_id,
+      layer_norm_eps=1e-5, hidden_act="gelu", rope_theta=160_000.0, local_rope_theta=10_000.0,
+      local_window=128, global_every=3, dropout_rate=0.0, attention_dropout_rate=0.0, **FIXED)
+
+
+def read_hf(d: dict, kw: dict, source: str) -> dict:
+  """One error naming every config.json setting bert_jax does not compute."""
+  bad = [f"{k}={d[k]!r}" for k, v in _ONLY.items() if k in d and d[k] != v]
+  act = d.get("classifier_activation", "gelu")
+  if act != kw.get("hidden_act", "gelu"):
+    bad.append(f"classifier_activation={act!r} (!= hidden_activation)")
+  if d.get("rope_scaling"):
+    bad.append(f"rope_scaling={d['rope_scaling']!r}")
+  if bad:
+    raise ValueError(f"{source}: ModernBERT with {', '.join(bad)} is not supported (bert_jax "
+                     "computes ModernBERT as released: no biases but the MLM decoder's, "
+                     "LayerNorms without bias, one activation, plain rotary positions)")
+  if kw.get("local_rope_theta") is None:  # transformers: the global base then
+    kw["local_rope_theta"] = 0.0
+  return {"local_rope_theta": float(kw["local_rope_theta"]),
+          "rope_theta": float(kw["rope_theta"])}
+
+
+def write_hf(config) -> dict:
+  return {"model_type": "modernbert", **_ONLY, "classifier_activation": config.hidden_act,
+          "embedding_dropout": config.dropout_rate,
+          "local_rope_theta": config.local_rope_theta or config.rope_theta}
+
+
+def pretrain_recipe(c) -> None:
+  """ModernBERT's pretraining (configs/pretrain.py:VARIANT,recipe=modernbert)."""
+  # arXiv:2412.13663 Sec. 2.2: MLM alone (no NSP) at a 30 % masking rate, on sequences
+  # packed without padding (Sec. 2.1.3: unpadding and sequence packing).
+  c.model_type = "modernbert"
+  c.objective = "mlm"
+  c.data.mode = "full_sentences"
+  c.data.packing = True
+  c.data.mask_prob = 0.3
+  c.data.max_predictions_per_seq = max(c.data.max_predictions_per_seq,
+                                       -(-c.seq_len * 3 // 10))
+
+
+MEMBER = base.Member(
+    model_type="modernbert",
+    hf_keys={"vocab_size": "vocab_size", "hidden_size": "hidden_size",
+             "num_hidden_layers": "num_layers", "num_attention_heads": "num_heads",
+             "intermediate_size": "intermediate_size",
+             "max_position_embeddings": "max_position_embeddings",
+             "hidden_activation": "hidden_act", "norm_eps": "layer_norm_eps",
+             "initializer_range": "initializer_range", "pad_token_id": "pad_token_id",
+             "mlp_dropout": "dropout_rate", "attention_dropout": "attention_dropout_rate",
+             "global_rope_theta": "rope_theta", "local_rope_theta": "local_rope_theta",
+             "local_attention": "local_window",
+             "global_attn_every_n_layers": "global_every"},
+    build=build,
+    hf=base.HfLayout(
+        "model", {"decoder.weight": "model.embeddings.tok_embeddings.weight"},
+        ("ModernBertModel", "ModernBertForMaskedLM", None), "PreTrainedTokenizerFast",
+        other_tokenizer="a BPE tokenizer (tokenizer.json)",
+        # BERT's names where ModernBERT has the tensor: the fused Wqkv and the final norm
+        # are extra; no positions, token types, pooler or NSP; the first layer has no
+        # attention norm (no such param here either).
+        renames={"bert.embeddings.word_embeddings.": "model.embeddings.tok_embeddings.",
+                 "bert.embeddings.position_embeddings.": None,
+                 "bert.embeddings.token_type_embeddings.": None,
+                 "bert.embeddings.LayerNorm.": "model.embeddings.norm.",
+                 "bert.encoder.layer.{i}.attention.self.": None,
+                 "bert.encoder.layer.{i}.attention.output.dense.": _LAYER + "attn.Wo.",
+                 "bert.encoder.layer.{i}.attention.output.LayerNorm.": _LAYER + "attn_norm.",
+                 "bert.encoder.layer.{i}.intermediate.dense.": _LAYER + "mlp.Wi.",
+                 "bert.encoder.layer.{i}.output.dense.": _LAYER + "mlp.Wo.",
+                 "bert.encoder.layer.{i}.output.LayerNorm.": _LAYER + "mlp_norm.",
+                 "bert.pooler.": None,
+                 "cls.predictions.transform.dense.": "head.dense.",
+                 "cls.predictions.transform.LayerNorm.": "head.norm.",
+                 "cls.predictions.bias": "decoder.bias",
+                 "cls.seq_relationship.": None},
+        extra_rules=(
+            ("bert/encoder/layer_{i}/attention/qkv/kernel", _LAYER + "attn.Wqkv.weight",
+             "transpose", "encoder"),
+            ("bert/encoder/final_norm/scale", "model.final_norm.weight", "identity",
+             "encoder"),
+        )),
+    fixed=FIXED,
+    hf_defaults={"vocab_size": 50368, "max_position_embeddings": 8192, "hidden_act": "gelu",
+                 "layer_norm_eps": 1e-5, "pad_token_id": 50283, "dropout_rate": 0.0,
+                 "attention_dropout_rate": 0.0, "rope_theta": 160_000.0,
+                 "local_rope_theta": 10_000.0, "local_window": 128, "global_every": 3},
+    read_hf=read_hf,
+    write_hf=write_hf,
+    has_pooler=False,
+    fused_qkv=True,
+    head_transform=True,
+    recipe_name="modernbert",
+    pretrain_recipe=pretrain_recipe)

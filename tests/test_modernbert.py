@@ -1,0 +1,215 @@
+"""ModernBERT from transformers: parity and round trips.
+
+The reference is a random transformers ModernBERT (PyTorch, float32 on the CPU, eager
+attention: the padded path) of 4 layers, so that layers 0 and 3 attend globally and 1 and 2
+within a window of 16 tokens (8 each side); inputs shorter than, as long as and longer than
+the window, padded. Its weights are converted by bert_jax.conversion.hf and run by
+bert_jax.modeling.model: last hidden states and MLM logits within 1e-4, the sequence (cls
+and mean pooling) and token classification heads too, and bert_jax -> transformers reloads
+with the same outputs.
+"""
+from flax import traverse_util
+import numpy as np
+import pytest
+
+from bert_jax.conversion import hf
+from bert_jax.modeling import model as model_lib
+from bert_jax.modeling import model_config
+from tests.fixtures import parity
+
+torch = parity.require("torch")
+transformers = parity.require("transformers")
+
+VOCAB_SIZE = 99
+PAD = 0
+TOL = 1e-4
+# Shorter than, as long as and longer than the local layers' window.
+LENGTHS = (8, 16, 40)
+
+
+def _hf_config(**overrides):
+  kw = dict(vocab_size=VOCAB_SIZE, hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+            intermediate_size=48, max_position_embeddings=128, local_attention=16,
+            global_attn_every_n_layers=3, pad_token_id=PAD, bos_token_id=1, eos_token_id=2,
+            cls_token_id=1, sep_token_id=2, attn_implementation="eager")
+  kw.update(overrides)
+  return transformers.ModernBertConfig(**kw)
+
+
+def _random(cls, **overrides):
+  """A transformers model with every tensor perturbed (LayerNorm scales too)."""
+  torch.manual_seed(0)
+  model = cls(_hf_config(**overrides)).eval()
+  with torch.no_grad():
+    for p in model.parameters():
+      p.add_(torch.randn_like(p) * 0.05)
+  if hasattr(model, "tie_weights"):
+    model.tie_weights()
+  return model
+
+
+def _batch(length, seed=0):
+  """Three rows: one full, one half padding, one with three padding tokens."""
+  rng = np.random.default_rng(seed + length)
+  ids = rng.integers(3, VOCAB_SIZE, (3, length)).astype(np.int64)
+  mask = np.ones((3, length), np.int64)
+  mask[1, length // 2:] = 0
+  mask[2, length - 3:] = 0
+  ids[mask == 0] = PAD
+  return ids, mask
+
+
+def _run_hf(model, ids, mask):
+  with torch.no_grad():
+    return model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask))
+
+
+@pytest.fixture(scope="module")
+def mlm_dir(tmp_path_factory):
+  path = tmp_path_factory.mktemp("modernbert_mlm")
+  model = _random(transformers.ModernBertForMaskedLM)
+  model.save_pretrained(path, safe_serialization=True)
+  return path, model
+
+
+def test_config_maps_both_ways(mlm_dir):
+  path, model = mlm_dir
+  config = hf.read_config(str(path))
+  assert (config.model_type, config.num_layers, config.intermediate_size) == ("modernbert", 4, 48)
+  assert (config.rope_theta, config.local_rope_theta) == (160_000.0, 10_000.0)
+  assert (config.local_window, config.global_every) == (16, 3)
+  assert [config.is_local(i) for i in range(4)] == [False, True, True, False]
+  assert config.norm_first and config.glu and not (config.linear_bias or config.norm_bias)
+  back = model_config.to_hf_dict(config)
+  for key in ("hidden_size", "num_hidden_layers", "intermediate_size", "local_attention",
+              "global_attn_every_n_layers", "global_rope_theta", "local_rope_theta",
+              "pad_token_id", "norm_eps", "vocab_size"):
+    assert back[key] == getattr(model.config, key), key
+
+
+@pytest.mark.parametrize("length", LENGTHS)
+def test_hidden_states_and_mlm_logits_match_transformers(mlm_dir, length):
+  path, model = mlm_dir
+  loaded = hf.load_hf_params(str(path))
+  config, params = loaded["config"], loaded["params"]
+  assert loaded["heads"] == ("mlm",) and not loaded["dropped"]
+  ids, mask = _batch(length)
+  theirs = _run_hf(model, ids, mask).logits.numpy()
+  hidden = model.model(input_ids=torch.tensor(ids),
+                       attention_mask=torch.tensor(mask)).last_hidden_state.detach().numpy()
+  args = (ids.astype(np.int32), mask.astype(np.int32), np.zeros_like(ids, np.int32))
+  ours = model_lib.BertModel(config, add_pooler=False).apply(
+      {"params": params["bert"]}, *args)["sequence_output"]
+  np.testing.assert_allclose(np.asarray(ours), hidden, atol=TOL, rtol=0)
+  every = np.tile(np.arange(length, dtype=np.int32), (3, 1))  # logits at every position
+  logits = model_lib.BertForPreTraining(config, with_nsp=False).apply(
+      {"params": params}, *args, every)["mlm_logits"]
+  real = mask > 0
+  np.testing.assert_allclose(np.asarray(logits)[real], theirs[real], atol=TOL, rtol=0)
+  if length > 16:  # the window matters: global attention everywhere gives other states
+    wide = model_lib.BertModel(config.replace(local_window=0), add_pooler=False).apply(
+        {"params": params["bert"]}, *args)["sequence_output"]
+    assert np.abs(np.asarray(wide) - hidden)[real].max() > 1e-3
+
+
+def _encoder_and_head(model, path):
+  """bert_jax params of a transformers classifier: its encoder converted, its head and
+  classifier renamed (transformers' task heads have no bert_jax export)."""
+  model.model.save_pretrained(path, safe_serialization=True)
+  loaded = hf.load_hf_params(str(path))
+  sd = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+  return loaded["config"], {
+      "bert": loaded["params"]["bert"],
+      "head": {"dense": {"kernel": sd["head.dense.weight"].T}, "norm": {"scale": sd["head.norm.weight"]}},
+      "classifier": {"kernel": sd["classifier.weight"].T, "bias": sd["classifier.bias"]}}
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_sequence_classification_matches_transformers(pooling, tmp_path):
+  model = _random(transformers.ModernBertForSequenceClassification, num_labels=3,
+                  classifier_pooling=pooling)
+  config, params = _encoder_and_head(model, tmp_path)
+  ids, mask = _batch(40)
+  theirs = _run_hf(model, ids, mask).logits.numpy()
+  ours = model_lib.BertForSequenceClassification(config, num_labels=3, head=pooling).apply(
+      {"params": params}, ids.astype(np.int32), mask.astype(np.int32), np.zeros_like(ids, np.int32))
+  np.testing.assert_allclose(np.asarray(ours), theirs, atol=TOL, rtol=0)
+
+
+def test_token_classification_matches_transformers(tmp_path):
+  model = _random(transformers.ModernBertForTokenClassification, num_labels=5)
+  config, params = _encoder_and_head(model, tmp_path)
+  params["token_classifier"] = params.pop("classifier")
+  ids, mask = _batch(40)
+  theirs = _run_hf(model, ids, mask).logits.numpy()
+  ours = model_lib.BertForTokenClassification(config, num_labels=5).apply(
+      {"params": params}, ids.astype(np.int32), mask.astype(np.int32), np.zeros_like(ids, np.int32))
+  real = mask > 0
+  np.testing.assert_allclose(np.asarray(ours)[real], theirs[real], atol=TOL, rtol=0)
+
+
+def test_export_reloads_in_transformers_with_equal_outputs(mlm_dir, tmp_path):
+  path, model = mlm_dir
+  loaded = hf.load_hf_params(str(path))
+  written = hf.params_to_hf(loaded["params"], loaded["config"], str(tmp_path / "out"))
+  assert written["architecture"] == "ModernBertForMaskedLM"
+  back = transformers.ModernBertForMaskedLM.from_pretrained(
+      tmp_path / "out", attn_implementation="eager").eval()
+  ids, mask = _batch(40)
+  np.testing.assert_allclose(_run_hf(back, ids, mask).logits.numpy(),
+                             _run_hf(model, ids, mask).logits.numpy(), atol=TOL, rtol=0)
+  again = hf.load_hf_params(str(tmp_path / "out"))
+  assert again["config"] == loaded["config"]
+  ours, theirs = (traverse_util.flatten_dict(p, sep="/")
+                  for p in (loaded["params"], again["params"]))
+  assert set(ours) == set(theirs)
+  assert all(np.array_equal(ours[k], theirs[k]) for k in ours)
+
+
+def test_packed_examples_restart_positions_and_windows(mlm_dir):
+  """Two examples packed in one row (input_mask 1, 2; positions from 0 each) give the MLM
+  logits each gives alone: rotary positions restart and neither attends to the other."""
+  path, _ = mlm_dir
+  loaded = hf.load_hf_params(str(path))
+  config, params = loaded["config"], loaded["params"]
+  model = model_lib.BertForPreTraining(config, with_nsp=False)
+  rng = np.random.default_rng(1)
+  a, b = rng.integers(3, VOCAB_SIZE, 21), rng.integers(3, VOCAB_SIZE, 15)
+  row = np.concatenate([a, b, [PAD] * 4])[None].astype(np.int32)
+  numbers = np.array([[1] * 21 + [2] * 15 + [0] * 4], np.int32)
+  positions = np.concatenate([np.arange(21), np.arange(15), np.zeros(4, int)])[None]
+  masked = np.array([[3, 20, 21 + 2, 21 + 14]], np.int32)
+  packed = model.apply({"params": params}, row, numbers, np.zeros_like(row), masked,
+                       positions.astype(np.int32))["mlm_logits"]
+  for ids, cols, k in ((a, [3, 20], 0), (b, [2, 14], 2)):
+    alone = model.apply({"params": params}, ids[None].astype(np.int32),
+                        np.ones((1, len(ids)), np.int32), np.zeros((1, len(ids)), np.int32),
+                        np.array([cols], np.int32))["mlm_logits"]
+    np.testing.assert_allclose(np.asarray(packed)[0, k:k + 2], np.asarray(alone)[0],
+                               atol=TOL, rtol=0)
+
+
+def test_built_sizes_are_the_released_ones():
+  base = model_config.for_pretraining(model_config.variant("base", 50368), "modernbert", 50283)
+  assert (base.num_layers, base.hidden_size, base.num_heads, base.intermediate_size) == (
+      22, 768, 12, 1152)
+  large = model_config.for_pretraining(model_config.variant("large", 50368), "modernbert", 50283)
+  assert (large.num_layers, large.hidden_size, large.num_heads, large.intermediate_size) == (
+      28, 1024, 16, 2624)
+  theirs = transformers.ModernBertConfig()
+  assert (base.rope_theta, base.local_rope_theta, base.local_window, base.global_every) == (
+      theirs.global_rope_theta, theirs.local_rope_theta, theirs.local_attention,
+      theirs.global_attn_every_n_layers)
+  torch.manual_seed(0)
+  n_theirs = sum(p.numel() for p in transformers.ModernBertModel(theirs).parameters())
+  from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
+  shapes = bundle.pretraining_shapes(base)
+  n_ours = sum(int(np.prod(s)) for p, s in shapes.items()
+               if p.startswith("bert/") and not p.startswith("bert/pooler/"))
+  assert n_ours == n_theirs
+
+
+def test_settings_bert_jax_does_not_compute_are_named():
+  d = _hf_config(attention_bias=True, classifier_activation="silu").to_dict()
+  with pytest.raises(ValueError, match="attention_bias=True.*classifier_activation='silu'"):
+    model_config.from_hf_dict(d)
