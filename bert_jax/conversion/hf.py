@@ -25,8 +25,10 @@ import numpy as np
 
 from bert_jax import conversion
 from bert_jax.conversion import name_map
+from bert_jax.conversion import sentence_transformers as st_modules
 from bert_jax.members import registry as members
 from bert_jax.modeling import bundle
+from bert_jax.modeling import pooling
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict, to_hf_dict
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import write_errors
@@ -300,7 +302,22 @@ def _drop_rows_past_the_vocab(loaded: dict[str, Any], n: int) -> dict[str, Any]:
 def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
   """Converts an HF directory into a bert_jax bundle (with its tokenizer); see
   `conversion.to_bundle`."""
-  return conversion.to_bundle(load_hf, "hf", src, dst, **options)
+  return conversion.to_bundle(load_hf_with_modules, "hf", src, dst, **options)
+
+
+def load_hf_with_modules(src: str, **options) -> dict[str, Any]:
+  """load_hf, and in a sentence-transformers folder its modules: the Dense layers' params
+  beside the encoder's and what the bundle records (`info['embedding']`), so that embedding
+  it gives what sentence-transformers' encode gives. A module bert_jax cannot compute is
+  refused before the weights are read."""
+  model_dir = st_modules.model_dir(src)
+  modules = st_modules.read_modules(src, read_config(model_dir).hidden_size)
+  out = load_hf(model_dir, **options)
+  if not modules:
+    return out
+  return dict(out, params={**out["params"], **modules["params"]},
+              heads=bundle.heads_of({**out["params"], **modules["params"]}),
+              info={"embedding": modules["embedding"]})
 
 
 def _architecture(model_type: str, heads: tuple[str, ...]) -> str:
@@ -374,7 +391,8 @@ def check_replaceable_export(path: str) -> None:
     FileExistsError: naming those files; nothing is touched.
   """
   others = sorted(e.name for e in epath.Path(path).iterdir()
-                  if not (e.is_file() and (e.name in _EXPORT_FILES or e.name.endswith(".model"))))
+                  if not (e.is_file() and (e.name in _EXPORT_FILES or e.name.endswith(".model"))
+                          or st_modules.written_names(e.name)))
   if others:
     shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
     raise FileExistsError(f"{path} holds {shown}, which an export does not write; --overwrite "
@@ -419,8 +437,17 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   tok = {"do_lower_case": b.lowercase,
          "tokenizer_class": members.get(b.config.model_type).hf.tokenizer_class,
          "model_max_length": b.config.max_position_embeddings}
+  # A bundle that records how it embeds (bundle.json's `embedding`) is also written as a
+  # sentence-transformers folder: its Dense layers go to their modules, not to transformers.
+  record = _embedding_record(b.source)
+  params = {k: v for k, v in b.params.items() if k != pooling.DENSE_GROUP}
   with atomic_files.replacing(out) as tmp:
-    written = params_to_hf(b.params, b.config, str(tmp), shown=dst)
+    written = params_to_hf(params, b.config, str(tmp), shown=dst)
+    if record is not None:
+      written["modules"] = st_modules.write_modules(
+          tmp, record, b.params.get(pooling.DENSE_GROUP, {}), b.config.hidden_size,
+          min(record.get("max_seq_length") or pooling.DEFAULT_MAX_LENGTH,
+              b.config.max_position_embeddings), shown=dst)
     if b.tokenizer_file:  # BPE or SentencePiece files, as transformers reads them
       files = {f.name: f.read_bytes() for f in epath.Path(b.tokenizer_file).parent.iterdir()}
     else:
@@ -430,3 +457,10 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
       with write_errors.writing(f"{dst}/{name}"):
         (tmp / name).write_bytes(data)
   return dict(written, config=b.config)
+
+
+def _embedding_record(source: str) -> Optional[dict]:
+  """The bundle's recorded embedding (pooling.embedding_record), or None."""
+  info = epath.Path(source) / bundle.INFO_FILE
+  recorded = read_json(info, missing=str(info)).get("embedding") if info.is_file() else None
+  return None if recorded is None else pooling.embedding_record(recorded, str(info))
