@@ -176,8 +176,10 @@ def main(argv=None) -> int:
   else:
     texts = sts_sentences(args.sts_train, args.num)
   pretrained = loading.load_pretrained(args.bundle)
+  # Not normalised here whatever the bundle records: the reference's side says whether it is, and
+  # both are compared after the same normalisation below.
   ours = lambda: embedding.embed(pretrained, texts, pooling="mean", max_length=args.max_length,  # noqa: E731
-                                 batch_size=args.batch_size)
+                                 batch_size=args.batch_size, normalize=False)
   reference_kind = resolve_reference(args.reference)
   make_reference = st_embedder if reference_kind == "sentence_transformers" else reference_embedder
   reference = make_reference(args.model_dir, args.max_length, args.batch_size)

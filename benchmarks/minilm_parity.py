@@ -84,7 +84,10 @@ def main() -> int:
   for pooling in ("mean", "cls"):
     commands.append([sys.executable, "-m", "bert_jax.embed", "--checkpoint", bundle_dir,
                      "--input", text_file, "--output", os.path.join(work, f"{pooling}.npy"),
-                     "--pooling", pooling, "--max_length", str(args.max_length)])
+                     "--pooling", pooling, "--max_length", str(args.max_length),
+                     # The folder's Normalize is recorded in the bundle; transformers' side is
+                     # the model's raw pooled output.
+                     "--nonormalize"])
   for cmd in commands:
     print("$", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, check=True, env=env)
