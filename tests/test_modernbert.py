@@ -213,3 +213,71 @@ def test_settings_bert_jax_does_not_compute_are_named():
   d = _hf_config(attention_bias=True, classifier_activation="silu").to_dict()
   with pytest.raises(ValueError, match="attention_bias=True.*classifier_activation='silu'"):
     model_config.from_hf_dict(d)
+
+
+def _tokenizer_json(path):
+  """A small byte-level BPE saved as one tokenizer.json, as ModernBERT's is: BERT's
+  special tokens ([MASK] taking the space before it), `[CLS] A [SEP]` templates."""
+  tokenizers = parity.require("tokenizers")
+  from tests.fixtures import pretraining  # pylint: disable=g-import-not-at-top
+  tok = tokenizers.Tokenizer(tokenizers.models.BPE())
+  tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tok.decoder = tokenizers.decoders.ByteLevel()
+  specials = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
+  trainer = tokenizers.trainers.BpeTrainer(
+      vocab_size=400, special_tokens=specials,
+      initial_alphabet=tokenizers.pre_tokenizers.ByteLevel.alphabet())
+  tok.train_from_iterator([" ".join(pretraining.WORDS)] * 4, trainer)
+  tok.add_special_tokens([tokenizers.AddedToken("[MASK]", lstrip=True, special=True)])
+  tok.post_processor = tokenizers.processors.TemplateProcessing(
+      single="[CLS]:0 $A:0 [SEP]:0", pair="[CLS]:0 $A:0 [SEP]:0 $B:0 [SEP]:0",
+      special_tokens=[("[CLS]", 1), ("[SEP]", 2)])
+  tok.save(str(path / "tokenizer.json"))
+  return tok.get_vocab_size()
+
+
+def test_tokenizer_json_bundle_fills_masks_and_embeds_as_transformers(tmp_path):
+  """HF folder with tokenizer.json -> `bert_jax.convert` -> bundle: the tokenizer's ids,
+  fill-mask's top tokens and probabilities and mean embeddings are transformers'; `--to hf`
+  gives the tokenizer back."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from bert_jax import api  # pylint: disable=g-import-not-at-top
+  from bert_jax import convert  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  src, dst, out = (tmp_path / n for n in ("hf", "bundle", "export"))
+  src.mkdir()
+  n = _tokenizer_json(src)
+  model = _random(transformers.ModernBertForMaskedLM, vocab_size=n, pad_token_id=3,
+                  cls_token_id=1, sep_token_id=2, bos_token_id=1, eos_token_id=2)
+  model.save_pretrained(src, safe_serialization=True)
+  fast = transformers.PreTrainedTokenizerFast(
+      tokenizer_file=str(src / "tokenizer.json"), cls_token="[CLS]", sep_token="[SEP]",
+      pad_token="[PAD]", unk_token="[UNK]", mask_token="[MASK]")
+  assert convert.main(["--from", "hf", "--src", str(src), "--dst", str(dst)]) == 0
+  pretrained = loading.load_pretrained(str(dst))
+  tok = tokenizer_lib.for_checkpoint(pretrained)
+  assert (tok.kind, tok.mask_id, tok.pad_id, tok.cls_id) == ("bpe", 4, 3, 1)
+  text = "the quick brown [MASK] jumps over the lazy dog."
+  ids, positions = mask_filling.encode(tok, [text], 64)
+  want = fast(text)["input_ids"]
+  assert ids[0] == want and positions[0] == [want.index(fast.mask_token_id)]
+  ours = mask_filling.fill_mask(pretrained, [text], top_k=3)[0][0]
+  logits = _run_hf(model, np.array([want]), np.ones((1, len(want)), np.int64)).logits.numpy()
+  probs = jax.nn.softmax(logits[0, positions[0][0]].astype(np.float64))
+  top = np.argsort(-probs)[:3]
+  assert [t for t, _ in ours] == fast.convert_ids_to_tokens(top.tolist())
+  np.testing.assert_allclose([p for _, p in ours], probs[top], atol=1e-5)
+  # Mean embeddings of two texts of different lengths (the shorter padded).
+  texts = ["a short text.", "a somewhat longer text than the first one, with more words."]
+  encoded = fast(texts, padding=True, return_tensors="np")
+  hidden = model.model(input_ids=torch.tensor(encoded["input_ids"]),
+                       attention_mask=torch.tensor(encoded["attention_mask"])
+                       ).last_hidden_state.detach().numpy()
+  m = encoded["attention_mask"][..., None]
+  want_mean = (hidden * m).sum(1) / m.sum(1)
+  got = api.Encoder.load(str(dst)).embed(texts, pooling="mean", normalize=False)
+  np.testing.assert_allclose(np.asarray(got), want_mean, atol=TOL, rtol=0)
+  assert convert.main(["--to", "hf", "--src", str(dst), "--dst", str(out)]) == 0
+  assert (out / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()

@@ -401,7 +401,8 @@ def check_replaceable(path: str) -> None:
 
 def _copy_tokenizer(tokenizer_file: str, dst: epath.Path) -> None:
   src = epath.Path(tokenizer_file)
-  files = [src] + ([src.parent / "merges.txt"] if src.name.endswith(".json") else [])
+  with_merges = src.name.endswith(".json") and src.name != "tokenizer.json"
+  files = [src] + ([src.parent / "merges.txt"] if with_merges else [])
   dst.mkdir()
   for f in files:
     if not f.exists():
@@ -415,6 +416,8 @@ def _tokenizer_file(p: epath.Path) -> Optional[str]:
   if not d.is_dir():
     return None
   found = sorted(d.glob("*.model")) + ([d / "vocab.json"] if (d / "vocab.json").exists() else [])
+  if not found and (d / "tokenizer.json").exists():  # a BPE saved whole (ModernBERT)
+    found = [d / "tokenizer.json"]
   if len(found) != 1 or (found[0].name == "vocab.json" and not (d / "merges.txt").exists()):
     raise ValueError(f"{d}: expected vocab.json + merges.txt or one SentencePiece .model, found "
                      f"{sorted(f.name for f in d.iterdir())}")

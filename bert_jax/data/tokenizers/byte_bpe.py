@@ -108,3 +108,59 @@ class ByteLevelBPETokenizer(tokenizer_base.Tokenizer):
   def decode(self, ids: Sequence[int]) -> str:
     """The text of ids (bytes joined back, specials kept)."""
     return self._tok.decode(list(ids), skip_special_tokens=False)
+
+
+# Role -> token of a tokenizer.json with BERT's special tokens (ModernBERT's).
+BRACKET_SPECIAL_TOKENS = {"cls": "[CLS]", "pad": "[PAD]", "sep": "[SEP]", "unk": "[UNK]",
+                          "mask": "[MASK]"}
+
+
+class TokenizerJsonBPE(ByteLevelBPETokenizer):
+  """A byte-level BPE saved whole as one tokenizer.json (ModernBERT's; transformers'
+  PreTrainedTokenizerFast): its normaliser, pre-tokenizer, merges and added tokens as saved.
+  Special tokens by role: BERT's [CLS] [SEP] [PAD] [UNK] [MASK] where the vocab has them
+  (a pair is `[CLS] A [SEP] B [SEP]`), else RoBERTa's `<s>` ... (`</s></s>` between a
+  pair's texts). Words start at pieces beginning with 'Ġ'.
+  """
+
+  def __init__(self, tokenizer_file: str):  # pylint: disable=super-init-not-called
+    """Loads and validates tokenizer.json.
+
+    Args:
+      tokenizer_file: a tokenizer.json whose model is BPE, ids 0..n-1.
+    """
+    import tokenizers  # pylint: disable=g-import-not-at-top
+    text = _read(tokenizer_file, "tokenizer")
+    try:
+      model_type = json.loads(text).get("model", {}).get("type")
+    except (json.JSONDecodeError, AttributeError) as e:
+      raise ValueError(f"BPE tokenizer {tokenizer_file!r} is not a tokenizer.json: {e}") from None
+    if model_type != "BPE":
+      raise ValueError(f"tokenizer {tokenizer_file!r} is a {model_type} model; bert_jax reads "
+                       "a tokenizer.json of a BPE model only")
+    tok = tokenizers.Tokenizer.from_str(text)
+    vocab = tok.get_vocab(with_added_tokens=True)
+    if sorted(vocab.values()) != list(range(len(vocab))):
+      raise ValueError(f"BPE tokenizer {tokenizer_file!r} must map tokens to the ids 0..n-1")
+    specials = (BRACKET_SPECIAL_TOKENS if all(t in vocab for t in BRACKET_SPECIAL_TOKENS.values())
+                else SPECIAL_TOKENS)
+    missing = [t for t in specials.values() if t not in vocab]
+    if missing:
+      raise ValueError(f"BPE tokenizer {tokenizer_file!r} lacks the special token(s) {missing}")
+    self.pair_separators = 1 if specials is BRACKET_SPECIAL_TOKENS else 2
+    self._tok = tok
+    # For offsets, a copy that trims the spaces ('Ġ') at a piece's ends, as
+    # ByteLevelBPETokenizer's does.
+    self._tok_offsets = tokenizers.Tokenizer.from_str(text)
+    self._tok_offsets.post_processor = tokenizers.processors.ByteLevel(
+        add_prefix_space=False, trim_offsets=True)
+    self.vocab_file = tokenizer_file
+    self.merges_file = ""
+    self.lowercase = False
+    tokens = [None] * len(vocab)
+    for t, i in vocab.items():
+      tokens[i] = t
+    added = {t.content for t in tok.get_added_tokens_decoder().values() if t.special}
+    self._set_vocab(tokens, specials, not_regular=added)
+    self.is_continuation = np.array(
+        [not t.startswith("\u0120") and t not in added for t in tokens], bool)

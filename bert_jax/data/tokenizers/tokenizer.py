@@ -76,7 +76,7 @@ def cached_tokenizer(kind: str, source: Union[str, Sequence[str]],
     raise ValueError("byte-level BPE (RoBERTa) is cased: it has no lower-casing")
   if isinstance(source, str):
     files = tokenizer_files.detect(source) if kind == "bpe" else None
-    paths = [source] + ([files.merges] if files else [])
+    paths = [source] + ([files.merges] if files and files.merges else [])
     source_key = ("file", tuple((p, _stamp(p)) for p in paths))
   else:
     if kind != "wordpiece":
@@ -91,6 +91,8 @@ def cached_tokenizer(kind: str, source: Union[str, Sequence[str]],
       _TOKENIZERS.pop(next(iter(_TOKENIZERS)))  # least recently used
     if kind == "wordpiece":
       tok = WordPieceTokenizer(source, lowercase=True if lowercase is None else bool(lowercase))
+    elif kind == "bpe" and not files.merges:  # one tokenizer.json
+      tok = byte_bpe.TokenizerJsonBPE(source)
     elif kind == "bpe":
       tok = ByteLevelBPETokenizer(source, files.merges)
     else:

@@ -2,6 +2,7 @@
 
   vocab.txt                 WordPiece (BERT, DistilBERT, ELECTRA)
   vocab.json + merges.txt   byte-level BPE (RoBERTa)
+  tokenizer.json            a BPE saved whole (ModernBERT), where none of the others is
   *.model                   SentencePiece (spiece.model: ALBERT, spm.model: DeBERTa-v2/v3)
 
 A path to one of these files picks it directly (a vocab.json needs merges.txt
@@ -23,7 +24,8 @@ class TokenizerFiles:
   Attributes:
     kind: 'wordpiece', 'bpe' or 'sentencepiece'.
     path: the vocab.txt, vocab.json or .model file.
-    merges: merges.txt for 'bpe', else ''.
+    merges: merges.txt for 'bpe' from vocab.json, else '' (a tokenizer.json holds its
+      merges).
   """
   kind: str
   path: str
@@ -33,6 +35,8 @@ class TokenizerFiles:
 def _of_file(p: epath.Path) -> TokenizerFiles:
   if p.name.endswith(".model"):
     return TokenizerFiles("sentencepiece", str(p))
+  if p.name == "tokenizer.json":
+    return TokenizerFiles("bpe", str(p))
   if p.name.endswith(".json"):
     merges = p.parent / "merges.txt"
     if not merges.exists():
@@ -65,6 +69,9 @@ def detect(path: str) -> TokenizerFiles:
   if (p / "vocab.json").exists() and (p / "merges.txt").exists():
     found.append(TokenizerFiles("bpe", str(p / "vocab.json"), str(p / "merges.txt")))
   found += [TokenizerFiles("sentencepiece", str(m)) for m in sorted(p.glob("*.model"))]
+  # Most releases save a tokenizer.json beside their own files: read it only alone.
+  if not found and (p / "tokenizer.json").exists():
+    found.append(TokenizerFiles("bpe", str(p / "tokenizer.json")))
   if not found:
     raise ValueError(f"tokenizer directory {path!r} holds no tokenizer files: expected {_EXPECTED}")
   if len(found) > 1:
