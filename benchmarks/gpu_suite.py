@@ -21,9 +21,9 @@ torch peer gets the same dropout rates:
   base_seq128_vocab_unpadded  base_seq128's recipe with the MLM decoder unpadded
                  (model.vocab_pad_multiple=1; the GPU default pads 30,522 to 30,592), ours alone
   variants       benchmarks/gpu_variants.py: base_seq128's recipe, baseline against each switch
-                 (model.fused_norm=pallas, cuDNN LayerNorm, cuBLASLt), what the time left
-                 allows (`--parts variants` gives it the whole budget); dry run: each lowered
-                 for CUDA
+                 (model.fused_norm=pallas, cuDNN LayerNorm, cuBLASLt) and a warm start with
+                 and without XLA's kernel cache, what the time left allows (`--parts variants`
+                 gives it the whole budget); dry run: each lowered for CUDA
 The profile and base_seq128 share a persistent compilation cache (same step program).
 
 Writes DIR/suite.json (every figure of every part, with its device), DIR/suite.md (the
