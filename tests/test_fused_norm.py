@@ -178,3 +178,14 @@ def test_the_switch_is_refused_in_one_line_where_it_cannot_run():
     compute_policy.check(m, "gpu")
   with pytest.raises(ValueError, match="fused_norm 'x' not in"):
     _tiny(fused_norm="x")
+  with pytest.raises(ValueError, match="norm_first .pre-LN. layers have none to fuse"):
+    _tiny(fused_norm="pallas", norm_first=True)
+
+
+def test_a_norm_without_bias_has_no_bias_parameter():
+  ids = jnp.arange(24, dtype=jnp.int32).reshape(2, 12) % 50
+  mask = jnp.ones_like(ids)
+  configs = [_tiny(norm_bias=False, fused_norm=f) for f in ("off", "pallas")]
+  off, on = (model_lib.BertModel(c).init(jax.random.key(0), ids, mask, ids) for c in configs)
+  assert jax.tree.structure(off) == jax.tree.structure(on)
+  assert "bias" not in on["params"]["encoder"]["layer_0"]["output_norm"]

@@ -309,21 +309,24 @@ def dropout_add_norm(x: jax.Array, residual: jax.Array, scale: jax.Array, bias: 
 
 
 class DropoutAddNorm(nn.Module):
-  """LayerNorm(residual + dropout(y)) with a LayerNorm's parameters (`scale`, `bias`, named
-  and initialised as layers.layer_norm's, so checkpoints are the same either way)."""
+  """LayerNorm(residual + dropout(y)) with a LayerNorm's parameters (`scale`, and `bias` unless
+  use_bias is False, named and initialised as layers.layer_norm's, so checkpoints are the same
+  either way)."""
   rate: float
   eps: float
   dtype: jnp.dtype
   param_dtype: jnp.dtype
   deterministic: bool
+  use_bias: bool = True
 
   @nn.compact
   def __call__(self, y: jax.Array, residual: jax.Array) -> jax.Array:
     hidden = residual.shape[-1]
     scale = self.param("scale", nn.with_logical_partitioning(nn.initializers.ones, ("embed",)),
                        (hidden,), self.param_dtype)
-    bias = self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
-                      (hidden,), self.param_dtype)
+    bias = (self.param("bias", nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)),
+                       (hidden,), self.param_dtype) if self.use_bias
+            else jnp.zeros((hidden,), self.param_dtype))
     rate = 0.0 if self.deterministic else self.rate
     seed = (jax.random.bits(self.make_rng("dropout"), (2,), jnp.uint32) if rate
             else jnp.zeros((2,), jnp.uint32))

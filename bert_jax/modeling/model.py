@@ -179,7 +179,7 @@ class EncoderLayer(nn.Module):
     def add_norm(name, x, y):  # LayerNorm(x + dropout(y)); one kernel with model.fused_norm
       if c.fused_norm == "pallas":
         return fused_norm.DropoutAddNorm(c.dropout_rate, c.layer_norm_eps, dtype, pdtype,
-                                         self.deterministic, name=name)(y, x)
+                                         self.deterministic, c.norm_bias, name=name)(y, x)
       return norm(name)(x + drop(y, deterministic=self.deterministic))
 
     def mlp(x, dropped=True):  # [batch, rows, hidden] -> the feed-forward's output (dropped)

@@ -150,6 +150,9 @@ class BertConfig:
       raise ValueError(f"vocab_pad_multiple must be an int >= 1, got {self.vocab_pad_multiple!r}")
     if self.fused_norm not in ("off", "pallas"):
       raise ValueError(f"fused_norm {self.fused_norm!r} not in ('off', 'pallas')")
+    if self.fused_norm == "pallas" and self.norm_first:
+      raise ValueError("fused_norm 'pallas' fuses post-LN layers' dropout, residual add and "
+                       "LayerNorm; norm_first (pre-LN) layers have none to fuse: use 'off'")
     if self.attention_impl not in _ATTENTION_IMPLS:
       raise ValueError(f"attention_impl {self.attention_impl!r} not in {_ATTENTION_IMPLS}")
     if self.remat not in _REMAT:
