@@ -1,9 +1,10 @@
 r"""Pretraining configs: `configs/pretrain.py:VARIANT[,recipe=RECIPE][,lamb_64k][,phase2][,fused_attention]`.
 
 VARIANT is the model size (tiny, mini, small, medium, base, large); RECIPE how it is trained
-(bert, roberta, albert, electra, deberta: the family member's pretrain_recipe in
+(bert, roberta, albert, electra, deberta, modernbert: the family member's pretrain_recipe in
 bert_jax/members/), which sets the variant's default objective (and for deberta the encoder:
-DeBERTa-v3's disentangled attention).
+DeBERTa-v3's disentangled attention; for modernbert ModernBERT's: 30 % masking, packed rows,
+and for base and large StableAdamW with a trapezoidal schedule).
 
 The quick start (tiny, the built-in corpus of Python standard-library docstrings, no download,
 on the CPU):

@@ -281,3 +281,70 @@ def test_tokenizer_json_bundle_fills_masks_and_embeds_as_transformers(tmp_path):
   np.testing.assert_allclose(np.asarray(got), want_mean, atol=TOL, rtol=0)
   assert convert.main(["--to", "hf", "--src", str(dst), "--dst", str(out)]) == 0
   assert (out / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+
+
+def test_stable_adamw_clips_each_tensor_by_its_update_rms():
+  """StableAdamW is AdamW while a tensor's RMS(g^2 / v) is at most 1, and divides that
+  tensor's step (with its decay) by the RMS when a gradient spikes past its running scale."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from bert_jax.training import optimizer  # pylint: disable=g-import-not-at-top
+  opt = ml_collections.ConfigDict(dict(
+      name="stable_adamw", b1=0.9, b2=0.98, eps=1e-6, weight_decay=0.01, grad_clip_norm=0.0,
+      bf16_moments=False, schedule="constant", poly_power=1.0, grad_accum_steps=1))
+  optimizer.check_config(opt, 1e-3)
+  stable, _ = optimizer.make_optimizer(opt, 1e-3, 0, 10)
+  adamw, _ = optimizer.make_optimizer(ml_collections.ConfigDict({**opt.to_dict(), "name": "adamw"}),
+                                      1e-3, 0, 10)
+  params = {"dense": {"kernel": jnp.ones((4, 3)), "bias": jnp.zeros(3)}}
+  steady = {"dense": {"kernel": jnp.full((4, 3), 0.1), "bias": jnp.full(3, 0.1)}}
+  spike = {"dense": {"kernel": jnp.full((4, 3), 10.0), "bias": jnp.full(3, 0.1)}}
+  s_state, a_state = stable.init(params), adamw.init(params)
+  for grads in (steady, steady):
+    s_up, s_state = stable.update(grads, s_state, params)
+    a_up, a_state = adamw.update(grads, a_state, params)
+    for k in ("kernel", "bias"):
+      np.testing.assert_allclose(s_up["dense"][k], a_up["dense"][k], rtol=1e-5)
+  s_up, s_state = stable.update(spike, s_state, params)
+  a_up, _ = adamw.update(spike, a_state, params)
+  np.testing.assert_allclose(s_up["dense"]["bias"], a_up["dense"]["bias"], rtol=1e-5)
+  nu = s_state[0].nu["dense"]["kernel"] / (1 - 0.98 ** 3)
+  rms = float(np.sqrt(np.mean(100.0 / np.asarray(nu))))
+  assert rms > 1
+  np.testing.assert_allclose(s_up["dense"]["kernel"], a_up["dense"]["kernel"] / rms, rtol=1e-4)
+
+
+def test_trapezoidal_schedule_warms_up_holds_and_decays_as_one_minus_sqrt():
+  from bert_jax.training import optimizer  # pylint: disable=g-import-not-at-top
+  s = optimizer.learning_rate_schedule(2.0, 10, 100, "trapezoidal")
+  assert [float(s(i)) for i in (0, 5, 10, 50, 90)] == [0.0, 1.0, 2.0, 2.0, 2.0]
+  np.testing.assert_allclose([float(s(i)) for i in (91, 95, 100)],
+                             [2 * (1 - np.sqrt(0.1)), 2 * (1 - np.sqrt(0.5)), 0.0], atol=1e-6)
+
+
+@pytest.mark.slow
+def test_recipe_pretrains_exports_and_fills_masks(tmp_path):
+  """configs/pretrain.py:tiny,recipe=modernbert (shrunk): MLM alone at 30 % on packed rows
+  trains ModernBERT, exports it, and fill-mask reads the export; base takes StableAdamW and
+  the trapezoidal schedule."""
+  from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import pretraining  # pylint: disable=g-import-not-at-top
+  config = pretraining.config_module().get_config("tiny,recipe=modernbert")
+  assert (config.model_type, config.objective, config.data.mode, config.data.packing,
+          config.data.mask_prob) == ("modernbert", "mlm", "full_sentences", True, 0.3)
+  base = pretraining.config_module().get_config("base,recipe=modernbert")
+  assert (base.optimizer.name, base.optimizer.schedule, base.learning_rate) == (
+      "stable_adamw", "trapezoidal", 8e-4)
+  config.total_steps, config.warmup_steps, config.log_every = 4, 1, 1
+  config.checkpoint_every, config.seq_len, config.batch_size = 4, 64, 8
+  config.data.max_predictions_per_seq = 20
+  config.fill_mask_example = ""
+  workdir = tmp_path / "run"
+  pretrain.train_and_export(config, str(workdir))
+  assert len(pretraining.logged_losses(str(workdir))) == 4
+  trained = loading.load_pretrained(str(workdir / "export"))
+  assert trained.config.model_type == "modernbert" and trained.config.norm_first
+  filled = mask_filling.fill_mask(trained, ["the [MASK] of the module ."], top_k=2)[0][0]
+  assert len(filled) == 2 and all(0 <= p <= 1 for _, p in filled)

@@ -66,6 +66,19 @@ def pretrain_recipe(c) -> None:
   c.data.mask_prob = 0.3
   c.data.max_predictions_per_seq = max(c.data.max_predictions_per_seq,
                                        -(-c.seq_len * 3 // 10))
+  if c.variant in ("base", "large"):
+    # Sec. 2.2: StableAdamW (AdamW with AdaFactor-style update clipping per tensor, in
+    # place of gradient clipping), weight decay 1e-5, a trapezoidal (warmup-stable-decay)
+    # schedule with a 1 - sqrt decay, peak rate 8e-4 (base) / 5e-4 (large), sequences of
+    # 1,024 tokens. Batch and steps stay the variant's.
+    c.optimizer.name = "stable_adamw"
+    c.optimizer.schedule = "trapezoidal"
+    c.optimizer.b2 = 0.98
+    c.optimizer.weight_decay = 1e-5
+    c.optimizer.grad_clip_norm = 0.0
+    c.learning_rate = 8e-4 if c.variant == "base" else 5e-4
+    c.seq_len = 1024
+    c.data.max_predictions_per_seq = 308
 
 
 MEMBER = base.Member(

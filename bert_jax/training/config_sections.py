@@ -139,7 +139,8 @@ MINIMUMS = {"eval_every": 0, "eval_batches": 1, "profile_start_step": 0, "profil
 def optimizer() -> ml_collections.ConfigDict:
   """BERT's AdamW (or LAMB); the peak learning rate and warmup live at the top level."""
   o = ml_collections.ConfigDict()
-  # 'adamw' (BERT) or 'lamb' (large-batch BERT).
+  # 'adamw' (BERT), 'lamb' (large-batch BERT) or 'stable_adamw' (ModernBERT: AdamW with
+  # per-tensor update clipping).
   o.name = "adamw"
   # Adam first-moment decay.
   o.b1 = 0.9
@@ -153,8 +154,9 @@ def optimizer() -> ml_collections.ConfigDict:
   o.grad_clip_norm = 1.0
   # Keep Adam moments in bfloat16 to save memory.
   o.bf16_moments = False
-  # Learning rate after the linear warmup: 'linear' or 'polynomial' decay to 0, or
-  # 'constant' (short runs).
+  # Learning rate after the linear warmup: 'linear' or 'polynomial' decay to 0,
+  # 'constant' (short runs), or 'trapezoidal' (constant, then 1 - sqrt decay to 0 over the
+  # last tenth of the steps).
   o.schedule = "linear"
   # Power of the polynomial decay.
   o.poly_power = 1.0

@@ -1,4 +1,4 @@
-"""Optimizers (BERT's AdamW, LAMB) and learning-rate schedules with optax."""
+"""Optimizers (BERT's AdamW, LAMB, StableAdamW) and learning-rate schedules with optax."""
 import math
 from typing import Any, Optional
 
@@ -70,17 +70,57 @@ def scale_by_layer_trust_ratio() -> optax.GradientTransformation:
 
 
 # Learning-rate shapes after the linear warmup.
-SCHEDULES = ("linear", "polynomial", "constant")
+SCHEDULES = ("linear", "polynomial", "constant", "trapezoidal")
+OPTIMIZERS = ("adamw", "lamb", "stable_adamw")
+# The trapezoidal schedule's decay: the last tenth of the steps, as 1 - sqrt of the
+# fraction of the decay done (ModernBERT, arXiv:2412.13663 Sec. 2.2, after Hägele et al. 2024).
+TRAPEZOID_DECAY_FRACTION = 0.1
+
+
+def _one_minus_sqrt(peak: float, steps: int) -> optax.Schedule:
+  return lambda count: peak * (1.0 - jnp.sqrt(jnp.minimum(count, steps) / steps))
+
+
+def scale_by_stable_adam(b1: float, b2: float, eps: float, weight_decay: float,
+                         mu_dtype: Optional[Any] = None) -> optax.GradientTransformation:
+  """StableAdamW (Wortsman et al. 2023, arXiv:2304.13013, Algorithm 2) before the learning
+  rate: AdamW's direction plus the decoupled decay (on decay_mask's params), each tensor's
+  divided by max(1, RMS) where RMS = sqrt(mean(g^2 / max(v, eps^2))), v the bias-corrected
+  second moment: AdaFactor's update clipping per tensor, so that a gradient far larger than
+  its running scale cannot take a large step."""
+  adam = optax.scale_by_adam(b1=b1, b2=b2, eps=eps, mu_dtype=mu_dtype)
+
+  def update(updates, state, params=None):
+    grads = updates
+    direction, state = adam.update(updates, state, params)
+    nu_hat = jax.tree.map(lambda v: v / (1 - b2 ** state.count.astype(jnp.float32)), state.nu)
+    decayed = decay_mask(params)
+
+    def clip(g, d, v, w, decay):
+      rms = jnp.sqrt(jnp.mean(jnp.square(g.astype(jnp.float32)) / jnp.maximum(v, eps**2)))
+      if decay and weight_decay:
+        d = d + weight_decay * w
+      return (d / jnp.maximum(1.0, rms)).astype(d.dtype)
+
+    return jax.tree.map(clip, grads, direction, nu_hat, params, decayed), state
+
+  return optax.GradientTransformation(adam.init, update)
 
 
 def learning_rate_schedule(peak: float, warmup_steps: int, total_steps: int,
                            kind: str = "linear", power: float = 1.0) -> optax.Schedule:
-  """Linear warmup to `peak`, then linear or polynomial decay to 0 at total_steps, or constant."""
+  """Linear warmup to `peak`, then linear or polynomial decay to 0 at total_steps, or constant,
+  or trapezoidal (warmup-stable-decay): constant, then 1 - sqrt decay to 0 over the last
+  TRAPEZOID_DECAY_FRACTION of the steps."""
   if kind not in SCHEDULES:
     raise ValueError(f"optimizer.schedule {kind!r} not in {list(SCHEDULES)}")
   warmup_steps = min(warmup_steps, total_steps)
   decay_steps = max(1, total_steps - warmup_steps)
-  if kind == "constant":
+  if kind == "trapezoidal":
+    tail = max(1, min(decay_steps, round(total_steps * TRAPEZOID_DECAY_FRACTION)))
+    decay = optax.join_schedules([optax.constant_schedule(peak), _one_minus_sqrt(peak, tail)],
+                                 [decay_steps - tail])
+  elif kind == "constant":
     decay = optax.constant_schedule(peak)
   else:
     decay = optax.polynomial_schedule(peak, 0.0, 1.0 if kind == "linear" else power, decay_steps)
@@ -100,8 +140,8 @@ def check_config(opt: Any, learning_rate: float) -> None:
     raise ValueError(f"bad config: {msg}")
   if not (math.isfinite(learning_rate) and learning_rate > 0):
     bad(f"learning_rate must be positive and finite, got {learning_rate}")
-  if opt.name not in ("adamw", "lamb"):
-    bad(f"optimizer.name {opt.name!r} not in ['adamw', 'lamb']")
+  if opt.name not in OPTIMIZERS:
+    bad(f"optimizer.name {opt.name!r} not in {list(OPTIMIZERS)}")
   for key in ("b1", "b2"):
     if not 0 <= opt[key] < 1:
       bad(f"optimizer.{key} must be in [0, 1), got {opt[key]}")
@@ -147,8 +187,12 @@ def make_optimizer(opt: Any, learning_rate: float, warmup_steps: int,
         optax.add_decayed_weights(opt.weight_decay, mask=decay_mask),
         scale_by_layer_trust_ratio(),
         optax.scale_by_learning_rate(schedule))
+  elif opt.name == "stable_adamw":
+    core = optax.chain(
+        scale_by_stable_adam(opt.b1, opt.b2, opt.eps, opt.weight_decay, mu_dtype),
+        optax.scale_by_learning_rate(schedule))
   else:
-    raise ValueError(f"optimizer.name {opt.name!r} not in ['adamw', 'lamb']")
+    raise ValueError(f"optimizer.name {opt.name!r} not in {list(OPTIMIZERS)}")
   if opt.grad_clip_norm > 0:
     core = optax.chain(optax.clip_by_global_norm(opt.grad_clip_norm), core)
   return core, schedule
