@@ -95,57 +95,74 @@ def _next_power_of_2(n: int) -> int:
   return 1 << (n - 1).bit_length()
 
 
-def _tile(seed_ref, x_ref, res_ref, *, hidden: int, rate: float, block_rows: int):
-  """One block's (z = residual + dropout(x) float32 [R, Hp], keep mask, column validity)."""
+def _masks(block_rows: int, width: int, hidden: int, rows_total: int):
+  """(rows [R] int32 of this block, rows in the array [R, 1], columns in the array [1, Hp]).
+
+  A block is a power of two on each side (Triton's tensors are), so the last block's rows
+  past the end and every block's columns past the hidden size lie outside the array. Triton
+  reads and writes a block's every element at the array's strides: unmasked, a padding
+  column would be the next row's first and a store there would overwrite it. Every load and
+  store below is masked with these."""
   from jax.experimental import pallas as pl  # pylint: disable=g-import-not-at-top
-  width = x_ref.shape[-1]
-  rows = (pl.program_id(0) * block_rows + jnp.arange(block_rows, dtype=jnp.int32)).astype(
-      jnp.uint32) + seed_ref[2]
-  cols = jnp.arange(width, dtype=jnp.int32)[None, :]
-  valid = cols < hidden  # the block's columns past the hidden size are padding
-  x, z = x_ref[...].astype(jnp.float32), res_ref[...].astype(jnp.float32)
+  rows = pl.program_id(0) * block_rows + jnp.arange(block_rows, dtype=jnp.int32)
+  return rows, (rows < rows_total)[:, None], jnp.arange(width, dtype=jnp.int32)[None, :] < hidden
+
+
+def _load(ref, mask):
+  from jax.experimental.pallas import triton as pl_triton  # pylint: disable=g-import-not-at-top
+  return pl_triton.load(ref, mask=mask, other=0).astype(jnp.float32)
+
+
+def _store(ref, value, mask):
+  from jax.experimental.pallas import triton as pl_triton  # pylint: disable=g-import-not-at-top
+  pl_triton.store(ref, value.astype(ref.dtype), mask=mask)
+
+
+def _tile(seed_ref, x_ref, res_ref, rows, valid, *, rate: float):
+  """One block's (z = residual + dropout(x) float32 [R, Hp], 0 outside the array; keep mask)."""
+  cols = jnp.arange(x_ref.shape[-1], dtype=jnp.uint32)[None, :]
+  x, z = _load(x_ref, valid), _load(res_ref, valid)
   keep = None
   if rate:
-    keep = hash_bits(seed_ref[0], seed_ref[1], rows[:, None], cols.astype(jnp.uint32)) >= (
+    global_rows = rows.astype(jnp.uint32) + seed_ref[2]
+    keep = hash_bits(seed_ref[0], seed_ref[1], global_rows[:, None], cols) >= (
         jnp.uint32(threshold(rate)[0]))
     x = jnp.where(keep, x * (1.0 / threshold(rate)[1]), 0.0)
-  return jnp.where(valid, z + x, 0.0), keep, valid
+  return jnp.where(valid, z + x, 0.0), keep
 
 
 def _forward_kernel(seed_ref, x_ref, res_ref, scale_ref, bias_ref, out_ref, mean_ref, rstd_ref,
-                    *, hidden: int, rate: float, eps: float, block_rows: int):
-  z, _, valid = _tile(seed_ref, x_ref, res_ref, hidden=hidden, rate=rate, block_rows=block_rows)
+                    *, hidden: int, rate: float, eps: float, block_rows: int, rows_total: int):
+  rows, row_ok, col_ok = _masks(block_rows, x_ref.shape[-1], hidden, rows_total)
+  valid = row_ok & col_ok
+  z, _ = _tile(seed_ref, x_ref, res_ref, rows, valid, rate=rate)
   mean = jnp.sum(z, axis=1) / hidden  # [R]
   centred = jnp.where(valid, z - mean[:, None], 0.0)
   rstd = jax.lax.rsqrt(jnp.sum(centred * centred, axis=1) / hidden + eps)
-  out = centred * rstd[:, None] * scale_ref[...].astype(jnp.float32) + bias_ref[...].astype(
-      jnp.float32)
-  out_ref[...] = out.astype(out_ref.dtype)
-  mean_ref[...] = mean
-  rstd_ref[...] = rstd
+  out = centred * rstd[:, None] * _load(scale_ref, col_ok) + _load(bias_ref, col_ok)
+  _store(out_ref, out, valid)
+  _store(mean_ref, mean, row_ok[:, 0])
+  _store(rstd_ref, rstd, row_ok[:, 0])
 
 
 def _backward_kernel(seed_ref, x_ref, res_ref, g_ref, scale_ref, mean_ref, rstd_ref,
                      dx_ref, dres_ref, dscale_ref, dbias_ref,
                      *, hidden: int, rate: float, block_rows: int, rows_total: int):
-  from jax.experimental import pallas as pl  # pylint: disable=g-import-not-at-top
-  z, keep, valid = _tile(seed_ref, x_ref, res_ref, hidden=hidden, rate=rate,
-                         block_rows=block_rows)
-  # the last block's rows past the end are padding: whatever they hold, they add nothing
-  local = pl.program_id(0) * block_rows + jnp.arange(block_rows, dtype=jnp.int32)
-  valid = valid & (local < rows_total)[:, None]
-  rstd = rstd_ref[...][:, None]
-  xhat = jnp.where(valid, (z - mean_ref[...][:, None]) * rstd, 0.0)
-  g = jnp.where(valid, g_ref[...].astype(jnp.float32), 0.0)
-  gs = jnp.where(valid, g * scale_ref[...].astype(jnp.float32), 0.0)  # padding's scale: any
+  rows, row_ok, col_ok = _masks(block_rows, x_ref.shape[-1], hidden, rows_total)
+  valid = row_ok & col_ok
+  z, keep = _tile(seed_ref, x_ref, res_ref, rows, valid, rate=rate)
+  rstd = _load(rstd_ref, row_ok[:, 0])[:, None]
+  xhat = jnp.where(valid, (z - _load(mean_ref, row_ok[:, 0])[:, None]) * rstd, 0.0)
+  g = _load(g_ref, valid)  # 0 outside the array: those elements add nothing below
+  gs = g * _load(scale_ref, col_ok)
   dz = rstd * (gs - jnp.sum(gs, axis=1, keepdims=True) / hidden
                - xhat * (jnp.sum(gs * xhat, axis=1, keepdims=True) / hidden))
-  dres_ref[...] = dz.astype(dres_ref.dtype)
+  _store(dres_ref, dz, valid)
   if rate:
     dz = jnp.where(keep, dz * (1.0 / threshold(rate)[1]), 0.0)
-  dx_ref[...] = dz.astype(dx_ref.dtype)
-  dscale_ref[...] = jnp.sum(g * xhat, axis=0)[None, :]
-  dbias_ref[...] = jnp.sum(g, axis=0)[None, :]
+  _store(dx_ref, dz, valid)
+  _store(dscale_ref, jnp.sum(g * xhat, axis=0)[None, :], col_ok)
+  _store(dbias_ref, jnp.sum(g, axis=0)[None, :], col_ok)
 
 
 def _call(kernel, rows: int, hidden: int, row_inputs: int, vectors: int, outputs, grid: int,
@@ -183,7 +200,7 @@ def _local_forward(x, residual, scale, bias, seed, row_offset, *, rate, eps):
   grid = -(-rows // block_rows)
   seed4 = jnp.stack([seed[0], seed[1], row_offset.astype(jnp.uint32), jnp.uint32(0)])
   kernel = functools.partial(_forward_kernel, hidden=hidden, rate=rate, eps=eps,
-                             block_rows=block_rows)
+                             block_rows=block_rows, rows_total=rows)
   outputs = (jax.ShapeDtypeStruct((rows, hidden), residual.dtype),
              jax.ShapeDtypeStruct((rows,), jnp.float32), jax.ShapeDtypeStruct((rows,), jnp.float32))
   out, mean, rstd = _call(kernel, rows, hidden, 2, 2, outputs, grid, block_rows, seed4,
