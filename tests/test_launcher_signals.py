@@ -19,11 +19,19 @@ time.sleep(120)
 """
 
 
+# A shell started with SIGINT ignored (a suite run as a background job of a non-interactive
+# shell) cannot trap it: the launcher starts as a terminal's foreground command would, SIGINT
+# at its default.
+_SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
 def _launch(tmp_path, log):
   child = tmp_path / "child.py"
   child.write_text(_CHILD)
-  return subprocess.Popen(["bash", str(LAUNCH), "2", sys.executable, str(child)], stdout=log,
-                          stderr=subprocess.STDOUT, start_new_session=True)
+  return subprocess.Popen([sys.executable, "-c", _SIGINT_DEFAULT, "bash", str(LAUNCH), "2",
+                           sys.executable, str(child)], stdout=log, stderr=subprocess.STDOUT,
+                          start_new_session=True)
 
 
 def _wait_for(path, text, count, seconds=60):
