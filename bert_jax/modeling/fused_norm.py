@@ -1,11 +1,11 @@
 """Dropout, residual add and LayerNorm as one Pallas kernel (model.fused_norm='pallas').
 
-A post-LN layer ends twice in LayerNorm(residual + dropout(y)). Unfused, XLA writes the
-dropout's random bits or mask and the sum to memory and reads them back for the
-normalisation and again in the backward pass. Here one kernel reads y and the residual
-once and writes the normalised rows and two floats per row (mean, 1 / std); the backward
-kernel reads them with y, the residual and the incoming gradient and writes the two input
-gradients and per-block partial sums of the scale and bias gradients.
+A post-LN layer ends twice in LayerNorm(residual + dropout(y)). Unfused, the dropout's
+random bits are drawn by kernels of their own into memory, and its mask is kept for the
+backward pass, beside what the add and the normalisation read. Here one kernel reads y and
+the residual once and writes the normalised rows and two floats per row (mean, 1 / std); the
+backward kernel reads them with y, the residual and the incoming gradient and writes the two
+input gradients and per-block partial sums of the scale and bias gradients.
 
 The dropout mask never reaches memory: each element's keep bit is a counter-based hash
 (two rounds of murmur3's 32-bit finaliser) of the call's two seed words, the element's
