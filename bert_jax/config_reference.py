@@ -35,11 +35,12 @@ CONFIG_FILES = (
     ConfigFile("configs/pretrain.py", "base",
                (("tiny", "mini", "small", "medium", "base", "large"),
                 ("base", "base,recipe=roberta", "base,recipe=albert", "base,recipe=electra",
-                 "base,recipe=deberta", "base,phase2", "base,fused_attention"),
+                 "base,recipe=deberta", "base,recipe=modernbert", "base,phase2",
+                 "base,fused_attention"),
                 ("large", "large,lamb_64k", "large,lamb_64k,phase2")),
                "`VARIANT[,recipe=RECIPE][,lamb_64k][,phase2][,fused_attention]`: VARIANT is the "
                "model size (tiny, mini, small, medium, base, large); RECIPE one of bert (default), "
-               "roberta, albert, electra, deberta; `lamb_64k` the large-batch recipe (LAMB, 64K "
+               "roberta, albert, electra, deberta, modernbert; `lamb_64k` the large-batch recipe (LAMB, 64K "
                "sequences of 128, 32K of 512 in phase 2); `phase2` is BERT's second phase "
                "(sequences of 512); `fused_attention` the accelerator recipe (no attention "
                "dropout)."),

@@ -26,6 +26,14 @@ Phase 2 of BERT's recipe (seq 512 from a phase-1 checkpoint):
   python -m bert_jax.pretrain --config configs/pretrain.py:base,phase2 --workdir DIR2 \
       --config.init_checkpoint=DIR1/checkpoints
 
+ModernBERT's recipe (MLM at 30 % masking on packed rows; for base and large StableAdamW and the
+trapezoidal schedule):
+
+  python -m bert_jax.pretrain --config configs/pretrain.py:tiny,recipe=modernbert --workdir DIR
+
+Expected: 300 steps as the quick start's, the loss about 5.4 and the MLM accuracy about 0.20 at
+step 300 (seed 0); about the quick start's time.
+
 RoBERTa's recipe (full sentences, MLM only, packing, Adam b2 0.98, 8K batches by accumulation
 for base and large):
 
@@ -168,7 +176,9 @@ def get_config(arg=None):
   # (128-wide embeddings projected to hidden, half of hidden up to 128; one layer shared by
   # all); 'distilbert' (no token types or pooler: objective 'mlm'); 'electra' (objective
   # 'electra'); 'deberta-v2' (DeBERTa-v3's disentangled attention, 256 log position buckets,
-  # no absolute positions or token types). The tokenizer is data.tokenizer's, any kind.
+  # no absolute positions or token types); 'modernbert' (pre-LN, GeGLU, rotary positions, every
+  # third layer global and the others a 128-token window; no token types or pooler: objective
+  # 'mlm'). The tokenizer is data.tokenizer's, any kind.
   c.model_type = "bert"
   # DeBERTa's enhanced mask decoder (model_type 'deberta-v2', objectives mlm / mlm_nsp /
   # mlm_sop): the MLM head reads the last layer run twice more on its own input with

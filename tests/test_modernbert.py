@@ -207,6 +207,11 @@ def test_built_sizes_are_the_released_ones():
   n_ours = sum(int(np.prod(s)) for p, s in shapes.items()
                if p.startswith("bert/") and not p.startswith("bert/pooler/"))
   assert n_ours == n_theirs
+  # MFU's count of the layers' params (GLU kernels, no biases, scale-only LayerNorms; the
+  # first layer's missing attention norm is the final norm's width).
+  from bert_jax.modeling import flops  # pylint: disable=g-import-not-at-top
+  assert flops.encoder_params(base) == sum(
+      int(np.prod(s)) for p, s in shapes.items() if p.startswith("bert/encoder/"))
 
 
 def test_settings_bert_jax_does_not_compute_are_named():

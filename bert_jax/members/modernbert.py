@@ -64,6 +64,9 @@ def pretrain_recipe(c) -> None:
   c.data.mode = "full_sentences"
   c.data.packing = True
   c.data.mask_prob = 0.3
+  # The released configs train without dropout (embedding, attention and MLP dropout 0).
+  c.model.dropout_rate = 0.0
+  c.model.attention_dropout_rate = 0.0
   c.data.max_predictions_per_seq = max(c.data.max_predictions_per_seq,
                                        -(-c.seq_len * 3 // 10))
   if c.variant in ("base", "large"):

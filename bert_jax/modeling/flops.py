@@ -36,9 +36,14 @@ PEAK_FLOPS = (
 
 
 def encoder_params(config: BertConfig) -> int:
-  """Parameters of the encoder layers (everything per token except embeddings and heads)."""
+  """Parameters of the encoder layers (everything per token except embeddings and heads); a
+  gated feed-forward (glu) has 3 H I kernel parameters, and the biases and LayerNorm shifts
+  count where the config has them."""
   h, i = config.hidden_size, config.intermediate_size
-  per_layer = 4 * h * h + 4 * h + 2 * h * i + i + h + 4 * h
+  gate = 2 if config.glu else 1
+  biases = (4 * h + gate * i + h) if config.linear_bias else 0
+  norms = 2 * h * (2 if config.norm_bias else 1)
+  per_layer = 4 * h * h + (gate + 1) * h * i + biases + norms
   return config.num_layers * per_layer
 
 
