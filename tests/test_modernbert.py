@@ -353,3 +353,15 @@ def test_recipe_pretrains_exports_and_fills_masks(tmp_path):
   assert trained.config.model_type == "modernbert" and trained.config.norm_first
   filled = mask_filling.fill_mask(trained, ["the [MASK] of the module ."], top_k=2)[0][0]
   assert len(filled) == 2 and all(0 <= p <= 1 for _, p in filled)
+  # Fine-tuning through ModernBERT's head (dense, GELU, LayerNorm before the classifier, made
+  # afresh), its export and the API's classify.
+  from bert_jax import api  # pylint: disable=g-import-not-at-top
+  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import finetuning  # pylint: disable=g-import-not-at-top
+  glue = finetuning.write_glue_dir(tmp_path)
+  finetune.finetune(finetuning.glue_config(glue, str(workdir / "export"), head="mean"),
+                    str(tmp_path / "mrpc"))
+  tuned = api.Encoder.load(str(tmp_path / "mrpc" / "export"))
+  assert {"head", "classifier"} <= set(tuned.heads)
+  [(label, p)] = tuned.classify([("a cat sat .", "a cat sat .")])
+  assert label in ("0", "1") and 0 <= p <= 1

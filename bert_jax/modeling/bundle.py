@@ -44,7 +44,8 @@ TOKENIZER_DIR = "tokenizer"
 INFO_FILE = "bundle.json"
 
 # Top-level param groups a bundle may hold besides the encoder.
-TASK_HEADS = ("classifier", "qa_outputs", "token_classifier", "aggregation")
+# ('head': the transform before a member's classifiers, ModernBERT's prediction head.)
+TASK_HEADS = ("classifier", "qa_outputs", "token_classifier", "aggregation", "head")
 _FIELD_ABBREV = {"num_layers": "L", "hidden_size": "H", "num_heads": "A",
                  "intermediate_size": "I", "vocab_size": "V",
                  "max_position_embeddings": "P", "type_vocab_size": "T",
