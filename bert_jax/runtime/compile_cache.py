@@ -14,10 +14,10 @@ gs://), or 'off'.
 JAX writes only programs that took at least `jax_persistent_cache_min_compile_time_secs` to
 compile (1 s by default); the cache on, it is MIN_COMPILE_SECONDS unless
 JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS says otherwise. A fine-tuning run's own small
-programs are then loaded too: on a 2-core CPU (benchmarks/README.md, 2026-11-28) MiniLM's
-init with the loaded weights compiled in 0.31 s on the way to the first step, and loads in
-0.02 s; an eval step of a short length compiled in 0.6 s. Eager operations (tens of
-milliseconds each) stay out.
+programs (the init with the loaded weights on the way to the first step, an eval step of a
+short length: a fraction of a second each to compile, a few milliseconds to load; figures in
+benchmarks/README.md) are then loaded too. Eager operations (tens of milliseconds each) stay
+out.
 """
 import os
 from typing import Optional

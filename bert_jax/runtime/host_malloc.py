@@ -5,8 +5,8 @@ went back to the kernel: JAX ran each computation on a thread of its own, glibc 
 thread an arena of its own, and an arena's blocks above 64 MiB (a step's temporaries are one
 buffer, hundreds of MiB at MiniLM's size) are always mapped on their own and unmapped on free.
 So every step mapped its buffers afresh, and the kernel zeroed each page at its first touch: a
-MiniLM fine-tuning run on a 2-core CPU (CoLA, 4,000 rows, warm compilation cache;
-benchmarks/README.md, 2026-11-27) took 6.9 million page faults and 15 s of system time in 48 s.
+third of a CPU fine-tuning run's time went to system time (benchmarks/README.md has the
+figures, before and after).
 
 On a machine with no accelerator, program start-up (bert_jax.runtime.startup, before JAX's
 backend starts) sets:
@@ -19,8 +19,8 @@ backend starts) sets:
   mallopt M_TOP_PAD 256 MiB            the heap grows 256 MiB at a time (address space; pages
                                        are touched when used)
 
-The same run: 0.6 million page faults, 2.5 s of system time, 44 s; each part alone changed
-nothing. The compilations' threads keep their own arenas (one shared arena did as well for the
+With these, the same run takes a tenth of the page faults and a sixth of the system time; each
+part alone changed nothing. The compilations' threads keep their own arenas (one shared arena did as well for the
 steps, but made a cold run's compilations 50% slower). The price: the process keeps its peak
 heap for reuse instead of returning it (a cold run's peak resident memory 3.2 GB instead of
 2.8 GB), and the host waits for each step before preparing the next (what it does between

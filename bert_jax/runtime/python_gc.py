@@ -3,8 +3,8 @@
 Tracing a step builds and drops millions of small Python objects (JAX's tracers and jaxpr
 equations, Flax's scopes), and each collection of CPython's cyclic collector holds the GIL:
 the step loop's thread and the background tracing (bert_jax.runtime.ahead_compile) wait for
-it alike. A MiniLM fine-tuning run on a 2-core CPU (CoLA, 4,000 rows, warm compilation cache;
-benchmarks/README.md, 2026-11-28) ran 1,440 collections, 9 of them full, for 1.6-1.8 s.
+it alike: over a second of a short CPU fine-tuning run went to them (benchmarks/README.md has
+the figures, before and after).
 
 For the run of a program (`tuned`, around bert_jax.cli's call of it):
 
@@ -13,9 +13,9 @@ For the run of a program (`tuned`, around bert_jax.cli's call of it):
   gc.set_threshold(10000, ...)   a young-generation collection every 10,000 net allocations
                                  instead of CPython's 700; the older generations' unchanged
 
-The same run: 449 collections in the whole process, 0.4 s; the 3 full ones all came during the
-imports, before the run. Garbage cycles are still collected (later, in larger batches), and
-what the program computes is the same. Both are undone when the run ends, so a process that
+With both, the same run collects a third as often, the full collections all during the imports
+before the run. Garbage cycles are still collected (later, in larger batches), and what the
+program computes is the same. Both are undone when the run ends, so a process that
 calls a program (as the tests do) keeps its own settings; a caller that froze objects itself
 keeps them frozen (nothing is frozen or unfrozen here then).
 """

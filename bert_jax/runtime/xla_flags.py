@@ -2,19 +2,18 @@
 
 On NVIDIA GPUs:
 
-  --xla_gpu_enable_triton_gemm=false   every GEMM on cuBLAS, none as a Triton fusion. On one
-      H100 (benchmarks/README.md, 2026-11-26) base's pretraining step, batch 256 x seq 128
-      bf16, ran 2.8% faster (52.8 against 54.3 ms) and compiled in 21.5 s instead of 32.0 s
-      (no Triton GEMM autotuning). NVIDIA's JAX-Toolbox images set it too.
+  --xla_gpu_enable_triton_gemm=false   every GEMM on cuBLAS, none as a Triton fusion: base's
+      pretraining step ran a little faster and compiled in two thirds of the time (no Triton
+      GEMM autotuning); NVIDIA's JAX-Toolbox images set it too.
 
 On machines with no accelerator (no TPU chip, no NVIDIA or AMD GPU):
 
   --xla_backend_optimization_level=2   LLVM's -O2 for the code XLA:CPU generates, instead of
       -O3. The matmuls are library calls either way; what -O3 adds to the generated loops
-      (dropout's threefry, the elementwise fusions) took compile time and gave nothing back.
-      On a 2-core CPU (benchmarks/README.md, 2026-11-27) a MiniLM fine-tuning train step
-      compiled in 7.6-8.4 s instead of 10.3-14.4 s, ran as fast (623-632 against 623-648
-      ms at length 16) and gave bit-identical parameters.
+      (dropout's threefry, the elementwise fusions) took compile time and gave nothing back:
+      a fine-tuning train step compiled faster, ran as fast and gave bit-identical parameters.
+
+The figures of both are in benchmarks/README.md's results table ("XLA flag defaults").
 
 A flag the environment's XLA_FLAGS already names is left as the user gave it (for example
 XLA_FLAGS=--xla_gpu_enable_triton_gemm=true brings the Triton GEMMs back). The programs apply
