@@ -394,3 +394,48 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
     keep, keep_prob = keep_mask(dropout_rng, dropout_rate, probs.shape)
     probs = jnp.where(keep, probs / keep_prob, 0.0).astype(dtype)
   return jnp.einsum("bhqk,bkhd->bqhd", probs, value)
+
+
+def local_attention(query: jax.Array, key: jax.Array, value: jax.Array, segments: jax.Array,
+                    window: int, *, dropout_rate: float, deterministic: bool,
+                    dropout_rng: Optional[jax.Array], dtype: Dtype) -> jax.Array:
+  """Sliding-window self-attention computed by blocks: the dense mask's result, in memory
+  linear in the length.
+
+  Each query attends to the keys at most `window` columns away that share its example
+  (`segments`: input_mask, padding queries attending to every real key, as attention_mask
+  has them). Queries go in blocks of `window`; a block's keys are the 3 x window columns
+  around it, so the scores are [batch, blocks, heads, window, 3 window] instead of
+  [batch, heads, len, len].
+
+  Args:
+    query, key, value: [batch, len, heads, head_dim].
+    segments: int [batch, len], 0 at padding, the example's number elsewhere.
+    window: the largest distance attended (BertConfig.local_window // 2), >= 1.
+    dropout_rate, deterministic, dropout_rng, dtype: as dot_product_attention's.
+
+  Returns:
+    [batch, len, heads, head_dim].
+  """
+  b, s, h, d = query.shape
+  blocks = -(-s // window)
+  tail = blocks * window - s
+  span = jnp.arange(blocks)[:, None] * window + jnp.arange(3 * window)  # [blocks, 3 w]
+  pad = lambda x, value=0: jnp.pad(  # noqa: E731
+      x, ((0, 0), (window, tail + window)) + ((0, 0),) * (x.ndim - 2), constant_values=value)
+  q = jnp.pad(query, ((0, 0), (0, tail), (0, 0), (0, 0))).reshape(b, blocks, window, h, d)
+  k, v = pad(key)[:, span], pad(value)[:, span]  # [batch, blocks, 3 w, heads, hd]
+  q_seg = jnp.pad(segments, ((0, 0), (0, tail))).reshape(b, blocks, window, 1)
+  k_seg = pad(segments)[:, span][:, :, None, :]  # [batch, blocks, 1, 3 w]
+  q_col = jnp.arange(blocks * window).reshape(blocks, window, 1)
+  near = jnp.abs(q_col - (span[:, None, :] - window)) <= window  # [blocks, w, 3 w]
+  allowed = (k_seg > 0) & ((q_seg == k_seg) | (q_seg == 0)) & near
+  q = q / np.sqrt(d).astype(dtype)
+  logits = jnp.einsum("bnqhd,bnkhd->bnhqk", q, k).astype(jnp.float32)
+  logits = jnp.where(allowed[:, :, None], logits, jnp.finfo(jnp.float32).min)
+  probs = jax.nn.softmax(logits, axis=-1).astype(dtype)
+  if not deterministic and dropout_rate > 0:
+    keep, keep_prob = keep_mask(dropout_rng, dropout_rate, probs.shape)
+    probs = jnp.where(keep, probs / keep_prob, 0.0).astype(dtype)
+  out = jnp.einsum("bnhqk,bnkhd->bnqhd", probs, v).reshape(b, blocks * window, h, d)
+  return out[:, :s]

@@ -129,7 +129,9 @@ class SelfAttention(nn.Module):
       q_pos = k_pos if query_positions is None else jnp.take_along_axis(
           k_pos, query_positions.astype(jnp.int32), axis=1)
       q, k = layers.rotary(q, q_pos, theta), layers.rotary(k, k_pos, theta)
-    if self.local:
+    banded = (self.local and query_positions is None and mask.segments is not None
+              and relative is None and c.local_window >= 2)
+    if self.local and not banded:  # e.g. the last layer's rows only: the dense mask, windowed
       mask = mask.windowed(c.local_window // 2, query_positions)
     bias = scale = None
     if relative is not None:  # DeBERTa's c2p and p2c terms (share_att_key: the same projections)
@@ -142,10 +144,15 @@ class SelfAttention(nn.Module):
     dropout_rng = None
     if not self.deterministic and c.attention_dropout_rate > 0:
       dropout_rng = self.make_rng("dropout")
-    y = layers.dot_product_attention(
-        q, k, v, mask.dense, impl=c.attention_impl, dropout_rate=c.attention_dropout_rate,
-        deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype),
-        bias=bias, scale=scale, kv_lengths=mask.kv_lengths, segments=mask.segments)
+    if banded:  # scores over the window only: memory linear in the length
+      y = layers.local_attention(
+          q, k, v, mask.segments, c.local_window // 2, dropout_rate=c.attention_dropout_rate,
+          deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype))
+    else:
+      y = layers.dot_product_attention(
+          q, k, v, mask.dense, impl=c.attention_impl, dropout_rate=c.attention_dropout_rate,
+          deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype),
+          bias=bias, scale=scale, kv_lengths=mask.kv_lengths, segments=mask.segments)
     y = layers.constrain(y, names)
     return layers.DenseGeneral(c.hidden_size, ("heads", "kv", "embed"), in_dims=2,
                                name="out", use_bias=c.linear_bias, **kw)(y)  # [batch, len, hidden]
