@@ -192,7 +192,8 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
       task's defaults.
   """
   # Where the data comes from: the task's files under data_dir ('tsv' for GLUE, 'json'
-  # for SQuAD, 'conll' for NER) or 'tfds' (GLUE and SQuAD).
+  # for SQuAD, 'conll' for NER), 'tfds' (GLUE and SQuAD) or 'builtin' (sentence embeddings:
+  # the scored pairs shipped with bert_jax, nothing to download).
   c.data_source = data_source
   # Folder of the task's files: GLUE's <TASK>/{train,dev,test}.tsv (CoLA/, MRPC/, SST-2/,
   # ...), SQuAD's JSON files, or NER's CoNLL train.txt, valid.txt, test.txt.
