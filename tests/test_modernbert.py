@@ -288,6 +288,14 @@ def test_tokenizer_json_bundle_fills_masks_and_embeds_as_transformers(tmp_path):
   np.testing.assert_allclose(np.asarray(got), want_mean, atol=TOL, rtol=0)
   assert convert.main(["--to", "hf", "--src", str(dst), "--dst", str(out)]) == 0
   assert (out / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+  # Its tokenizer.json is the export's own: --overwrite replaces the earlier export; beside
+  # another tokenizer's vocab.txt it would be an earlier model's, and is refused.
+  before = sorted(p.name for p in out.iterdir())
+  assert convert.main(["--to", "hf", "--src", str(dst), "--dst", str(out), "--overwrite"]) == 0
+  assert sorted(p.name for p in out.iterdir()) == before
+  (out / "vocab.txt").write_text("[PAD]\n")
+  with pytest.raises(FileExistsError, match="tokenizer.json"):
+    convert.main(["--to", "hf", "--src", str(dst), "--dst", str(out), "--overwrite"])
 
 
 def test_stable_adamw_clips_each_tensor_by_its_update_rms():

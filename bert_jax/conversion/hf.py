@@ -390,8 +390,14 @@ def check_replaceable_export(path: str) -> None:
   Raises:
     FileExistsError: naming those files; nothing is touched.
   """
-  others = sorted(e.name for e in epath.Path(path).iterdir()
-                  if not (e.is_file() and (e.name in _EXPORT_FILES or e.name.endswith(".model"))
+  entries = list(epath.Path(path).iterdir())
+  # A tokenizer.json is an export's own when it is the folder's only tokenizer (ModernBERT's
+  # exports write theirs whole); beside vocab.txt, vocab.json or a .model it is not.
+  own_tokenizer_json = not any(e.name in ("vocab.txt", "vocab.json") or e.name.endswith(".model")
+                               for e in entries)
+  others = sorted(e.name for e in entries
+                  if not (e.is_file() and (e.name in _EXPORT_FILES or e.name.endswith(".model")
+                                           or (e.name == "tokenizer.json" and own_tokenizer_json))
                           or st_modules.written_names(e.name)))
   if others:
     shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
