@@ -5,7 +5,6 @@ import re
 
 import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ from bert_jax.modeling import model_config
 from bert_jax.objectives import distill
 from bert_jax.objectives import mlm_nsp
 from bert_jax.objectives import pretrain_setup
-from bert_jax.runtime import ahead_compile
 from bert_jax.training import checkpoint as ckpt_lib
 from bert_jax.training import optimizer
 from bert_jax.training import sharding
@@ -389,19 +387,3 @@ def test_pretraining_a_batch_that_does_not_split_over_the_devices_is_refused(cor
                      r"divisible over the 8 batch shards"):
     pretrain.train(small_config(corpus, batch_size=12), str(tmp_path))
 
-
-def test_by_sharding_compiles_one_program_per_placement_of_the_same_shapes():
-  """An executable runs only on the placement it was compiled for: a function called with the
-  same shapes placed on two devices gets two programs by_sharding (the one of the first
-  placement, queued ahead, reused), where keyed by shape alone the second call fails."""
-  devices = jax.devices()
-  x = jnp.arange(8.0)
-  on = [jax.device_put(x, d) for d in devices[:2]]
-  total = ahead_compile.AheadCompiled(jax.jit(lambda a: a.sum() * 2), by_sharding=True)
-  total.ahead(ahead_compile.spec(on[0]))
-  assert [float(total(a)) for a in on] == [56.0, 56.0]
-  assert len(total._programs) == 2  # pylint: disable=protected-access
-  by_shape = ahead_compile.AheadCompiled(jax.jit(lambda a: a.sum() * 2))
-  assert float(by_shape(on[0])) == 56.0
-  with pytest.raises(ValueError):
-    by_shape(on[1])

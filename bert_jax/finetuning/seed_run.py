@@ -73,8 +73,8 @@ class SeedRun:
   def compile_ahead(self, state, batches: list, start: int, steps: int) -> None:
     """Queues the programs this seed will need next (bert_jax.runtime.ahead_compile): the
     train step of each length of `batches[start:start + steps]` after the first one (packed
-    rows: their counts are known only once packed), the eval step of each eval length, then
-    the state's checks. They compile while the steps before them run."""
+    rows: their counts are known only once packed), then the eval step of each eval length.
+    They compile while the steps before them run."""
     c = self.config
     state_spec = ahead_compile.spec(state)
     if self.pack is None:
@@ -87,8 +87,6 @@ class SeedRun:
       for b in length_buckets.first_of_each_length(eval_batches):
         self.predict_step.ahead(state_spec.params, sharding.global_batch_spec(
             length_buckets.cut(eval_set.arrays, b, task_lib.MODEL_INPUTS), self.mesh))
-    if self.ckpts is not None:  # the NaN guard and the checksums of the saves
-      train_core.compile_checks_ahead(state)
 
   def train(self, seed: int, state, position: tuple[int, int], per_seed: list, stop):
     c = self.config

@@ -105,8 +105,6 @@ def _compile_and_loop(config, workdir: str, preempt_at_step, mesh, rules, is_wri
   # -- Jitted steps (frozen params, a distillation teacher, are an input placed once) --
   train_step, eval_step, frozen = _jitted_steps(config, setup, state, state_shardings, mesh,
                                                 rules, stop)
-  if start_step < config.total_steps:  # the NaN guard and the checksums, beside the steps
-    train_core.compile_checks_ahead(state)
 
   # -- Loop ---------------------------------------------------------------------
   description = _model_description(model_cfg, data.tokenizer)  # saved with each checkpoint

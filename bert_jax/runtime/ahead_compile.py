@@ -70,10 +70,9 @@ def spec(tree: Any) -> Any:
       weak_type=jax.typeof(x).weak_type), tree)
 
 
-def _signature(args: tuple, shardings: bool = False) -> tuple:
+def _signature(args: tuple) -> tuple:
   leaves, treedef = jax.tree.flatten(args)
-  return treedef, tuple((tuple(x.shape), str(x.dtype), jax.typeof(x).weak_type)
-                        + ((getattr(x, "sharding", None),) if shardings else ()) for x in leaves)
+  return treedef, tuple((tuple(x.shape), str(x.dtype), jax.typeof(x).weak_type) for x in leaves)
 
 
 class AheadCompiled:
@@ -85,18 +84,13 @@ class AheadCompiled:
       entered around every compilation, in whichever thread runs it.
     background: whether `ahead` compiles in a background thread (None: unless the default
       backend is a GPU, see the module docstring); False: it does nothing.
-    by_sharding: whether the arguments' shardings, not only their shapes and dtypes, choose
-      the executable: for a function without fixed shardings that may be called with arrays
-      placed in more than one way (an executable runs only on the placement it was compiled
-      for).
   """
 
   def __init__(self, jitted: Callable,
                context: Callable[[], ContextManager] = contextlib.nullcontext,
-               background: Optional[bool] = None, by_sharding: bool = False):
+               background: Optional[bool] = None):
     self._jitted, self._context = jitted, context
     self._background = background
-    self._by_sharding = by_sharding
     self._programs: dict[tuple, concurrent.futures.Future] = {}
     self._lock = threading.Lock()
     self._closed = False
@@ -140,7 +134,7 @@ class AheadCompiled:
       self._background = jax.default_backend() != "gpu"
     if not self._background:
       return
-    key = _signature(specs, self._by_sharding)
+    key = _signature(specs)
     with self._lock:
       if key in self._programs or self._closed:
         return
@@ -154,7 +148,7 @@ class AheadCompiled:
     `then` (None: nothing) is called once, as soon as no tracing of this call is left:
     after lowering the program here, else before waiting for it or returning it.
     """
-    key = _signature(args, self._by_sharding)
+    key = _signature(args)
     with self._lock:
       future = self._programs.get(key)
       if future is None or future.cancel():  # never queued, or queued and not started yet

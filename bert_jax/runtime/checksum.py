@@ -14,8 +14,6 @@ from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.runtime import ahead_compile
-
 _WEIGHT, _OFFSET = np.uint32(0x9E3779B1), np.uint32(0x7F4A7C15)
 
 
@@ -57,15 +55,7 @@ def _checksum(x: jax.Array) -> jax.Array:
   return jnp.sum(bits * weight, dtype=jnp.uint32)
 
 
-# Compiled ahead of a run's first save where the run asks (compile_ahead): that save would
-# otherwise wait for its compilation, or for its load from the compilation cache.
-_checksums = ahead_compile.AheadCompiled(jax.jit(lambda leaves: [_checksum(x) for x in leaves]),
-                                         by_sharding=True)
-
-
-def compile_ahead(tree: Any) -> None:
-  """Queues the checksum program of arrays shaped and placed as `tree`'s (ahead_compile)."""
-  _checksums.ahead([ahead_compile.spec(x) for x in jax.tree.leaves(tree)])
+_checksums = jax.jit(lambda leaves: [_checksum(x) for x in leaves])
 
 
 def tree_checksums(tree: Any) -> dict[str, int]:

@@ -27,8 +27,6 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.modeling import compute_policy
-from bert_jax.runtime import ahead_compile
-from bert_jax.runtime import checksum
 
 Batch = dict[str, jax.Array]
 Sums = dict[str, jax.Array]
@@ -241,7 +239,8 @@ class NonFiniteLossError(RuntimeError):
   """The loss, gradients or train state became NaN/inf (or diverged) and the run stops."""
 
 
-def _state_is_finite_fn(state: TrainState) -> jax.Array:
+@jax.jit
+def _state_is_finite(state: TrainState) -> jax.Array:
   """Whether params and optimizer moments are finite and not diverged.
 
   One read pass: the float32 sum of squares of every floating leaf is NaN/inf
@@ -251,18 +250,6 @@ def _state_is_finite_fn(state: TrainState) -> jax.Array:
   leaves = [x for x in jax.tree.leaves((state.params, state.opt_state))
             if jnp.issubdtype(x.dtype, jnp.floating)]
   return jnp.isfinite(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
-
-
-# Compiled ahead of the first log step where the run asks (compile_checks_ahead).
-_state_is_finite = ahead_compile.AheadCompiled(jax.jit(_state_is_finite_fn), by_sharding=True)
-
-
-def compile_checks_ahead(state: TrainState) -> None:
-  """Queues the programs that check and save a state shaped and placed as `state` (the NaN
-  guard, the checkpoint's checksums): compiled while the steps run (ahead_compile), not when
-  the first log step and the first save wait for them."""
-  _state_is_finite.ahead(ahead_compile.spec(state))
-  checksum.compile_ahead(state)
 
 
 def check_finite(state: TrainState, step: int, on_nan: str, last_checkpoint: str) -> int:
