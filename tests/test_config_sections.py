@@ -128,7 +128,8 @@ def test_each_recipe_is_a_config_pretraining_accepts(variant):
                         "roberta": ("mlm", "full_sentences", "roberta"),
                         "albert": ("mlm_sop", "sop", "albert"),
                         "electra": ("electra", "full_sentences", "electra"),
-                        "deberta": ("mlm", "full_sentences", "deberta-v2")}
+                        "deberta": ("mlm", "full_sentences", "deberta-v2"),
+                        "modernbert": ("mlm", "full_sentences", "modernbert")}
   deberta = pretrain_setup.variant_model_config(module.get_config(f"{variant},recipe=deberta"), 300)
   assert (deberta.position_buckets, deberta.absolute_positions, deberta.type_vocab_size) == (
       256, False, 0)
@@ -146,7 +147,8 @@ def test_config_help_lists_every_key_with_its_comment_and_default():
   assert text.splitlines()[0].endswith(f"{len(keys)} keys; override one with --config.KEY=VALUE")
   assert "seq_len = 128\n    Tokens per sequence (static).\n" in text
   # A section key carries its section's comment, not the tiny variant's override note.
-  assert "optimizer.name = 'lamb'\n    'adamw' (BERT) or 'lamb' (large-batch BERT).\n" in text
+  assert ("optimizer.name = 'lamb'\n    'adamw' (BERT), 'lamb' (large-batch BERT) or "
+          "'stable_adamw' (ModernBERT: AdamW with per-tensor update clipping).\n") in text
   assert "(no comment)" not in text
   assert len(text.splitlines()) == 1 + 2 * len(keys)
 

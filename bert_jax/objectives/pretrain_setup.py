@@ -76,14 +76,17 @@ def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.So
               "keep_checkpoints"):
     if config[key] <= 0:
       bad(f"{key} must be positive, got {config[key]}")
-  max_pos = model_config_lib.BertConfig.max_position_embeddings
-  if config.seq_len > max_pos:
-    bad(f"seq_len {config.seq_len} exceeds the model's max positions {max_pos}")
   if config.data.max_predictions_per_seq > config.seq_len:
     bad(f"data.max_predictions_per_seq {config.data.max_predictions_per_seq} > seq_len "
         f"{config.seq_len}")
   if config.model_type not in members.names():
     bad(f"model_type {config.model_type!r} not in {list(members.names())}")
+  # The member's positions (ModernBERT's released sizes take 8,192; BERT's 512); the vocab
+  # size, not known yet, does not change them.
+  max_pos = model_config_lib.for_pretraining(model_config_lib.variant(config.variant, 1),
+                                             config.model_type, 0).max_position_embeddings
+  if config.seq_len > max_pos:
+    bad(f"seq_len {config.seq_len} exceeds the model's max positions {max_pos}")
   names = objective_registry.names()
   if config.objective not in names:
     bad(f"objective {config.objective!r} not in {names}")
