@@ -104,8 +104,10 @@ pretrain.main(sys.argv[2:])
     # The file past the limit is named where the failing writer names it (TensorStore does).
     ("checkpoint", r"saving a checkpoint to \S+/checkpoints failed \(\w+: File too large"
                    r"( \(\S+/checkpoints/\S+\))?\)"),
-    ("export", r"writing the export to \S+/export failed \(\w+: File too large"
-               r"( \(\S+/export\S*\))?\)"),
+    # The export is written beside its folder and swapped in: the file named is in the
+    # temporary sibling (.export.partial-...).
+    ("export", r"writing (the export to )?\S+/export failed \(\w+: File too large"
+               r"( \(\S+/\.?export\S*\))?\)"),
 ])
 def test_a_failed_write_ends_the_program_non_zero_in_one_line(corpus, tmp_path, writer, named):
   workdir = tmp_path / "w"

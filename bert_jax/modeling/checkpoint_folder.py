@@ -122,11 +122,24 @@ def committed_steps(directory: epath.PathLike) -> list[int]:
   folder in which no step has the marker was written by an Orbax that wrote
   none on this filesystem: there, the finalized name and both items suffice.)
   """
-  path = epath.Path(directory)
+  # A listing can see only the step that a run deletes right after it commits the next one:
+  # when none of the steps listed is whole, the folder is listed again.
+  for _ in range(_LISTINGS):
+    steps, found = _committed_steps_once(epath.Path(directory))
+    if found or not steps:
+      return found
+  return found
+
+
+_LISTINGS = 5
+
+
+def _committed_steps_once(path: epath.Path) -> tuple[dict, list[int]]:
+  """(the step folders listed, those committed and whole): committed_steps' one look."""
   try:
     steps = {int(p.name): p for p in path.iterdir() if p.name.isdigit()}
   except FileNotFoundError:
-    return []
+    return {}, []
   marker = ocp.path.atomicity_types.COMMIT_SUCCESS_FILE
 
   def has(p: epath.Path, name: str) -> bool:
@@ -139,7 +152,7 @@ def committed_steps(directory: epath.PathLike) -> list[int]:
   marked = {s for s, p in whole.items() if has(p, marker)}
   if marked or any(has(p, marker) for p in steps.values()):
     whole = {s: whole[s] for s in marked}
-  return sorted(s for s, p in whole.items() if _finalized(p))
+  return steps, sorted(s for s, p in whole.items() if _finalized(p))
 
 
 def _finalized(step_dir: epath.Path) -> bool:
