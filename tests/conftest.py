@@ -25,6 +25,11 @@ os.environ["XLA_FLAGS"] = (
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+# PyPI's Linux torch is a CUDA build that brings triton, and transformers' generation code
+# imports torch._dynamo, which imports triton: triton's native libraries crash the process
+# (a segmentation fault in triton/knobs.py) beside JAX's and TensorFlow's. The suite runs on
+# the CPU and never uses triton, so it imports as missing here (torch then runs without it).
+sys.modules.setdefault("triton", None)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402

@@ -25,13 +25,16 @@ from bert_jax.runtime.json_file import read_json
 MODULES_FILE = "modules.json"
 SETTINGS_FILE = "sentence_bert_config.json"
 PROMPTS_FILE = "config_sentence_transformers.json"
-_PACKAGE = "sentence_transformers.models."
+_PACKAGE = "sentence_transformers.models."  # what an export writes (every release reads it)
+_PACKAGE_ROOT = "sentence_transformers."
 # Pooling's config keys, by the mode a bundle records.
 _MODE_KEYS = {"cls": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
               "max": "pooling_mode_max_tokens",
               "mean_sqrt_len": "pooling_mode_mean_sqrt_len_tokens",
               "weightedmean": "pooling_mode_weightedmean_tokens",
               "lasttoken": "pooling_mode_lasttoken"}
+# Pooling's mode names in releases that save them by name, where they differ from a bundle's.
+_MODE_NAMES = {"mean_sqrt_len_tokens": "mean_sqrt_len"}
 # Dense's activation_function (a torch class path), by the name a bundle records.
 _ACTIVATIONS = {"identity": "torch.nn.modules.linear.Identity",
                 "tanh": "torch.nn.modules.activation.Tanh",
@@ -58,12 +61,17 @@ def _pooling_mode(src: epath.Path, module: dict, hidden_size: int) -> str:
   modes = [mode for mode, key in _MODE_KEYS.items() if cfg.get(key)]
   unknown = sorted(k for k, v in cfg.items() if k.startswith("pooling_mode_") and v
                    and k not in _MODE_KEYS.values())
+  # Later releases save the modes by name: "pooling_mode": "mean" (or a list of them).
+  named = cfg.get("pooling_mode")
+  for name in [named] if isinstance(named, str) else named or []:
+    mode = _MODE_NAMES.get(name, name)
+    (modes if mode in _MODE_KEYS else unknown).append(mode if mode in _MODE_KEYS else name)
   if unknown:
     _refuse(src, module, f"pools by {', '.join(unknown)}, which bert_jax cannot compute")
   if len(modes) != 1:
     _refuse(src, module, f"pools by {' and '.join(modes) or 'no mode'}; bert_jax computes one "
             f"mode at a time ({', '.join(_MODE_KEYS)}), not several concatenated")
-  dim = cfg.get("word_embedding_dimension", hidden_size)
+  dim = cfg.get("word_embedding_dimension", cfg.get("embedding_dimension", hidden_size))
   if dim != hidden_size:
     _refuse(src, module, f"pools vectors of {dim} but the model's hidden size is {hidden_size}")
   return modes[0]
@@ -131,7 +139,11 @@ def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
     raise ValueError(f"{root / MODULES_FILE}: expected a list of modules, got {modules!r}")
   kinds = []
   for module in modules:
-    kind = str(module.get("type", "")).removeprefix(_PACKAGE)
+    # The class by its name: sentence-transformers 5.1 saves `sentence_transformers.models.Pooling`,
+    # later releases the class's module path (`sentence_transformers.base.modules.pooling.Pooling`).
+    kind = str(module.get("type", ""))
+    if kind.startswith(_PACKAGE_ROOT):
+      kind = kind.rsplit(".", 1)[-1]
     if kind not in ("Transformer", "Pooling", "Dense", "Normalize"):
       _refuse(root, module, "is not a module bert_jax computes (Transformer, Pooling, Dense, "
               "Normalize)")
