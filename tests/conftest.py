@@ -4,6 +4,7 @@ XLA_FLAGS must be set before JAX is imported anywhere, so it lives here.
 """
 import os
 import pathlib
+import signal
 import sys
 
 # Tests import the config files (`from configs import pretrain`) and their helpers (`from tests
@@ -30,6 +31,13 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 # (a segmentation fault in triton/knobs.py) beside JAX's and TensorFlow's. The suite runs on
 # the CPU and never uses triton, so it imports as missing here (torch then runs without it).
 sys.modules.setdefault("triton", None)
+# A suite started by nohup, or as a background job of a non-interactive shell, inherits SIGHUP,
+# SIGINT and SIGQUIT ignored, and the programs it starts would too (an ignored signal stays
+# ignored, as documented): the tests that send them expect a terminal's defaults.
+for _signal in (signal.SIGHUP, signal.SIGINT, signal.SIGQUIT):
+  if signal.getsignal(_signal) == signal.SIG_IGN:
+    signal.signal(_signal, signal.default_int_handler if _signal == signal.SIGINT
+                  else signal.SIG_DFL)
 
 import jax  # noqa: E402
 import pytest  # noqa: E402
