@@ -192,13 +192,18 @@ def _call(kernel, rows: int, hidden: int, row_inputs: int, vectors: int, outputs
       compiler_params=pl_triton.CompilerParams(num_warps=4, num_stages=1))(*operands)
 
 
-def _local_forward(x, residual, scale, bias, seed, row_offset, *, rate, eps):
-  """The forward kernel on this shard's [..., hidden]: (out, mean [rows], rstd [rows])."""
+def _geometry(x, seed, row_offset) -> tuple:
+  """A shard's launch: (hidden, rows, rows per block, blocks, the kernel's four seed words)."""
   hidden = x.shape[-1]
   rows = int(np.prod(x.shape[:-1]))
   block_rows = _block_rows(hidden)
-  grid = -(-rows // block_rows)
   seed4 = jnp.stack([seed[0], seed[1], row_offset.astype(jnp.uint32), jnp.uint32(0)])
+  return hidden, rows, block_rows, -(-rows // block_rows), seed4
+
+
+def _local_forward(x, residual, scale, bias, seed, row_offset, *, rate, eps):
+  """The forward kernel on this shard's [..., hidden]: (out, mean [rows], rstd [rows])."""
+  hidden, rows, block_rows, grid, seed4 = _geometry(x, seed, row_offset)
   kernel = functools.partial(_forward_kernel, hidden=hidden, rate=rate, eps=eps,
                              block_rows=block_rows, rows_total=rows)
   outputs = (jax.ShapeDtypeStruct((rows, hidden), residual.dtype),
@@ -211,11 +216,7 @@ def _local_forward(x, residual, scale, bias, seed, row_offset, *, rate, eps):
 
 def _local_backward(x, residual, scale, mean, rstd, g, seed, row_offset, *, rate):
   """The backward kernel on this shard: (dx, dresidual, dscale and dbias partials [blocks, H])."""
-  hidden = x.shape[-1]
-  rows = int(np.prod(x.shape[:-1]))
-  block_rows = _block_rows(hidden)
-  grid = -(-rows // block_rows)
-  seed4 = jnp.stack([seed[0], seed[1], row_offset.astype(jnp.uint32), jnp.uint32(0)])
+  hidden, rows, block_rows, grid, seed4 = _geometry(x, seed, row_offset)
   kernel = functools.partial(_backward_kernel, hidden=hidden, rate=rate, block_rows=block_rows,
                              rows_total=rows)
   outputs = (jax.ShapeDtypeStruct((rows, hidden), x.dtype),
