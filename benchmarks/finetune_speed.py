@@ -45,7 +45,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import finetune_reference as ref  # noqa: E402  pylint: disable=g-import-not-at-top
 
 METHODS = ("bert_jax", "hf_dynamic", "hf_pad_max")
-_PRIMARY = {"cola": "matthews_corrcoef", "mrpc": "f1", "rte": "accuracy", "stsb": "pearson"}
+_PRIMARY = {"cola": "matthews_corrcoef", "sst2": "accuracy", "mrpc": "f1", "qqp": "f1",
+            "qnli": "accuracy", "rte": "accuracy", "stsb": "pearson"}
 
 
 def hf_epoch_seconds(log_path: str, total_steps: int) -> float:

@@ -314,3 +314,23 @@ def test_gpu_variants_skip_what_the_budget_cannot_hold(capsys):
   out = capsys.readouterr().out  # in the table, each with the reason (a warm start: two runs)
   assert "| baseline | skipped: 60 s left of the budget, it needs about 150 s |" in out
   assert "| warm_start | skipped: 60 s left of the budget, it needs about 300 s |" in out
+
+
+def test_glue_standin_writes_sst2_files_that_the_glue_reader_takes(tmp_path):
+  import glue_standin  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text(" ".join(f"word{i % 97}" for i in range(5000)) + ".\n", encoding="utf-8")
+  for out in ("a", "b"):
+    assert glue_standin.main(["--corpus", str(corpus), "--out", str(tmp_path / out)]) == 0
+  for split in ("train", "dev"):
+    first = (tmp_path / "a" / "SST-2" / f"{split}.tsv").read_bytes()
+    assert first == (tmp_path / "b" / "SST-2" / f"{split}.tsv").read_bytes()  # seeded
+  task = glue.get_task("sst2")
+  train = glue.read_tsv(task, str(tmp_path / "a"), "train")
+  dev = glue.read_tsv(task, str(tmp_path / "a"), "dev")
+  assert (len(train), len(dev)) == (67_349, 872)
+  words = np.array([len(e.text_a.split()) for e in train])
+  assert 1 <= words.min() and words.max() <= 52 and 6 < words.mean() < 11
+  assert 15 < np.mean([len(e.text_a.split()) for e in dev]) < 24
+  assert 0.5 < np.mean([int(e.label) for e in train]) < 0.62
