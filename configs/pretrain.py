@@ -32,7 +32,11 @@ trapezoidal schedule):
   python -m bert_jax.pretrain --config configs/pretrain.py:tiny,recipe=modernbert --workdir DIR
 
 Expected: 300 steps as the quick start's, the loss about 5.4 and the MLM accuracy about 0.20 at
-step 300 (seed 0); about the quick start's time.
+step 300 (seed 0); about the quick start's time. Its second phase, the context extension (base
+and large: 8,192 tokens at a lower constant rate, from phase 1's checkpoint):
+
+  python -m bert_jax.pretrain --config configs/pretrain.py:base,recipe=modernbert,phase2 \
+      --workdir DIR2 --config.init_checkpoint=DIR/checkpoints
 
 RoBERTa's recipe (full sentences, MLM only, packing, Adam b2 0.98, 8K batches by accumulation
 for base and large):
@@ -354,7 +358,10 @@ def get_config(arg=None):
     # Hidden dropout stays the variant's.
     c.model.attention_dropout_rate = 0.0
 
-  if options.phase2:
+  if options.phase2 and recipes[options.recipe].pretrain_phase2:
+    # The member's own second phase (ModernBERT's: the context extension to 8,192 tokens).
+    recipes[options.recipe].pretrain_phase2(c)
+  elif options.phase2:
     c.seq_len = 512
     c.data.max_predictions_per_seq = 80
     c.total_steps = max(1, steps // 9)  # BERT: 90% of steps at 128, 10% at 512.

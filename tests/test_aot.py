@@ -111,6 +111,35 @@ def test_the_fused_attention_recipe_compiles_splash_attention_for_a_tpu():
   assert topology_compile.for_target(bert, "tpu").model.attention_impl == "auto"
 
 
+@pytest.mark.slow
+@needs_libtpu
+def test_modernbert_compiles_splash_attention_with_local_masks_for_a_v5e(monkeypatch):
+  """ModernBERT on a TPU ('auto' resolved for the target): its global layers run splash
+  attention with the full mask, its local layers the kernel's local mask (64 columns each
+  side), in the compiled step."""
+  from bert_jax.modeling import splash_attention  # pylint: disable=g-import-not-at-top
+  windows = []
+  kernel = splash_attention._kernel  # pylint: disable=protected-access
+  monkeypatch.setattr(splash_attention, "_kernel",
+                      lambda h, n, w=None: windows.append(w) or kernel(h, n, w))
+  devices, chip = topology_compile.topology_devices("v5e:2x2")
+  # mini: 4 layers, 0 and 3 global, 1 and 2 local; pretraining's last layer computes the
+  # masked rows only (XLA's attention), so the kernels are layers 0 to 2's.
+  config = pretrain_config.get_config("mini,recipe=modernbert")
+  config.update(dict(batch_size=8, seq_len=512))
+  config.data.max_predictions_per_seq = 154
+  config.mesh.update(dict(shape=(1, -1, 1), preset="fsdp"))
+  out = topology_compile.compile_train_step(config, devices, vocab_size=30522)
+  cfg = out["model_config"]
+  assert cfg.attention_impl == "splash"
+  assert [cfg.is_local(i) for i in range(4)] == [False, True, True, False]
+  assert sorted(windows, key=str) == [64, 64, None]  # at 512 tokens, 4 heads
+  text = out["compiled"].as_text()
+  assert "splash_mha_fwd" in text and "splash_mha_dkv" in text
+  mem = topology_compile.memory_report(out["compiled"])
+  assert 0 < mem["peak"] < chip.hbm_bytes
+
+
 @pytest.mark.parametrize("recipe", ["electra", "deberta", "albert", "roberta"])
 def test_family_analytic_flops_match_the_lowered_step(recipe):
   """Each member's FLOPs per token (MFU, equal-compute comparisons) count what its step

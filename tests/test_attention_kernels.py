@@ -1,5 +1,7 @@
 """Attention kernels: none accepts an attention dropout it does not apply, and
 'auto' picks the kernel the run header names."""
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,6 +100,104 @@ def test_splash_attention_computes_the_dense_masks_attention(packed, monkeypatch
   for a, b in zip(*grads):
     np.testing.assert_allclose(a, b, atol=2e-6)
   assert "splash_attention" in jax.jit(lambda *x: attend("splash", *x)).lower(q, k, v).as_text()
+
+
+def _segments(length, packed):
+  """Example numbers [2, length]: row 0 one example of 20 tokens then padding (most of its
+  padding queries farther than any window from a real token); row 1 one example, or with
+  `packed` two examples split at a third of the row and 7 padding columns."""
+  segments = np.ones((2, length), np.int32)
+  segments[0, 20:] = 0
+  if packed:
+    segments[1, length // 3:] = 2
+    segments[1, length - 7:] = 0
+  return jnp.asarray(segments)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+@pytest.mark.parametrize("half, length", [
+    (64, 128), (64, 384),  # ModernBERT's window (128 tokens): length equal to it and above
+    (192, 256),  # a 384-token window: below it, then equal and above
+    pytest.param(192, 384, marks=pytest.mark.slow), pytest.param(192, 512, marks=pytest.mark.slow),
+])
+def test_splash_local_window_computes_the_xla_paths_attention(half, length, packed,
+                                                               monkeypatch):
+  """The local layers' splash kernel (its local mask, Pallas's interpreter on the CPU):
+  values and gradients of the real tokens as the blocked path that runs off a TPU and as
+  the dense mask cut to the window (|q - k| <= half, transformers' ModernBERT convention)
+  run by XLA; padding outputs are finite (a padding query far from the real tokens attends
+  to padding keys there, not to nothing)."""
+  from bert_jax.modeling import splash_attention  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(splash_attention, "interpret", True)
+  windows = []
+  kernel = splash_attention._kernel  # pylint: disable=protected-access
+  monkeypatch.setattr(splash_attention, "_kernel",
+                      lambda h, n, w=None: windows.append(w) or kernel(h, n, w))
+  q, k, v = _qkv(length=length, head_dim=16)
+  segments = _segments(length, packed)
+  real = np.asarray(segments) > 0
+  kw = dict(dropout_rate=0.0, deterministic=True, dropout_rng=None, dtype=jnp.float32)
+
+  def local(impl, q, k, v):
+    return layers.local_attention(q, k, v, segments, half, impl=impl, **kw)
+
+  def dense(q, k, v):
+    mask = layers.AttentionMask(layers.attention_mask(segments)).windowed(half)
+    return jax.nn.dot_product_attention(q, k, v, mask=mask.dense, implementation="xla")
+
+  ours = local("splash", q, k, v)
+  assert windows == [half]  # the kernel ran, with the local mask
+  assert np.isfinite(np.asarray(ours)).all()
+  for other in (local("xla", q, k, v), dense(q, k, v)):
+    np.testing.assert_allclose(ours[real], other[real], atol=1e-5, rtol=0)
+  grads = [jax.grad(lambda *x, f=f: (f(*x)[real] ** 2).sum(), argnums=(0, 1, 2))(q, k, v)
+           for f in (functools.partial(local, "splash"), dense)]
+  for a, b in zip(*grads):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=0)
+
+
+def test_splash_local_window_leaves_lengths_it_cannot_take_to_the_blocks():
+  """A length below the kernel's 128-column blocks (a fine-tuning bucket shorter than
+  ModernBERT's window) is not splash's: the blocked path computes it, as the dense mask."""
+  assert layers.attention_kernel("splash", False, jnp.float32, False, 16,
+                                 shapes=((2, 64, 2, 16), 64)) == "xla"
+  q, k, v = _qkv(length=64, head_dim=16)
+  segments = _segments(64, packed=True)
+  ours = layers.local_attention(q, k, v, segments, 64, impl="splash", dropout_rate=0.0,
+                                deterministic=True, dropout_rng=None, dtype=jnp.float32)
+  mask = layers.AttentionMask(layers.attention_mask(segments)).windowed(64)
+  real = np.asarray(segments) > 0
+  np.testing.assert_allclose(
+      ours[real], jax.nn.dot_product_attention(q, k, v, mask=mask.dense)[real], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_modernbert_with_splash_attention_computes_the_xla_model(monkeypatch):
+  """A 3-layer ModernBERT (layers 0 global, 1 and 2 local) on packed, padded rows of 256:
+  with attention_impl 'splash' (the interpreter) the global layers run the full mask and the
+  local ones the local mask, and the real tokens' outputs are the XLA path's."""
+  from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import splash_attention  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(splash_attention, "interpret", True)
+  windows = []
+  kernel = splash_attention._kernel  # pylint: disable=protected-access
+  monkeypatch.setattr(splash_attention, "_kernel",
+                      lambda h, n, w=None: windows.append(w) or kernel(h, n, w))
+  cfg = model_config.for_pretraining(
+      model_config.BertConfig(vocab_size=64, hidden_size=32, num_layers=3, num_heads=2,
+                              intermediate_size=64, max_position_embeddings=256),
+      "modernbert", 0)
+  assert [cfg.is_local(i) for i in range(3)] == [False, True, True]
+  segments = _segments(256, packed=True)
+  ids = (jnp.arange(512, dtype=jnp.int32).reshape(2, 256) * 7 + 3) % 64 * (segments > 0)
+  outs = []
+  for impl in ("splash", "xla"):
+    m = model_lib.BertModel(cfg.replace(attention_impl=impl))
+    params = m.init(jax.random.PRNGKey(0), ids, segments, jnp.zeros_like(ids))
+    outs.append(m.apply(params, ids, segments, jnp.zeros_like(ids))["sequence_output"])
+  assert sorted(windows, key=str)[:1] == [64] and None in windows
+  real = np.asarray(segments) > 0
+  np.testing.assert_allclose(outs[0][real], outs[1][real], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("impl, rate, message, backend_that_can", [

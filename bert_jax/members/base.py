@@ -102,6 +102,9 @@ class Member:
       settings apply (batch, steps and rate stay the variant's, sized for short runs on small
       machines); base and large also take the paper's batch, steps and rate. The default
       trains the config as built (BERT's MLM + NSP on sentence pairs).
+    pretrain_phase2: the second phase of the member's pretraining (`...,phase2`), applied
+      in place after pretrain_recipe, or None for BERT's (seq 512 for a ninth of the steps);
+      it starts from phase 1's checkpoint (init_checkpoint).
   """
   model_type: str
   hf_keys: Mapping[str, str]
@@ -124,6 +127,7 @@ class Member:
   head_transform: bool = False
   recipe_name: Optional[str] = None
   pretrain_recipe: Callable[[Any], None] = _as_built
+  pretrain_phase2: Optional[Callable[[Any], None]] = None
 
   @property
   def has_discriminator(self) -> bool:

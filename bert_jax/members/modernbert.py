@@ -84,6 +84,33 @@ def pretrain_recipe(c) -> None:
     c.data.max_predictions_per_seq = 308
 
 
+def pretrain_phase2(c) -> None:
+  """ModernBERT's context extension (configs/pretrain.py:VARIANT,recipe=modernbert,phase2),
+  from phase 1's checkpoint (init_checkpoint), applied after pretrain_recipe."""
+  # arXiv:2412.13663 Sec. 2.2, "Context Length Extension": after 1.7T tokens at 1,024, the
+  # native length goes to 8,192 with the global layers' RoPE theta at 160,000 (the local
+  # layers' stays 10,000) for 300B more tokens at a lower learning rate: constant, then a
+  # 1 - sqrt decay. `build` gives the global layers 160,000 in both phases (the released
+  # model's value; rope_theta is part of a checkpoint's architecture), so this phase
+  # changes the length, the steps and the schedule.
+  phase1_len = c.seq_len
+  # Base and large: the released 8,192 positions; smaller variants extend to their 512.
+  c.seq_len = 8192 if c.variant in ("base", "large") else 512
+  c.data.max_predictions_per_seq = -(-c.seq_len * 3 // 10)  # 30 % masking, as phase 1
+  # 300B tokens after 1.7T: phase 1's tokens x 3 / 17 at the variant's batch.
+  c.total_steps = max(1, round(c.total_steps * phase1_len / c.seq_len * 3 / 17))
+  # The moments start over from init_checkpoint's params: a short warmup, as BERT's phase 2.
+  c.warmup_steps = max(1, c.warmup_steps // 10)
+  if c.variant in ("base", "large"):
+    # The same section: 3e-4 for base (8e-4 in phase 1) and 5e-5 for large, held constant
+    # and decayed at the end (optimizer.schedule 'trapezoidal': 1 - sqrt over the last tenth
+    # of the steps; the paper decays over the last 50B of 300B tokens).
+    c.learning_rate = 3e-4 if c.variant == "base" else 5e-5
+    c.optimizer.schedule = "trapezoidal"
+  else:
+    c.learning_rate *= 3 / 8  # base's ratio of the phase-2 to the phase-1 rate
+
+
 MEMBER = base.Member(
     model_type="modernbert",
     hf_keys={"vocab_size": "vocab_size", "hidden_size": "hidden_size",
@@ -136,4 +163,5 @@ MEMBER = base.Member(
     fused_qkv=True,
     head_transform=True,
     recipe_name="modernbert",
-    pretrain_recipe=pretrain_recipe)
+    pretrain_recipe=pretrain_recipe,
+    pretrain_phase2=pretrain_phase2)

@@ -398,7 +398,8 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array,
 
 def local_attention(query: jax.Array, key: jax.Array, value: jax.Array, segments: jax.Array,
                     window: int, *, dropout_rate: float, deterministic: bool,
-                    dropout_rng: Optional[jax.Array], dtype: Dtype) -> jax.Array:
+                    dropout_rng: Optional[jax.Array], dtype: Dtype,
+                    impl: str = "einsum") -> jax.Array:
   """Sliding-window self-attention computed by blocks: the dense mask's result, in memory
   linear in the length.
 
@@ -406,17 +407,26 @@ def local_attention(query: jax.Array, key: jax.Array, value: jax.Array, segments
   (`segments`: input_mask, padding queries attending to every real key, as attention_mask
   has them). Queries go in blocks of `window`; a block's keys are the 3 x window columns
   around it, so the scores are [batch, blocks, heads, window, 3 window] instead of
-  [batch, heads, len, len].
+  [batch, heads, len, len]. Where `impl` picks splash attention (attention_kernel), the
+  kernel runs with its local mask instead (splash_attention.local_segment_ids: padding
+  queries attend to padding keys there; real queries as here).
 
   Args:
     query, key, value: [batch, len, heads, head_dim].
     segments: int [batch, len], 0 at padding, the example's number elsewhere.
     window: the largest distance attended (BertConfig.local_window // 2), >= 1.
     dropout_rate, deterministic, dropout_rng, dtype: as dot_product_attention's.
+    impl: BertConfig.attention_impl; 'splash' or 'auto' on a TPU take the kernel where it
+      applies, anything else the blocks.
 
   Returns:
     [batch, len, heads, head_dim].
   """
+  use_dropout = not deterministic and dropout_rate > 0.0
+  if attention_kernel(impl, use_dropout, dtype, False, query.shape[-1],
+                      shapes=(query.shape, key.shape[1])) == "splash":
+    q_seg, kv_seg = splash_attention.local_segment_ids(segments)
+    return splash_attention.attention(query, key, value, q_seg, kv_seg, window=window)
   b, s, h, d = query.shape
   blocks = -(-s // window)
   tail = blocks * window - s

@@ -147,7 +147,8 @@ class SelfAttention(nn.Module):
     if banded:  # scores over the window only: memory linear in the length
       y = layers.local_attention(
           q, k, v, mask.segments, c.local_window // 2, dropout_rate=c.attention_dropout_rate,
-          deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype))
+          deterministic=self.deterministic, dropout_rng=dropout_rng, dtype=_dtype(c.dtype),
+          impl=c.attention_impl)
     else:
       y = layers.dot_product_attention(
           q, k, v, mask.dense, impl=c.attention_impl, dropout_rate=c.attention_dropout_rate,
