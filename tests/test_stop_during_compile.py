@@ -154,10 +154,8 @@ def scoring(*args, **kwargs):
   print("scoring", flush=True)
   os.read(read, 1)
 
-evaluation.score_eval_sets = scoring
-evaluation.zero_shot(None, None, types.SimpleNamespace(params=None),
-                     types.SimpleNamespace(eval_sets=[]), None, None, None,
-                     time_split.TimeSplit(), False)
+scorer = types.SimpleNamespace(task=types.SimpleNamespace(eval_sets=[]), score=scoring)
+evaluation.zero_shot(scorer, None, time_split.TimeSplit(), False)
 """
 
 

@@ -1,8 +1,9 @@
 """Fine-tuning's evaluation: predictions over every example, the eval sets' scores (zero-shot,
 per seed, their mean), and what is written or said at the end of a run."""
+import dataclasses
 import json
 import sys
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from etils import epath
 import jax
@@ -31,7 +32,7 @@ class EvaluationStopped(Exception):
   """A stop signal arrived during an evaluation (which then stops within a batch)."""
 
 
-def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
+def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(), *,
             bucketing: bool = False, buckets: Optional[tuple[int, ...]] = None,
             stop: Optional[stop_signals.StopSignals] = None,
             on_batch: Optional[Callable[[int, int], None]] = None) -> dict:
@@ -76,58 +77,86 @@ def predict(predict_step, params, arrays: dict, batch_size: int, mesh, rules=(),
   return outputs
 
 
-def score_eval_sets(config, predict_step, params, task, buckets, mesh, rules,
-                    workdir: Optional[str], stop=None, progress: Optional[str] = None,
-                    checkpoint_written: Optional[Callable[[], None]] = None
-                    ) -> tuple[dict, list, bool]:
-  """(results of every eval set, their warnings, whether the task checks for constant
-  predictions); every process scores, files are written to `workdir` unless None;
-  `progress`: the label of the progress lines (None: none). `checkpoint_written` waits for
-  the checkpoint of `params`: called once every set is predicted, before any is scored and
-  its files written, so that the save overlaps the predictions."""
-  # A line every PROGRESS_SECONDS from a thread: the first batch compiles the program, and
-  # scoring (SQuAD's answers, NER's entities) and writing the predictions take a while too.
-  where = ["0 batches"]
-  beat = train_log.Heartbeat(progress, every=PROGRESS_SECONDS, enabled=bool(progress),
-                             file=sys.stdout, at_start=False, status=lambda: where[0])
+@dataclasses.dataclass(frozen=True)
+class Scorer:
+  """What scoring params on a task's eval sets takes: the jitted predict step, the task, how
+  its eval batches are cut (batch size, length bucketing and its lengths) and the mesh."""
+  predict_step: Any
+  task: Any
+  batch_size: int
+  bucketing: bool
+  buckets: Optional[tuple[int, ...]]
+  mesh: Any
+  rules: Any = ()
 
-  def on_batch(done, total):
-    where[0] = f"{done} of {total} batches"
-  outputs, results, warnings, checked = [], {}, [], False
-  with beat:
-    for eval_set in task.eval_sets:
-      where[0], beat.label = "0 batches", f"{progress} {eval_set.name}"
-      outputs.append(predict(predict_step, params, eval_set.arrays, config.eval_batch_size,
-                             mesh, rules, bucketing=config.length_bucketing, buckets=buckets,
-                             stop=stop, on_batch=on_batch))
-    if checkpoint_written is not None:
-      where[0], beat.label = "writing the checkpoint of the end of training", progress
-      checkpoint_written()
-    for eval_set, out in zip(task.eval_sets, outputs):
-      where[0], beat.label = "scoring the predictions", f"{progress} {eval_set.name}"
-      scores = eval_set.score(out, workdir)
-      checked |= task_lib.WARNINGS in scores
-      warnings += scores.pop(task_lib.WARNINGS, [])
-      results.update(scores)
-  return results, warnings, checked
+  def score(self, params, workdir: Optional[str], stop=None, progress: Optional[str] = None,
+            checkpoint_written: Optional[Callable[[], None]] = None) -> tuple[dict, list, bool]:
+    """(results of every eval set, their warnings, whether the task checks for constant
+    predictions); every process scores, files are written to `workdir` unless None;
+    `progress`: the label of the progress lines (None: none). `checkpoint_written` waits for
+    the checkpoint of `params`: called once every set is predicted, before any is scored and
+    its files written, so that the save overlaps the predictions."""
+    # A line every PROGRESS_SECONDS from a thread: the first batch compiles the program, and
+    # scoring (SQuAD's answers, NER's entities) and writing the predictions take a while too.
+    where = ["0 batches"]
+    beat = train_log.Heartbeat(progress, every=PROGRESS_SECONDS, enabled=bool(progress),
+                               file=sys.stdout, at_start=False, status=lambda: where[0])
+
+    def on_batch(done, total):
+      where[0] = f"{done} of {total} batches"
+    outputs, results, warnings, checked = [], {}, [], False
+    with beat:
+      for eval_set in self.task.eval_sets:
+        where[0], beat.label = "0 batches", f"{progress} {eval_set.name}"
+        outputs.append(predict(self.predict_step, params, eval_set.arrays, self.batch_size,
+                               self.mesh, self.rules, bucketing=self.bucketing,
+                               buckets=self.buckets, stop=stop, on_batch=on_batch))
+      if checkpoint_written is not None:
+        where[0], beat.label = "writing the checkpoint of the end of training", progress
+        checkpoint_written()
+      for eval_set, out in zip(self.task.eval_sets, outputs):
+        where[0], beat.label = "scoring the predictions", f"{progress} {eval_set.name}"
+        scores = eval_set.score(out, workdir)
+        checked |= task_lib.WARNINGS in scores
+        warnings += scores.pop(task_lib.WARNINGS, [])
+        results.update(scores)
+    return results, warnings, checked
 
 
-def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
-              split: time_split.TimeSplit, is_writer: bool, stop=None) -> Optional[dict]:
+@dataclasses.dataclass(frozen=True)
+class RunOutput:
+  """Where a run reports: its metrics log, its time split, its workdir, and whether this
+  process is the one that writes files and prints."""
+  logger: train_log.RunLogger
+  split: time_split.TimeSplit
+  workdir: str
+  is_writer: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportPlan:
+  """What the fine-tuned bundle holds besides its params: the model config, the init
+  checkpoint's vocabulary and tokenizer (loading.Pretrained) and the task model's record."""
+  model_cfg: Any
+  pretrained: Any
+  task_model: Any
+
+
+def zero_shot(scorer: Scorer, params, split: time_split.TimeSplit, is_writer: bool,
+              stop=None) -> Optional[dict]:
   """The eval sets' scores of the state before training, as `zero_shot_<metric>` (printed);
   None when a stop signal that came before it ended the evaluation (the first step then saves
   and stops). A signal during it ends the program at once: nothing is trained yet."""
   if is_writer:
     print("zero-shot: scoring the init checkpoint on " + ", ".join(
-        f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets)
+        f"{es.name} ({len(es.arrays['input_ids'])})" for es in scorer.task.eval_sets)
         + " before training", flush=True)
   # Nothing is trained yet: a stop signal ends the program at once (Python would run no handler
   # while the first batch compiles), and the same command starts again.
   try:
     with split.phase("eval"), stop_signals.first_compile(
         doing="scoring the init checkpoint before training", stop=stop):
-      results = score_eval_sets(config, predict_step, state.params, task, buckets, mesh,
-                                rules, None, stop, "zero-shot" if is_writer else None)[0]
+      results = scorer.score(params, None, stop, "zero-shot" if is_writer else None)[0]
   except EvaluationStopped:
     return None
   results = {f"zero_shot_{k}": v for k, v in results.items()}
@@ -137,9 +166,8 @@ def zero_shot(config, predict_step, state, task, buckets, mesh, rules,
   return results
 
 
-def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, rules, logger,
-                  split: time_split.TimeSplit, workdir: str, is_writer: bool,
-                  stop=None, ckpts=None) -> dict:
+def evaluate_seed(scorer: Scorer, seed: int, state, out: RunOutput, stop=None,
+                  ckpts=None) -> dict:
   """Scores every eval set with `state`'s params; the seed's results (logged and printed).
 
   `ckpts` (the run's TrainCheckpoints, or None): its saves, the seed's end of training among
@@ -150,17 +178,17 @@ def evaluate_seed(config, seed: int, predict_step, state, task, buckets, mesh, r
   Raises:
     EvaluationStopped: a stop signal arrived (checked before each batch).
   """
+  is_writer = out.is_writer
   if is_writer:
     print(f"seed {seed}: evaluating " + ", ".join(
-        f"{es.name} ({len(es.arrays['input_ids'])})" for es in task.eval_sets), flush=True)
-  with split.phase("eval"):
-    results, warnings, checked = score_eval_sets(config, predict_step, state.params, task,
-                                                 buckets, mesh, rules,
-                                                 workdir if is_writer else None, stop,
-                                                 f"seed {seed}: evaluating" if is_writer
-                                                 else None,
-                                                 ckpts.wait if ckpts is not None else None)
-  logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
+        f"{es.name} ({len(es.arrays['input_ids'])})" for es in scorer.task.eval_sets),
+        flush=True)
+  with out.split.phase("eval"):
+    results, warnings, checked = scorer.score(
+        state.params, out.workdir if is_writer else None, stop,
+        f"seed {seed}: evaluating" if is_writer else None,
+        ckpts.wait if ckpts is not None else None)
+  out.logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
              prefix=f"seed{seed}_eval_")
   if checked:
     results["constant_prediction"] = bool(warnings)
@@ -196,10 +224,12 @@ def mean_over_seeds(per_seed: list[dict]) -> dict:
   return summary
 
 
-def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg, pretrained,
-                  task, task_model, is_writer: bool, baselines: Optional[dict] = None) -> dict:
-  """Writes eval_results.json (and per seed), the fine-tuned bundle; prints the summary
-  and the primary metric against the baselines (`baselines`: zero-shot scores)."""
+def write_results(out: RunOutput, per_seed: list, params, task, export: Optional[ExportPlan],
+                  baselines: Optional[dict] = None) -> dict:
+  """Writes eval_results.json (and per seed), the fine-tuned bundle (none when `export` is
+  None: an evaluation only); prints the summary and the primary metric against the baselines
+  (`baselines`: zero-shot scores)."""
+  out_dir, is_writer = epath.Path(out.workdir), out.is_writer
   runs = len(per_seed)
   summary = dict(mean_over_seeds(per_seed), **(baselines or {}))
   if is_writer:
@@ -211,12 +241,13 @@ def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg
     if runs > 1:
       atomic_files.write_text(out_dir / workdir_layout.RESULTS_PER_SEED,
                               json_file.dumps_defined(per_seed, indent=2)[0])
-  if not config.eval_only:
+  if export is not None:
+    model_cfg, pretrained = export.model_cfg, export.pretrained
     bundle.save_bundle(str(out_dir / workdir_layout.EXPORT), model_lib.unstack_layers(params),
                        model_cfg.replace(scan_layers=False), pretrained.vocab,
                        pretrained.lowercase, overwrite=True,
                        info={"source": "finetune", "task": task.name,
-                             "init_checkpoint": pretrained.source, **task_model.export_info},
+                             "init_checkpoint": pretrained.source, **export.task_model.export_info},
                        tokenizer_file=pretrained.tokenizer_file)
   if runs > 1:
     for key in per_seed[0]:
@@ -231,8 +262,8 @@ def write_results(config, out_dir: epath.Path, per_seed: list, params, model_cfg
     if against:
       print(against, flush=True)
     bundle_dir = out_dir / workdir_layout.EXPORT
-    export = "" if config.eval_only else f" and the fine-tuned bundle {bundle_dir}"
-    print(f"wrote {out_dir / workdir_layout.RESULTS}{export}", flush=True)
+    written = "" if export is None else f" and the fine-tuned bundle {bundle_dir}"
+    print(f"wrote {out_dir / workdir_layout.RESULTS}{written}", flush=True)
   return summary
 
 

@@ -4,6 +4,7 @@ the run does and writes): the checkpoint, the task data, one run per seed, the r
 It lives apart from the command line so that the command answers a mistake in its flags or
 config before JAX, Flax, Orbax and the task code load.
 """
+import dataclasses
 import functools
 import json
 import sys
@@ -33,6 +34,47 @@ from bert_jax.training import sharding
 from bert_jax.training import workdir_owner
 
 time_split.compile_clock()  # compilations from here on count in the run's time split
+
+
+@dataclasses.dataclass(frozen=True)
+class _Place:
+  """Where a run computes and what it records, settled before anything loads: its workdir,
+  whether this process writes, the mesh and its rules, the config as recorded, the time split
+  and the test hook `preempt_at`."""
+  workdir: str
+  is_writer: bool
+  mesh: Any
+  rules: Any
+  config_record: dict
+  split: time_split.TimeSplit
+  preempt_at: Optional[tuple[int, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _TaskData:
+  """The task on the checkpoint's model: model config, task model, tokenizer, the task with
+  every split read and encoded, its step counts (finetune_batches.steps: train examples, steps
+  per epoch, total steps, train lengths) and the lengths its batches are cut to."""
+  model_cfg: Any
+  task_model: Any
+  tokenizer: Any
+  task: Any
+  counts: tuple
+  buckets: Optional[tuple[int, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Start:
+  """What the first seed starts from: the optimizer (finetune_setup.optimizer's tx, schedule,
+  init_fn, prng_impl), the workdir's checkpoints (None when only evaluating), the state, its
+  checkpoint's meta (None: not resumed), how it was made, and the jitted steps."""
+  optimizer: tuple
+  ckpts: Optional[ckpt_lib.TrainCheckpoints]
+  state: Any
+  meta: Optional[dict]
+  how: str
+  train_step: Any
+  predict_step: Any
 
 
 def finetune(config: ml_collections.ConfigDict, workdir: str,
@@ -70,41 +112,44 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   # From here a signal ends the program at once (nothing is trained yet); from the first step
   # on it stops the run after a save.
   stop = stop_signals.StopSignals(starting=True)
+  place = _Place(workdir, is_writer, mesh, rules, config_record, split, preempt_at)
   try:
-    return _start_and_run(config, workdir, preempt_at, split, out_dir, is_writer, mesh, rules,
-                          config_record, where, starting, stop)
+    return _start_and_run(config, place, where, starting, stop)
   finally:
     stop.restore()  # (again, for a run that failed before its first step)
 
 
-def _start_and_run(config, workdir: str, preempt_at, split, out_dir, is_writer: bool, mesh,
-                   rules, config_record: dict, where: list, starting, stop) -> dict[str, Any]:
+def _start_and_run(config, place: _Place, where: list, starting, stop) -> dict[str, Any]:
   """finetune() from loading the init checkpoint on."""
+  workdir, is_writer, split = place.workdir, place.is_writer, place.split
   with starting:
     # -- The checkpoint (read only), then the task data, every split read and encoded ----
     pretrained = loading.load_pretrained(config.init_checkpoint)
     where[0] = "reading and encoding the task data"
-    model_cfg, task_model, tokenizer, task, counts, buckets = _task_data(config, pretrained,
-                                                                         split)
-    n_train, steps_per_epoch, total_steps, train_lengths = counts
+    data = _task_data(config, pretrained, split)
+    task, model_cfg = data.task, data.model_cfg
+    n_train, steps_per_epoch, total_steps, train_lengths = data.counts
     if is_writer:
       finetune_setup.print_header(config, pretrained, model_cfg, task, total_steps,
-                                  steps_per_epoch, workdir, buckets)
+                                  steps_per_epoch, workdir, data.buckets)
       starting.touch()
     where[0] = "making the initial state"
     # -- Optimizer, initial state (this workdir's checkpoint, else the init checkpoint's
     # params) and the jitted steps (compiled once per batch shape, shared by every seed) ----
-    tx, schedule, init_fn, ckpts, state, meta, how, train_step, predict_step = _state_and_steps(
-        config, out_dir, pretrained, task, task_model, model_cfg, total_steps, mesh, rules,
-        config_record)
+    start = _state_and_steps(config, place, pretrained, data)
+  state, meta = start.state, start.meta
 
   per_seed, first_seed, position = resume = _resume_point(config, meta)
   description = loading.model_description(model_cfg, pretrained.vocab, pretrained.lowercase,
                                           tokenizer_file=pretrained.tokenizer_file)
-  logger = _run_logger(workdir, total_steps, is_writer, meta, state, how, resume)
+  logger = _run_logger(workdir, total_steps, is_writer, meta, state, start.how, resume)
+  out = evaluation.RunOutput(logger, split, workdir, is_writer)
+  scorer = evaluation.Scorer(start.predict_step, task, config.eval_batch_size,
+                             config.length_bucketing, data.buckets, place.mesh, place.rules)
 
   # -- One run per seed: epochs, a checkpoint at the end of training, evaluation -----------
-  pack, shape_limit = finetune_batches.packing(config, mesh, tokenizer, model_cfg, buckets)
+  pack, shape_limit = finetune_batches.packing(config, place.mesh, data.tokenizer, model_cfg,
+                                               data.buckets)
   stop.started()
   failed = True
   try:
@@ -113,36 +158,38 @@ def _start_and_run(config, workdir: str, preempt_at, split, out_dir, is_writer: 
     # ended the zero-shot evaluation, and the first step saved and stopped).
     baselines = meta.get("zero_shot", {}) if meta else None
     if task.zero_shot and not config.eval_only and baselines is None:
-      baselines = evaluation.zero_shot(config, predict_step, state, task, buckets, mesh, rules,
-                                       split, is_writer, stop)
-    # The logged learning rate: one compiled program, not the schedule's operations one by one.
-    run = seed_run.SeedRun(config, train_step, predict_step, jax.jit(schedule), ckpts, logger,
-                           split, task, task_lib.MODEL_INPUTS + task.label_keys, pack,
-                           train_lengths, n_train, buckets, total_steps, is_writer, mesh, rules,
-                           dict(description, config=config_record, zero_shot=baselines),
-                           preempt_at)
+      baselines = evaluation.zero_shot(scorer, state.params, split, is_writer, stop)
+    run = seed_run.SeedRun(
+        config=config, train_step=start.train_step, schedule=jax.jit(start.optimizer[1]),
+        ckpts=start.ckpts, scorer=scorer, out=out,
+        data=seed_run.TrainData(task_lib.MODEL_INPUTS + task.label_keys, train_lengths,
+                                n_train, total_steps, pack, shape_limit),
+        meta=dict(description, config=place.config_record, zero_shot=baselines),
+        preempt_at=place.preempt_at)
     if is_writer:  # from before the first step to after the export: what the workdir holds
-      workdir_owner.record_run(workdir, "finetune", "training", config_record, task=task.name,
-                               init_checkpoint=config.init_checkpoint)
-    fresh_state = functools.partial(_fresh_state, config, init_fn, tx, mesh, rules, pretrained)
-    state, stopped = _each_seed(config, run, first_seed, state, how, position, per_seed,
-                                fresh_state, stop, workdir, (pack, shape_limit))
+      workdir_owner.record_run(workdir, "finetune", "training", place.config_record,
+                               task=task.name, init_checkpoint=config.init_checkpoint)
+    fresh_state = functools.partial(_fresh_state, config, start.optimizer, place, pretrained)
+    state, stopped = run.run_seeds(first_seed, state, start.how, position, per_seed,
+                                   fresh_state, stop)
     if stopped:
       failed = False
       return stopped
     # -- Results and the fine-tuned bundle (the stop signals still caught: a signal now
     # lets them finish, so the run ends with its export or with its last checkpoint) ------
-    summary = evaluation.write_results(config, out_dir, per_seed, state.params, model_cfg,
-                                       pretrained, task, task_model, is_writer, baselines or {})
+    export = (None if config.eval_only else
+              evaluation.ExportPlan(model_cfg, pretrained, data.task_model))
+    summary = evaluation.write_results(out, per_seed, state.params, task, export,
+                                       baselines or {})
     if is_writer:
-      workdir_owner.record_run(workdir, "finetune", "finished", config_record, task=task.name,
-                               init_checkpoint=config.init_checkpoint)
+      workdir_owner.record_run(workdir, "finetune", "finished", place.config_record,
+                               task=task.name, init_checkpoint=config.init_checkpoint)
     failed = False
   finally:
     stop.restore()
     # Every writer is closed; a failed close is the run's error unless one is on its way.
-    train_log.close_all([train_step.close, predict_step.close, logger.close]
-                        + ([ckpts.close] if ckpts else []), raise_first=not failed)
+    train_log.close_all([start.train_step.close, start.predict_step.close, logger.close]
+                        + ([start.ckpts.close] if start.ckpts else []), raise_first=not failed)
   if is_writer and stop.name:
     print(f"{stop.name} arrived while the results were written; they are complete", flush=True)
   if is_writer:
@@ -150,10 +197,9 @@ def _start_and_run(config, workdir: str, preempt_at, split, out_dir, is_writer: 
   return summary
 
 
-def _task_data(config, pretrained: loading.Pretrained, split: time_split.TimeSplit) -> tuple:
-  """(model config, task model, tokenizer, task, step counts, bucket lengths): the task's
-  model on the checkpoint's, every split read and encoded, (train examples, steps per epoch,
-  total steps, train lengths) and the lengths its batches are cut to."""
+def _task_data(config, pretrained: loading.Pretrained, split: time_split.TimeSplit) -> _TaskData:
+  """The task's model on the checkpoint's, every split read and encoded, its step counts and
+  the lengths its batches are cut to."""
   model_cfg, task_model = finetune_setup.task_model_for(config, pretrained)
   with split.phase("data"):
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
@@ -163,31 +209,27 @@ def _task_data(config, pretrained: loading.Pretrained, split: time_split.TimeSpl
       config, model_cfg, counts[3],
       [length_buckets.row_lengths(es.arrays["input_mask"]) for es in task.eval_sets],
       0.0 if config.eval_only else config.num_epochs)
-  return model_cfg, task_model, tokenizer, task, counts, buckets
+  return _TaskData(model_cfg, task_model, tokenizer, task, counts, buckets)
 
 
-def _state_and_steps(config, out_dir: epath.Path, pretrained: loading.Pretrained, task,
-                     task_model, model_cfg, total_steps: int, mesh, rules,
-                     config_record: dict) -> tuple:
+def _state_and_steps(config, place: _Place, pretrained: loading.Pretrained,
+                     data: _TaskData) -> _Start:
   """The optimizer (AdamW, warmup_fraction linear warmup, linear decay, layer-wise decay),
   the first seed's state (this workdir's checkpoint, else the init checkpoint's params) and
-  the jitted steps (compiled once per batch shape, shared by every seed).
-
-  Returns:
-    (tx, schedule, init_fn, the workdir's checkpoints or None when only evaluating, state,
-    the checkpoint's meta or None, how the state was made, train step, predict step).
-  """
-  tx, schedule, init_fn, impl = finetune_setup.optimizer(config, task_model, model_cfg,
-                                                         total_steps)
+  the jitted steps (compiled once per batch shape, shared by every seed)."""
+  optimizer = finetune_setup.optimizer(config, data.task_model, data.model_cfg, data.counts[2])
+  tx, _, init_fn, _ = optimizer
   ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
-      str(out_dir / workdir_layout.FINETUNE_CHECKPOINTS), max_to_keep=config.keep_checkpoints)
+      str(epath.Path(place.workdir) / workdir_layout.FINETUNE_CHECKPOINTS),
+      max_to_keep=config.keep_checkpoints)
   state, state_shardings, meta, how = ckpt_lib.initial_state(
-      init_fn, tx, jax.random.PRNGKey(config.seed), mesh, rules, checkpoints=ckpts,
-      pretrained=pretrained, fresh_heads=_fresh_heads(config), run_config=config_record,
-      check=finetune_setup.resume_check(config, config_record, pretrained))
-  train_step, predict_step = seed_run.jitted_steps(config, task, task_model, tx, schedule,
-                                                   impl, state_shardings, mesh, rules)
-  return tx, schedule, init_fn, ckpts, state, meta, how, train_step, predict_step
+      init_fn, tx, jax.random.PRNGKey(config.seed), place.mesh, place.rules, checkpoints=ckpts,
+      pretrained=pretrained, fresh_heads=_fresh_heads(config), run_config=place.config_record,
+      check=finetune_setup.resume_check(config, place.config_record, pretrained))
+  train_step, predict_step = seed_run.jitted_steps(config, data.task, data.task_model,
+                                                   optimizer, state_shardings, place.mesh,
+                                                   place.rules)
+  return _Start(optimizer, ckpts, state, meta, how, train_step, predict_step)
 
 
 def _run_logger(workdir: str, total_steps: int, is_writer: bool, meta: Optional[dict],
@@ -202,10 +244,11 @@ def _run_logger(workdir: str, total_steps: int, is_writer: bool, meta: Optional[
   return train_log.RunLogger(workdir, total_steps, is_writer)
 
 
-def _fresh_state(config, init_fn, tx, mesh, rules, pretrained: loading.Pretrained,
+def _fresh_state(config, optimizer: tuple, place: _Place, pretrained: loading.Pretrained,
                  seed: int) -> tuple:
   """A later seed's state: the init checkpoint's params, its heads made afresh."""
-  return ckpt_lib.initial_state(init_fn, tx, jax.random.PRNGKey(seed), mesh, rules,
+  tx, _, init_fn, _ = optimizer
+  return ckpt_lib.initial_state(init_fn, tx, jax.random.PRNGKey(seed), place.mesh, place.rules,
                                 pretrained=pretrained, fresh_heads=_fresh_heads(config))
 
 
@@ -220,37 +263,3 @@ def _resume_point(config, meta: Optional[dict]) -> tuple[list, int, tuple[int, i
   if not meta:
     return [], config.seed, (0, 0)
   return list(meta["per_seed"]), int(meta["seed"]), (int(meta["epoch"]), int(meta["batch"]))
-
-
-def _each_seed(config, run: seed_run.SeedRun, first_seed: int, state, how: str,
-               position: tuple[int, int], per_seed: list, fresh_state, stop, workdir: str,
-               packing: tuple) -> tuple[Any, Optional[dict]]:
-  """Trains and evaluates each seed from `first_seed` (its state and position given; the
-  later seeds' from `fresh_state(seed)`), appending each seed's results to `per_seed`.
-
-  Returns:
-    (the last seed's trained state, None), or (state, what `finetune` returns when stopped).
-  """
-  pack, shape_limit = packing
-  runs = 1 if config.eval_only else config.seeds
-  for seed in range(first_seed, config.seed + runs):
-    if seed != first_seed:  # the first seed's state is the one made or resumed
-      state, _, _, how = fresh_state(seed)
-      position = (0, 0)
-    if run.is_writer:
-      print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
-    state = run.train(seed, state, position, per_seed, stop)
-    if run.stopped_by:
-      return state, {"stopped_by": run.stopped_by, "seed": seed, "step": int(state.step)}
-    if run.is_writer and run.compiled_lengths:
-      what, on = ("packed row counts", "packing on: ") if pack else ("sequence lengths", "")
-      print(f"seed {seed}: {on}the train step is compiled for {len(run.compiled_lengths)} "
-            f"{what} (at most {shape_limit}): {sorted(run.compiled_lengths)}", flush=True)
-    try:
-      per_seed.append(evaluation.evaluate_seed(
-          config, seed, run.predict_step, state, run.task, run.buckets, run.mesh, run.rules,
-          run.logger, run.split, workdir, run.is_writer, stop, run.ckpts))
-    except evaluation.EvaluationStopped as e:
-      return state, evaluation.stopped_in_evaluation(str(e), run.ckpts, seed, int(state.step),
-                                                     run.is_writer)
-  return state, None

@@ -15,10 +15,10 @@ import numpy as np
 
 from bert_jax.data.stream import length_buckets
 from bert_jax.finetuning import batches as finetune_batches
+from bert_jax.finetuning import evaluation
 from bert_jax.runtime import ahead_compile
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import stop_signals
-from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
 from bert_jax.tasks import task as task_lib
@@ -28,34 +28,46 @@ from bert_jax.training import sharding
 from bert_jax.training import train_core
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainData:
+  """What a seed's epochs are cut from: the arrays a batch carries (`keys` of the task's
+  training arrays), each row's length, the row count and the steps of a seed; with packing,
+  how rows are packed (`pack`) and the most packed-row counts the step compiles for."""
+  keys: tuple
+  lengths: Optional[np.ndarray]
+  n_train: int
+  total_steps: int
+  pack: Optional[dict] = None
+  shape_limit: Optional[int] = None
+
+
 @dataclasses.dataclass
 class SeedRun:
-  """The training of one seed: epochs of batches from a position, logs, checkpoints, signals.
+  """The training of each seed: epochs of batches from a position, logs, checkpoints,
+  signals, then its evaluation (`scorer`).
 
   `train` returns the trained state; after a stop signal (or `preempt_at`) it has saved
   a checkpoint at the step it stopped before and sets `stopped_by`.
   """
   config: Any
   train_step: ahead_compile.AheadCompiled
-  predict_step: ahead_compile.AheadCompiled
-  schedule: Any
+  schedule: Any  # the learning rate at a step, jitted (one program, not one per operation)
   ckpts: Optional[ckpt_lib.TrainCheckpoints]
-  logger: train_log.RunLogger
-  split: time_split.TimeSplit
-  task: Any
-  keys: tuple
-  pack: Optional[dict]
-  train_lengths: Optional[np.ndarray]
-  n_train: int
-  buckets: tuple
-  total_steps: int
-  is_writer: bool
-  mesh: Any
-  rules: Any
+  scorer: evaluation.Scorer
+  out: evaluation.RunOutput
+  data: TrainData
   meta: dict  # what every checkpoint's meta holds (model description, config)
   preempt_at: Optional[tuple[int, int]] = None
   stopped_by: Optional[str] = None
   compiled_lengths: set = dataclasses.field(default_factory=set)  # the train step's shapes
+
+  @property
+  def total_steps(self) -> int:
+    return self.data.total_steps
+
+  @property
+  def is_writer(self) -> bool:
+    return self.out.is_writer
 
   def save(self, seed: int, state, epoch: int, batch: int, per_seed: list, loop) -> None:
     """Checkpoints `state` with the position of the next batch (numbered across seeds).
@@ -75,31 +87,31 @@ class SeedRun:
     train step of each length of `batches[start:start + steps]` after the first one (packed
     rows: their counts are known only once packed), then the eval step of each eval length.
     They compile while the steps before them run."""
-    c = self.config
-    state_spec = ahead_compile.spec(state)
-    if self.pack is None:
+    scorer, state_spec = self.scorer, ahead_compile.spec(state)
+    if self.data.pack is None:
       for b in length_buckets.first_of_each_length(batches[start:start + steps])[1:]:
         self.train_step.ahead(state_spec, sharding.global_batch_spec(
-            length_buckets.cut(self.task.train_arrays, b, self.keys), self.mesh))
-    for eval_set in self.task.eval_sets:
-      eval_batches = finetune_batches.predict_batches(eval_set.arrays, c.eval_batch_size,
-                                                      c.length_bucketing, self.buckets)
+            length_buckets.cut(scorer.task.train_arrays, b, self.data.keys), scorer.mesh))
+    for eval_set in scorer.task.eval_sets:
+      eval_batches = finetune_batches.predict_batches(eval_set.arrays, scorer.batch_size,
+                                                      scorer.bucketing, scorer.buckets)
       for b in length_buckets.first_of_each_length(eval_batches):
-        self.predict_step.ahead(state_spec.params, sharding.global_batch_spec(
-            length_buckets.cut(eval_set.arrays, b, task_lib.MODEL_INPUTS), self.mesh))
+        scorer.predict_step.ahead(state_spec.params, sharding.global_batch_spec(
+            length_buckets.cut(eval_set.arrays, b, task_lib.MODEL_INPUTS), scorer.mesh))
 
   def train(self, seed: int, state, position: tuple[int, int], per_seed: list, stop):
-    c = self.config
+    c, data, task, out = self.config, self.data, self.scorer.task, self.out
+    mesh, rules = self.scorer.mesh, self.scorer.rules
     step = int(state.step)
     first_epoch, skip = position
     loop = training_loop.Loop(self.ckpts, stop, "stop", self.is_writer)
     # The ETA counts the later seeds' steps and every evaluation still to come, at the mean
     # of those done (the zero-shot one included); before any, it names them.
     later_seeds = 0 if c.eval_only else c.seed + c.seeds - 1 - seed
-    evaluation = self.split.mean("eval")
-    self.logger.plan_after(
-        later_seeds * self.total_steps, (later_seeds + 1) * (evaluation or 0.0),
-        "" if evaluation is not None else
+    mean_eval = out.split.mean("eval")
+    out.logger.plan_after(
+        later_seeds * self.total_steps, (later_seeds + 1) * (mean_eval or 0.0),
+        "" if mean_eval is not None else
         "the evaluation" if not later_seeds else f"{later_seeds + 1} evaluations")
     # Between log lines (and while the first step compiles, and during the last save) a line
     # says where training is.
@@ -114,12 +126,12 @@ class SeedRun:
     beat = train_log.Heartbeat(f"seed {seed}", enabled=self.is_writer, file=sys.stdout,
                                at_start=False, status=status)
     with beat:
-      with self.split.phase("train"):
+      with out.split.phase("train"):
         for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
           epoch_start, epoch_first_step = time.time(), step
           batches = list(finetune_batches.epoch_batches(
-              c, self.train_lengths, self.n_train, seed, epoch, self.task.sort_by_length,
-              self.buckets))
+              c, data.lengths, data.n_train, seed, epoch, task.sort_by_length,
+              self.scorer.buckets))
           start = skip if epoch == first_epoch else 0
           # The later shapes are queued once the first step's program is lowered (see
           # ahead_compile): queue_ahead is called once, by the first step or after the loop.
@@ -133,14 +145,14 @@ class SeedRun:
               self.save(seed, state, epoch, index, per_seed, loop)
               loop.stopped(f"seed {seed} step {step}")
               return state
-            batch, shape = finetune_batches.train_batch(self.task.train_arrays, self.keys,
-                                                        batches[index], self.pack)
+            batch, shape = finetune_batches.train_batch(task.train_arrays, data.keys,
+                                                        batches[index], data.pack)
             # The run's first compile: a stop signal there exits at once (nothing to save yet).
             first = (stop_signals.first_compile(stop=stop) if not self.compiled_lengths
                      else None)
             self.compiled_lengths.add(shape)
-            with sharding.mesh_context(self.mesh, self.rules):
-              batch = sharding.host_to_global(batch, self.mesh)
+            with sharding.mesh_context(mesh, rules):
+              batch = sharding.host_to_global(batch, mesh)
               with first or contextlib.nullcontext():
                 program = self.train_step.program(state, batch, then=queue_ahead)
               queue_ahead = None
@@ -149,7 +161,7 @@ class SeedRun:
             loop.add(metrics)
             if training_loop.due(step, c.log_every, self.total_steps):
               window = loop.take_window(state, step)
-              self.logger.log(step, {
+              out.logger.log(step, {
                   "loss": float(window.sums["loss"] / window.sums["steps"]),
                   "learning_rate": float(self.schedule(step - 1)),
                   "examples_per_second": float(window.sums["examples"]) / window.seconds},
@@ -162,7 +174,7 @@ class SeedRun:
           jax.block_until_ready(state.step)
           seconds = time.time() - epoch_start
           examples = (step - epoch_first_step) * c.batch_size
-          self.logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
+          out.logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
                                  examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
           if self.is_writer:
             print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
@@ -173,11 +185,46 @@ class SeedRun:
         self.save(seed, state, int(np.ceil(c.num_epochs)), 0, per_seed, loop)
     return state
 
+  def run_seeds(self, first_seed: int, state, how: str, position: tuple[int, int],
+                per_seed: list, fresh_state, stop) -> tuple[Any, Optional[dict]]:
+    """Trains and evaluates each seed from `first_seed` (its state and position given; the
+    later seeds' from `fresh_state(seed)`), appending each seed's results to `per_seed`.
 
-def jitted_steps(config, task, task_model, tx, schedule, impl, state_shardings, mesh, rules):
+    Returns:
+      (the last seed's trained state, None), or (state, what `finetune` returns when stopped).
+    """
+    c = self.config
+    runs = 1 if c.eval_only else c.seeds
+    for seed in range(first_seed, c.seed + runs):
+      if seed != first_seed:  # the first seed's state is the one made or resumed
+        state, _, _, how = fresh_state(seed)
+        position = (0, 0)
+      if self.is_writer:
+        print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
+      state = self.train(seed, state, position, per_seed, stop)
+      if self.stopped_by:
+        return state, {"stopped_by": self.stopped_by, "seed": seed, "step": int(state.step)}
+      if self.is_writer and self.compiled_lengths:
+        what, on = (("packed row counts", "packing on: ") if self.data.pack
+                    else ("sequence lengths", ""))
+        print(f"seed {seed}: {on}the train step is compiled for {len(self.compiled_lengths)} "
+              f"{what} (at most {self.data.shape_limit}): {sorted(self.compiled_lengths)}",
+              flush=True)
+      try:
+        per_seed.append(evaluation.evaluate_seed(self.scorer, seed, state, self.out, stop,
+                                                 self.ckpts))
+      except evaluation.EvaluationStopped as e:
+        return state, evaluation.stopped_in_evaluation(str(e), self.ckpts, seed,
+                                                       int(state.step), self.is_writer)
+    return state, None
+
+
+def jitted_steps(config, task, task_model, optimizer, state_shardings, mesh, rules):
   """The train and predict steps, jitted on the state's shardings (initial_state's, from the
   init function's shapes); each compiles per batch shape, those known ahead in a background
-  thread (SeedRun.compile_ahead)."""
+  thread (SeedRun.compile_ahead). `optimizer`: finetune_setup.optimizer's (tx, schedule,
+  init_fn, prng_impl)."""
+  tx, schedule, _, impl = optimizer
   batch_shard = sharding.batch_sharding(mesh)
   trace_context = lambda: sharding.mesh_context(mesh, rules)  # noqa: E731
   train_step = ahead_compile.AheadCompiled(jax.jit(
