@@ -137,9 +137,11 @@ _MNLI_LABELS = ("contradiction", "entailment", "neutral")  # Google run_classifi
 _NLI2 = ("entailment", "not_entailment")
 
 
-def _task(name, dir_name, text_a, text_b, label_column, labels, metrics, tfds_text,
-          tfds_labels, *, dev=("dev",), test=("test",), train="train", files=None,
-          **kwargs):
+def _task(name, dir_name, columns, labels, metrics, tfds, *, dev=("dev",), test=("test",),
+          train="train", files=None, **kwargs):
+  """A row of the table below: `columns` the TSV's (text_a, text_b, label) columns, `tfds`
+  the TFDS dataset's (text features, label names)."""
+  (text_a, text_b, label_column), (tfds_text, tfds_labels) = columns, tfds
   return GlueTask(
       name=name, dir_name=dir_name, text_a=text_a, text_b=text_b,
       label_column=label_column, labels=labels, metrics=metrics, train_split=train,
@@ -152,35 +154,34 @@ def _task(name, dir_name, text_a, text_b, label_column, labels, metrics, tfds_te
 
 TASKS = {
     t.name: t for t in [
-        _task("cola", "CoLA", "sentence", None, "label", _BINARY, ("matthews_corrcoef",),
-              ("sentence",), ("unacceptable", "acceptable"),
+        _task("cola", "CoLA", ("sentence", None, "label"), _BINARY, ("matthews_corrcoef",),
+              (("sentence",), ("unacceptable", "acceptable")),
               headerless_columns=("source", "label", "original_label", "sentence")),
-        _task("sst2", "SST-2", "sentence", None, "label", _BINARY, ("accuracy",),
-              ("sentence",), ("negative", "positive")),
-        _task("mrpc", "MRPC", "#1 String", "#2 String", "Quality", _BINARY,
-              ("accuracy", "f1", "accuracy_and_f1"), ("sentence1", "sentence2"),
-              ("not_equivalent", "equivalent")),
-        _task("stsb", "STS-B", "sentence1", "sentence2", "score", None,
-              ("pearson", "spearman", "pearson_and_spearman"), ("sentence1", "sentence2"),
-              None),
-        _task("qqp", "QQP", "question1", "question2", "is_duplicate", _BINARY,
-              ("accuracy", "f1", "accuracy_and_f1"), ("question1", "question2"),
-              ("not_duplicate", "duplicate"), skip_malformed=True),
-        _task("mnli", "MNLI", "sentence1", "sentence2", "gold_label", _MNLI_LABELS,
-              ("accuracy",), ("premise", "hypothesis"),
-              ("entailment", "neutral", "contradiction"),
+        _task("sst2", "SST-2", ("sentence", None, "label"), _BINARY, ("accuracy",),
+              (("sentence",), ("negative", "positive"))),
+        _task("mrpc", "MRPC", ("#1 String", "#2 String", "Quality"), _BINARY,
+              ("accuracy", "f1", "accuracy_and_f1"),
+              (("sentence1", "sentence2"), ("not_equivalent", "equivalent"))),
+        _task("stsb", "STS-B", ("sentence1", "sentence2", "score"), None,
+              ("pearson", "spearman", "pearson_and_spearman"), (("sentence1", "sentence2"), None)),
+        _task("qqp", "QQP", ("question1", "question2", "is_duplicate"), _BINARY,
+              ("accuracy", "f1", "accuracy_and_f1"),
+              (("question1", "question2"), ("not_duplicate", "duplicate")), skip_malformed=True),
+        _task("mnli", "MNLI", ("sentence1", "sentence2", "gold_label"), _MNLI_LABELS,
+              ("accuracy",),
+              (("premise", "hypothesis"), ("entailment", "neutral", "contradiction")),
               dev=("dev_matched", "dev_mismatched"),
               test=("test_matched", "test_mismatched"),
               files={"test_matched": "MNLI-m.tsv", "test_mismatched": "MNLI-mm.tsv"}),
-        _task("qnli", "QNLI", "question", "sentence", "label", _NLI2, ("accuracy",),
-              ("question", "sentence"), _NLI2),
-        _task("rte", "RTE", "sentence1", "sentence2", "label", _NLI2, ("accuracy",),
-              ("sentence1", "sentence2"), _NLI2),
-        _task("wnli", "WNLI", "sentence1", "sentence2", "label", _BINARY, ("accuracy",),
-              ("sentence1", "sentence2"), ("not_entailment", "entailment")),
+        _task("qnli", "QNLI", ("question", "sentence", "label"), _NLI2, ("accuracy",),
+              (("question", "sentence"), _NLI2)),
+        _task("rte", "RTE", ("sentence1", "sentence2", "label"), _NLI2, ("accuracy",),
+              (("sentence1", "sentence2"), _NLI2)),
+        _task("wnli", "WNLI", ("sentence1", "sentence2", "label"), _BINARY, ("accuracy",),
+              (("sentence1", "sentence2"), ("not_entailment", "entailment"))),
         # The diagnostic set: test only, labels of MNLI, predicted by an MNLI model.
-        _task("ax", "AX", "sentence1", "sentence2", None, _MNLI_LABELS, (),
-              ("premise", "hypothesis"), ("entailment", "neutral", "contradiction"),
+        _task("ax", "AX", ("sentence1", "sentence2", None), _MNLI_LABELS, (),
+              (("premise", "hypothesis"), ("entailment", "neutral", "contradiction")),
               train=None, dev=(), model_task="mnli"),
     ]
 }

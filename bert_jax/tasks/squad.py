@@ -460,8 +460,9 @@ def convert_examples_to_features(tokenizer, examples: Sequence[SquadExample],
         if span_start <= tok_start and tok_end <= span_end:
           start_position = tok_start - span_start + offset
           end_position = tok_end - span_start + offset
-      append_row(rows, ids, segments, tokenizer.pad_id, max_seq_length, start_position,
-                 end_position, example.is_impossible, example_index)
+      append_row(rows, ids, segments, tokenizer.pad_id, max_seq_length,
+                 start_position=start_position, end_position=end_position,
+                 is_impossible=example.is_impossible, example_index=example_index)
       features.append(SquadFeature(
           example_index=example_index, doc_span_index=span_index, tokens=tokens,
           token_to_orig_map=token_to_orig_map, token_is_max_context=token_is_max_context))
@@ -482,7 +483,7 @@ def doc_windows(n: int, max_tokens_for_doc: int, doc_stride: int) -> list:
   return doc_spans
 
 
-def append_row(rows: dict, ids: list, segments: list, pad_id: int, max_seq_length: int,
+def append_row(rows: dict, ids: list, segments: list, pad_id: int, max_seq_length: int, *,
                start_position: int, end_position: int, is_impossible: bool, example_index: int):
   """Adds one window, padded to max_seq_length, to the per-row lists."""
   pad = max_seq_length - len(ids)

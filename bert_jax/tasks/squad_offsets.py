@@ -68,8 +68,9 @@ def convert_examples_to_features(tokenizer, examples: Sequence[squad.SquadExampl
       start_position = end_position = 0
       if tok_start >= 0 and span_start <= tok_start and tok_end < span_start + span_length:
         start_position, end_position = tok_start - span_start + offset, tok_end - span_start + offset
-      squad.append_row(rows, ids, segments, tokenizer.pad_id, max_seq_length, start_position,
-                       end_position, example.is_impossible, example_index)
+      squad.append_row(rows, ids, segments, tokenizer.pad_id, max_seq_length,
+                       start_position=start_position, end_position=end_position,
+                       is_impossible=example.is_impossible, example_index=example_index)
       features.append(squad.SquadFeature(
           example_index=example_index, doc_span_index=span_index,
           tokens=tokenizer.convert_ids_to_tokens(ids), token_to_orig_map=token_to_orig_map,
