@@ -8,6 +8,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from bert_jax.modeling import model_config
@@ -128,3 +129,55 @@ def test_a_vocab_that_does_not_fit_the_corpus_is_one_line_before_the_pipeline_st
       r"are \[UNK\] with the 110-token vocab " + re.escape(str(vocab)) + r": the vocab does "
       r"not fit this corpus \(build one with python -m bert_jax\.build_vocab, or check "
       r"config\.data\.lowercase\)", lines[0]), done.stderr
+
+
+def _repeating_batch(rng: np.random.Generator, b: int, mask_id: int = 4) -> dict:
+  """Text a model can predict from its context (each row one id, 5..VOCAB-1, repeated), with P
+  masked positions a row."""
+  ids = np.repeat(rng.integers(5, VOCAB, (b, 1)), LEN, axis=1).astype(np.int32)
+  pos = np.stack([np.sort(rng.choice(np.arange(1, LEN), P, replace=False))
+                  for _ in range(b)]).astype(np.int32)
+  inputs = ids.copy()
+  np.put_along_axis(inputs, pos, mask_id, 1)
+  return dict(input_ids=inputs, input_mask=np.ones_like(ids), segment_ids=np.zeros_like(ids),
+              masked_lm_positions=pos, masked_lm_ids=np.take_along_axis(ids, pos, 1),
+              masked_lm_weights=np.ones((b, P), np.float32))
+
+
+@pytest.mark.slow
+def test_the_discriminator_learns_to_find_tokens_that_break_the_text(monkeypatch):
+  # A control for the replaced-token objective's wiring (corrupted input, labels, positions,
+  # loss): with samples drawn uniformly instead of from the generator, every replacement breaks
+  # text the discriminator can predict, so its held-out AUC must climb far above chance. With
+  # the real generator, how fast it climbs depends on how plausible the samples become.
+  monkeypatch.setattr(jax.random, "categorical", lambda key, logits, axis=-1: (
+      jax.random.randint(key, logits.shape[:-1], 5, VOCAB)))
+  m = _models(layers=1)
+  params = nn.unbox(electra.init_fn(m, LEN, P)(jax.random.PRNGKey(0)))
+  objective = electra.objective(m, disc_weight=50.0)
+  tx = optax.adam(3e-3)
+
+  @jax.jit
+  def step(p, opt_state, batch, rng):
+    def loss(q):
+      return objective.loss(objective.sums(q, batch, rng, False), objective.denominators(batch))
+    grads = jax.grad(loss)(p)
+    updates, opt_state = tx.update(grads, opt_state, p)
+    return optax.apply_updates(p, updates), opt_state
+
+  @jax.jit
+  def held_out(p, batch):
+    return objective.sums(p, batch, None, True)
+
+  def auc(p):
+    sums = held_out(p, _repeating_batch(np.random.default_rng(999), 64))
+    return electra.auc_from_histograms(np.asarray(sums["rtd_hist_replaced"]),
+                                       np.asarray(sums["rtd_hist_original"]))
+  rng, opt_state = np.random.default_rng(0), tx.init(params)
+  before = auc(params)
+  for i in range(300):
+    params, opt_state = step(params, opt_state, _repeating_batch(rng, 16),
+                             jax.random.PRNGKey(i))
+  after = auc(params)
+  assert abs(before - 0.5) < 0.15, before
+  assert after > 0.9, (before, after)
