@@ -1,17 +1,10 @@
-"""The built-in corpus: English prose every Python installation carries.
+"""The built-in corpus: English prose every Python installation carries, no download.
 
-A document is one module of the Python standard library (its docstrings and
-comment blocks in source order; read with `ast`, never imported) or one topic
-of the interactive help (`pydoc_data.topics`, the language reference). Each
-text is cleaned into sentences: doctest lines, indented code / literal blocks, grammar rules and
-headings dropped, lines re-joined, split at sentence ends. About 2 MB of text,
-no download.
-
-The text is a pure function of the standard library's files, so every host of
-a pod with the same Python builds the same corpus. It is cached under
-~/.cache/bert_jax (or $BERT_JAX_CACHE) keyed by Python version and a hash of
-the standard library's file list; without a writable cache it is built in
-memory (a few seconds).
+A document is one standard-library module (its docstrings and comment blocks, read with `ast`,
+never imported) or one topic of `pydoc_data.topics`, cleaned into sentences (code, doctests,
+grammar rules and headings dropped). The text is a pure function of the standard library, so
+every host with the same Python builds the same corpus; it is cached under ~/.cache/bert_jax
+(or $BERT_JAX_CACHE) keyed by Python version and the library's file list, else built in memory.
 """
 import ast
 import hashlib

@@ -1,25 +1,14 @@
-"""Pre-tokenized parts: the form of a corpus read for many epochs, readable without TensorFlow.
-
-`python -m bert_jax.prepare_data` (prepare_data.py) tokenizes each shard of a
-source (files, in blocks of block_mb; TFDS; builtin) once and writes
+"""Pre-tokenized parts (written by `python -m bert_jax.prepare_data`), readable without TensorFlow.
 
   DIR/part-00000.npz ...   one per source shard, in the source's shard order
   DIR/prepared.json        version 2; the tokenizer's identity, the text layout, and
                            per part its source shard, text bytes and counts
 
-A part holds every document of its shard (held-out ones too: the split is made
-when reading, as for text) as the arrays of `Part`, in an uncompressed numpy
-.npz: `tokens` (int32, the tokens of the documents back to back), `lengths`
-(int64, tokens per sentence, empty sentences kept) and `doc_splits` (int64,
-document d is sentences doc_splits[d]:doc_splits[d + 1]). It is read with
-numpy through etils.epath (local and gs:// paths alike), so a host without
-TensorFlow trains on it. Training reads it with `config.data.source='prepared'`,
-`config.data.prepared_dir=DIR`: the same shard indices and sizes as the text,
-so the same stream, without tokenizing (and resumes skip without tokenizing).
-
-Version 1 (bert_jax before November 2026) wrote `part-NNNNN.tfrecord` files of
-tf.train.Examples; they are still read where TensorFlow is installed, and
-refused in one line where it is not (prepare the corpus again).
+A part is an uncompressed .npz of the arrays of `Part`, holding every document of its shard
+(held-out ones too: the split is made when reading), read through etils.epath (local and gs://).
+Shard indices and sizes are those of the text, so training on it gives the same stream.
+Version-1 parts (`part-NNNNN.tfrecord`) are still read where TensorFlow is installed, and
+refused in one line where it is not.
 """
 import dataclasses
 import hashlib
@@ -83,11 +72,7 @@ def write_part(path: str, part: Part) -> None:
 
 
 def read_part(shard: shard_spec.ShardSpec) -> Part:
-  """Reads one prepared part (a shard of source='prepared').
-
-  Raises:
-    ValueError: an unreadable or inconsistent part, naming it.
-  """
+  """Reads one prepared part; a ValueError names an unreadable or inconsistent one."""
   if shard.name.endswith(".tfrecord"):
     return _read_tfrecord_part(shard.name)
   try:
@@ -143,8 +128,7 @@ def read_info(prepared_dir: str) -> dict:
 
 
 def list_shards(data_config) -> list[shard_spec.ShardSpec]:
-  """The parts of config.data.prepared_dir as shards (validated: every part present and, on a
-  local disk, whole)."""
+  """The parts of config.data.prepared_dir as shards, every part present and (local) whole."""
   shards = _listed(data_config)
   check_shards(shards, data_config)
   return shards
@@ -176,8 +160,7 @@ def _listed(data_config) -> list[shard_spec.ShardSpec]:
 
 
 def _check_whole(path: str) -> None:
-  """Refuses a local numpy part that is cut short (a copy or a disk that failed), before the
-  run compiles: its zip directory, at the end of the file, must list arrays that fit."""
+  """Refuses a local part cut short, before the run compiles: its zip directory must fit."""
   if "://" in path or not path.endswith(".npz"):
     return
   try:
@@ -192,11 +175,7 @@ def _check_whole(path: str) -> None:
 
 
 def check_tokenizer(data_config, tokenizer) -> None:
-  """Refuses prepared shards made with another tokenizer, vocab or casing.
-
-  Raises:
-    ValueError: naming what differs.
-  """
+  """Refuses shards made with another tokenizer, vocab or casing (a ValueError naming it)."""
   info = read_info(data_config.prepared_dir)
   made, now = info["tokenizer"], tokenizer_identity(tokenizer)
   diff = [k for k in now if made.get(k) != now[k]]

@@ -1,8 +1,7 @@
 """Documents of a shard before tokenization, and the text helpers every text source uses.
 
-A text source (registry.py lists them) reads a shard into a `RawDocs`: sentences as a
-string tensor plus document splits. Invalid UTF-8 is replaced by U+FFFD and counted
-(with a warning naming the shard, once), blank lines and empty documents are skipped.
+Invalid UTF-8 is replaced by U+FFFD and counted (one warning per shard); blank lines and
+empty documents are skipped.
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
@@ -38,10 +37,8 @@ _SENTENCE_END = r"([.!?][\"')\]]*)\s+([\"'(\[]?[\p{Lu}\p{N}])"
 class RawDocs:
   """Documents of a shard before tokenization.
 
-  Attributes:
-    sentences: tf.string [S], stripped, non-empty.
-    doc_splits: int64 [D + 1], document d is sentences doc_splits[d]:doc_splits[d + 1].
-    invalid_utf8: invalid UTF-8 sequences replaced while reading.
+  sentences: tf.string [S], stripped, non-empty; doc_splits: int64 [D + 1], document d is
+  sentences doc_splits[d]:doc_splits[d + 1]; invalid_utf8: sequences replaced while reading.
   """
   sentences: tf.Tensor
   doc_splits: np.ndarray
@@ -96,14 +93,8 @@ def lines_to_docs(text: tf.Tensor) -> tuple[tf.Tensor, np.ndarray]:
 
 
 def split_sentences(docs: tf.Tensor) -> tuple[tf.Tensor, np.ndarray]:
-  """Documents (one string each) -> sentences, at sentence ends and newlines.
-
-  Args:
-    docs: tf.string [D].
-
-  Returns:
-    (sentences [S], doc_splits [D' + 1]) with empty documents dropped.
-  """
+  """Documents tf.string [D] -> (sentences [S], doc_splits), split at sentence ends and
+  newlines, empty documents dropped."""
   marked = tf.strings.regex_replace(docs, _SENTENCE_END, "\\1\n\\2")
   parts = tf.strings.split(marked, "\n")  # ragged [D, (parts)]
   flat = tf.strings.strip(parts.flat_values)

@@ -1,21 +1,9 @@
-"""Where pretraining text comes from: config.data.source -> its source module's SOURCE.
+"""config.data.source -> its source module's SOURCE (source_base.Source).
 
-A source is a list of shards, each read whole: a text source's shard into a
-raw_docs.RawDocs (sentences as a string tensor plus document splits), a tokenized source's
-into token ids. A shard is at most about `block_mb` of text, so memory stays bounded
-however large the corpus. The built-in sources, one module each:
-
-  files     source_files.py: a glob of .txt / .gz files (sentence_per_line or
-            document_per_line), large files read in blocks
-  prepared  prepared_data.py: pre-tokenized numpy parts written by `python -m
-            bert_jax.prepare_data`, read without tokenizing (and without TensorFlow:
-            every text source needs it, optional_tensorflow.py)
-  tfds      source_tfds.py: a prepared TFDS dataset's text feature
-  builtin   source_builtin.py: the standard-library corpus of builtin_corpus.py
-
-A source module from outside the package registers its SOURCE with `register` (the
-protocol is source_base.Source), and nothing else changes for it. The source modules import
-source_base, never this module.
+A source is a list of shards, each at most about `block_mb` of text and read whole, so
+memory stays bounded however large the corpus. Built in: files (source_files.py), prepared
+(prepared_data.py), tfds (source_tfds.py), builtin (source_builtin.py). A source from
+outside the package calls `register`; source modules import source_base, never this module.
 """
 from bert_jax.data.sources import prepared_data
 from bert_jax.data.sources import raw_docs
@@ -62,20 +50,11 @@ def of_shard(shard: shard_spec.ShardSpec) -> source_base.Source:
 
 def list_shards(source: source_base.Source, data_config, read: bool = True
                 ) -> list[shard_spec.ShardSpec]:
-  """Lists and validates the shards of the configured source.
+  """The configured source's validated shards, in the same fixed order on every host.
 
-  Args:
-    source: config.data.source's Source (`get`, resolved once by the caller).
-    data_config: the `config.data` ConfigDict.
-    read: the checks that read each shard's contents are made here (else by each host on
-      its own shards, `check_shards`; a source without `list_shards_unread` makes them here
-      either way).
-
-  Returns:
-    Shards in a fixed order (the same on every host).
-
-  Raises:
-    ValueError / FileNotFoundError with the offending key, glob or file.
+  With read=False the checks that read contents are left to each host on its own shards
+  (`check_shards`), where the source has `list_shards_unread`. Raises ValueError /
+  FileNotFoundError naming the offending key, glob or file.
   """
   if data_config.format not in raw_docs.FORMATS:
     raise ValueError(f"config.data.format={data_config.format!r}; expected one of "
@@ -87,8 +66,7 @@ def list_shards(source: source_base.Source, data_config, read: bool = True
 
 def check_shards(source: source_base.Source, shards: list[shard_spec.ShardSpec],
                  data_config) -> None:
-  """The checks of `list_shards` that read contents, on `shards` (one host's) only, where
-  they were not made when listing (`list_shards(..., read=False)`)."""
+  """The content checks `list_shards(..., read=False)` skipped, on this host's shards."""
   if source.list_shards_unread is not None:
     source.check_shards(shards, data_config)
 

@@ -1,8 +1,5 @@
-"""What every input source lists and the readers read: one unit of input.
-
-Its own module so that a source module (prepared_data) and the registry that dispatches to
-it (registry.py) both use it without importing each other.
-"""
+"""One unit of input; its own module so that source modules and the registry need not
+import each other."""
 import dataclasses
 
 
@@ -10,13 +7,10 @@ import dataclasses
 class ShardSpec:
   """One unit of input read at once.
 
-  Attributes:
-    index: position in the source's full shard list (stable across hosts).
-    name: file path, 'builtin', or 'tfds:NAME/SPLIT[a:b]'.
-    kind: 'file', 'builtin', 'tfds' or 'prepared'.
-    size: bytes of text (files, prepared) or examples (tfds).
-    split: the TFDS split string for kind='tfds'.
-    block: for a file read in blocks: (block index, block bytes, blocks).
+  index: position in the source's full shard list (stable across hosts). name: a file path,
+  'builtin' or 'tfds:NAME/SPLIT[a:b]'. kind: 'file', 'builtin', 'tfds' or 'prepared'. size:
+  bytes of text (files, prepared) or examples (tfds). block: (block index, block bytes, blocks)
+  for a file read in blocks.
   """
   index: int
   name: str

@@ -1,5 +1,4 @@
-"""The built-in corpus (builtin_corpus.py: Python standard-library docstrings), one shard;
-no download."""
+"""The built-in corpus (builtin_corpus.py), one shard."""
 from bert_jax.data.sources import raw_docs
 from bert_jax.data.sources import shard_spec
 from bert_jax.data.sources import source_base

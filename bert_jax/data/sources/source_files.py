@@ -1,15 +1,9 @@
 """Text files: a glob (comma-separated globs allowed) of .txt / .gz files, local or gs://.
 
-`sentence_per_line` (Google BERT: one sentence per line, a blank line between documents)
-or `document_per_line` (sentences found at ., ! and ? followed by a capital or digit). A
-plain file larger than `block_mb` is read as blocks: block i holds the documents that
-start in bytes [i * B, (i + 1) * B), found by seeking to i * B and reading on to the next
-document start (a blank line; a newline for document_per_line), so a block is addressable
-from the file's size alone, with no index and no scan. A .gz file is one shard.
-
-Listing validates up front: a glob that matches nothing, a missing or unreadable file, a
-binary file, a truncated .gz, a corpus whose files are all empty. Where several hosts each
-read a share, the listing reads names and sizes only and each host checks its own files.
+A plain file larger than `block_mb` is read in blocks: block i holds the documents that
+start in bytes [i * B, (i + 1) * B), so a block is addressable from the file's size alone,
+with no index and no scan. A .gz file is one shard. Listing validates up front (no match,
+unreadable, binary, truncated .gz, all files empty).
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
@@ -40,9 +34,7 @@ def _expand_globs(pattern: str) -> list[str]:
 
 
 def check_local_globs(pattern: str) -> None:
-  """A local glob or file of config.data.files that matches nothing fails here, in a
-  fraction of a second, before the input pipeline and TensorFlow load; list_shards says it
-  again for every glob, gs:// too."""
+  """Fails fast, before TensorFlow loads, on a local glob of config.data.files matching nothing."""
   for one in (p.strip() for p in pattern.split(",")):
     if one and "://" not in one and not glob.glob(one):
       raise _no_match(one)
@@ -61,17 +53,10 @@ _SNIFF_BYTES = 1 << 16
 
 
 def check_text_file(path: str, whole_gz: bool = True) -> bool:
-  """Refuses a shard that is unreadable, truncated (.gz) or not text.
+  """Refuses (ValueError) a shard that is unreadable, truncated (.gz) or binary.
 
-  Text is judged on the first 64 KiB (decompressed for .gz): a NUL byte, or more
-  than 1% invalid UTF-8, is a binary file (an image, a TFRecord, a model).
-
-  Returns:
-    True when the whole file is shorter than 64 KiB and holds only whitespace
-    (no document: skipped like an empty file).
-
-  Raises:
-    ValueError: naming the file and what is wrong with it.
+  Binary means a NUL byte or over 1% invalid UTF-8 in the first 64 KiB. Returns True for a
+  file under 64 KiB of only whitespace (skipped like an empty one).
   """
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
@@ -97,8 +82,7 @@ def check_text_file(path: str, whole_gz: bool = True) -> bool:
 
 
 def _listed(data_config) -> list[shard_spec.ShardSpec]:
-  """Every non-empty file's shards, from names and sizes alone: a .gz file whole, a plain
-  file in blocks of block_mb."""
+  """Every non-empty file's shards from names and sizes alone (.gz whole, plain in blocks)."""
   if not data_config.files:
     raise ValueError("config.data.source='files' needs config.data.files (a glob)")
   block = raw_docs.block_bytes(data_config)
@@ -121,8 +105,7 @@ def _listed(data_config) -> list[shard_spec.ShardSpec]:
 
 
 def _checked(shards: list[shard_spec.ShardSpec]) -> tuple[list[str], list[str]]:
-  """(the files of `shards`, those of them only whitespace), each file checked
-  (check_text_file)."""
+  """(the files of `shards`, those only whitespace), each checked with check_text_file."""
   files = list(dict.fromkeys(sh.name for sh in shards))
   gz_bytes = sum(sh.size for sh in shards if sh.name.endswith(".gz"))  # a .gz is one shard
   with concurrent.futures.ThreadPoolExecutor(4) as pool:  # zlib and file reads drop the GIL
@@ -145,9 +128,8 @@ def list_shards(data_config) -> list[shard_spec.ShardSpec]:
 
 
 def check_shards(shards: list[shard_spec.ShardSpec], data_config) -> None:
-  """list_shards' checks of contents on one host's shards (of `_listed`, where each host
-  reads a share). A file of only whitespace stays a shard there, one without documents:
-  leaving it out would change every host's shard list, and knowing it needs every file read."""
+  """list_shards' content checks on one host's shards. A whitespace-only file stays a shard:
+  leaving it out would change every host's shard list."""
   del data_config
   for path in _checked(shards)[1]:
     logging.warning("%s holds only whitespace: no documents", path)
@@ -167,12 +149,8 @@ def read(spec: shard_spec.ShardSpec, data_config) -> raw_docs.RawDocs:
 
 
 def _document_start(f, pos: int, file_size: int, fmt: str, limit: int) -> int:
-  """The first document start after byte pos - 1, searched within `limit` bytes.
-
-  A document starts after a blank line (sentence_per_line) or a newline
-  (document_per_line). Without a blank line in reach (one huge document) a
-  line start is used, without a newline `pos` itself.
-  """
+  """The first document start at or after `pos` (after a blank line for sentence_per_line, a
+  newline for document_per_line), searched within `limit` bytes; else a line start, else `pos`."""
   if pos >= file_size:
     return file_size
   f.seek(pos - 1)

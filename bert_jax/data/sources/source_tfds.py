@@ -1,7 +1,5 @@
-"""A prepared TFDS dataset's text feature; one document per example (split into sentences
-like document_per_line, and at newlines); shards are fixed ranges of examples. Nothing is
-downloaded at run time: the dataset must be prepared in config.data.tfds_data_dir.
-"""
+"""A prepared TFDS dataset's text feature, one document per example; shards are fixed ranges
+of examples. Nothing is downloaded: the dataset must be in config.data.tfds_data_dir."""
 import numpy as np
 
 from bert_jax.data.sources import raw_docs
