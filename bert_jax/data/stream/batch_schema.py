@@ -1,10 +1,5 @@
 """The pretraining batch's features: one schema for the input pipeline and the compile-time
-abstract batch (pretrain_setup.abstract_batch), so the two cannot drift apart.
-
-Google BERT's feature names: input_ids, input_mask, segment_ids int32 [L];
-next_sentence_labels int32 []; masked_lm_positions, masked_lm_ids int32 [P];
-masked_lm_weights float32 [P]; with packing also position_ids int32 [L] (per row).
-"""
+abstract batch (pretrain_setup.abstract_batch), so the two cannot drift apart."""
 import numpy as np
 
 

@@ -35,8 +35,8 @@ def empty_pool(packing: bool) -> ExamplePool:
 def shard_examples(ts: segments.TokenizedShard, *, mode: str, seq_len: int, key,
                    short_seq_prob: float, sep_id: int, packing: bool
                    ) -> tuple[np.ndarray, segments.Examples]:
-  """(tokens, examples) of a tokenized shard: NSP / SOP pairs drawn with `key` (modes
-  'nsp', 'sop'), else full sentences (across documents unless packing)."""
+  """(tokens, examples) of a tokenized shard: NSP / SOP pairs drawn with `key`, else full
+  sentences (across documents unless packing)."""
   if mode in ("nsp", "sop"):
     pairs = segments.nsp_examples if mode == "nsp" else segments.sop_examples
     return ts.tokens, pairs(ts, key=key, max_num_tokens=seq_len - 3,
@@ -46,8 +46,7 @@ def shard_examples(ts: segments.TokenizedShard, *, mode: str, seq_len: int, key,
 
 
 def make_pool(parts, key, seq_len: int, packing: bool) -> ExamplePool:
-  """The pool of `parts` ((tokens, examples) of its shards), shuffled with `key` (None: in
-  order), packed several examples to a row with `packing`."""
+  """The pool of `parts` ((tokens, examples) per shard), shuffled with `key` (None: in order)."""
   offsets = np.cumsum([0] + [len(t) for t, _ in parts])
   tokens = np.concatenate([t for t, _ in parts])
   ex = segments.Examples.concatenate([e.shift(o) for (_, e), o in zip(parts, offsets)])

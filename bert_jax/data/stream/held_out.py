@@ -1,9 +1,8 @@
 """The held-out batches of the pretraining stream (PretrainData.eval_iterator).
 
-Unlike the training stream, nothing is shuffled: the held-out examples are taken in source
-order, shard after shard, and cycled when a pass over the shards yields fewer rows than the
-batches asked for; NSP choices and masks are fixed (keyed by the row's number from the first
-pass on), so every call yields the same batches.
+Nothing is shuffled: held-out examples are taken in source order and cycled when a pass yields
+too few rows; NSP choices and masks are keyed by the row's number, so every call yields the
+same batches.
 """
 from typing import Callable, Iterator, Optional
 
@@ -30,19 +29,9 @@ def batches(num_batches: int, *,
             no_rows_error: Callable[[], Exception]) -> Iterator[dict[str, np.ndarray]]:
   """`num_batches` masked batches of `batch_size` held-out rows.
 
-  Args:
-    num_batches: batches to yield.
-    one_pass: () -> each shard's held-out pool in shard order (None for a shard without
-      held-out examples), read lazily: a pass stops at the shard that completes the last
-      batch.
-    build_rows: the row layout (ExamplePool.rows' `build`).
-    row_keys: row numbers [n] (counted over every pass) -> their masking keys.
-    mask_spec: the masking.
-    batch_size: rows per batch.
-    no_rows_error: () -> the error raised when a whole pass yields no row.
-
-  Yields:
-    Batches of the training stream's features.
+  one_pass() gives each shard's held-out pool in shard order (None for a shard without any),
+  lazily: a pass stops at the shard that completes the last batch. row_keys maps row numbers
+  (counted over every pass) to masking keys; no_rows_error() is raised when a pass yields no row.
   """
   parts, keys, pending, row, made = [], [], 0, 0, 0
   while made < num_batches:

@@ -1,27 +1,9 @@
 """Length-bucketed batches: each batch padded to the shortest of a few fixed lengths.
 
-Fine-tuning and inference pad every row to max_seq_length unless told
-otherwise; most GLUE and embedding texts are a fraction of it. Here a batch is
-cut to the smallest length of a small fixed set (`bucket_lengths`) that holds its
-longest row, so a jitted step compiles at most once per length (and the count
-is logged).
-
-  bucket_lengths    the fixed set for a max length: 8, 12, then multiples of 8, each at most
-                    1.5x the last
-  choose_buckets    the subset of it a run uses: each extra length must save more padded
-                    tokens than its compilation costs (`shape_cost`, in row-tokens)
-  parse_buckets     the `length_buckets` config key: 'auto', 'all', or explicit lengths
-  row_lengths       real tokens per row from an input_mask [n, L]
-  first_of_each_length  the first batch of each length (what to compile, in order of need)
-  train_batches     a seeded, reproducible epoch: windows of the permutation sorted by
-                    length, cut into batches, batch order shuffled (remainder dropped)
-  eval_batches      every row once, sorted by length; the last batch padded with rows that
-                    are dropped again (`scatter_outputs` puts outputs back in row order)
-  sequential_batches  the unbucketed batches: rows in a given order, all at one length
-  cut               a batch's arrays (or one host's share of them) cut to its length
-
-A row may hold several sequences (sentence-embedding pairs: input_ids [n, 2, L]);
-its length is the longest of them, and per-token arrays are cut on their last axis.
+Most GLUE and embedding texts are a fraction of max_seq_length, so a batch is cut to the
+smallest length of a small fixed set (`bucket_lengths`) that holds its longest row, and a
+jitted step compiles at most once per length. A row may hold several sequences (pairs:
+input_ids [n, 2, L]); its length is the longest, and per-token arrays are cut on the last axis.
 """
 import dataclasses
 import jax
@@ -44,22 +26,12 @@ def bucket_lengths(max_len: int) -> tuple[int, ...]:
 
 
 def choose_buckets(groups, max_len: int, shape_cost: float) -> tuple[int, ...]:
-  """The subset of bucket_lengths(max_len) that minimises padded row-tokens + shapes x cost.
+  """The subset of bucket_lengths(max_len) minimising padded row-tokens + lengths x shape_cost.
 
-  Each row is cut to the smallest chosen length that holds it; a length costs `shape_cost`
-  row-tokens (its compilations, measured in the time of that many tokens of a row through
-  the step). Exact (dynamic programming over the fixed lengths). With shape_cost 0 every
-  length some row needs is kept; with a large one, a single length: the smallest that holds
-  the longest row.
-
-  Args:
-    groups: (lengths int [n], weight) pairs: rows' token counts and how many times each row
-      runs (training rows: epochs; eval rows: about 1/3 per evaluation, a forward pass).
-    max_len: the longest length allowed (max_seq_length).
-    shape_cost: row-tokens one more length must save to be worth its compilations.
-
-  Returns:
-    Ascending lengths, at least one; the last holds the longest row.
+  shape_cost is what one more length's compilations cost, in row-tokens through the step.
+  groups are (lengths [n], weight) pairs: weight is how often each row runs (training: epochs;
+  eval: about 1/3 per evaluation). Exact (dynamic programming). Returns ascending lengths, at
+  least one, the last holding the longest row.
   """
   candidates = bucket_lengths(max_len)
   weight = np.zeros(len(candidates))
@@ -89,11 +61,8 @@ def choose_buckets(groups, max_len: int, shape_cost: float) -> tuple[int, ...]:
 
 
 def parse_buckets(setting: str, max_len: int) -> "tuple[int, ...] | str":
-  """The `length_buckets` config value: 'auto' or the lengths it names ('all': bucket_lengths).
-
-  Raises:
-    ValueError: lengths that are not ascending positive integers ending at most at max_len.
-  """
+  """The `length_buckets` config value: 'auto' or the lengths it names ('all': bucket_lengths);
+  a ValueError unless ascending positive integers ending at most at max_len."""
   setting = str(setting).strip()
   if setting == "auto":
     return "auto"
@@ -119,8 +88,7 @@ def bucket_of(length: int, buckets: tuple[int, ...]) -> int:
 
 
 def first_of_each_length(batches) -> list:
-  """The first batch of each length, in the order the lengths are first met (the programs
-  a run over `batches` compiles, in the order it needs them)."""
+  """The first batch of each length in order of first use (what a run over `batches` compiles)."""
   seen, out = set(), []
   for b in batches:
     if b.length not in seen:
@@ -130,8 +98,7 @@ def first_of_each_length(batches) -> list:
 
 
 def row_lengths(input_mask: np.ndarray) -> np.ndarray:
-  """int64 [n]: the position after the last real token of each row of input_mask [n, L]
-  (of [n, ..., L]: the longest of the row's sequences)."""
+  """int64 [n]: the position after each row's last real token (the longest of its sequences)."""
   real = np.asarray(input_mask) > 0
   real = real.reshape(real.shape[0], -1, real.shape[-1]).any(axis=1)  # [n, L]
   last = real.shape[1] - np.argmax(real[:, ::-1], axis=1)
@@ -140,12 +107,7 @@ def row_lengths(input_mask: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class Batch:
-  """One bucketed batch.
-
-  Attributes:
-    rows: int64 [batch] indices into the arrays (eval: -1 for padding rows).
-    length: the bucket length every row of the batch is cut to.
-  """
+  """One bucketed batch: rows int64 [batch] (eval: -1 for padding), all cut to `length`."""
   rows: np.ndarray
   length: int
 
@@ -153,26 +115,11 @@ class Batch:
 def train_batches(lengths: np.ndarray, order: np.ndarray, batch_size: int,
                   buckets: tuple[int, ...], rng: np.random.Generator,
                   window_batches: int = WINDOW_BATCHES) -> list[Batch]:
-  """One epoch of bucketed training batches.
+  """One epoch of bucketed training batches, len(order) // batch_size of them.
 
-  The seeded permutation `order` is cut into windows of `window_batches` batches;
-  each window is sorted by row length (stably, so ties keep the permutation's
-  order) and cut into batches, and the batches of the epoch are shuffled with
-  `rng`. Same `order` and `rng` state: same batches. As unbucketed batching,
-  the remainder of `order` (len % batch_size rows) is dropped.
-
-  Args:
-    lengths: int [n] tokens of each row.
-    order: int [n] this epoch's permutation of the rows.
-    batch_size: rows per batch.
-    buckets: ascending bucket lengths (`bucket_lengths`).
-    rng: shuffles the batch order.
-    window_batches: batches per sorted window; 1 keeps each batch's rows as the
-      permutation drew them (for losses that compare a batch's examples), each
-      batch still cut to the bucket of its longest row.
-
-  Returns:
-    Batches of `batch_size` rows each, len(order) // batch_size of them.
+  The permutation `order` is cut into windows of `window_batches` batches, each sorted stably
+  by length and cut into batches; the batches are shuffled with `rng`. window_batches=1 keeps
+  each batch's rows as drawn (for losses that compare a batch's examples).
   """
   used = np.asarray(order, np.int64)[:len(order) // batch_size * batch_size]
   window = window_batches * batch_size
@@ -188,18 +135,8 @@ def train_batches(lengths: np.ndarray, order: np.ndarray, batch_size: int,
 
 def sequential_batches(order: np.ndarray, batch_size: int, length: int,
                        pad_last: bool) -> list[Batch]:
-  """Rows in `order`, `batch_size` at a time, every batch at `length`.
-
-  Args:
-    order: int [n] row indices.
-    batch_size: rows per batch.
-    length: tokens per row of every batch.
-    pad_last: fill the last batch up with -1 rows (eval: every row scored);
-      False drops the remainder (training).
-
-  Returns:
-    The batches.
-  """
+  """Rows in `order`, `batch_size` at a time, every batch at `length`; pad_last fills the last
+  batch with -1 rows (eval), else the remainder is dropped."""
   order = np.asarray(order, np.int64)
   if pad_last:
     total = max(1, -(-len(order) // batch_size)) * batch_size
@@ -210,16 +147,8 @@ def sequential_batches(order: np.ndarray, batch_size: int, length: int,
 
 def eval_batches(lengths: np.ndarray, batch_size: int,
                  buckets: tuple[int, ...]) -> list[Batch]:
-  """Every row once, in batches of rows sorted by length (padding rows -1 at the end).
-
-  Args:
-    lengths: int [n] tokens of each row.
-    batch_size: rows per batch.
-    buckets: ascending bucket lengths.
-
-  Returns:
-    ceil(n / batch_size) batches (at least one); the last one filled up with -1 rows.
-  """
+  """Every row once, sorted by length, ceil(n / batch_size) batches (at least one); the last is
+  filled up with -1 rows."""
   batches = sequential_batches(np.argsort(lengths, kind="stable"), batch_size, buckets[-1],
                                pad_last=True)
   out = []
@@ -237,17 +166,8 @@ def host_share(batch: Batch, process_index: int, process_count: int) -> Batch:
 
 
 def cut(arrays: dict, batch: Batch, keys) -> dict:
-  """arrays[k][batch.rows] cut to batch.length tokens (padding rows -1: all zeros).
-
-  Args:
-    arrays: feature arrays [n, ...]; those of rank 2 or more are per-token [n, ..., L]
-      and cut on their last axis.
-    batch: the batch.
-    keys: the features to take.
-
-  Returns:
-    dict key -> [batch, ..., length] (per-token) or [batch] arrays.
-  """
+  """arrays[k][batch.rows] for k in keys, per-token arrays (rank >= 2) cut to batch.length on
+  their last axis; padding rows (-1) are all zeros."""
   rows = batch.rows
   pad = rows < 0
   out = {}

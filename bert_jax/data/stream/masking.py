@@ -1,26 +1,10 @@
-"""Dynamic MLM masking of whole batches, vectorised, stateless.
+"""Dynamic MLM masking of whole batches, vectorised, stateless (Google BERT's rules).
 
-Per row: `mask_prob` of the row's maskable tokens (real tokens other than
-[CLS], [SEP] and [PAD]) are selected, at most `max_predictions`; the count is
-the stochastic rounding of n * mask_prob (so the expected rate is exactly
-mask_prob), at least 1. Selected tokens become [MASK] 80% of the time, a random
-regular token 10%, and stay unchanged 10%, as Google BERT. What is selected
-together (`unit`):
-
-  token       single tokens (Google BERT)
-  whole_word  the pieces of a word (`##` continuations) together; words are
-              added greedily in random order while they fit the count
-              (Google's whole-word rule)
-  ngram       ALBERT's n-gram masking: spans of n consecutive whole words,
-              n <= max_ngram drawn with P(n) proportional to 1/n (the ALBERT
-              paper's p(n) = (1/n) / sum_k 1/k; 6/11, 3/11, 2/11 for n <= 3),
-              taken in a random order of their first word; a span that does not
-              fit the remaining count is shortened, then skipped, and spans
-              overlapping chosen ones are skipped (create_pretraining_data's
-              create_masked_lm_predictions)
-
-Every draw is keyed by the row's key, so the masks of a row do not depend on the
-batch it is in.
+Per row, round(n * mask_prob) of the maskable tokens (stochastic rounding, so the expected rate
+is exactly mask_prob; at least 1, at most max_predictions) are selected; 80% become [MASK],
+10% a random token, 10% stay. `unit`: 'token'; 'whole_word' (a word's `##` pieces together,
+added greedily while they fit); 'ngram' (ALBERT: spans of n whole words, P(n) ~ 1/n, as
+create_pretraining_data). Every draw is keyed by the row's key, not by its batch.
 """
 import dataclasses
 
@@ -52,17 +36,10 @@ class MaskingSpec:
 
 def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, row_keys: np.ndarray,
                spec: MaskingSpec) -> dict[str, np.ndarray]:
-  """Masks a batch.
+  """Masks a batch: input_ids [b, L], input_mask [b, L] (> 0 real), row_keys uint64 [b].
 
-  Args:
-    input_ids: int32 [b, L] token ids (unmasked).
-    input_mask: int32 [b, L], > 0 for real tokens.
-    row_keys: uint64 [b], one stateless key per row.
-    spec: the masking spec.
-
-  Returns:
-    dict with input_ids (masked) int32 [b, L], masked_lm_positions int32 [b, P],
-    masked_lm_ids int32 [b, P], masked_lm_weights float32 [b, P].
+  Returns input_ids (masked) [b, L], masked_lm_positions, masked_lm_ids int32 [b, P] and
+  masked_lm_weights float32 [b, P].
   """
   length = input_ids.shape[1]
   p = spec.max_predictions
@@ -105,11 +82,8 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, row_keys: np.ndarr
 
 
 def _lowest(scores: np.ndarray, cand: np.ndarray, num: np.ndarray) -> np.ndarray:
-  """bool [b, L]: the num[r] candidates of lowest score in each row, ties to the first.
-
-  The same as ranking each row with a stable argsort, at a third of its cost: a row's
-  num-th lowest score is the threshold; positions tied with it are taken in order.
-  """
+  """bool [b, L]: the num[r] lowest-scored candidates of each row, ties to the first (a stable
+  argsort's result at a third of its cost)."""
   thr = np.take_along_axis(np.sort(scores, axis=1), np.maximum(num - 1, 0)[:, None], axis=1)
   below = cand & (scores < thr)
   tied = cand & (scores == thr)
@@ -165,13 +139,10 @@ def _word_starts(input_ids, cand, is_continuation):
 
 
 def _ngram_select(input_ids, cand, num, is_continuation, row_keys, max_ngram):
-  """ALBERT's n-gram selection, row by row (a short loop: it stops once `num` is reached).
+  """ALBERT's n-gram selection, row by row (the loop stops once `num` is reached).
 
-  Words are the maximal runs of a word-start candidate and its `##` pieces; an
-  n-gram starting at word w spans words w..w+n-1 (consecutive candidates, as
-  ALBERT's cand_indexes). Draws: the order of the start words (key 5), and each
-  start word's n (key 6), from P(n) renormalised over the n that fit before the
-  row's last word.
+  An n-gram from word w spans words w..w+n-1; the start words' order (key 5) and each one's n
+  (key 6, P(n) renormalised over the n that fit) are drawn.
   """
   b, length = input_ids.shape
   pos = np.arange(length)

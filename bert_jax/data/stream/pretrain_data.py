@@ -1,68 +1,18 @@
 """Pretraining batches from raw text, on every host, deterministic and resumable.
 
-The stream is a `tf.data.Dataset` (`PretrainData.dataset`):
+The stream (`PretrainData.dataset`) is two numpy stages per pool of shards: read and tokenize
+the pool's shards (shard_tokens.py), then make examples, rows and masks (segments.py, rows.py,
+masking.py), rebatched to the host batch. Pool i + 1 is read while pool i's rows are made.
+Whole pools are vectorised numpy, so the per-batch path stays in C++ and off the GIL.
 
-    Dataset.counter(): the stream's k-th pool
-      -> map(read pool), one at a time                    tf.numpy_function:
-           the k-th pool's (epoch, pool) of this host's plan of shards in epoch order;
-           read shards (data/sources/, one module per source: files in blocks of block_mb,
-           gs:// through tf.io.gfile, TFDS ranges, builtin, prepared numpy parts), tf-text
-           tokenization in batches of 4096 sentences on a thread pool (tokenizer.py)
-      -> map(pool rows), one at a time                    tf.numpy_function:
-           examples: NSP / SOP pairs or full sentences (segments.py), shuffled
-           within the pool, laid out as rows (rows.py), dynamic masking
-           (masking.py; rows keyed by their row in the pool)
-      -> rebatch(per-host batch) (the first pool starts at the resume row)
-      -> prefetch(AUTOTUNE)
-
-Pool i + 1 is read and tokenized while pool i's rows are made (the stream's
-first pool has the cores to itself, for the earliest first batch). Segments,
-rows and masking are vectorised numpy (index arithmetic over whole pools), run
-inside the graph by tf.numpy_function; masking a pool at once instead of a map
-over batches leaves the per-batch path in C++ (a numpy call per batch competed
-with the next pool for the GIL); tokenization is tf-text's kernels (WordPiece)
-or the Rust BPE, which release the GIL. After each pool but the first, each
-stage returns the heaps' free pages to the OS (glibc's malloc_trim): what a
-pool frees would otherwise stay resident beside the train step's buffers.
-
-Pools: epoch e visits this host's shards in a random order keyed by (seed,
-host, e); consecutive shards of that order form a pool until it holds
-`shuffle_mb` MB of source text (one shard per pool when 0, or for TFDS and
-builtin shards), so the pool plan is known from the shard sizes alone and
-memory stays bounded (a pool is at most shuffle_mb + block_mb of text). A
-pool's examples are permuted with a key of (seed, host, e, pool) (not when
-shuffle_mb is 0); NSP sampling is keyed by (seed, e, shard, host, sentence)
-and masking by (seed, host, e, pool, row in the pool). Nothing carries
-random state, so the stream of a host is a pure function of (config, seed,
-host) and `dataset(k)` starts at batch k directly: it counts the rows of the
-pools before position k (segmenting them without building rows or masks)
-and starts the plan at the pool that holds row k * batch. For raw text that
-means tokenizing the skipped shards once (their tokens are kept for the
-count while they fit `_SKIP_MEMO_BYTES`, so a small corpus skipped through
-many epochs tokenizes once); prepared parts skip without tokenizing.
-
-Without TensorFlow: `config.data.loader` picks the driver of the two numpy
-stages. 'tf_data' is the dataset above; 'python' runs the same two stage
-functions (stream_stages.PoolStages) on two Python threads with a queue of one pool between
-and after them, and cuts batches as rebatch does (python_stream.py): the same
-batches bit for bit, from any start position. 'auto' (the default) is tf_data
-where TensorFlow imports and python where it does not; only
-source='prepared' needs no TensorFlow (optional_tensorflow.py: raw text
-sources are refused up front, in one line, on such a host).
-
-Hosts read disjoint data, and only their own (stream_plan.host_share): with at least
-as many shards as hosts, host h reads shards h, h + P, ...; with S < P shards, host h
-reads shard h mod S alone and takes its share of that shard's documents with the
-other hosts that read it (of the training and of the held-out documents
-separately). With several hosts the shards are listed without reading them and each
-host checks only its own (source_base.Source.list_shards_unread), so no host opens a
-file it takes nothing from, at start-up or later. With `host_invariant_stream`, every
-host builds the stream of one host (the whole global batch) and keeps its own rows of
-each batch instead: the stream is then the same for any number of hosts, and by design
-every host reads and tokenizes the whole corpus (what one host would read), so it
-suits a corpus that one host can read at the pace of the whole job.
-Every `eval_every_nth_document`-th document of each shard is held out for
-`eval_iterator`.
+Every random draw is keyed by (seed, host, epoch, pool, ...), so a host's stream is a pure
+function of (config, seed, host) and `dataset(k)` starts at batch k directly: it counts the
+rows of the pools before it (tokenized skipped shards are memoised under _SKIP_MEMO_BYTES;
+prepared parts skip without tokenizing). `config.data.loader` picks the driver: tf.data, or
+Python threads (python_stream.py), the same batches bit for bit; only source='prepared' runs
+without TensorFlow. Hosts read disjoint shards (stream_plan.host_share); with
+host_invariant_stream each builds the one-host stream and keeps its rows. Every
+`eval_every_nth_document`-th document is held out for `eval_iterator`.
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
@@ -121,11 +71,7 @@ def _resolve_loader(data_config) -> str:
 
 
 def check_config(data_config, seq_len: int) -> None:
-  """The `config.data` checks that need no file, tokenizer or TensorFlow (one line each).
-
-  Raises:
-    ValueError: naming the key and what it must be.
-  """
+  """The `config.data` checks that need no file, tokenizer or TensorFlow (a ValueError each)."""
   c = data_config
   if c.mode not in MODES:
     raise ValueError(f"config.data.mode={c.mode!r}; expected one of {list(MODES)}")
@@ -175,13 +121,8 @@ def _checked_tokenizer(data_config, source: source_base.Source):
 
 def _stream_hosts(host_invariant: bool, process_index: int, process_count: int,
                   per_host_batch_size: int) -> tuple[Optional[slice], int, int]:
-  """(this host's rows of each batch the stream builds, or None: all of them; the host and
-  host count the stream is built for).
-
-  With host_invariant_stream every host builds the whole global batch and keeps its rows:
-  the stream is then the same for any process count (exact replays across host counts), and
-  every host reads the whole corpus, as one host would.
-  """
+  """(this host's rows of each batch built, or None for all; the host and host count the stream
+  is built for). With host_invariant_stream every host builds the global batch."""
   if not host_invariant:
     return None, process_index, process_count
   rows = None
@@ -203,34 +144,15 @@ def _masking_spec(data_config, tok) -> masking.MaskingSpec:
 class PretrainData:
   """The pretraining input pipeline of one host.
 
-  Attributes:
-    vocab_size: tokens in the vocab.
-    vocab_file: the vocab (or SentencePiece model) in use.
-    lowercase: uncased tokenization.
-    has_pairs: rows are sentence pairs whose next_sentence_labels are real (modes
-      'nsp': 1 = random next, and 'sop': 1 = swapped order).
-    per_host_batch_size: rows per batch on this host.
-    tokenizer: the tokenizer.
-    source: the Source of config.data.source.
+  has_pairs: rows are sentence pairs with real next_sentence_labels ('nsp': 1 = random next;
+  'sop': 1 = swapped).
   """
 
   def __init__(self, data_config, *, seq_len: int, global_batch_size: int, seed: int,
                process_index: int = 0, process_count: int = 1,
                source: Optional[source_base.Source] = None):
-    """Validates the config and the input up front (tokenizing only the first shard's start).
-
-    Args:
-      data_config: the `config.data` ConfigDict of configs/pretrain.py.
-      seq_len: tokens per row.
-      global_batch_size: rows per step over all hosts.
-      seed: the data seed.
-      process_index: this host.
-      process_count: hosts.
-      source: config.data.source's Source where the caller has it already (else looked up).
-
-    Raises:
-      ValueError / FileNotFoundError naming the offending key, file or token.
-    """
+    """Validates the config and the input up front (tokenizing only the first shard's start);
+    ValueError / FileNotFoundError name the offending key, file or token."""
     c = data_config
     self._config = c
     check_config(c, seq_len)
@@ -280,8 +202,7 @@ class PretrainData:
   # -- Tokenized shards -----------------------------------------------------------
 
   def _tokenized(self, shard: shard_spec.ShardSpec, split: str) -> segments.TokenizedShard:
-    """The documents of `split` of a shard, tokenized (shard_tokens.tokenized_shard; stats
-    count what the first reading of each shard and split found)."""
+    """The documents of `split` of a shard, tokenized (stats count the first reading's finds)."""
     with self._lock:
       first = (shard.index, split) not in self._counted
       self._counted.add((shard.index, split))
@@ -319,12 +240,8 @@ class PretrainData:
 
   def _pool(self, epoch: int, index: int, shards: Sequence[int],
             memo: Optional[dict] = None) -> example_pools.ExamplePool:
-    """Pool `index` of `epoch` (its shard positions `shards`), shuffled.
-
-    memo: shard position -> TokenizedShard: the pool's shards already read (the
-      dataset's first stage), or read and filled while its total stays under
-      _SKIP_MEMO_BYTES (resume counting).
-    """
+    """Pool `index` of `epoch`, shuffled. memo (shard position -> TokenizedShard) holds shards
+    already read, and is filled while under _SKIP_MEMO_BYTES (resume counting)."""
     parts = []
     for i in shards:
       ts = None
@@ -389,8 +306,7 @@ class PretrainData:
 
   def _masked_rows(self, pool: example_pools.ExamplePool, epoch: int, index: int, lo: int,
                    hi: int) -> dict[str, np.ndarray]:
-    """Rows lo..hi of `pool`, pool `index` of `epoch`, laid out and masked (keyed by their
-    row in the pool)."""
+    """Rows lo..hi of pool `index` of `epoch`, laid out and masked (keyed by row in the pool)."""
     rows = pool.rows(lo, hi, self.build_rows)
     keys = stateless_random.derive(self._keys["mask"], self.process_index, epoch, index,
                                    lo + np.arange(hi - lo))
@@ -398,8 +314,7 @@ class PretrainData:
     return rows
 
   def _stages(self, start_position: int) -> stream_stages.PoolStages:
-    """The two numpy stages of a stream from batch `start_position` (the rows before it are
-    counted here), for tf.data (`dataset`) or python_stream."""
+    """The two numpy stages of a stream from batch `start_position` (earlier rows counted here)."""
     if start_position < 0:
       raise ValueError(f"start_position={start_position} must be >= 0")
     self._failure = None
@@ -411,34 +326,18 @@ class PretrainData:
         no_rows_error=self._no_rows_error, on_failure=self._fail)
 
   def dataset(self, start_position: int = 0) -> tf.data.Dataset:
-    """The infinite training stream of this host from batch `start_position`, as tf.data
-    (with host_invariant_stream, of whole global batches: train_iterator keeps this host's
-    rows).
-
-    Args:
-      start_position: batches this host has already consumed; the stream is
-        exactly batches start_position, start_position + 1, ... of dataset(0).
-        The rows before it are counted here, before the dataset is returned.
-
-    Returns:
-      A dataset of batch dicts: input_ids, input_mask, segment_ids int32
-      [b, L]; masked_lm_positions, masked_lm_ids int32 [b, P];
-      masked_lm_weights float32 [b, P]; next_sentence_labels int32 [b]; with
-      packing also position_ids int32 [b, L].
-    """
+    """The infinite training stream from batch `start_position`: exactly batches start_position,
+    start_position + 1, ... of dataset(0) (batch_schema's features; with host_invariant_stream,
+    whole global batches)."""
     stages = self._stages(start_position)
     return stream_stages.tf_dataset(stages.read_pool, stages.pool_rows, stages.features,
                                     self._stream_batch_size)
 
   def train_iterator(self, start_position: int = 0) -> Iterator[dict[str, np.ndarray]]:
-    """`dataset(start_position)` as numpy batches (see `dataset`).
+    """`dataset(start_position)` as numpy batches, this host's rows.
 
-    With `loader` 'python' the same stages run on Python threads
-    (python_stream.py), without TensorFlow; the batches are the same.
-    An error raised inside the pipeline (a vocab that does not fit a shard, an
-    epoch without examples) is raised here as itself, not as a TensorFlow error.
-    Iterators still open at interpreter exit are closed by an atexit hook.
-    With host_invariant_stream, each batch is this host's rows of the global batch.
+    An error inside the pipeline (a vocab that does not fit, an epoch without examples) is raised
+    as itself, not as a TensorFlow error; iterators still open at exit are closed.
     """
     if self.loader == "python":
       it = self._python_batches(start_position)
@@ -463,17 +362,7 @@ class PretrainData:
       raise
 
   def eval_iterator(self, num_batches: int) -> Iterator[dict[str, np.ndarray]]:
-    """`num_batches` batches of held-out documents, the same on every call.
-
-    The held-out examples are taken in source order (cycled if there are
-    too few) with fixed NSP choices and masks.
-
-    Args:
-      num_batches: batches to yield.
-
-    Returns:
-      An iterator of batches shaped as train_iterator's (this host's rows of them).
-    """
+    """`num_batches` held-out batches, the same on every call (source order, fixed masks)."""
     if not self._config.eval_every_nth_document:
       raise ValueError("eval data needs config.data.eval_every_nth_document > 0")
     if num_batches not in self._eval_cache:
@@ -504,8 +393,7 @@ class PretrainData:
 
 def _rows_of(batches: Iterator[dict[str, np.ndarray]], rows: Optional[slice]
              ) -> Iterator[dict[str, np.ndarray]]:
-  """This host's `rows` of each batch, where the stream builds the global batch (None: the
-  stream builds this host's batches, taken whole)."""
+  """This host's `rows` of each batch (None: batches taken whole)."""
   if rows is None:
     return batches
   return ({k: v[rows] for k, v in b.items()} for b in batches)

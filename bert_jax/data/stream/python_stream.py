@@ -1,24 +1,9 @@
 """The pretraining stream's numpy stages driven by Python threads instead of tf.data.
 
-  for batch in python_stream.batches(read_pool, pool_rows, first_rows, names, batch_size): ...
-
-`PretrainData.dataset` runs two numpy stages under tf.data: `read_pool(k)`
-(the stream's k-th pool read into a stash; returns (epoch, pool, rows to
-drop)) then `pool_rows(epoch, pool, drop)` (that pool's masked rows, one array
-per feature), followed by `rebatch(batch_size)`. On a host without TensorFlow
-(`config.data.loader='python'`, or 'auto' there) the same two functions run
-here, each on its own thread, one pool at a time, with a queue of one pool
-between them and after them; the rows are cut into batches in stream order as
-rebatch cuts them. The batches are therefore those of the tf.data stream, bit
-for bit, from any start position: the stages, their keys and their order are
-the same, only the driver differs.
-
-Pool k + 1 is read while pool k's rows are made (read_pool itself holds every
-pool but the first until `first_rows` is set, as under tf.data). An error
-raised in a stage is raised by the iterator as itself. Closing the iterator
-(or deleting it, or the interpreter's exit: PretrainData closes its open
-iterators at exit) stops both threads after the call they are in and joins
-them; nothing is left running.
+The same read_pool / pool_rows stages run each on its own thread with a queue of one pool
+between and after them, and rows are cut into batches as tf.data's rebatch cuts them: the same
+batches bit for bit. A stage's error is raised by the iterator as itself; closing or deleting
+the iterator stops and joins both threads.
 """
 import itertools
 import queue
@@ -38,17 +23,10 @@ class _Closed(Exception):
 def batches(read_pool: Callable[[int], tuple], pool_rows: Callable[..., tuple],
             first_rows: threading.Event, names: Sequence[str], batch_size: int
             ) -> Iterator[dict[str, np.ndarray]]:
-  """The stream's batches, made by the two stages on background threads.
+  """The stream's batches (fresh arrays, not views of a pool), made on background threads.
 
-  Args:
-    read_pool: k -> (epoch, pool, drop), the first stage.
-    pool_rows: (epoch, pool, drop) -> one array per feature, [rows, ...] each.
-    first_rows: set once the stream's first pool's rows are made (or a stage failed).
-    names: the features' names, in pool_rows' order.
-    batch_size: rows per batch.
-
-  Yields:
-    Dicts name -> array [batch_size, ...] (fresh arrays, not views of a pool).
+  read_pool: k -> (epoch, pool, drop); pool_rows: (epoch, pool, drop) -> one array per feature
+  in `names` order; first_rows: set once the first pool's rows are made (or a stage failed).
   """
   closed = threading.Event()
   pools, rows = queue.Queue(maxsize=1), queue.Queue(maxsize=1)

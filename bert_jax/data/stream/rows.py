@@ -1,10 +1,7 @@
 """Fixed-length rows from example spans: ids, masks, segment and position ids.
 
-Unpacked, one example per row: `[CLS] A [SEP] B [SEP]` (NSP) or
-`[CLS] A [SEP]` (no closing [SEP] when A already ends with a document's
-[SEP]), padded with [PAD]. Packed, several `[CLS] A [SEP]` examples share a
-row; `input_mask` numbers them 1..k (0 for padding) and `position_ids` restart
-at 0 for each. All of it is index arithmetic over [rows, seq_len] arrays.
+Unpacked: `[CLS] A [SEP] B [SEP]` or `[CLS] A [SEP]`, padded. Packed: several examples per
+row, `input_mask` numbering them 1..k (0 padding) and `position_ids` restarting at 0 for each.
 """
 from typing import Optional
 
@@ -23,10 +20,7 @@ def _spans(ids: np.ndarray, tokens: np.ndarray, start: np.ndarray, span_len: np.
 
 def _example_rows(tokens: np.ndarray, ex: segments.Examples, seq_len: int, cls_id: int,
                   sep_id: int, pad_id: int):
-  """Per-example rows: ids [n, L], length [n], segment ids [n, L].
-
-  Only the real tokens are written (scatters over the spans), not [n, L] index arrays.
-  """
+  """Per-example rows: ids [n, L], length [n], segment ids [n, L] (only real tokens scattered)."""
   n = len(ex)
   la, lb = ex.a_len, ex.b_len
   s1 = ex.final_sep.astype(np.int64)
@@ -49,20 +43,9 @@ def _example_rows(tokens: np.ndarray, ex: segments.Examples, seq_len: int, cls_i
 def build_rows(tokens: np.ndarray, ex: segments.Examples, seq_len: int, *, cls_id: int,
                sep_id: int, pad_id: int,
                pack_splits: Optional[np.ndarray] = None) -> dict[str, np.ndarray]:
-  """Lays examples out as rows.
-
-  Args:
-    tokens: int32 [T], the array the example spans index.
-    ex: examples in row order (each fits seq_len).
-    seq_len: L.
-    cls_id, sep_id, pad_id: special ids.
-    pack_splits: int64 [rows + 1] when packing (row r holds examples
-      pack_splits[r]:pack_splits[r + 1]); None for one example per row.
-
-  Returns:
-    input_ids, input_mask, segment_ids int32 [rows, L]; next_sentence_labels
-    int32 [rows]; with packing also position_ids int32 [rows, L].
-  """
+  """Lays examples out as rows of seq_len: input_ids, input_mask, segment_ids, and
+  next_sentence_labels; with pack_splits (row r holds examples pack_splits[r]:pack_splits[r + 1])
+  also position_ids."""
   ids, length, segment = _example_rows(tokens, ex, seq_len, cls_id, sep_id, pad_id)
   p = np.arange(seq_len)[None, :]
   if pack_splits is None:
@@ -80,26 +63,13 @@ def build_rows(tokens: np.ndarray, ex: segments.Examples, seq_len: int, *, cls_i
 def pack_examples(features: dict[str, np.ndarray], length: np.ndarray, pack_splits: np.ndarray,
                   seq_len: int, num_rows: Optional[int] = None,
                   fill: Optional[dict] = None) -> dict[str, np.ndarray]:
-  """Lays out per-example token features several examples to a row.
+  """Lays out per-token features (name -> [n, L0], each example's tokens first) several
+  examples to a row.
 
-  Args:
-    features: name -> [n, L0] per-token arrays of each example, its tokens first
-      (L0 >= length); e.g. input_ids, segment_ids, per-token labels.
-    length: int [n] tokens of each example.
-    pack_splits: int64 [rows + 1]: row r holds examples pack_splits[r]:pack_splits[r + 1]
-      (segments.pack_rows); each row's examples fit in seq_len.
-    seq_len: tokens per packed row.
-    num_rows: rows of the result (>= rows; the extra rows are all padding);
-      default: rows.
-    fill: name -> the value of padding positions (default 0).
-
-  Returns:
-    Each feature [num_rows, seq_len], and
-      input_mask int32 [num_rows, seq_len]: 1..k numbering a row's examples, 0 padding
-        (the block-diagonal attention of layers.attention_mask);
-      position_ids int32 [num_rows, seq_len]: restarting at 0 for each example;
-      example_start int64 [n]: flat index (row * seq_len + column) of each example's
-        first token, e.g. its [CLS].
+  pack_splits is segments.pack_rows'; num_rows (default: rows) may add all-padding rows; fill
+  gives padding values (default 0). Returns each feature [num_rows, seq_len] plus input_mask
+  (1..k per example, 0 padding: layers.attention_mask's block diagonal), position_ids, and
+  example_start int64 [n] (flat index of each example's first token).
   """
   rows = len(pack_splits) - 1
   num_rows = rows if num_rows is None else num_rows

@@ -1,30 +1,15 @@
 """Pretraining examples from tokenized documents, vectorised over a shard.
 
-A tokenized shard is a flat token array with sentence and document splits.
-Examples are spans of that array:
+  nsp             Google's create_pretraining_data on the fly. One deliberate difference: a
+                  one-sentence chunk that draws IsNext takes the next sentence as B (Google
+                  always makes it random, which lowers the IsNext rate).
+  full_sentences  RoBERTa's FULL-SENTENCES, across documents with [SEP] at each end.
+  doc_sentences   (for packing) the same, never crossing a document.
 
-  nsp             Google's create_pretraining_data, on the fly: a document's
-                  sentences are accumulated to a target length (max_num_tokens,
-                  or with probability short_seq_prob a random shorter one),
-                  split at a random sentence into A and B; with probability 1/2
-                  B is taken from a random other document and the unused
-                  sentences are put back; the longer side is truncated at a
-                  random end until the pair fits. One deliberate difference: a
-                  one-sentence chunk that draws IsNext takes the following
-                  sentence as B (Google makes its B random, always, which
-                  brings IsNext down to ~43% on typical text); only a
-                  document's last sentence alone still gets a random B.
-  full_sentences  RoBERTa's FULL-SENTENCES: contiguous sentences up to the row
-                  length, across documents with [SEP] at each document end.
-  doc_sentences   (for packing) the same, but never crossing a document.
-
-Google's loops are sequential ("the next chunk starts where this one
-ended"); here every chunk's end is a function of its first sentence alone
-(computed for all sentences with searchsorted), and the chunks actually used
-are the orbit of sentence 0 under that next-start map, found by pointer
-doubling in O(log n) vectorised steps. Every random draw is keyed by
-(key, sentence index), so the examples are a pure function of the shard and
-the key.
+Google's loop is sequential; here each chunk's end is a function of its first sentence alone,
+and the chunks used are the orbit of sentence 0 under that map (pointer doubling, O(log n)
+vectorised steps). Draws are keyed by (key, sentence index): the examples are a pure
+function of the shard and the key.
 """
 import dataclasses
 
@@ -36,15 +21,8 @@ from bert_jax.data.stream import stateless_random
 
 @dataclasses.dataclass
 class Examples:
-  """Examples as spans of a token array.
-
-  Attributes:
-    a_start, a_len: int64 [n], the first segment.
-    b_start, b_len: int64 [n], the second segment (length 0 when there is none).
-    label: int32 [n], next_sentence_labels (1 = random next; 0 without NSP).
-    final_sep: bool [n], whether the row gets a closing [SEP] after A (False
-      when A already ends with a document's [SEP]).
-  """
+  """Examples as spans of a token array: A (a_start, a_len), B (length 0 when none), label
+  (1 = random next), final_sep (False when A already ends with a document's [SEP])."""
   a_start: np.ndarray
   a_len: np.ndarray
   b_start: np.ndarray
@@ -79,11 +57,7 @@ class Examples:
 
 @dataclasses.dataclass
 class TokenizedShard(source_base.Documents):
-  """Token ids of a shard's documents, for making examples.
-
-  Attributes:
-    sent_splits: int64 [S + 1], sentence i is tokens[sent_splits[i]:sent_splits[i + 1]].
-  """
+  """A shard's token ids; sent_splits int64 [S + 1] bound each sentence."""
   sent_splits: np.ndarray = dataclasses.field(kw_only=True)
 
   @property
@@ -96,15 +70,7 @@ class TokenizedShard(source_base.Documents):
 
 
 def split_long_sentences(shard: TokenizedShard, max_len: int) -> TokenizedShard:
-  """Splits every sentence longer than max_len tokens into consecutive pieces.
-
-  Args:
-    shard: a tokenized shard.
-    max_len: the most tokens a piece may hold (>= 1).
-
-  Returns:
-    The shard with more, shorter sentences (tokens unchanged).
-  """
+  """Splits every sentence longer than max_len (>= 1) tokens into consecutive pieces."""
   lengths = np.diff(shard.sent_splits)
   pieces = np.maximum(1, -(-lengths // max_len))  # ceil, at least 1
   if np.all(pieces == 1):
@@ -119,14 +85,7 @@ def split_long_sentences(shard: TokenizedShard, max_len: int) -> TokenizedShard:
 
 
 def chain_starts(nxt: np.ndarray) -> np.ndarray:
-  """The orbit of 0 under `nxt`: 0, nxt[0], nxt[nxt[0]], ... (excluding the end).
-
-  Args:
-    nxt: int64 [n], nxt[i] > i, values in [1, n] (n ends the chain).
-
-  Returns:
-    Sorted int64 indices visited from 0, all < n.
-  """
+  """The orbit of 0 under `nxt` (nxt[i] > i, n ends it): sorted int64 indices, all < n."""
   n = len(nxt)
   if n == 0:
     return np.zeros(0, np.int64)
@@ -142,28 +101,18 @@ def chain_starts(nxt: np.ndarray) -> np.ndarray:
 
 def nsp_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
                  short_seq_prob: float) -> Examples:
-  """Google BERT's sentence-pair instances of every document of a shard.
+  """Google BERT's sentence-pair instances of every document (label 1 = random B).
 
-  Args:
-    shard: documents (sentences longer than max_num_tokens // 2 split first).
-    key: a stateless_random key (derive it from seed, epoch and shard).
-    max_num_tokens: seq_len - 3.
-    short_seq_prob: probability of a document's shorter random target length.
-
-  Returns:
-    Examples with A, B and next-sentence labels (1 = random B).
+  Sentences longer than max_num_tokens // 2 (= (seq_len - 3) // 2) must be split first; derive
+  `key` from seed, epoch and shard.
   """
   return _pair_examples(shard, key, max_num_tokens, short_seq_prob, sentence_order=False)
 
 
 def sop_examples(shard: TokenizedShard, *, key, max_num_tokens: int,
                  short_seq_prob: float) -> Examples:
-  """ALBERT's sentence-order pairs (create_pretraining_data with random_next_sentence=False).
-
-  Chunks are cut as for NSP; B is always the rest of A's chunk, and A and B are
-  swapped with probability 1/2 before truncation, as ALBERT does. The arguments are
-  nsp_examples'; the labels are sentence order (1 = swapped).
-  """
+  """ALBERT's sentence-order pairs: B is always the rest of A's chunk, A and B swapped with
+  probability 1/2 before truncation (label 1 = swapped)."""
   return _pair_examples(shard, key, max_num_tokens, short_seq_prob, sentence_order=True)
 
 
@@ -244,18 +193,8 @@ def _pair_examples(shard: TokenizedShard, key, max_num_tokens: int, short_seq_pr
 
 def sentence_examples(shard: TokenizedShard, *, max_len: int, sep_id: int,
                       cross_documents: bool) -> tuple[np.ndarray, Examples]:
-  """Rows of contiguous whole sentences (RoBERTa FULL- / DOC-SENTENCES).
-
-  Args:
-    shard: documents (sentences longer than max_len - 3 split first).
-    max_len: tokens per row, [CLS] and [SEP] included (seq_len).
-    sep_id: the [SEP] id, inserted after each document when crossing them.
-    cross_documents: FULL-SENTENCES (True) or DOC-SENTENCES (False).
-
-  Returns:
-    (tokens, examples): the token array the spans index (with the document
-    [SEP]s inserted when crossing documents) and one example per row.
-  """
+  """Rows of contiguous whole sentences (RoBERTa FULL-SENTENCES, or DOC-SENTENCES when not
+  cross_documents): (tokens with the document [SEP]s inserted, one example per row)."""
   num_sent = shard.num_sentences
   if num_sent == 0:
     return shard.tokens, Examples.empty()
@@ -285,15 +224,7 @@ def sentence_examples(shard: TokenizedShard, *, max_len: int, sep_id: int,
 
 
 def pack_rows(row_len: np.ndarray, max_len: int) -> np.ndarray:
-  """Greedy packing of consecutive examples into rows of max_len tokens.
-
-  Args:
-    row_len: int64 [n] tokens of each example (each <= max_len).
-    max_len: tokens per row.
-
-  Returns:
-    int64 [rows + 1] splits: row r holds examples splits[r]:splits[r + 1].
-  """
+  """Greedy packing of consecutive examples into rows: int64 [rows + 1] splits."""
   n = len(row_len)
   if n == 0:
     return np.zeros(1, np.int64)

@@ -1,9 +1,5 @@
-"""A shard's documents as tokens: read through its source, held-out documents split off,
-tokenized on a thread pool, empty sentences and documents dropped, long sentences cut.
-
-Also the vocab checks made before any shard is read (casing), on the start of the first one
-before the stream starts and on each one as it is read (the share of [UNK]).
-"""
+"""A shard's documents as tokens: read, held-out documents split off, tokenized on a thread
+pool, empty ones dropped, long sentences cut; and the vocab checks (casing, [UNK] share)."""
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
 import functools
@@ -32,18 +28,8 @@ MAX_UNKNOWN_RATE = 0.2
 
 def check_casing(vocab: Sequence[str], lowercase: bool, name: str,
                  setting: str = "config.data.lowercase") -> None:
-  """Refuses a cased vocab read lower-cased, and an uncased one read with capitals.
-
-  Args:
-    vocab: the tokens.
-    lowercase: whether the text is lower-cased.
-    name: the vocab's name in the message.
-    setting: the program's setting of `lowercase` (a config key taking True / False, or
-      `--cased`, the flag that turns it off).
-
-  Raises:
-    ValueError: naming the vocab, what it is, and the setting to change.
-  """
+  """Refuses a cased vocab read lower-cased and an uncased one read with capitals (a ValueError
+  naming the vocab and `setting`, the config key or flag to change)."""
   regular = [t for t in vocab if not (t.startswith("[") and t.endswith("]"))]
   capitalized = [t for t in regular if any(ch.isupper() for ch in t)]
   lower_words = sum(1 for t in regular if t.isalpha() and t.islower())
@@ -64,11 +50,7 @@ def check_casing(vocab: Sequence[str], lowercase: bool, name: str,
 
 
 def check_unknown_rate(tokens: np.ndarray, tokenizer, name: str) -> None:
-  """Refuses a vocab that does not fit the corpus (most tokens [UNK]).
-
-  Raises:
-    ValueError: naming the shard, the rate and the vocab's size.
-  """
+  """Refuses (ValueError) a vocab that does not fit the corpus (most tokens [UNK])."""
   unk = getattr(tokenizer, "unk_id", None)
   if unk is None or len(tokens) < 100:
     return
@@ -89,13 +71,7 @@ _SAMPLE_SENTENCES = 2000
 def check_vocab_fits(shard: shard_spec.ShardSpec, data_config, tokenizer) -> None:
   """check_unknown_rate on the first sentences of `shard`, before any pipeline starts.
 
-  The same check runs on every shard as the stream reads it, but there it is raised inside
-  tf.data's threads, which print each failed call's traceback before the error reaches the
-  program; a vocab that does not fit the corpus at all is found here, as one line.
-  A prepared shard was checked when it was prepared.
-
-  Raises:
-    ValueError: as check_unknown_rate.
+  Inside tf.data the same error comes after a traceback per failed call; here it is one line.
   """
   source = source_registry.of_shard(shard)
   if source.tokenized:
@@ -111,18 +87,14 @@ def check_vocab_fits(shard: shard_spec.ShardSpec, data_config, tokenizer) -> Non
 
 @functools.cache
 def threads() -> multiprocessing.pool.ThreadPool:
-  """The threads that tokenize and mask (daemon threads: a dataset still running at interpreter exit
-  finishes its work instead of failing in concurrent.futures and hanging the exit)."""
+  """The tokenizing and masking threads; daemon threads, so a dataset running at exit does not
+  fail in concurrent.futures and hang the exit."""
   return multiprocessing.pool.ThreadPool(_THREADS)
 
 
 def tokenize(tokenizer, sentences: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
-  """Token ids (flat int32) and per-sentence counts (int64) of a string tensor.
-
-  Chunks of _TOKENIZE_BATCH sentences go through the tokenizer on a thread pool
-  (WordPiece's tf-text kernels and the BPE's Rust release the GIL), so all
-  cores tokenize.
-  """
+  """Flat int32 token ids and int64 per-sentence counts, tokenized in chunks on a thread pool
+  (the tokenizers release the GIL)."""
   n = int(tf.size(sentences))
   if n == 0:
     return np.zeros(0, np.int32), np.zeros(0, np.int64)
@@ -135,9 +107,8 @@ def tokenize(tokenizer, sentences: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
 
 def select_docs(num_docs: int, split: str, every_nth: int, share: tuple[int, int] = (0, 1)
                 ) -> np.ndarray:
-  """The documents of `split` ('train' or 'eval': every `every_nth`-th is held out) of a shard
-  of `num_docs`; of those, every share[1]-th from the share[0]-th (a shard that share[1]
-  hosts read: fewer shards than hosts)."""
+  """The documents of `split` ('eval': every `every_nth`-th) of a shard, then every
+  share[1]-th from the share[0]-th (a shard several hosts read)."""
   d = np.arange(num_docs)
   is_eval = (d % every_nth == every_nth - 1) if every_nth else np.zeros(num_docs, bool)
   docs = d[is_eval] if split == "eval" else d[~is_eval]
@@ -148,11 +119,8 @@ def select_docs(num_docs: int, split: str, every_nth: int, share: tuple[int, int
 def tokenized_shard(shard: shard_spec.ShardSpec, split: str, *, data_config, tokenizer,
                     seq_len: int, has_pairs: bool, select: Callable[[int], np.ndarray],
                     count: Callable[[str, int], None]) -> segments.TokenizedShard:
-  """The documents `select(num_docs)` of a shard, tokenized (read and tokenized on each call).
-
-  count(name, n) is told what the reading found (invalid UTF-8, empty sentences and
-  documents, sentence pieces split off).
-  """
+  """The selected documents of a shard, read and tokenized; count(name, n) is told what the
+  reading found."""
   source = source_registry.of_shard(shard)
   if source.tokenized:
     part = source.read_tokens(shard)

@@ -1,11 +1,8 @@
 """Counter-based random numbers: pure functions of integer keys, vectorised.
 
-Every random draw of the input pipeline is `f(key, counter)`, with the key
-derived from (seed, purpose, epoch, example index, ...). Nothing carries RNG
-state, so any position of the stream can be rebuilt on its own, on any
-machine, with the same result: the numbers are plain uint64 integer
-arithmetic (SplitMix64's finaliser, a bijective mixer that passes BigCrush
-over counters), identical on every platform and numpy version.
+Every draw is f(key, counter) with keys derived from (seed, purpose, epoch, index, ...): no
+RNG state, so any stream position is rebuilt alone with the same result on any machine
+(uint64 arithmetic: SplitMix64's finaliser, a bijection that passes BigCrush).
 """
 import numpy as np
 
@@ -24,15 +21,7 @@ def mix(z: np.ndarray) -> np.ndarray:
 
 
 def derive(key, *data) -> np.ndarray:
-  """Folds integers (scalars or broadcastable arrays) into a key.
-
-  Args:
-    key: a uint64 key (scalar or array).
-    *data: integers or integer arrays.
-
-  Returns:
-    uint64 keys, broadcast over `key` and `data`.
-  """
+  """Folds integers (scalars or arrays) into uint64 keys, broadcast over `key` and `data`."""
   k = np.asarray(key, np.uint64)
   with np.errstate(over="ignore"):
     for d in data:
@@ -73,16 +62,7 @@ def permutation(key, n: int) -> np.ndarray:
 
 
 def binomial_half(key, counter, n, max_n: int) -> np.ndarray:
-  """Binomial(n, 1/2) draws: the number of heads in n fair coin flips.
-
-  Args:
-    key, counter: as `bits` (broadcast together with n).
-    n: the number of flips (<= max_n).
-    max_n: a static bound on n.
-
-  Returns:
-    int64 counts.
-  """
+  """Binomial(n, 1/2) int64 counts (n <= the static max_n), broadcast as `bits`."""
   n = np.asarray(n, np.int64)
   words = max(1, -(-int(max_n) // 64))
   total = np.zeros(np.broadcast(np.asarray(key), np.asarray(counter), n).shape, np.int64)

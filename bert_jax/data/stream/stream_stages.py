@@ -1,11 +1,5 @@
-"""A training stream's two numpy stages, the state one stream keeps between them, and its
-lifecycle: tf.data (`tf_dataset`) or python_stream runs the stages; iterators still open at
-interpreter exit are closed; after each pool but the first, each stage gives the heaps' free
-pages back to the OS.
-
-PretrainData (pretrain_data.py) says what a pool is (its shards, examples, rows and masks);
-`PoolStages` asks it, one pool at a time, in the order of the stream.
-"""
+"""A training stream's two numpy stages, the state they share, and its lifecycle: run by
+tf.data or python_stream, closed at interpreter exit, free heap pages returned after each pool."""
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
 import atexit
@@ -38,11 +32,9 @@ _MALLOC_TRIM = _malloc_trim()
 def return_free_pages() -> None:
   """Gives the free pages inside malloc's heaps back to the OS (glibc's malloc_trim).
 
-  A pool's numpy and TensorFlow temporaries leave free pages scattered through the heaps,
-  which free() keeps; the train step's temporaries then take new pages, and the peak RSS
-  grows by what the pools left (tiny, 50 steps, 4.36 GB prepared: 1.99 -> 1.63 M KiB,
-  benchmarks/README). Called once per pool and stage, after the stream's first pool
-  (5-30 ms, off the first batch's path).
+  A pool's temporaries leave free pages scattered through the heaps, which the train step's
+  temporaries do not reuse, so peak RSS would grow by them. Called once per pool and stage,
+  after the first pool (off the first batch's path).
   """
   if _MALLOC_TRIM is not None:
     _MALLOC_TRIM(0)
@@ -102,25 +94,10 @@ def _close_open_iterators() -> None:
 class PoolStages:
   """The two numpy stages of one stream from a start row, and what they share.
 
-  `read_pool(k)` reads and tokenizes the shards of the stream's k-th pool into the stash and
-  returns (epoch, pool, rows of it to drop: the start's for the stream's first pool, else 0);
-  `pool_rows(epoch, pool, drop)` lays out and masks that pool's rows from row `drop` on, one
-  array per feature. Every pool but the stream's first waits for `first_rows` (the first
-  pool's rows are made): the first batch comes as early as the cores allow, later pools
-  overlap. An exception in either stage is also given to `on_failure` (a tf.data error hides
-  it) and ends the stream.
-
-  Args:
-    start: (epoch, pool, row in the pool) where the stream starts (stream_plan.locate).
-    epoch_plan: epoch -> this host's pools in it, each a list of shard positions.
-    read_shard: shard position -> the shard read and tokenized.
-    pool_of: (epoch, pool, its shard positions, its shards read) -> its shuffled
-      example_pools.ExamplePool.
-    masked_rows: (pool, epoch, index, lo, hi) -> rows lo..hi of the pool, laid out and
-      masked (keyed by their row in the pool).
-    features: batch_schema.features of the stream's batches.
-    no_rows_error: the error of an epoch whose pools are all empty.
-    on_failure: told the first exception of a stage.
+  `read_pool(k)` reads the k-th pool's shards into the stash and returns (epoch, pool, rows to
+  drop); `pool_rows(epoch, pool, drop)` lays out and masks its rows. Pools after the first wait
+  for `first_rows`, so the first batch gets all the cores. A stage's exception also goes to
+  `on_failure` (tf.data hides it) and ends the stream. `start` is stream_plan.locate's.
   """
 
   def __init__(self, start: tuple[int, int, int], *, epoch_plan: Callable, read_shard: Callable,
@@ -192,8 +169,7 @@ class PoolStages:
 
 
 def tf_dataset(read_stage, rows_stage, features: dict, batch_size: int) -> tf.data.Dataset:
-  """The stream as tf.data: the two numpy stages (PoolStages) as numpy functions,
-  one pool at a time each, rebatched to `batch_size` rows (features: batch_schema's)."""
+  """The stream as tf.data: PoolStages' stages as numpy functions, rebatched to `batch_size`."""
 
   @tf.autograph.experimental.do_not_convert
   def read_pool(k):
