@@ -1,11 +1,8 @@
 """RoBERTa's byte-level BPE (vocab.json + merges.txt) with the `tokenizers` library.
 
-tensorflow-text has no byte-level BPE op, so the BPE runs in Hugging Face's
-`tokenizers` (Rust), set up as transformers sets up `RobertaTokenizerFast`:
-GPT-2's byte-level pre-tokenizer (no prefix space), the BPE merges, and the
-five special tokens matched in the raw text (`<mask>` also takes the
-whitespace before it). A pair is `<s> A </s></s> B </s>`, one segment id.
-Words start at pieces beginning with 'Ġ' (a space before the word).
+tensorflow-text has no byte-level BPE op, so this runs Hugging Face's Rust BPE set up as
+`RobertaTokenizerFast` (GPT-2's pre-tokenizer, no prefix space; `<mask>` takes the whitespace
+before it). A pair is `<s> A </s></s> B </s>`, one segment id; words start at 'Ġ' pieces.
 """
 import json
 from typing import Sequence
@@ -30,23 +27,14 @@ def _read(path: str, what: str) -> str:
 
 
 class ByteLevelBPETokenizer(tokenizer_base.Tokenizer):
-  """Byte-level BPE with RoBERTa's special tokens and pair layout.
-
-  Attributes: those of `tokenizer_base.Tokenizer`; `vocab_file` is the
-  vocab.json path, `is_continuation` marks pieces without a leading 'Ġ'.
-  """
+  """Byte-level BPE with RoBERTa's special tokens and pair layout (vocab_file: vocab.json)."""
 
   kind = "bpe"
   pair_separators = 2
   pair_segment_ids = False
 
   def __init__(self, vocab_file: str, merges_file: str):
-    """Loads and validates the vocab and merges.
-
-    Args:
-      vocab_file: vocab.json (token -> id, ids 0..n-1).
-      merges_file: merges.txt (one merge per line, after a `#version` line).
-    """
+    """Loads and validates vocab.json (ids 0..n-1) and merges.txt (after a `#version` line)."""
     import tokenizers  # pylint: disable=g-import-not-at-top
     try:
       vocab = json.loads(_read(vocab_file, "vocab"))
@@ -96,12 +84,8 @@ class ByteLevelBPETokenizer(tokenizer_base.Tokenizer):
     return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
 
   def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple]]]:
-    """(ids, (start, end) character offsets) of each text, no special tokens.
-
-    A piece's span leaves out the spaces its 'Ġ's stand for, and only those: a piece
-    of a tab, newline or no-break space keeps its character (RobertaTokenizerFast's
-    trim_offsets, by the same post-processor).
-    """
+    """(ids, (start, end) character offsets) of each text, no special tokens; a span leaves out
+    only the spaces its 'Ġ's stand for (RobertaTokenizerFast's trim_offsets)."""
     return [(list(e.ids), [tuple(o) for o in e.offsets])
             for e in self._tok_offsets.encode_batch(list(texts), add_special_tokens=False)]
 
@@ -116,19 +100,13 @@ BRACKET_SPECIAL_TOKENS = {"cls": "[CLS]", "pad": "[PAD]", "sep": "[SEP]", "unk":
 
 
 class TokenizerJsonBPE(ByteLevelBPETokenizer):
-  """A byte-level BPE saved whole as one tokenizer.json (ModernBERT's; transformers'
-  PreTrainedTokenizerFast): its normaliser, pre-tokenizer, merges and added tokens as saved.
-  Special tokens by role: BERT's [CLS] [SEP] [PAD] [UNK] [MASK] where the vocab has them
-  (a pair is `[CLS] A [SEP] B [SEP]`), else RoBERTa's `<s>` ... (`</s></s>` between a
-  pair's texts). Words start at pieces beginning with 'Ġ'.
+  """A byte-level BPE saved whole as one tokenizer.json (ModernBERT's), used as saved.
+
+  Special tokens are BERT's where the vocab has them (`[CLS] A [SEP] B [SEP]`), else RoBERTa's.
   """
 
   def __init__(self, tokenizer_file: str):  # pylint: disable=super-init-not-called
-    """Loads and validates tokenizer.json.
-
-    Args:
-      tokenizer_file: a tokenizer.json whose model is BPE, ids 0..n-1.
-    """
+    """Loads and validates a tokenizer.json whose model is BPE, ids 0..n-1."""
     import tokenizers  # pylint: disable=g-import-not-at-top
     text = _read(tokenizer_file, "tokenizer")
     try:

@@ -1,34 +1,14 @@
 """SentencePiece models with the conventions of ALBERT, DeBERTa-v2/v3 and bert_jax.
 
-The unigram segmentation is the `sentencepiece` library's, on the model file
-as it is; around it, the steps of transformers' fast tokenizers
-(`AlbertTokenizerFast`, `DebertaV2TokenizerFast`, built by its
-`convert_slow_tokenizer`), so the ids are theirs:
+The unigram segmentation is the `sentencepiece` library's; around it run the steps of
+transformers' fast tokenizers (AlbertTokenizerFast, DebertaV2TokenizerFast), so the ids are
+theirs: added tokens split out of the raw text, the family's normalisation, the model's
+charsmap, spaces collapsed, and '▁' prepended to each segment. A word starts at a '▁' piece;
+unknown characters become the unk piece (no byte fallback, as the fast tokenizers).
 
-  added     special pieces (control and user-defined ones, the unk piece and
-            the mask token) are split out of the raw text first; ALBERT's
-            [MASK] also takes the whitespace before it
-  family    ALBERT: `` and '' -> ", NFKD, marks dropped, lower case (uncased);
-            DeBERTa: lower case when asked, whitespace stripped at both ends;
-            bert_jax (`build_vocab --type sentencepiece`): BERT's cleaning and
-            uncased normalisation (the WordPiece ops)
-  charsmap  the model's own normaliser (nmt_nfkc), without its whitespace rules
-  spaces    runs of spaces -> one; bert_jax strips both ends (as sentencepiece)
-  metaspace spaces -> '▁', a '▁' prepended to each text segment unless it
-            starts with one; the model then segments each '▁'-word
-            (ALBERT keeps a trailing space as a '▁' piece, as its fast tokenizer)
-
-ALBERT pieces that end in a digit and a comma get 100 subtracted from their
-score (transformers' AlbertConverter: '9,' is split as the slow tokenizer
-splits it). Unknown characters become the unk piece (no byte fallback: the fast
-tokenizers have none). A word starts at a piece beginning with '▁'.
-
-Each '▁'-word is segmented once and cached. sentencepiece adds scores in
-float32, the fast tokenizers in float64, so two segmentations of (nearly)
-equal score can come out differently ('666' as '66 6' or '6 66'): a word whose
-two best segmentations are that close is decided among its 16 best in
-float64, with the fast tokenizers' rule for exact ties (the segmentation
-whose last piece starts first, then the one before it, ...).
+sentencepiece adds scores in float32, the fast tokenizers in float64, so near-equal
+segmentations can differ ('666'); a word whose two best are that close is decided among its
+16 best in float64, with the fast tokenizers' tie rule.
 """
 import dataclasses
 import functools
@@ -61,16 +41,10 @@ _PIECE_NORMAL, _PIECE_UNKNOWN, _PIECE_CONTROL, _PIECE_USER, _PIECE_BYTE = 1, 2, 
 class Conventions:
   """What a model family does around the SentencePiece model.
 
-  Attributes:
-    name: 'albert', 'deberta_v2' or 'bert_jax'.
-    specials: role -> piece; a mask piece the model lacks is appended after
-      its pieces (DeBERTa-v3's [MASK] = 128000).
-    lowercase: the family's default casing.
-    mask_lstrip: the mask token takes the whitespace before it.
-    normalized_added: roles of the special tokens matched in the normalised
-      text rather than the raw text (DeBERTa's unk token).
-    split_digit_comma: ALBERT's score penalty on pieces ending in digit + ','.
-    strip: 'before' the charsmap (DeBERTa), 'after' it (bert_jax), or ''.
+  specials: role -> piece (a mask piece the model lacks is appended: DeBERTa-v3's [MASK] =
+  128000). normalized_added: roles matched in the normalised text (DeBERTa's unk).
+  split_digit_comma: ALBERT's score penalty on pieces ending in digit + ','. strip: 'before'
+  the charsmap (DeBERTa), 'after' it (bert_jax), or ''.
   """
   name: str
   specials: dict
@@ -98,10 +72,7 @@ _CONVENTIONS_BY_FILE_NAME = {"spiece.model": "albert", "spm.model": "deberta_v2"
 
 
 def conventions_for(model_file: str) -> str:
-  """The family of a model file by its name: spiece.model ALBERT, spm.model DeBERTa-v2.
-
-  Any other name is a bert_jax model (`python -m bert_jax.build_vocab --type sentencepiece`).
-  """
+  """The family by file name: spiece.model ALBERT, spm.model DeBERTa-v2, else bert_jax."""
   return _CONVENTIONS_BY_FILE_NAME.get(os.path.basename(model_file), "bert_jax")
 
 
@@ -121,10 +92,8 @@ def _marks() -> "re.Pattern":
 
 
 def _added_pattern(tokens: set, lstrip: set) -> "Optional[re.Pattern]":
-  """A regex that splits text around the tokens (longest first), keeping them.
-
-  A token in `lstrip` also takes the whitespace before it.
-  """
+  """A regex splitting text around the tokens (longest first), keeping them; a token in
+  `lstrip` also takes the whitespace before it."""
   if not tokens:
     return None
   ws = f"[{re.escape(_WHITESPACE)}]*"
@@ -146,24 +115,14 @@ def _check_number_comma(piece: str) -> bool:
 
 
 class SentencePieceTokenizer(tokenizer_base.Tokenizer):
-  """A SentencePiece unigram model with its family's special tokens and normalisation.
-
-  Attributes: those of `tokenizer_base.Tokenizer`; `vocab_file` is the .model
-  path, `conventions` the family's `Conventions`, and `is_continuation` marks
-  pieces without a leading '▁'.
-  """
+  """A SentencePiece unigram model with its family's special tokens and normalisation."""
 
   kind = "sentencepiece"
 
   def __init__(self, model_file: str, lowercase: Optional[bool] = None,
                conventions: Optional[str] = None):
-    """Loads and validates the model.
-
-    Args:
-      model_file: a SentencePiece .model file (unigram).
-      lowercase: lower-case (ALBERT: and strip accents); None: the family's default.
-      conventions: 'albert', 'deberta_v2' or 'bert_jax'; None: by the file name.
-    """
+    """Loads and validates a unigram .model; lowercase and conventions None: the family's
+    default and the family by file name."""
     import sentencepiece  # pylint: disable=g-import-not-at-top
     from sentencepiece import sentencepiece_model_pb2  # pylint: disable=g-import-not-at-top
     name = conventions or conventions_for(model_file)
@@ -270,14 +229,7 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
   # -- Text to ids ------------------------------------------------------------------
 
   def tokenize_to_ids(self, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, no special tokens (see the module docstring).
-
-    Args:
-      texts: strings.
-
-    Returns:
-      One list of ids per text.
-    """
+    """Token ids of each text, no special tokens."""
     items = [_split(self._raw_added, text) for text in texts]  # per text: [(is_added, str)]
     segments = [part for text_items in items for is_added, part in text_items if not is_added]
     normalized = iter(self.normalize_segments(segments))
@@ -338,14 +290,10 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
   def tokenize_with_offsets(self, texts: Sequence[str]) -> list[tuple[list[int], list[tuple]]]:
     """(ids, (start, end) character offsets) of each text, no special tokens.
 
-    Each whitespace-separated word is tokenized on its own, after a space
-    unless it starts the text (the pieces of a '▁'-word do not depend on its
-    neighbours; ALBERT's lone '▁' before a word like '(nfl)' is kept, empty). Within a word whose pieces spell
-    it character for character (case aside), each piece gets its characters;
-    in a word the normalisation changed in length, the first piece spans the
-    whole word and the others are empty at its end. The ids are those of the
-    whole text except for a trailing space (ALBERT's last '▁' piece) and a
-    literal '[UNK]' after a space in DeBERTa text (its '▁' piece).
+    Each whitespace-separated word is tokenized alone (a '▁'-word's pieces do not depend on its
+    neighbours). Where normalisation changed a word's length, its first piece spans the whole
+    word and the others are empty at its end. The ids equal the whole text's except for a
+    trailing space (ALBERT's last '▁') and a literal '[UNK]' after a space in DeBERTa text.
     """
     words = [[(m.start(), m.end()) for m in re.finditer(r"\S+", t)] for t in texts]
     key = lambda t, s, e: t[s:e] if s == 0 else " " + t[s:e]  # noqa: E731

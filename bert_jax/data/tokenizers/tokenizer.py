@@ -1,14 +1,7 @@
 """The tokenizers of the family, from one cache: WordPiece, byte-level BPE, SentencePiece.
 
-  tok = tokenizer.cached_tokenizer("wordpiece", "vocab.txt", lowercase=True)
-  tok = tokenizer.tokenizer_from_path("tokenizers/roberta-base")   # kind from the files
-  tok = tokenizer.load_tokenizer(config.data)                       # a pretraining config
-  tok = tokenizer.for_checkpoint(pretrained)                        # what a checkpoint used
-
-The kinds live in their own modules (`wordpiece`, `byte_bpe`,
-`sentencepiece_tokenizer`) behind one surface (`tokenizer_base.Tokenizer`);
-`tokenizer_files` tells the kind of a directory. The names below are kept for
-the callers that import them from here.
+The kinds live in their own modules behind `tokenizer_base.Tokenizer`; the names re-exported
+here are kept for the callers that import them from here.
 """
 import hashlib
 import os
@@ -54,21 +47,10 @@ def cached_tokenizer(kind: str, source: Union[str, Sequence[str]],
                      lowercase: Optional[bool]) -> Tokenizer:
   """The one tokenizer cache: built once per process, shared while its source is unchanged.
 
-  Building a tokenizer traces its TF graphs or reads a large vocab (seconds),
-  so every caller (the pretraining pipeline, fine-tuning, embed, fill_mask, the
-  tokenize CLI) takes it from here. The key is (kind, source, lowercase), where
-  the source is its files' paths and stamps (size, mtime: a rewritten file is
-  loaded again) or the hash of a vocab's tokens.
-
-  Args:
-    kind: 'wordpiece', 'bpe' or 'sentencepiece'.
-    source: a vocab.txt / vocab.json (merges.txt beside it) / .model path, or
-      WordPiece vocab tokens in id order.
-    lowercase: uncased normalisation; None: the kind's default (WordPiece
-      uncased, BPE cased, SentencePiece its family's).
-
-  Returns:
-    A WordPieceTokenizer, ByteLevelBPETokenizer or SentencePieceTokenizer.
+  Building one traces TF graphs or reads a large vocab, so every caller takes it from here.
+  The key is (kind, source, lowercase), the source being its files' paths with size and mtime
+  (a rewritten file is reloaded) or the hash of WordPiece tokens given in id order. lowercase
+  None: the kind's default (WordPiece uncased, BPE cased, SentencePiece its family's).
   """
   if kind not in tokenizer_files.KINDS:
     raise ValueError(f"tokenizer kind {kind!r}; expected one of {list(tokenizer_files.KINDS)}")
@@ -102,21 +84,9 @@ def cached_tokenizer(kind: str, source: Union[str, Sequence[str]],
 
 
 def for_checkpoint(pretrained) -> Tokenizer:
-  """The tokenizer a checkpoint was trained with (from the shared cache).
-
-  A checkpoint records a WordPiece vocab by its tokens, and any other tokenizer
-  by its file (a bundle's tokenizer/ copy, or the file a pretraining run read).
-
-  Args:
-    pretrained: a `loading.Pretrained`.
-
-  Returns:
-    The tokenizer.
-
-  Raises:
-    FileNotFoundError: the recorded tokenizer file is gone.
-    ValueError: its tokens are not the checkpoint's vocab.
-  """
+  """The tokenizer a checkpoint was trained with: a WordPiece vocab by its recorded tokens,
+  any other by its recorded file. FileNotFoundError: the file is gone; ValueError: its tokens
+  are not the checkpoint's vocab."""
   if pretrained.tokenizer_file is None:
     return cached_tokenizer("wordpiece", pretrained.vocab, pretrained.lowercase)
   path = pretrained.tokenizer_file
@@ -133,34 +103,15 @@ def for_checkpoint(pretrained) -> Tokenizer:
 
 
 def tokenizer_from_path(path: str, lowercase: Optional[bool] = None) -> Tokenizer:
-  """The tokenizer in a directory or file, its kind told by the file names (cached).
-
-  Args:
-    path: a tokenizer directory (vocab.txt; vocab.json + merges.txt; *.model) or one of
-      those files.
-    lowercase: None: the kind's default (see `cached_tokenizer`).
-
-  Returns:
-    The tokenizer.
-  """
+  """The tokenizer in a directory or file, its kind told by the file names (cached)."""
   files = tokenizer_files.detect(path)
   return cached_tokenizer(files.kind, files.path, lowercase)
 
 
 def load_tokenizer(data_config) -> Tokenizer:
-  """The tokenizer a `config.data` section names (from the shared cache).
-
-  `tokenizer` is 'wordpiece' (`vocab_file`, casing `lowercase`),
-  'sentencepiece' (`spm_model`, casing `lowercase`) or the path of a tokenizer
-  directory or file, whose kind is told by its file names; such a WordPiece
-  vocab takes the casing `lowercase`, BPE and SentencePiece their family's.
-
-  Args:
-    data_config: ConfigDict with tokenizer, vocab_file, spm_model, lowercase.
-
-  Returns:
-    The tokenizer.
-  """
+  """The tokenizer a `config.data` section names: 'wordpiece' (vocab_file), 'sentencepiece'
+  (spm_model) or a tokenizer path; `lowercase` applies to WordPiece and SentencePiece, a BPE
+  takes its family's casing."""
   name = data_config.tokenizer
   if name == "wordpiece":
     path = data_config.vocab_file or default_vocab_file()

@@ -1,14 +1,7 @@
-"""The surface every tokenizer of the family gives the pipeline, the tasks and fill-mask.
+"""The surface every tokenizer gives the pipeline, the tasks and fill-mask.
 
-  ids = tok.tokenize_to_ids(["Hello world.", ...])     # no special tokens
-  ids, segment_ids = tok.build_inputs(ids_a, ids_b)     # with the family's specials
-  flat, lengths = tok.ids_and_lengths(string_tensor)   # the pretraining pipeline
-
-Kinds: 'wordpiece' (BERT, DistilBERT, ELECTRA), 'bpe' (RoBERTa's byte-level
-BPE), 'sentencepiece' (ALBERT, DeBERTa-v2/v3, bert_jax's own models).
-Special tokens are named by role: cls (RoBERTa's `<s>`), sep (`</s>`), pad,
-unk, mask. A pair is `cls A sep B sep` with `pair_separators` seps between the
-segments (1 for BERT, ALBERT and DeBERTa; 2 for RoBERTa's `</s></s>`).
+Special tokens are named by role: cls (RoBERTa's `<s>`), sep, pad, unk, mask. A pair is
+`cls A sep B sep` with `pair_separators` seps between the segments (RoBERTa: 2).
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
@@ -23,18 +16,8 @@ class Tokenizer:
   """Vocab maps, special ids and input building shared by every kind.
 
   Attributes:
-    kind: 'wordpiece', 'bpe' or 'sentencepiece'.
-    vocab_file: the file the tokenizer was read from (None for in-memory tokens).
-    lowercase: whether the text is lower-cased before tokenization.
-    vocab: token -> id.
-    inv_vocab: id -> token.
-    vocab_size: number of ids.
-    pad_id, unk_id, cls_id, sep_id, mask_id: special token ids.
-    special_ids: int32 array of those five ids.
     regular_ids: int32 ids a random MLM replacement is drawn from.
-    is_continuation: bool [vocab_size], True for pieces that continue a word
-      (whole-word masking).
-    pair_separators: seps between the two segments of a pair.
+    is_continuation: bool [vocab_size], pieces that continue a word (whole-word masking).
     pair_segment_ids: whether the second segment gets segment id 1 (RoBERTa: 0).
   """
 
@@ -46,13 +29,7 @@ class Tokenizer:
 
   def _set_vocab(self, tokens: Sequence[str], specials: dict[str, str],
                  not_regular: Iterable[str] = ()):
-    """Sets the vocab maps and special ids.
-
-    Args:
-      tokens: the tokens in id order.
-      specials: role ('pad', 'unk', 'cls', 'sep', 'mask') -> token.
-      not_regular: further tokens a random replacement must not draw.
-    """
+    """Sets the vocab maps and special ids; `not_regular` tokens are never random replacements."""
     self.inv_vocab = list(tokens)
     self.vocab = {t: i for i, t in enumerate(self.inv_vocab)}
     self.vocab_size = len(self.inv_vocab)
@@ -68,25 +45,11 @@ class Tokenizer:
   # -- Text to ids ------------------------------------------------------------------
 
   def tokenize_to_ids(self, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each text, no special tokens.
-
-    Args:
-      texts: strings.
-
-    Returns:
-      One list of ids per text.
-    """
+    """Token ids of each text, no special tokens."""
     raise NotImplementedError
 
   def ids_and_lengths(self, texts: tf.Tensor) -> tuple[np.ndarray, np.ndarray]:
-    """Flat ids and per-text counts of a [batch] string tensor (the pipeline's call).
-
-    Args:
-      texts: [batch] tf.string.
-
-    Returns:
-      int32 [tokens] ids of all texts in order, int64 [batch] tokens per text.
-    """
+    """Flat int32 ids and int64 per-text counts of a [batch] string tensor (the pipeline's call)."""
     ids = self.tokenize_to_ids([t.decode("utf-8", "replace") for t in texts.numpy()])
     lengths = np.array([len(x) for x in ids], np.int64)
     flat = np.fromiter((i for x in ids for i in x), np.int32, count=int(lengths.sum()))
@@ -104,15 +67,7 @@ class Tokenizer:
 
   def build_inputs(self, ids_a: Sequence[int],
                    ids_b: Optional[Sequence[int]] = None) -> tuple[list[int], list[int]]:
-    """One model input: `cls A sep` or `cls A sep [sep] B sep`, with segment ids.
-
-    Args:
-      ids_a: ids of the first text (no specials).
-      ids_b: ids of the second text, or None.
-
-    Returns:
-      (input ids, segment ids) of the same length.
-    """
+    """(input ids, segment ids) of `cls A sep` or `cls A sep [sep] B sep`."""
     ids = [self.cls_id, *ids_a, self.sep_id]
     if ids_b is None:
       return ids, [0] * len(ids)

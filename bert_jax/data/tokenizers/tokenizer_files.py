@@ -4,9 +4,6 @@
   vocab.json + merges.txt   byte-level BPE (RoBERTa)
   tokenizer.json            a BPE saved whole (ModernBERT), where none of the others is
   *.model                   SentencePiece (spiece.model: ALBERT, spm.model: DeBERTa-v2/v3)
-
-A path to one of these files picks it directly (a vocab.json needs merges.txt
-beside it). A directory must hold exactly one kind.
 """
 import dataclasses
 
@@ -19,14 +16,7 @@ _EXPECTED = ("vocab.txt (WordPiece), vocab.json + merges.txt (byte-level BPE) or
 
 @dataclasses.dataclass(frozen=True)
 class TokenizerFiles:
-  """A tokenizer's kind and files.
-
-  Attributes:
-    kind: 'wordpiece', 'bpe' or 'sentencepiece'.
-    path: the vocab.txt, vocab.json or .model file.
-    merges: merges.txt for 'bpe' from vocab.json, else '' (a tokenizer.json holds its
-      merges).
-  """
+  """A tokenizer's kind and file; merges is merges.txt for 'bpe' from vocab.json, else ''."""
   kind: str
   path: str
   merges: str = ""
@@ -46,18 +36,8 @@ def _of_file(p: epath.Path) -> TokenizerFiles:
 
 
 def detect(path: str) -> TokenizerFiles:
-  """The tokenizer in a directory or file.
-
-  Args:
-    path: a tokenizer directory, or its vocab.txt / vocab.json / .model file.
-
-  Returns:
-    Its TokenizerFiles.
-
-  Raises:
-    FileNotFoundError: the path does not exist.
-    ValueError: a directory with no tokenizer files, or with several kinds.
-  """
+  """The tokenizer in a directory or file. FileNotFoundError: no such path; ValueError: a
+  directory with no tokenizer files, or several kinds."""
   p = epath.Path(path)
   if not p.exists():
     raise FileNotFoundError(f"tokenizer path {path!r} does not exist")

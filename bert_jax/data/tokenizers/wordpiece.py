@@ -1,50 +1,16 @@
 """BERT's WordPiece tokenizer on tensorflow-text ops (BERT, DistilBERT, ELECTRA).
 
-`WordPieceTokenizer` gives the ids of Google BERT's `FullTokenizer` and of
-Hugging Face's `BertTokenizerFast`:
+The ids are Google BERT's `FullTokenizer`'s and `BertTokenizerFast`'s. Special-token literals
+typed in the text (`[MASK]`, exactly so cased) are one id each, as in BertTokenizerFast (Google
+splits them), so a text has one tokenization in pretraining, fine-tuning and fill-mask. The
+uncased normalisation is regex / NFD / lower ops, because tf-text's
+`lower_case_nfd_strip_accents` case-folds (`ß` -> `ss`), which BERT does not.
 
-  clean     drop control / format / private-use characters and U+FFFD (tab, CR
-            and LF are whitespace), as BERT's `_clean_text`
-  uncased   NFD, drop non-spacing marks (accents), lower-case: the order of
-            the Rust `BertNormalizer`
-  split     whitespace, punctuation and CJK characters (tf-text's
-            FastBertTokenizer, which does this without its own normaliser)
-  wordpiece greedy longest-match-first with `##` continuations; a word longer
-            than 100 characters (not bytes) becomes one [UNK]
-
-Special-token literals typed in the text (`the [MASK] sat`, `[CLS]`, `[SEP]`,
-`[PAD]`, `[UNK]`, exactly so cased) are one id each, as in `BertTokenizerFast`,
-which splits them out of the raw text before the steps above (they are matched
-before cleaning and lower-casing: `[mask]` is `[`, `mask`, `]` there and here).
-Google's `FullTokenizer` splits them; bert_jax follows transformers for every
-text, the pretraining corpus included, so that a text has one tokenization in
-pretraining, fine-tuning and fill-mask. Text without such a literal takes the
-same ops as before (a regex pre-check picks the path per batch).
-
-tf-text's built-in `lower_case_nfd_strip_accents` uses NFKC case folding
-(`™` -> `tm`, `ß` -> `ss`), which BERT does not do, so the uncased
-normalisation is done here with regex / NFD / lower ops instead.
-
-The same graph ops serve the tf.data pipeline (`tf_tokenize`), the Python
-helpers used by GLUE / SQuAD feature code, and `python -m bert_jax.tokenize`.
-The vocab, its special ids and its word pieces need no TensorFlow (a run
-from prepared data on a host without it); the ops are built on first use.
-
-Backends of the host-side calls (`tokenize_to_ids`, `basic_tokenize`: fine-tuning,
-embed, fill_mask, the tokenize CLI), picked by `host_backend`: 'tf-text' (these
-ops) where TensorFlow is already loaded in the process (pretraining's tf.data pipeline,
-TFDS data) and tensorflow-text imports, else 'tokenizers' (wordpiece_rust.py:
-BertTokenizerFast's pipeline in Hugging Face's Rust `tokenizers`). A fine-tune from TSV
-files, embed and the `Encoder` never load TensorFlow for their tokenization: importing it
-takes 4-6 s of a 60-120 s CoLA fine-tune on a 2-core CPU, while the Rust
-pipeline tokenizes 115,000 STS-B sentences in 2.6 s (tf-text: 0.7 s after its start-up).
-Their ids are the same on all the shared real text and on every
-character whose Unicode category is unchanged since Unicode 3.2
-(tests/test_wordpiece_backends.py); they differ on characters added or
-re-categorised in recent Unicode versions (837 of 1,112,064 code points
-uncased, 418 cased), which tf-text's older tables treat otherwise and
-'tokenizers' as BertTokenizerFast does. The pipeline's `tf_tokenize` and
-`ids_and_lengths` are tf-text's always.
+Host-side calls (`tokenize_to_ids`, `basic_tokenize`) run on tf-text where TensorFlow is
+already loaded, else on `tokenizers` (wordpiece_rust.py), so a fine-tune from TSV files never
+pays TensorFlow's import. The two agree on all shared real text (test_wordpiece_backends.py)
+and differ only on characters re-categorised since Unicode 3.2.
+The vocab needs no TensorFlow; the ops are built on first use.
 """
 from __future__ import annotations  # annotations naming tf are not evaluated (no TensorFlow)
 
@@ -81,26 +47,15 @@ def default_vocab_file() -> str:
 
 
 def host_backend() -> str:
-  """The backend of WordPiece's host-side calls: 'tf-text' where TensorFlow is already loaded
-  and tensorflow-text imports, else 'tokenizers' (see the module docstring)."""
+  """'tf-text' where TensorFlow is already loaded and tensorflow-text imports, else 'tokenizers'."""
   if "tensorflow" in sys.modules and optional_tensorflow.available(text=True):
     return "tf-text"
   return "tokenizers"
 
 
 def read_vocab(vocab_file: str) -> list[str]:
-  """Reads a WordPiece vocab (one token per line, id = line number).
-
-  Args:
-    vocab_file: path of the vocab file.
-
-  Returns:
-    The tokens in id order.
-
-  Raises:
-    FileNotFoundError / ValueError: a missing file, an empty token, a duplicate,
-      or a missing special token, naming the file (and line).
-  """
+  """Reads a WordPiece vocab (one token per line, id = line number); FileNotFoundError /
+  ValueError name the file (and line) of a missing file, empty or duplicate token, or special."""
   if not epath.Path(vocab_file).exists():
     raise FileNotFoundError(f"vocab file {vocab_file!r} does not exist")
   data = epath.Path(vocab_file).read_bytes()
@@ -146,26 +101,14 @@ def uncased_normalize(texts: tf.Tensor) -> tf.Tensor:
 
 
 class WordPieceTokenizer(tokenizer_base.Tokenizer):
-  """BERT WordPiece tokenization with tf-text's FastBertTokenizer (or `tokenizers`, above).
-
-  Attributes: those of `tokenizer_base.Tokenizer`; `is_continuation` marks
-  `##` pieces, and random replacements skip the specials and `[unusedN]`;
-  `backend` is what the host-side calls run on (see the module docstring).
-  """
+  """BERT WordPiece tokenization; random replacements skip the specials and `[unusedN]`."""
 
   kind = "wordpiece"
 
   def __init__(self, vocab: Union[str, Sequence[str]], lowercase: bool = True,
                backend: Optional[str] = None):
-    """Loads and validates the vocab.
-
-    Args:
-      vocab: a vocab file (one token per line) or the tokens in id order (as a
-        checkpoint carries them); must hold [PAD], [UNK], [CLS], [SEP], [MASK].
-      lowercase: True for an uncased vocab.
-      backend: 'tf-text' or 'tokenizers' for the host-side calls; None: `host_backend()`,
-        asked on the first such call.
-    """
+    """Loads and validates the vocab (a file, or tokens in id order as a checkpoint carries them;
+    [PAD], [UNK], [CLS], [SEP], [MASK] required); backend None: `host_backend()` on first use."""
     if backend not in (None, *BACKENDS):
       raise ValueError(f"WordPiece backend {backend!r}; expected one of {list(BACKENDS)}")
     self._backend = backend
@@ -246,17 +189,8 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
     return out
 
   def tf_tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
-    """Tokenizes a [batch] string tensor to ragged int32 ids [batch, (pieces)].
-
-    Graph-safe: usable inside tf.data maps and tf.function.
-
-    Args:
-      texts: [batch] tf.string.
-
-    Returns:
-      tf.RaggedTensor [batch, (pieces)] of int32 ids, no special tokens (but one id
-      for each special-token literal typed in a text).
-    """
+    """Ragged int32 ids [batch, (pieces)] of a [batch] string tensor, graph-safe (tf.data maps);
+    no special tokens but one id per special-token literal typed in a text."""
     norm = self.normalize(texts)
     # One scan of the batch picks the path. Nearly all batches hold neither a run of over 100
     # characters without a space (a word over 100 characters is inside one: BERT splits words
@@ -281,13 +215,8 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
                    lambda: ids)
 
   def _split_at_literals(self, texts: tf.Tensor):
-    """The parts of each text around its special-token literals, normalised, as
-    BertTokenizerFast splits its special tokens out of the raw text.
-
-    Returns:
-      (normalised parts [parts], each literal as '', row splits [batch + 1] of the
-      parts, literal ids [parts]: the literal's id, or -1 for text).
-    """
+    """The parts of each text around its special-token literals, normalised: (parts, literals as
+    '', row splits [batch + 1], literal ids [parts] with -1 for text)."""
     # regex_split ends a string at a NUL; the cleaning removes any control character, so
     # \x01 stands in for it.
     texts = tf.strings.regex_replace(texts, r"\x00", "\x01")
@@ -349,14 +278,8 @@ class WordPieceTokenizer(tokenizer_base.Tokenizer):
     return tf.function(words, input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
 
   def basic_tokenize(self, text: str) -> list[str]:
-    """BERT's basic tokenization of one text: the normalised words WordPiece sees.
-
-    Args:
-      text: a string.
-
-    Returns:
-      Words (punctuation and CJK characters are words of their own).
-    """
+    """BERT's basic tokenization: the normalised words WordPiece sees (punctuation and CJK
+    characters alone)."""
     if self.backend == "tokenizers":
       return self._rust.basic_tokenize(text)
     out = self._eager_words(tf.constant([text], tf.string)).numpy()

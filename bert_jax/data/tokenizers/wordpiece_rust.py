@@ -1,21 +1,8 @@
 """BERT's WordPiece on Hugging Face's `tokenizers` (Rust): the host side without TensorFlow.
 
-`WordPieceTokenizer` (wordpiece.py) tokenizes with tensorflow-text's ops where
-they import; on a host without TensorFlow (GPU images often lack it) its
-host-side calls (`tokenize_to_ids`, `basic_tokenize`: GLUE, SQuAD, NER,
-sentence embeddings, embed, fill_mask, the tokenize CLI) run here instead, with
-the same ids. The pipeline is transformers' `BertTokenizerFast` built from the
-vocab, which the tf-text ops equal on all the shared real text
-(benchmarks/README.md "Tokenizer parity of the family"):
-
-  BertNormalizer    clean (control characters removed, whitespace a space), CJK
-                    characters spaced, and when uncased NFD, accents removed,
-                    lower case per character
-  BertPreTokenizer  whitespace and punctuation
-  WordPiece         `##` continuations, a word over 100 characters one [UNK]
-
-The five special-token literals typed in the text are one id each, matched in
-the raw text before normalisation (`[mask]` is `[`, `mask`, `]`).
+The pipeline is transformers' BertTokenizerFast built from the vocab (BertNormalizer,
+BertPreTokenizer, WordPiece), whose ids equal the tf-text ops' on all shared real text. The
+special-token literals are matched in the raw text, before normalisation.
 """
 from typing import Sequence
 
@@ -28,13 +15,7 @@ class RustWordPiece:
   """The WordPiece pipeline of one vocab and casing in `tokenizers`."""
 
   def __init__(self, tokens: Sequence[str], lowercase: bool, special_tokens: Sequence[str]):
-    """Builds the pipeline.
-
-    Args:
-      tokens: the vocab in id order.
-      lowercase: the uncased normalisation (NFD, accents removed, lower case).
-      special_tokens: the literals matched as one token in the raw text.
-    """
+    """Builds the pipeline; special_tokens are matched as one token in the raw text."""
     model = tokenizers.models.WordPiece(
         vocab={t: i for i, t in enumerate(tokens)}, unk_token="[UNK]",
         continuing_subword_prefix="##", max_input_chars_per_word=MAX_CHARS_PER_WORD)
