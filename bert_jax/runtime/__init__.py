@@ -1,4 +1,3 @@
-"""What every program runs on: quiet start-up, TensorFlow kept on the CPU, XLA flags, host
-malloc settings and the compilation cache, programs compiled ahead of their first use,
-multi-process start, stop signals, workdir locks, progress and logs, file reads and write
-errors, array checksums, config read rules. Imports nothing above it."""
+"""What every program runs on: start-up, TensorFlow on the CPU, XLA and malloc settings,
+compilation, multi-process start and stop, workdir locks, logs, file I/O. Imports nothing above
+it."""

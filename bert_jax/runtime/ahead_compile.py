@@ -1,38 +1,16 @@
 """A jitted step's executables, one per input shape, compiled ahead of their first use.
 
-    step = AheadCompiled(jax.jit(fn, ...), context=lambda: sharding.mesh_context(mesh, rules))
-    step.ahead(state_spec, batch_spec)   # queued: compiled in background threads
-    state, out = step(state, batch)      # the executable for these shapes
+A fine-tuning run with length buckets knows every program it will need before its first
+step; queued here in order of first use, they compile while earlier steps run instead of
+stopping the run. One thread traces and lowers (tracing holds the GIL), two compile (XLA
+releases it). `program(..., then=queue_the_rest)` queues the others only once the first is
+lowered, so they trace beside its compilation, not its tracing.
 
-A fine-tuning run with length buckets runs one train program and one eval program per
-length, and it knows every length of the epoch before its first step. Compiled where they
-are first used, each program stops the run for its compilation; queued here in the order
-of first use, they compile while the steps before them run (on an accelerator the host is
-idle then; on a CPU the compiler's one thread takes what the step leaves).
-
-Queued programs go through two stages, shared by the steps that are alive: one thread
-traces and lowers them, one at a time, in the order they were queued (the train step's lengths
-before the eval step's), and two threads compile what it has lowered. Tracing holds Python's
-GIL, so two traces at once each take about twice as long; XLA's compilation (and a load from
-the persistent cache) does not, so two of them keep both cores of a small host busy while the
-caller waits for one. The first program of a run is the one the run waits for:
-`program(..., then=queue_the_rest)` queues the others only once that one is lowered, so that
-they trace while XLA compiles it (or loads it from the cache), not beside its tracing.
-
-A call runs the executable compiled for its arguments' shapes and dtypes: it waits for one
-being compiled, compiles one still queued itself (taking it from the queue), and compiles
-one never queued itself, as `jax.jit` would. The programs and results are those of the
-jitted function: the same lowering, the same compile options, the same persistent cache.
-A compilation that fails raises at the call that needs it, as it did before. Time the
-caller spends waiting counts as compile time in the run's time split
-(bert_jax.runtime.time_split), and the background compilations count apart.
-
-`close()` drops what is still queued; a lowering or compilation already running finishes
-(XLA cannot stop one), so a process exits at most one lowering and two compilations later.
-
-Not on a GPU: there XLA autotunes a program by timing its kernels on the device, which beside
-a running step would time them against that step and take device memory from it. There
-`ahead` queues nothing and each program compiles where it is first needed.
+A call runs the executable for its arguments' shapes, waiting for it or compiling it itself:
+the same lowering, options and persistent cache as `jax.jit`, and a failed compilation raises
+at the call that needs it. The caller's waits count as compile time (time_split.py).
+`close()` drops the queue; running work finishes (XLA cannot stop it). Not on a GPU: XLA's
+autotuning there would time kernels against the running step and take its memory.
 """
 import concurrent.futures
 import contextlib
@@ -76,14 +54,10 @@ def _signature(args: tuple) -> tuple:
 
 
 class AheadCompiled:
-  """`jitted`'s executables by argument shapes; see the module docstring.
+  """`jitted`'s executables by argument shapes.
 
-  Args:
-    jitted: a `jax.jit` function.
-    context: a fresh context manager for tracing (the mesh and the logical axis rules),
-      entered around every compilation, in whichever thread runs it.
-    background: whether `ahead` compiles in a background thread (None: unless the default
-      backend is a GPU, see the module docstring); False: it does nothing.
+  context: a fresh context manager (mesh and logical axis rules) entered around every
+  compilation, in whichever thread runs it. background: None means unless the backend is a GPU.
   """
 
   def __init__(self, jitted: Callable,
@@ -143,11 +117,8 @@ class AheadCompiled:
     self._stages[0].submit(self._lower_ahead, key, specs, future)
 
   def program(self, *args, then: Optional[Callable[[], None]] = None):
-    """The executable for `args` (arrays or specs): compiled, waited for, or compiled here.
-
-    `then` (None: nothing) is called once, as soon as no tracing of this call is left:
-    after lowering the program here, else before waiting for it or returning it.
-    """
+    """The executable for `args` (arrays or specs): compiled, waited for, or compiled here;
+    `then` is called once no tracing of this call is left."""
     key = _signature(args)
     with self._lock:
       future = self._programs.get(key)

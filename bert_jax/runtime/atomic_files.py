@@ -1,25 +1,12 @@
 """Files and folders written whole or not at all.
 
-Every file a program leaves for the user (results, predictions, embeddings, converted
-models, prepared data) is written to a temporary name beside its destination and renamed
-onto it when complete: a full disk, a kill or a crash leaves the previous file (or none),
-never a half-written one. A rename within a directory is atomic on POSIX file systems; an
-object store (gs://) writes each object whole already, so remote paths are written directly.
-
-A folder (a converted model) replaces an earlier folder whole, never file by file: the new
-folder is built beside it and the two are exchanged in one step (Linux's renameat2 with
-RENAME_EXCHANGE), so that the destination is at every moment the complete earlier folder or
-the complete new one; the earlier one is removed after. A file system that cannot exchange
-(NFS, or another system) gets two renames, the earlier folder aside first: a kill between them
-leaves it beside the destination under a temporary name, and the next write there puts it back.
-
-A disk that refuses a write inside `replacing` (full, a file-size limit, read-only, a lost
-permission) is one OutputWriteError line naming the file; any other error passes as it is.
-
-A killed writer leaves its temporary file or folder behind (nothing runs to remove it). Each
-temporary name carries its writer's pid and host, and every write removes from its folder those
-of writers that are gone: never one of a live process, nor one of another host sharing the file
-system (its processes cannot be seen from here).
+Every output is written to a temporary name beside its destination and renamed onto it when
+complete, so a full disk, kill or crash leaves the previous file, never half of one (gs://
+objects are written whole already, so directly). A folder replaces a folder in one step
+(renameat2 RENAME_EXCHANGE), else by two renames with the earlier folder set aside; a kill
+between them is repaired by the next write there. A disk refusing a write inside `replacing`
+is one OutputWriteError line. Temporary names carry the writer's pid and host, so each write
+removes those of writers that are gone, never a live or another host's.
 """
 import contextlib
 import ctypes
@@ -57,19 +44,18 @@ def writer_id() -> str:
 
 
 def temporary_sibling(path, writer: Optional[str] = None) -> epath.Path:
-  """A name beside `path` that no other process uses (hidden, with the writer's id and host:
-  `writer`, a writer_id(), or by default this process's)."""
+  """A hidden name beside `path` that no other process uses (carrying `writer`, by default
+  this process's writer_id())."""
   p = epath.Path(path)
   return p.parent / f".{p.name}{TMP_MARK}{writer or writer_id()}"
 
 
 @contextlib.contextmanager
 def replacing(path) -> Iterator[epath.Path]:
-  """Yields a temporary path to write a file (or a folder) to; on success it replaces `path`.
+  """Yields a temporary path to write a file (or folder) to; on success it replaces `path`.
 
-  A folder replaces a folder whole (see the module's docstring). On an error the temporary
-  file or folder is removed and `path` is left as it was; a disk that refused a write is
-  raised as OutputWriteError naming `path`. A link at `path` is kept: its target is replaced.
+  On an error it is removed and `path` left as it was. A link at `path` is kept: its target is
+  replaced.
   """
   dst = epath.Path(path)
   if _is_remote(dst):
@@ -82,18 +68,12 @@ def replacing(path) -> Iterator[epath.Path]:
 @contextlib.contextmanager
 def replacing_folder(path, *, writer: Optional[str] = None,
                      primary: bool = True) -> Iterator[epath.Path]:
-  """Yields a temporary folder path beside `path` (not made yet); on success the folder written
-  there replaces `path` whole, as `replacing` does.
+  """Yields a temporary folder path beside `path` (not made yet) that replaces `path` whole on
+  success.
 
-  Several processes may write one folder together (each its part, as Orbax saves sharded
-  arrays): each passes the same `writer` (the writer_id() of the one that puts the folder in
-  place), and only that one passes `primary`. The primary removes leftovers and an earlier
-  temporary folder before yielding, and after a clean exit puts the folder in place (on an
-  error it removes it); the others only write into it, so the caller must make them wait for
-  the primary's start (and the primary for their writes) itself.
-
-  An object store cannot rename a folder in one step: there the earlier folder is renamed
-  aside, the new one renamed onto `path`, and the earlier one removed.
+  Several processes may write it together (Orbax's sharded saves): all pass the same `writer`,
+  and only the one that puts the folder in place passes `primary`; it cleans up before yielding
+  and moves or removes the folder after. The caller must order the others' writes between.
   """
   dst = epath.Path(path)
   if not _is_remote(dst):
@@ -143,8 +123,7 @@ def _replacing_local(path, writer: Optional[str], primary: bool) -> Iterator[epa
 
 
 def with_default_mode(path) -> None:
-  """Gives a local file the mode a plain open() gives a new file (0666 less the umask), for
-  writers that make theirs private."""
+  """Gives a local file the mode open() gives a new one (0666 less the umask)."""
   if _is_remote(path):
     return
   mask = os.umask(0)
@@ -165,11 +144,8 @@ def write_bytes(path, data: bytes) -> None:
 
 
 def remove_leftovers(folder) -> list[str]:
-  """Removes the temporary files and folders that writers now gone left in `folder`.
-
-  An earlier folder set aside whose destination is missing (a writer killed between its two
-  renames) is put back instead. Returns the names removed or put back.
-  """
+  """Removes the temporaries of writers now gone from `folder`, and puts back an earlier folder
+  set aside whose destination is missing; returns the names."""
   try:
     names = os.listdir(folder)
   except OSError:
@@ -229,8 +205,7 @@ def _renameat2():
 
 
 def _exchange(a: str, b: str) -> bool:
-  """Swaps the entries at `a` and `b` in one step; False where this system or file system
-  cannot (then nothing was changed)."""
+  """Swaps `a` and `b` in one step; False (nothing changed) where the file system cannot."""
   renameat2 = _renameat2()
   if renameat2 is None:
     return False
@@ -257,8 +232,7 @@ def _flush(p: epath.Path) -> None:
 
 
 def _remove_temporaries(tmp: epath.Path) -> None:
-  """Removes `tmp` and the names a writer inside derived from it (`tmp.SUFFIX`); never an
-  earlier folder set aside, which a failed rename may have left there."""
+  """Removes `tmp` and the `tmp.SUFFIX` names derived from it; never a folder set aside."""
   _remove(tmp)
   for name in os.listdir(tmp.parent):
     if name.startswith(tmp.name + ".") and not name.endswith(_EARLIER):

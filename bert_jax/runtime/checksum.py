@@ -1,12 +1,6 @@
-"""Checksums of saved arrays: recorded with a checkpoint, verified when it is restored.
-
-Orbax checks its files' structure but not their contents: a flipped byte in an
-array's data restores silently. Each array's checksum is a position-weighted
-sum of its bit patterns (uint32, wrapping): any single flipped bit changes it,
-and swapped elements almost surely do. It is computed on the devices, in one
-jitted read pass over sharded arrays (no gather to a host), and stored as a
-JSON dict path -> int beside the checkpoint.
-"""
+"""Checksums of saved arrays, verified on restore: Orbax does not check contents, so a flipped
+byte would restore silently. A position-weighted uint32 sum of the bit patterns, computed on
+the devices in one jitted pass (no gather), stored as JSON path -> int."""
 from typing import Any, Optional
 
 import jax
@@ -68,12 +62,8 @@ def tree_checksums(tree: Any) -> dict[str, int]:
 def verify(tree: Any, expected: Optional[dict[str, int]], source: str) -> None:
   """Raises ChecksumError naming the arrays of `tree` whose checksum differs.
 
-  Args:
-    tree: restored arrays (any subset of what was saved: missing names are
-      not compared, extra names are an error).
-    expected: the checksums recorded at save; None (a checkpoint saved before
-      checksums were recorded) verifies nothing.
-    source: the checkpoint, for the message.
+  Names missing from `tree` are not compared, extra ones are an error; expected None (a
+  checkpoint without checksums) verifies nothing.
   """
   if expected is None:
     return

@@ -1,20 +1,9 @@
-"""Config keys that a run reads only in some settings, and command lines that set them anyway.
+"""Config keys a run reads only in some settings, and command lines that set them anyway.
 
-A config file may declare which of its keys are read only when another key has
-certain values (a module-level `READ_ONLY_WHEN`):
-
-  READ_ONLY_WHEN = {
-      "data.files": ("data.source", ("files",), CHOOSE),  # read only when data.source == 'files'
-      "data.format": ("data.source", ("files",)),
-      "profile_num_steps": ("profile_start_step", None),  # read only when it is set (truthy)
-  }
-
-A key given on the command line (`--config.KEY=...`) whose run would not read it
-is an error naming the key and what would read it, before any long work: a user
-who names a corpus expects it to be read. Where exactly one value of the
-controlling key reads it, the rule says CHOOSE and the command line does not
-set the controlling key, the run takes that value instead and says so
-(`--config.data.files=X` alone reads X).
+A config file's `READ_ONLY_WHEN` maps a key to (controlling key, values that read it[,
+CHOOSE]). A key set by `--config.KEY` that the run would not read is an error before any
+long work; with CHOOSE and a single reading value, the controlling key is set to it instead
+and the run says so (`--config.data.files=X` alone reads X).
 """
 from typing import Any, Optional, Sequence
 
@@ -65,22 +54,11 @@ def _what_reads(control: str, values: Optional[tuple[Any, ...]]) -> str:
 
 def resolve(config: ml_collections.ConfigDict, explicit: Sequence[str], rules: Rules,
             defaults: Optional[ml_collections.ConfigDict] = None) -> list[str]:
-  """Checks the explicitly set keys against `rules`; may set a controlling key.
+  """Checks the explicitly set keys against `rules`, possibly setting a controlling key in
+  `config`; returns one note per key chosen.
 
-  Args:
-    config: the run's config, overrides applied (changed in place when a
-      controlling key is chosen).
-    explicit: the keys the command line set (explicit_keys).
-    rules: the config file's READ_ONLY_WHEN.
-    defaults: the config file's own config; an explicit key given its default
-      value is not reported (a script may pass every default).
-
-  Returns:
-    One note per controlling key chosen, for the run's header.
-
-  Raises:
-    ValueError: a key set explicitly that the run will not read (one line
-      naming the key, the setting that would read it and the one in force).
+  An explicit key given its value in `defaults` is not reported (a script may pass every
+  default). Raises ValueError naming a key the run will not read and what would read it.
   """
   given = set(explicit)
   explicit = [k for k in explicit if k in rules]

@@ -1,24 +1,10 @@
-"""Multi-process start-up through the JAX runtime (jax.distributed).
+"""Multi-process start-up through jax.distributed.
 
-One process per host (TPU VM worker), or per GPU (SLURM), or several CPU
-processes on one machine (tests, launch/local_multiprocess.sh). A program
-adds the flags with `define_flags(flag_values)` and calls
-`initialize(flag_values)` first thing after parsing, before any JAX computation
-(bert_jax.cli.run_config_program does both):
-
-  explicit flags   --coordinator_address=HOST:PORT --num_processes=N --process_id=I
-  SLURM            under srun with several tasks: detected by JAX (one GPU per task)
-  Open MPI         under mpirun with several ranks: detected by JAX
-  TPU VM pods      BERT_JAX_DISTRIBUTED=auto (launch/tpu_pod.sh sets it): detected by JAX
-  one process      nothing to do
-
-Cross-process collectives on CPU go through gloo; accelerators use their own
-interconnect (ICI, NCCL).
-
-With several processes, each one watches the others (bert_jax.runtime.peer_processes):
-a process that dies without a word is noticed once the coordination service misses its
-heartbeats for --distributed_heartbeat_timeout seconds, and every other process then
-ends with one line naming it, instead of waiting in a collective for ever.
+`initialize(flag_values)` runs first thing after flag parsing (bert_jax.cli does it). The
+cluster comes from explicit flags, else is detected by JAX under a multi-task SLURM step,
+mpirun, or BERT_JAX_DISTRIBUTED=auto (TPU VM pods). With several processes each watches the
+others (peer_processes.py): one that dies silently is named once its heartbeats time out,
+instead of the rest waiting in a collective for ever.
 """
 import os
 import re
@@ -76,9 +62,8 @@ def _check_flags(coordinator: str, num_processes: int, process_id: int) -> None:
 
 
 def _check_port_free(coordinator: str) -> None:
-  """Process 0 hosts the coordination service on the address's port: one already listened on
-  (another run's coordinator) is named here, where the runtime would fail on it with a
-  segmentation fault."""
+  """Names a port already listened on (another run's coordinator) on process 0, where the
+  runtime would segfault."""
   port = int(coordinator.rsplit(":", 1)[1])
   with socket.socket(socket.AF_INET6 if socket.has_ipv6 else socket.AF_INET) as s:
     # As the service binds it: a port of a run that just ended (TIME_WAIT) is free to it.
@@ -92,17 +77,8 @@ def _check_port_free(coordinator: str) -> None:
 
 
 def initialize(flag_values: Optional[flags.FlagValues] = None) -> None:
-  """Starts jax.distributed when flags or the environment ask for several processes.
-
-  Explicit flags win; otherwise a multi-task SLURM step, an mpirun with
-  several ranks, or BERT_JAX_DISTRIBUTED=auto (TPU VM pods) let
-  jax.distributed detect the cluster itself. A single process needs nothing.
-  Safe to call twice.
-
-  Args:
-    flag_values: parsed flags holding those of `define_flags` (None: the
-      environment only).
-  """
+  """Starts jax.distributed when flags or the environment ask for several processes (explicit
+  flags win); safe to call twice."""
   if jax.distributed.is_initialized():
     return
   coordinator = n = i = None
@@ -134,14 +110,9 @@ def initialize(flag_values: Optional[flags.FlagValues] = None) -> None:
 
 
 def _keep_going_when_a_process_is_lost() -> None:
-  """The runtime answers which processes are alive instead of aborting this one, and leaves
-  SIGTERM to bert_jax.
-
-  Without it the coordination service ends every other process with a fatal error and a
-  long stack trace when one is lost; with it, Watchdog ends them with one line naming the
-  lost process. (Set before jax.distributed starts; a JAX without the option keeps its
-  fatal error.)
-  """
+  """The runtime reports lost processes instead of aborting this one (set before jax.distributed
+  starts), and leaves SIGTERM to bert_jax: Watchdog then ends with one line, not a fatal
+  error's stack trace."""
   try:
     jax.config.update("jax_enable_recoverability", True)
   except (AttributeError, KeyError):
@@ -157,11 +128,8 @@ def _keep_going_when_a_process_is_lost() -> None:
 
 
 def _check_platform() -> None:
-  """Ends the program in one line when the platform JAX was asked for cannot be used here.
-
-  JAX_PLATFORMS=cuda on a host whose GPU (or CUDA plugin) JAX cannot see fails in JAX with
-  a RuntimeError, and on the next call with a bare AssertionError.
-  """
+  """Ends the program in one line when the platform JAX was asked for (JAX_PLATFORMS=cuda
+  without a visible GPU) cannot be used, instead of JAX's bare AssertionError."""
   try:
     jax.devices()
   except (RuntimeError, AssertionError) as e:

@@ -1,32 +1,11 @@
 """On a CPU machine, a step's buffers come back from freed memory instead of fresh pages.
 
-XLA:CPU takes a step's buffers from malloc and frees them when the step ends. By default they
-went back to the kernel: JAX ran each computation on a thread of its own, glibc gives such a
-thread an arena of its own, and an arena's blocks above 64 MiB (a step's temporaries are one
-buffer, hundreds of MiB at MiniLM's size) are always mapped on their own and unmapped on free.
-So every step mapped its buffers afresh, and the kernel zeroed each page at its first touch: a
-third of a CPU fine-tuning run's time went to system time (benchmarks/README.md has the
-figures, before and after).
-
-On a machine with no accelerator, program start-up (bert_jax.runtime.startup, before JAX's
-backend starts) sets:
-
-  jax_cpu_enable_async_dispatch False  a one-device computation runs on the calling thread,
-                                       whose allocations come from glibc's main heap
-  mallopt M_MMAP_MAX 0                 no block is mapped on its own: large ones come from
-                                       the heap too, and are reused once freed
-  mallopt M_TRIM_THRESHOLD 2 GiB       the heap keeps up to 2 GiB of free memory at its top
-  mallopt M_TOP_PAD 256 MiB            the heap grows 256 MiB at a time (address space; pages
-                                       are touched when used)
-
-With these, the same run takes a tenth of the page faults and a sixth of the system time; each
-part alone changed nothing. The compilations' threads keep their own arenas (one shared arena did as well for the
-steps, but made a cold run's compilations 50% slower). The price: the process keeps its peak
-heap for reuse instead of returning it (a cold run's peak resident memory 3.2 GB instead of
-2.8 GB), and the host waits for each step before preparing the next (what it does between
-steps is a few milliseconds). Results are unchanged: the same programs on the same data. On an
-accelerator host, or without glibc, nothing is set. BERT_JAX_HOST_MALLOC=default keeps JAX's
-and glibc's defaults.
+By default each computation ran on its own thread with its own glibc arena, whose large
+blocks are mapped and unmapped each time, so every step faulted in fresh zeroed pages. On a
+machine with no accelerator start-up therefore sets synchronous dispatch (the calling
+thread's main heap) and mallopt SETTINGS (no separate mappings) so freed blocks are reused;
+each alone changed nothing. The price: the peak heap stays, and the host waits for each step.
+BERT_JAX_HOST_MALLOC=default keeps the defaults.
 """
 import ctypes
 import os
@@ -53,8 +32,8 @@ def keep_freed_memory() -> bool:
 
 
 def apply(cpu_only: bool, environ=os.environ) -> bool:
-  """On a machine with no accelerator (`cpu_only`), unless BERT_JAX_HOST_MALLOC=default: the
-  settings above; whether they were set."""
+  """SETTINGS on a machine with no accelerator, unless BERT_JAX_HOST_MALLOC=default; whether
+  they were set."""
   setting = environ.get(ENV, "")
   if setting not in ("", "default"):
     raise SystemExit(f"{ENV}={setting!r}: the one value it takes is 'default' (JAX's and "

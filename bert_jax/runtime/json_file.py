@@ -7,16 +7,8 @@ from etils import epath
 
 
 def read_json(path, missing: str) -> Any:
-  """The parsed contents of `path`.
-
-  Args:
-    path: a local or remote (gs://) file.
-    missing: the FileNotFoundError message when the file does not exist.
-
-  Raises:
-    FileNotFoundError: with `missing`.
-    ValueError: the file is not valid JSON, naming it and where it breaks.
-  """
+  """The parsed contents of `path` (local or gs://); FileNotFoundError with `missing`, or a
+  ValueError naming the file and where it breaks."""
   p = epath.Path(path)
   if not p.exists():
     raise FileNotFoundError(missing)
@@ -27,17 +19,10 @@ def read_json(path, missing: str) -> Any:
 
 
 def dumps_defined(obj: Any, **kwargs) -> tuple[str, list[str]]:
-  """JSON text of `obj` with undefined numbers (NaN, inf) written as null.
+  """(JSON text of `obj` with NaN and inf written as null, the '/'-paths so written).
 
-  JSON has no NaN: json.dumps writes a bare `NaN` that JSON readers refuse (an
-  all-equal STS-B dev file gives an undefined Pearson correlation).
-
-  Args:
-    obj: dicts, lists and scalars.
-    **kwargs: passed to json.dumps (indent, sort_keys).
-
-  Returns:
-    (text, names): the JSON text, and the '/'-paths of the values written as null.
+  json.dumps writes a bare `NaN` that JSON readers refuse (an all-equal STS-B file gives an
+  undefined Pearson correlation). kwargs go to json.dumps.
   """
   undefined = []
 

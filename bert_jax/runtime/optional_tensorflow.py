@@ -1,19 +1,10 @@
 """TensorFlow for the modules that need it on some paths only: imported on first use.
 
-  from bert_jax.runtime.optional_tensorflow import tf, tf_text   # nothing imported yet
-  tf.constant(...)                                        # TensorFlow imported now
-  optional_tensorflow.require("tokenizing raw text")      # up front, before long work
-
-Pretraining from prepared data (numpy parts written by `python -m
-bert_jax.prepare_data`) needs no TensorFlow, and GPU images often lack it
-(its CUDA wheels conflict with jax[cuda]); reading and tokenizing raw text,
-the tf.data pipeline and TFDS do need it. The modules on both paths (sources,
-tokenizers, prepared_data, pretrain_data) take `tf` and `tf_text` from here:
-the first attribute read imports TensorFlow through bert_jax.runtime.cpu_tensorflow
-(accelerators hidden from it), or raises MissingTensorFlowError naming what to
-install where it is not installed. Those modules use
-`from __future__ import annotations`, so that type annotations naming `tf` are
-not evaluated on import.
+Pretraining from prepared data needs no TensorFlow, and GPU images often lack it (its CUDA
+wheels conflict with jax[cuda]). The modules on both paths take `tf` and `tf_text` from here:
+the first attribute read imports TensorFlow through cpu_tensorflow.py, or raises
+MissingTensorFlowError naming what to install. Those modules use `from __future__ import
+annotations`, so annotations naming `tf` are not evaluated on import.
 """
 import importlib.util
 import types
@@ -62,14 +53,7 @@ def available(text: bool = False) -> bool:
 
 
 def require(what: str) -> None:
-  """Raises ValueError in one line when `what` cannot run for lack of TensorFlow.
-
-  Args:
-    what: the work that needs it, e.g. "config.data.source='files' (tokenizing raw text)".
-
-  Raises:
-    ValueError: naming `what` and what to install.
-  """
+  """Raises ValueError in one line naming `what` and what to install when TensorFlow is missing."""
   try:
     _import("tensorflow")
     _import("tensorflow_text")
@@ -80,14 +64,8 @@ def require(what: str) -> None:
 
 
 def require_tfds(what: str) -> None:
-  """Raises ValueError in one line when tensorflow-datasets (or TensorFlow) is not installed.
-
-  Args:
-    what: the setting that reads TFDS, e.g. "data_source='tfds'".
-
-  Raises:
-    ValueError: naming `what`, the missing modules and what to install.
-  """
+  """Raises ValueError in one line naming `what` and the missing modules when
+  tensorflow-datasets (or TensorFlow) is not installed."""
   missing = [m for m in ("tensorflow", "tensorflow_datasets")
              if importlib.util.find_spec(m) is None]
   if missing:

@@ -1,25 +1,14 @@
-"""The other processes of a multi-process run: one stop step agreed by all, and a lost one noticed.
+"""The other processes of a multi-process run: one stop step agreed by all, a lost one noticed.
 
-A pod's hosts get their preemption notice (SIGTERM) at different moments, and a Ctrl-C may
-reach one process of a local job alone. A process that saved on its own signal while the
-others went on to the next step's collectives would wait for them for ever, and they for it.
-So a signal is first made known to every process through the JAX coordination service (the
-key-value store on process 0 that `jax.distributed` starts), and the processes agree on a
-point that none of them has passed yet, as JAX's preemption sync point does
-(`multihost_utils.reached_preemption_sync_point`, the XLA PreemptionSyncManager): each
-reports how many stop checks it has made, they meet at a barrier, and all stop at the next
-check after the largest count. JAX's own sync point is not used because it listens to SIGTERM
-alone, through a C handler that any Python SIGTERM handler replaces, and does not say which
-signal came: a Ctrl-C (SIGINT) and the exit status every process must share need this one.
-Until a signal arrives nothing crosses the network on the step's path: a check takes a lock.
+Hosts get their SIGTERM at different moments; a process that saved alone would wait in the
+next collective for ever. So a signal is posted to the JAX coordination service, each process
+reports its stop-check count at a barrier, and all stop at the next check after the largest
+(as JAX's preemption sync point, which is not used: it hears SIGTERM alone and does not say
+which signal came). Until a signal arrives a check only takes a lock.
 
-A process that dies without a word (SIGKILL, an OOM kill, a lost host) stops sending the
-coordination service its heartbeats. `Watchdog` asks the service which processes are alive
-(`get_live_nodes`, answered once every live process has asked, or a missing one's heartbeat
-has timed out) and ends this process with one line naming the lost one, instead of leaving
-it waiting in a collective for ever or dying later in the runtime's own fatal error.
-A process that ends in order first records its exit status (`record_exit`), so that the
-others tell a finished process from a lost one.
+`Watchdog` asks the service which processes are alive and ends this one naming a lost one; a
+process ending in order first records its exit status (`record_exit`), so it is not taken
+for lost.
 """
 import os
 import signal
@@ -76,23 +65,17 @@ def _end(status: int) -> None:
 
 
 def settle_before_failing() -> None:
-  """Before a multi-process program ends with an error: a lost process is named first.
-
-  An error in a collective (gloo's "connection reset by peer") says nothing of which process
-  went away; the watchdog's next round does.
-  """
+  """Before a multi-process program ends with an error, names a lost process first (gloo's
+  "connection reset by peer" does not say which)."""
   if _WATCHDOG is not None:
     _WATCHDOG.settle()
     _WATCHDOG.failing = True
 
 
 def record_exit(status: int) -> None:
-  """Records this process's exit status for the others' watchdogs (no-op in one process);
-  process 0 then waits for the others to leave.
-
-  This module's threads end here: a daemon thread still inside a call to the runtime when
-  the interpreter shuts down aborts the process ('FATAL: exception not rethrown').
-  """
+  """Records this process's exit status for the others' watchdogs; process 0 then waits for
+  the others to leave. Ends this module's threads: a daemon thread inside the runtime at
+  shutdown aborts the process."""
   global _EXITING
   c = client()
   if c is None:
@@ -107,12 +90,8 @@ def record_exit(status: int) -> None:
 
 
 def _leave() -> None:
-  """Ends this module's threads, then leaves the service in order.
-
-  Process 0 waits for the others to leave (`_leave_last`); the others disconnect from its
-  service now, so that it sees them go at once: one that ends with os._exit would count as
-  alive until its heartbeats time out.
-  """
+  """Ends this module's threads and leaves the service; the others disconnect now, so process 0
+  sees them go at once rather than after their heartbeats time out."""
   me = threading.current_thread()
   if _WATCHDOG is not None and me is not _WATCHDOG.thread:
     _WATCHDOG.stop()
@@ -131,11 +110,8 @@ def _leave() -> None:
 
 
 def _leave_last() -> None:
-  """On process 0, waits (at most `_LEAVE_LAST_SECONDS`) until the others have left.
-
-  Process 0 hosts the coordination service: a process still shutting down its client when
-  the service goes away fails with a fatal error, so the host of the service leaves last.
-  """
+  """On process 0, waits (at most `_LEAVE_LAST_SECONDS`) for the others to leave: a client still
+  shutting down when the service goes away fails fatally."""
   c = client()
   import jax  # pylint: disable=g-import-not-at-top
   if c is None or jax.process_count() == 1:
@@ -155,12 +131,8 @@ def _leave_last() -> None:
 class Watchdog:
   """A daemon thread that ends this process when another one of the run is lost.
 
-  Args:
-    heartbeat_timeout: the service's heartbeat timeout (seconds), for the message: a lost
-      process is noticed that long after its last heartbeat, and this one ends within
-      `_WATCH_INTERVAL_SECONDS` more.
-    orderly: the exit statuses of a process that ended in order (done, or stopped by a
-      signal every process agreed on).
+  heartbeat_timeout (seconds) is for the message; `orderly` are the exit statuses of a process
+  that ended in order.
   """
 
   def __init__(self, heartbeat_timeout: int, orderly: tuple[int, ...]):
@@ -199,14 +171,12 @@ class Watchdog:
       self._stopped.wait(_WATCH_INTERVAL_SECONDS)
 
   def stop(self) -> None:
-    """Ends the thread once its question is answered (every live process asks every
-    `_WATCH_INTERVAL_SECONDS`)."""
+    """Ends the thread once its pending question is answered."""
     self._stopped.set()
     self.thread.join(_WATCH_INTERVAL_SECONDS + 3)
 
   def settle(self) -> None:
-    """Waits for a round of the watchdog that starts after now: if a process was lost (the
-    likely cause of a collective's error here), it ends this one naming it."""
+    """Waits for a watchdog round starting after now: a lost process ends this one, named."""
     with self._round_done:
       first = self._rounds + 2
       self._round_done.wait_for(lambda: self._rounds >= first,
@@ -228,13 +198,9 @@ class Watchdog:
 class StopAgreement:
   """One stop point agreed by every process, after a signal that reached any of them.
 
-  `post(name)` makes a signal known (any process, any thread); `reached()` is the check each
-  process makes at the same places in the same order (before each training step, before
-  each evaluation batch), and is True at the same check on every process. `name` is the
-  signal that stops the run, the first one any process posted.
-
-  Args:
-    generation: tells this run's keys from an earlier agreement's in the same process.
+  `post(name)` makes a signal known (any process, any thread); `reached()`, called at the same
+  places in the same order on every process, is True at the same check on all. `name` is the
+  first signal posted. `generation` tells this run's keys from an earlier agreement's.
   """
 
   def __init__(self, generation: int):
@@ -252,11 +218,8 @@ class StopAgreement:
     _AGREEMENTS.add(self)
 
   def post(self, name: str, exited: bool = False) -> None:
-    """Makes signal `name` known to every process; the first one posted wins.
-
-    Args:
-      exited: this process ends at once (nothing trained yet): the others end too.
-    """
+    """Makes signal `name` known; the first posted wins. exited: this process ends at once
+    (nothing trained yet), so the others end too."""
     try:
       self._client.key_value_set(self._base + ("exited" if exited else "notice"), name)
     except Exception:  # pylint: disable=broad-except

@@ -1,18 +1,11 @@
-"""Quiet start-up, set up once on import: every program imports this module (through
-bert_jax.cli) before TensorFlow or JAX load, and so do library modules that load
-TensorFlow (bert_jax.runtime.cpu_tensorflow). TensorFlow's oneDNN ops are off
-(TF_ENABLE_ONEDNN_OPTS=0 unless set: they only printed a warning for the input
-pipeline's integer ops);
-unless the command line gives absl's `--verbosity`
-(`--verbosity=0` shows INFO logs), third-party logging is silenced:
-TensorFlow's C++ logs (TF_CPP_MIN_LOG_LEVEL=3, which hides "failed call to
-cuInit" on CPU machines), the native stderr lines of TensorFlow's import
-(CUDA stub probes) and of its accelerator probe (see `quiet_native_stderr`),
-libtpu's lines after `pip install -e '.[tpu]'` on a machine without TPUs
-(JAX_PLATFORMS=cpu when the machine has neither TPU chips nor NVIDIA GPUs and
-JAX_PLATFORMS is unset, so JAX does not load libtpu to find nothing), and
-absl / Orbax INFO logs (absl logging at WARNING). What a run does is printed
-by the programs themselves (bert_jax.runtime.train_log).
+"""Quiet start-up, set up once on import, before TensorFlow or JAX load (bert_jax.cli and
+cpu_tensorflow.py import it).
+
+Unless the command line gives absl's `--verbosity`, third-party logging is silenced:
+TensorFlow's C++ logs and native stderr lines at import and accelerator probing, absl and
+Orbax INFO logs, and libtpu (JAX_PLATFORMS=cpu on a machine with no TPU or NVIDIA GPU, so
+JAX does not load libtpu to find nothing). TF_ENABLE_ONEDNN_OPTS=0 unless set (its ops only
+warned on the pipeline's integer ops). Programs print what a run does (train_log.py).
 """
 import contextlib
 import importlib.abc
@@ -40,13 +33,8 @@ VERBOSE = verbose_requested(sys.argv[1:])
 
 @contextlib.contextmanager
 def quiet_native_stderr():
-  """Drops what native code writes to stderr inside the block, unless VERBOSE.
-
-  For library start-up probes that write to file descriptor 2 directly, below
-  any log level (TensorFlow's CUDA stub lines at import, libtpu's lines when
-  TensorFlow looks for TPUs). The output is kept in a temporary file and
-  written out after all when the block raises, so no error is lost.
-  """
+  """Drops what native code writes to file descriptor 2 inside the block, unless VERBOSE; it is
+  kept in a temporary file and written out after all when the block raises."""
   if VERBOSE:
     yield
     return
@@ -68,11 +56,8 @@ def quiet_native_stderr():
 
 
 class _QuietImport(importlib.abc.MetaPathFinder):
-  """Runs the first import of one module (tensorflow) inside quiet_native_stderr.
-
-  TensorFlow is imported by bert_jax.runtime.cpu_tensorflow and, inside data modules, by
-  tensorflow_text; this catches whichever comes first.
-  """
+  """Runs the first import of tensorflow inside quiet_native_stderr, whichever module comes
+  first (cpu_tensorflow or tensorflow_text)."""
 
   def __init__(self, name: str):
     self.name = name
@@ -124,14 +109,9 @@ def _quiet_start_up() -> None:
 
 
 def _quiet_failed_saves() -> None:
-  """A failed checkpoint save ends in one line (checkpoint.CheckpointSaveError), not hundreds.
-
-  Orbax logs the failure from each of its background threads with a traceback
-  (kept as one line each: the message), its abandoned write futures are
-  reported by asyncio at exit, and tensorstore's callbacks into Orbax's finished
-  event loops raise 'Event loop is closed', printed as unraisable exceptions
-  (both dropped). --verbosity brings all of it back.
-  """
+  """A failed checkpoint save ends in one line (checkpoint.CheckpointSaveError), not hundreds:
+  Orbax's per-thread tracebacks become one line each, and asyncio's and tensorstore's noise at
+  exit is dropped. --verbosity brings all of it back."""
   class OrbaxOneLine(std_logging.Filter):
     def filter(self, record):
       if "/orbax/" in record.pathname and record.exc_info:

@@ -1,20 +1,11 @@
-"""SIGTERM (preemption), SIGINT (Ctrl-C) and SIGHUP (a closed terminal or a dropped ssh
-connection) ask a training loop to save and stop.
+"""SIGTERM (preemption), SIGINT (Ctrl-C) and SIGHUP ask a training loop to save and stop.
 
-Both entry points (bert_jax.pretrain, bert_jax.finetune) call `StopSignals.reached()` before
-each step (and fine-tuning before each evaluation batch): once a signal has arrived they save
-a checkpoint, wait for it, print where it is and return; the same command resumes. In a
-multi-process run a signal that reaches any process stops every process at the same check
-(bert_jax.runtime.peer_processes.StopAgreement), so that they save one checkpoint together.
-The program then exits with 128 + the signal's number (SIGTERM 143, SIGINT 130, SIGHUP
-129), as a shell reports a process the signal ended: a job controller that restarts failed
-jobs (Kubernetes' OnFailure, Slurm's requeue) restarts a preempted run instead of taking it
-for finished.
-
-A signal during the first compile (`first_compile`) cannot wait for the next step: XLA's
-compiler holds the main thread in C++ for tens of seconds, and Python runs a signal handler
-only once it returns. Nothing has been trained then, so the program says so and exits at
-once with the same status.
+The entry points call `StopSignals.reached()` before each step (and evaluation batch): after
+a signal they save, print where, and return; the same command resumes. In a multi-process
+run every process stops at the same check (peer_processes.StopAgreement). The exit status is
+128 + the signal's number, so job controllers (Kubernetes' OnFailure, Slurm's requeue)
+restart a preempted run instead of taking it for finished. During the first compile
+(`first_compile`) nothing has been trained, so the process exits at once.
 """
 import itertools
 import os
@@ -40,14 +31,12 @@ def exit_status(signal_name: str) -> int:
 
 
 class StopSignals:
-  """Installs the handlers; `name` is the signal that stops the run ('SIGTERM' / 'SIGINT').
+  """Installs the handlers; `name` is the signal that stops the run, None before one.
 
-  In one process `name` is the signal that arrived, None before. In a multi-process run it is
-  the first signal any process received, set on every process when `reached()` first says
-  True. A second Ctrl-C while the checkpoint is being saved interrupts at once. `restore()`
-  puts the previous handlers back; in a multi-process run a signal after that (the last
-  checkpoint and the export, collective and seconds long) is noted and the run finishes,
-  since a process that left would leave the others waiting.
+  In a multi-process run `name` is the first signal any process received, set when `reached()`
+  first says True. A second Ctrl-C during the save interrupts at once. After `restore()`, a
+  multi-process run only notes a signal and finishes: a process that left would strand the
+  others in the last checkpoint's and export's collectives.
   """
 
   def __init__(self, starting: bool = False):
@@ -72,8 +61,8 @@ class StopSignals:
       threading.Thread(target=self._agreement.post, args=(self.name,), daemon=True).start()
 
   def reached(self) -> bool:
-    """Whether the run stops here: a signal arrived (in one process), or this is the check
-    every process agreed on (in several); the caller saves, then stops."""
+    """Whether the run stops here (a signal, or the check all processes agreed on); the caller
+    saves, then stops."""
     if self._agreement is None:
       return self.name is not None
     if self._agreement.reached():
@@ -131,26 +120,11 @@ def _exit_before_the_first_step(name: str, doing: str, lost: str,
 class first_compile:  # pylint: disable=invalid-name
   """Around a run's first compile: SIGINT / SIGTERM end the process within a second.
 
-    with stop_signals.first_compile("the train step"):
-      step = jax.jit(fn).lower(*args).compile()
-
-  Python runs signal handlers in the main thread between bytecodes, and the compiler keeps
-  the main thread in C++ (33 s for the tiny model on a loaded 2-core CPU). The C-level
-  handler still writes the signal's number to the wakeup fd (`signal.set_wakeup_fd`): a
-  thread reading it prints what is lost (nothing: no step has run since the start or the
-  checkpoint it resumed) and ends the process with `exit_status`, as a stop after a save
-  does. A signal that arrives just as the block ends is acted on the same way by the main
-  thread. Outside the main thread (where no handler can be installed) it does nothing.
-
-  Args:
-    what: what is being compiled, for the message.
-    lost: what the stop loses, for the message (a tool that writes nothing before the compile
-      ends says so).
-    doing: the message's whole phrase for a block that does more than compile (the zero-shot
-      scoring before the first step: its first batch compiles, the others run), instead of
-      'compiling {what}'.
-    stop: the run's StopSignals, in a multi-process run: the other processes end too (they
-      cannot train a step without this one).
+  Python runs handlers between bytecodes in the main thread, which XLA's compiler holds in C++
+  for a long time. The C handler still writes to the wakeup fd (`signal.set_wakeup_fd`): a
+  thread reading it says what is lost (`lost`; nothing trained since the start) and exits with
+  `exit_status`. `doing` replaces 'compiling {what}' for a block doing more than compile; with
+  `stop` (multi-process) the others end too. Outside the main thread it does nothing.
   """
 
   def __init__(self, what: str = "the train step", lost: str = NOTHING_TRAINED,

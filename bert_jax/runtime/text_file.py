@@ -5,17 +5,8 @@ from etils import epath
 
 
 def read_utf8(path, what: str = "file") -> str:
-  """The text of `path`, decoded as UTF-8 (a leading byte-order mark dropped).
-
-  Args:
-    path: a local or remote (gs://) file.
-    what: what the file is, for the messages ('CoNLL file', 'vocab file', ...).
-
-  Raises:
-    FileNotFoundError: the file does not exist.
-    ValueError: `path` is a directory, or a byte is not UTF-8 (naming the line and column,
-      in characters as an editor shows them, the byte-order mark not counted).
-  """
+  """The text of `path` (local or gs://) as UTF-8, a byte-order mark dropped; ValueError names
+  the line and column of a byte that is not UTF-8 (or says `path` is a directory)."""
   p = epath.Path(path)
   if not p.exists():
     raise FileNotFoundError(f"{what} {path} does not exist")

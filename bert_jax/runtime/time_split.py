@@ -1,19 +1,8 @@
 """Where a program's wall time went: compilation, and the phases it names.
 
-    split = TimeSplit()
-    with split.phase("data"): ...
-    with split.phase("train"): ...      # compilations inside a phase count as compile
-    print(split.line())
-    # time: compile 212 s (9 programs), train 160 s, eval 40 s, data 25 s, other 30 s; total 467 s
-    # (with compilations in another thread: "compile 12 s (9 programs; 200 s more compiled
-    # ahead, beside the work), ...")
-
-Compile time is what JAX reports for tracing, lowering and compiling each program (its
-monitoring events; a persistent-cache hit counts its load), so a phase's own figure leaves
-its compilations out. Compilations in another thread (bert_jax.runtime.ahead_compile) run
-beside the phases and are printed apart; the main thread's waits for them count as
-compile. `other` is the rest since the process started (imports, reading the checkpoint,
-writing), so the parts add up to the total.
+Compile time is what JAX's monitoring events report (a cache load included); compilations in
+other threads (ahead_compile.py) are printed apart, the main thread's waits for them count as
+compile. `other` is the rest since the process started, so the parts add up to the total.
 """
 import collections
 import contextlib
@@ -31,13 +20,8 @@ _BACKEND_COMPILE = _COMPILE_EVENTS[-1]
 
 
 class _CompileClock:
-  """Seconds JAX spent compiling in this process, and programs compiled.
-
-  `seconds` is what held the run up: compilations in the main thread, and the time it
-  waited for one compiling elsewhere (`waited`, bert_jax.runtime.ahead_compile).
-  `background_seconds` is the compile time of other threads (compiled ahead, beside the
-  work of the main thread).
-  """
+  """Seconds JAX spent compiling: `seconds` held the run up (main-thread compiles and waits),
+  `background_seconds` ran beside it in other threads."""
 
   def __init__(self):
     self.seconds, self.background_seconds, self.programs = 0.0, 0.0, 0
@@ -86,8 +70,8 @@ def process_start_time() -> float:
 
 
 class TimeSplit:
-  """Wall time by phase, compilations apart, since the process started (compilations since
-  `compile_clock()` was first called: call it where the program's module is imported)."""
+  """Wall time by phase since the process started, compilations apart (counted from the first
+  `compile_clock()` call: make it where the program's module is imported)."""
 
   def __init__(self):
     self._clock = compile_clock()

@@ -18,10 +18,8 @@ from bert_jax.runtime import write_errors
 def _summary_writer_class():
   """tensorboardX's SummaryWriter, imported without loading PyTorch.
 
-  tensorboardX imports torch whenever it is installed (only to accept torch tensors, which
-  bert_jax never logs): 0.2 GB of resident memory in a JAX process (tiny pretraining's peak
-  RSS, benchmarks/README). Where torch is installed but not yet loaded, it is hidden while
-  tensorboardX imports; a program that loaded torch itself keeps it.
+  tensorboardX imports torch whenever installed (to accept torch tensors, never logged here),
+  which costs resident memory in a JAX process; torch is hidden unless already loaded.
   """
   if "torch" in sys.modules:
     from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
@@ -35,13 +33,8 @@ def _summary_writer_class():
 
 
 class _ThreadErrors:
-  """Exceptions raised in given background threads (TensorBoard's writer thread).
-
-  tensorboardX writes events from a thread of its own: a write that fails there
-  ends that thread with a traceback on stderr, and every later event is lost
-  without a word. This records such an exception, so that the next log step
-  raises it in the main thread.
-  """
+  """Exceptions raised in given background threads (TensorBoard's writer thread): a failed
+  write there would lose every later event silently, so the next log step raises it."""
 
   def __init__(self):
     self.threads = {}  # thread -> the exception that ended it (None: still fine)
@@ -96,20 +89,12 @@ def count_params(tree) -> int:
 
 
 def print_header(program: str, what: str, rows, file=None) -> None:
-  """The first lines of every run: what it is about to do, in one layout for every program.
+  """The first lines of every run, in one layout for every program:
 
     bert_jax.finetune: fine-tune and evaluate mrpc
       model    L6 H384 A12 V30522, 22.7M params, from /tmp/minilm (heads ['pooler'])
-      data     ...
-      steps    ...
-      workdir  ...
 
-  Args:
-    program: the module, e.g. 'bert_jax.finetune'.
-    what: what the run does, in a few words.
-    rows: (name, text) pairs, e.g. ('model', ...), ('data', ...), ('steps', ...),
-      ('workdir', ...); rows whose text is empty are left out.
-    file: where to print (default stdout; stderr for tools whose stdout is data).
+  rows are (name, text) pairs, empty texts left out; file defaults to stdout.
   """
   print(f"{program}: {what}", file=file)
   for name, text in rows:
@@ -128,8 +113,8 @@ def _fmt_eta(seconds: float) -> str:
 
 def eta_seconds(steps_left: int, pace: Optional[float], later_seconds: float = 0.0
                 ) -> Optional[float]:
-  """Seconds until a run ends: `steps_left` at `pace` steps per second, then `later_seconds`
-  of work after them (evaluations); None while there is no pace to trust and steps are left."""
+  """Seconds until a run ends: `steps_left` at `pace` steps/s plus `later_seconds`; None while
+  there is no pace to trust and steps are left."""
   if steps_left <= 0:
     return later_seconds
   if not pace:
@@ -138,14 +123,11 @@ def eta_seconds(steps_left: int, pace: Optional[float], later_seconds: float = 0
 
 
 class Pace:
-  """The steps per second to take an ETA from: wall time over the steps since the first log line.
+  """The steps per second an ETA is taken from: wall time over the steps since the first log line.
 
-  The first log window of a process holds what happens once (the train step's first compile,
-  the input pipeline's first shards): extrapolated, a fine-tune's first ETA said 0:27:39 for a
-  run that ended 4.5 minutes later. Its line gets no ETA; from the next one on, the pace is the
-  steps over the wall time since that first line, so that evaluations and saves between log
-  lines count. Steps that start again from 0 (a fine-tune's next seed, another `prefix`) start
-  from their first line's window, which has no first compile.
+  The first log window holds one-off work (the first compile, the first shards), which
+  extrapolated gives far too long an ETA; that line gets none. Steps restarting from 0 (the
+  next seed, another `prefix`) start from their first line's window.
   """
 
   def __init__(self):
@@ -168,21 +150,10 @@ class Progress:
   """A long loop's progress on stderr: at once, then every `every` seconds, then at the end.
 
     encoding corpus: 1,216/5,183 texts (23%) | 41.3 texts/s | eta 0:01:36
-    encoding corpus: 5,183 texts in 0:02:05 (41.5 texts/s)
 
-  Used as a context manager, a beat (Heartbeat) prints the progress every `every` seconds
-  instead, also while no unit ends, such as a first batch that compiles; the closing line
-  comes at the end unless the loop failed:
-
-    encoding corpus: 0/5,183 texts so far (9 s)
-    encoding corpus: 1,216/5,183 texts (23%) | 41.3 texts/s | eta 0:01:36 (18 s)
-
-  Args:
-    label: what is being done.
-    total: units to do (0: unknown, no percentage or ETA).
-    unit: the units' name.
-    enabled: False (a --quiet run): prints nothing.
-    every: seconds between lines (BEAT_SECONDS).
+  As a context manager a Heartbeat prints it every `every` seconds even while no unit ends (a
+  first batch that compiles); the closing line comes unless the loop failed. total 0: unknown.
+  enabled False (--quiet) prints nothing.
   """
 
   def __init__(self, label: str, total: int, unit: str, enabled: bool = True,
@@ -247,16 +218,13 @@ LOADING_SECONDS = 3.0
 
 
 class Heartbeat:
-  """A line on stderr every `every` seconds (BEAT_SECONDS) while a step of unknown length runs:
+  """A line on stderr every `every` seconds while a step of unknown length runs.
 
     learning the vocab: 0:00:30 so far
 
-  at_start=False prints nothing before the first beat: a step that ends (or fails in one
-  line) within `every` seconds (`first`, when given) prints nothing at all. `status` (a text, or a function called
-  at each beat; doing() changes it) says what the program is doing or how far it is instead:
-  "evaluating dev: 13 of 24 batches (11 s)".
-  touch() says the program has just printed its own line: the next beat comes `every`
-  seconds after it, so a loop whose own lines come often enough is never interrupted.
+  at_start=False prints nothing before the first beat (`first`, when given). `status` (a text
+  or a function, changed by doing()) says what the program is doing instead. touch(): the
+  program printed its own line, so the next beat comes `every` seconds after it.
   """
 
   def __init__(self, label: str, every: Optional[float] = None, enabled: bool = True, file=None,
@@ -303,8 +271,7 @@ class Heartbeat:
     self.end()
 
   def end(self) -> None:
-    """No beat from now on (the end of the `with` block does this too): for a program whose
-    last line is printed before its block ends ("... exiting")."""
+    """No beat from now on (as at the block's end), for a program whose last line comes before."""
     self._stop.set()
     if self._thread is not None:
       self._thread.join()
@@ -325,17 +292,10 @@ def _records_up_to(text: str, step: int) -> str:
 class RunLogger:
   """Writes one record per log step to the console, TensorBoard and metrics.jsonl.
 
-  Only the writing process (process 0) creates files. The workdir may be local
-  or remote (gs://): a local metrics.jsonl is appended to; object stores cannot
-  append, so a remote one is rewritten whole at each record. A run that resumes
-  from step k passes `resume_step=k`: records of later steps (logged after the
-  checkpoint it resumes, and about to be logged again) are removed first, so
-  each step appears once; earlier records are kept.
-
-  A record that cannot be written (a full disk, a lost permission) raises
-  write_errors.OutputWriteError naming the file and the cause, at the log step
-  that failed (TensorBoard writes in a thread of its own: at the next log step,
-  or at close).
+  Only process 0 creates files. A local metrics.jsonl is appended to; a remote one (gs://
+  cannot append) is rewritten whole. With `resume_step=k`, records of later steps are removed
+  first, so each step appears once. A record that cannot be written raises OutputWriteError
+  (TensorBoard's thread: at the next log step or at close).
   """
 
   def __init__(self, workdir: str, total_steps: int, is_writer: bool = True,
@@ -376,9 +336,8 @@ class RunLogger:
     self._later = (0, 0.0, "")
 
   def plan_after(self, steps: int = 0, seconds: float = 0.0, unknown: str = "") -> None:
-    """What the run does after its current `total_steps`, for the ETA: `steps` more steps at
-    the same pace (a fine-tune's later seeds), `seconds` of other work (their evaluations),
-    and `unknown`, work of no known length yet, named after the ETA ('the evaluation')."""
+    """What the run does after its `total_steps`, for the ETA: `steps` more at the same pace,
+    `seconds` of other work, and `unknown` work named after the ETA ('the evaluation')."""
     self._later = (steps, seconds, unknown)
 
   def _eta(self, prefix: str, step: int, steps_per_sec: float) -> str:
@@ -390,11 +349,8 @@ class RunLogger:
     return f"eta {_fmt_eta(seconds)}" + (f" + {unknown}" if unknown else "")
 
   def _check_tensorboard(self, running: bool = True) -> None:
-    """Raises a write that failed in TensorBoard's writer thread (as OutputWriteError).
-
-    Args:
-      running: the thread should be running (not yet closed): one that ended is a failure.
-    """
+    """Raises a write that failed in TensorBoard's writer thread (as OutputWriteError); with
+    `running`, a thread that ended is a failure."""
     error = _THREAD_ERRORS.threads.get(self._tb_thread) if _THREAD_ERRORS else None
     if (error is None and running and self._tb_thread is not None
         and not self._tb_thread.is_alive()):

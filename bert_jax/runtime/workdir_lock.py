@@ -1,11 +1,9 @@
 """One run per workdir: a lock file held by the process that writes the workdir.
 
-A second run on a workdir that is in use stops at once, naming the holder's
-host and pid. A lock left by a process that died on this host is taken over
-(atomically: of two runs taking it over, one wins). A lock from another host
-cannot be checked from here; the message says which file to delete once that
-run is gone. Remote (gs://) workdirs are not locked: object stores have no
-exclusive create, and a pod restarted after preemption must be able to go on.
+A second run stops at once naming the holder's host and pid. A lock left by a dead process on
+this host is taken over atomically; one from another host cannot be checked (the message says
+which file to delete). gs:// workdirs are not locked: no exclusive create, and a preempted
+pod must be able to go on.
 """
 import contextlib
 import json
@@ -73,8 +71,7 @@ def _create(path: epath.Path, me: dict) -> bool:
 
 
 def _create_in(path: epath.Path, me: dict, workdir: str, flag: str) -> bool:
-  """_create, after making the workdir; a workdir that cannot be written is one line, before
-  anything else happens."""
+  """_create, after making the workdir; an unwritable workdir is one line, before anything else."""
   try:
     path.parent.mkdir(parents=True, exist_ok=True)
     return _create(path, me)
@@ -89,16 +86,10 @@ def _create_in(path: epath.Path, me: dict, workdir: str, flag: str) -> bool:
 
 @contextlib.contextmanager
 def hold(workdir: str, flag: str = "--workdir") -> Iterator[None]:
-  """Holds `workdir/bert_jax.lock` while the block runs (call on the writing process).
+  """Holds `workdir/bert_jax.lock` while the block runs (on the writing process).
 
-  `flag` names the directory's command-line flag in the messages.
-
-  The folders it makes for the workdir are removed again at the end when the run left them
-  empty (a config refused in one line leaves no empty workdir behind).
-
-  Raises:
-    WorkdirInUseError: a live run holds the lock (its host, pid and start time
-      are named).
+  Folders it made are removed at the end if the run left them empty. `flag` names the
+  directory's flag in messages. WorkdirInUseError names a live holder's host, pid and start.
   """
   if "://" in str(workdir):
     yield

@@ -1,10 +1,5 @@
-"""Failed writes of a run's outputs, reported in one line.
-
-A full disk, a lost permission or a file-size limit while writing metrics,
-TensorBoard events, checkpoints, the export or a program's output file must end
-the program with a non-zero status and one line naming the file and the cause
-(the programs turn these errors into that line: bert_jax.cli).
-"""
+"""Failed writes of a run's outputs (full disk, lost permission, size limit), reported in one
+line naming the file and the cause, with a non-zero status (bert_jax.cli)."""
 import contextlib
 import errno
 import re
@@ -45,13 +40,8 @@ def _named_file(error: BaseException) -> Optional[str]:
 
 
 def write_error_cause(error: BaseException) -> str:
-  """'ExcType: reason' of the innermost cause of a failed write, in a few words.
-
-  A full disk, a lost permission or a file-size limit is named as such
-  ('OSError: No space left on device'), followed by the file it names where it
-  names one (a checkpoint's failing file inside its folder); anything else by
-  its first line.
-  """
+  """'ExcType: reason' of the innermost cause of a failed write ('OSError: No space left on
+  device'), then the file it names; anything else by its first line."""
   cause = _chain(error)[-1]
   detail = _DISK_CONDITION.search(str(cause))
   text = str(cause).splitlines()[0][:300] if str(cause) else ""
@@ -61,8 +51,8 @@ def write_error_cause(error: BaseException) -> str:
 
 
 def is_disk_failure(error: BaseException) -> bool:
-  """Whether `error` (or one of its causes) is the disk refusing a write: full, a size limit,
-  read-only, a lost permission; not a bad value or a missing input."""
+  """Whether `error` or a cause is the disk refusing a write (full, size limit, read-only,
+  permission), not a bad value or missing input."""
   return any((isinstance(e, OSError) and e.errno in _DISK_ERRNOS)
              or bool(_DISK_CONDITION.search(str(e))) for e in _chain(error))
 

@@ -1,25 +1,11 @@
 """The XLA flags bert_jax sets by default, before JAX starts its backend.
 
-On NVIDIA GPUs:
-
-  --xla_gpu_enable_triton_gemm=false   every GEMM on cuBLAS, none as a Triton fusion: base's
-      pretraining step ran a little faster and compiled in two thirds of the time (no Triton
-      GEMM autotuning); NVIDIA's JAX-Toolbox images set it too.
-
-On machines with no accelerator (no TPU chip, no NVIDIA or AMD GPU):
-
-  --xla_backend_optimization_level=2   LLVM's -O2 for the code XLA:CPU generates, instead of
-      -O3. The matmuls are library calls either way; what -O3 adds to the generated loops
-      (dropout's threefry, the elementwise fusions) took compile time and gave nothing back:
-      a fine-tuning train step compiled faster, ran as fast and gave bit-identical parameters.
-
-The figures of both are in benchmarks/README.md's results table ("XLA flag defaults").
-
-A flag the environment's XLA_FLAGS already names is left as the user gave it (for example
-XLA_FLAGS=--xla_gpu_enable_triton_gemm=true brings the Triton GEMMs back). The programs apply
-this at start-up (bert_jax.cli, imported before any backend starts), the step benchmarks too;
-XLA reads XLA_FLAGS once, when the GPU backend starts, so later changes do nothing. The
-run header says which flags were added (`describe`).
+NVIDIA GPUs: --xla_gpu_enable_triton_gemm=false, every GEMM on cuBLAS (faster steps, quicker
+compiles without Triton GEMM autotuning; NVIDIA's JAX-Toolbox images set it too).
+No accelerator: --xla_backend_optimization_level=2, since -O3 on XLA:CPU's generated loops
+cost compile time and gave nothing back (bit-identical results). Figures: benchmarks/README.md
+("XLA flag defaults"). A flag XLA_FLAGS already names is left as given. XLA reads XLA_FLAGS
+once, when the backend starts, so bert_jax.cli applies this first.
 """
 import functools
 import os
@@ -64,8 +50,7 @@ def _has_nvidia_gpu() -> bool:
 
 @functools.cache  # about 150 ms of PCI probes, asked by every part of start-up
 def cpu_only_machine() -> bool:
-  """True when the machine has no TPU chip and no NVIDIA or AMD GPU (JAX's own PCI / device
-  checks); False when they cannot be made."""
+  """True when the machine has no TPU chip and no NVIDIA or AMD GPU; False when unknown."""
   try:
     from jax._src import hardware_utils  # pylint: disable=g-import-not-at-top
     chips, _ = hardware_utils.num_available_tpu_chips_and_device_id()
