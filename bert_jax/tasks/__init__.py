@@ -1,11 +1,4 @@
-"""Fine-tuning tasks: GLUE and SQuAD data, their metrics, and eval padding.
+"""Fine-tuning tasks: GLUE, SQuAD, NER and sentence embeddings; their data, metrics and outputs.
 
-Modules:
-  glue     the GLUE task registry, TSV / TFDS readers, encoding, submission files
-  squad    SQuAD v1.1 / v2.0 readers, run_squad features, n-best post-processing
-  metrics  GLUE metrics (numpy) with per-example weights
-  packing  packed fine-tuning batches (several examples to a row)
-
-Eval pads rather than drops (every example is scored): bert_jax.finetuning.evaluation.predict
-fills the last batch with rows it drops again (bert_jax.data.stream.length_buckets).
+Eval pads rather than drops, so every example is scored (bert_jax.finetuning.evaluation).
 """

@@ -1,24 +1,10 @@
 """Entity-level precision, recall and F1 as CoNLL's conlleval script defines them.
 
-An entity (chunk) is a maximal run of tagged words, read with conlleval's
-startOfChunk / endOfChunk rules for IOB tags, which read IOB1 and IOB2 alike:
-
-  a chunk starts at  B-X (always); I-X after O; any X after a tag of another type
-  a chunk ends before B-*; O; a tag of another type (and at the sentence end)
-
-so `I-PER I-PER` (IOB1) and `B-PER I-PER` (IOB2) are one PER chunk, `I-PER B-PER`
-two, `O I-PER` starts a chunk and `B-PER I-LOC` is a PER then a LOC chunk. A
-predicted chunk is correct when a gold chunk has the same type, start and end.
-precision = correct / predicted chunks, recall = correct / gold chunks,
-f1 = 2PR / (P + R) (0 when P + R is 0, and P or R is 0 without chunks);
-accuracy is the fraction of words whose predicted tag equals the gold tag. Values
-are fractions in [0, 1] (conlleval prints percentages), the scale seqeval's
-default (non-strict) mode gives.
-
-Only O, B-TYPE and I-TYPE are scored: any other tag (IOBES's S-/E-, a bare type
-such as PER) is refused with a ValueError naming the sentence, word and tag.
-conlleval.pl and seqeval read S- and E- as IOBES chunk marks, which the CoNLL reader
-(`ner.read_conll`) refuses, so scoring them here would score what is never trained.
+A chunk starts at B-X, at I-X after O, or at any tag after another type, and ends before
+B-*, O, another type or the sentence end, so IOB1 and IOB2 read alike. A predicted chunk is
+correct when a gold chunk has the same type, start and end. Values are fractions in [0, 1]
+(conlleval prints percentages), as seqeval's default mode. Only O, B-X and I-X are scored:
+other tags (IOBES's S-/E-) raise a ValueError, as the CoNLL reader refuses them anyway.
 """
 import collections
 import re
@@ -29,11 +15,7 @@ IOB_TAG = re.compile(r"^(O|[BI]-\S+)$")
 
 
 def split_tag(tag: str) -> tuple[str, str]:
-  """'B-PER' -> ('B', 'PER'); 'O' -> ('O', '').
-
-  Raises:
-    ValueError: the tag is not O, B-TYPE or I-TYPE.
-  """
+  """'B-PER' -> ('B', 'PER'); 'O' -> ('O', ''); ValueError for a tag not O, B-X or I-X."""
   if not IOB_TAG.match(tag):
     raise ValueError(f"tag {tag!r} is not IOB (O, B-TYPE or I-TYPE; IOB1 and IOB2 are "
                      "scored, IOBES S-/E- tags and bare types are not)")
@@ -43,17 +25,7 @@ def split_tag(tag: str) -> tuple[str, str]:
 
 
 def chunks(tags: Sequence[str]) -> list[tuple[str, int, int]]:
-  """The entities of one sentence, by conlleval's rules.
-
-  Args:
-    tags: the IOB tags of the sentence's words ('O', 'B-X', 'I-X').
-
-  Returns:
-    (type, first word, last word) of every chunk, in order.
-
-  Raises:
-    ValueError: `word N: tag ... is not IOB (...)`.
-  """
+  """(type, first word, last word) of every chunk of one sentence's tags, in order."""
   found = []
   prev_tag, prev_type, start = "O", "", 0
   for i, tag in enumerate(list(tags) + ["O"]):
@@ -80,19 +52,9 @@ def _sentence_chunks(side: str, index: int, tags: Sequence[str]) -> set:
 
 
 def evaluate(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]) -> dict:
-  """conlleval's scores of predicted tags against gold tags.
+  """conlleval's scores: precision, recall, f1, accuracy, and f1_<TYPE> for every type.
 
-  Args:
-    gold: per sentence, the gold tag of each word.
-    predicted: per sentence, the predicted tag of each word (same lengths).
-
-  Returns:
-    {'precision', 'recall', 'f1', 'accuracy'} over all entities / words, and
-    'f1_<TYPE>' for every entity type in gold or predictions.
-
-  Raises:
-    ValueError: the sentences or their lengths differ, or a tag is not IOB
-      (`predicted sentence 3, word 1: tag 'S-LOC' is not IOB (...)`).
+  A ValueError names the sentence and word of a non-IOB tag or of mismatched lengths.
   """
   if len(gold) != len(predicted):
     raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} predicted")

@@ -1,33 +1,10 @@
 """GLUE: the task registry, readers (GLUE TSV files or TFDS), encoding, submissions.
 
-Every GLUE task is in `TASKS` (cola, sst2, mrpc, stsb, qqp, mnli, qnli, rte,
-wnli, ax): its columns, labels (or regression), metrics, splits and GLUE
-submission file names. `get_task(name)` looks one up and lists the known names
-when it fails.
-
-Data comes from either
-  * the original GLUE TSV layout, `data_dir/<dir_name>/<split>.tsv` (for
-    example `glue/MRPC/dev.tsv`, `glue/MNLI/dev_matched.tsv`; AX is read from
-    `AX/test.tsv`, `diagnostic/diagnostic.tsv` or `AX.tsv`), read by
-    `read_tsv`; or
-  * a prepared TFDS `glue/<task>` (never downloaded), read by `read_tfds`.
-`read_split` picks one. Splits are named train, dev, test (MNLI: dev_matched,
-dev_mismatched, test_matched, test_mismatched; AX: test only, predicted with an
-MNLI model).
-
-TSV files are read as GLUE's own loaders read them: tab-separated, no quoting
-(MRPC and MNLI sentences contain bare `"`), UTF-8 with an optional BOM (MRPC),
-CoLA's train/dev files have no header (columns: source, label, original
-label, sentence). Malformed rows: a row whose column count differs from the
-header, or whose label is not one of the task's labels (or not a number for
-STS-B), raises `GlueFormatError` naming the file and line. QQP is the one
-exception: the reference loaders (Hugging Face's QqpProcessor, TFDS) skip
-QQP rows with missing columns, so `read_tsv` skips them too, and logs how many
-and on which lines. Blank lines are ignored.
-
-`encode_examples` turns examples into BERT inputs as Google's run_classifier
-does: `[CLS] a [SEP]` or `[CLS] a [SEP] b [SEP]`, pairs truncated longest
-first, single texts cut to max_seq_length - 2.
+TSV files are read as GLUE's own loaders read them: tab-separated with no quoting (MRPC and
+MNLI hold bare `"`), an optional BOM, CoLA's train/dev without a header. A row with a wrong
+column count or a bad label raises GlueFormatError naming the file and line, except in QQP,
+whose malformed rows are skipped and counted as the reference loaders do. TFDS `glue/<task>`
+must be prepared (never downloaded).
 """
 import dataclasses
 import logging
@@ -52,28 +29,12 @@ class GlueTask:
   """One GLUE task.
 
   Attributes:
-    name: registry key, e.g. 'mrpc'.
-    dir_name: folder of the GLUE TSV layout and submission name, e.g. 'MRPC'.
-    text_a: TSV column of the first text.
-    text_b: TSV column of the second text, None for single-sentence tasks.
-    label_column: TSV column of the label in train/dev files.
-    labels: label strings as written in the TSV files (label id = position),
-      or None for a regression task (STS-B).
-    metrics: metric names (bert_jax.tasks.metrics.METRICS) for dev splits.
-    train_split: the training split, None when the task has none (AX).
-    dev_splits: evaluation splits with labels.
-    test_splits: unlabeled splits predicted for the GLUE server.
-    submission_files: test split -> file name the GLUE server expects.
-    tfds_name: TFDS dataset name.
-    tfds_text_a: TFDS feature of the first text.
-    tfds_text_b: TFDS feature of the second text, or None.
-    tfds_labels: TFDS ClassLabel names, in TFDS order (None for regression).
-    headerless_columns: column names of the TSV files that have no header
-      (CoLA train/dev), or None when every file has a header.
-    skip_malformed: skip (and count) rows with a wrong column count instead of
-      raising (the reference loaders' convention for QQP).
-    model_task: the task whose fine-tuned model makes the predictions (AX is
-      predicted by an MNLI model); equal to `name` otherwise.
+    labels: label strings as written in the TSV files (id = position); None for regression.
+    test_splits: unlabeled splits predicted for the GLUE server (submission_files names them).
+    tfds_labels: TFDS ClassLabel names, in TFDS order.
+    headerless_columns: column names of TSV files without a header (CoLA train/dev).
+    skip_malformed: skip rows with a wrong column count (the reference loaders' QQP rule).
+    model_task: the task whose model predicts (AX: an MNLI model); else `name`.
   """
   name: str
   dir_name: str
@@ -116,17 +77,8 @@ class GlueTask:
     return train + self.dev_splits + self.test_splits
 
   def result_name(self, metric: str, split: str) -> str:
-    """Key of `metric` on `split` in eval_results.json.
-
-    MNLI's keys carry `_matched` / `_mismatched`; other tasks use the bare name.
-
-    Args:
-      metric: a name from `self.metrics`.
-      split: one of `self.dev_splits`.
-
-    Returns:
-      e.g. 'accuracy_matched' for ('accuracy', 'dev_matched'), 'f1' for MRPC.
-    """
+    """Key of `metric` on `split` in eval_results.json: MNLI's carry `_matched` /
+    `_mismatched` ('accuracy_matched'), other tasks' are the bare name."""
     if split.startswith("dev_"):
       return f"{metric}_{split[len('dev_'):]}"
     return metric
@@ -199,17 +151,7 @@ _TFDS_SPLITS = {
 
 
 def get_task(name: str) -> GlueTask:
-  """Returns the task called `name` ('MRPC', 'sts-b' and 'sst_2' are accepted too).
-
-  Args:
-    name: a GLUE task name.
-
-  Returns:
-    The registry entry.
-
-  Raises:
-    ValueError: for an unknown name, listing the known ones.
-  """
+  """The task called `name` ('MRPC', 'sts-b', 'sst_2' too); ValueError lists the known ones."""
   key = name.lower().replace("-", "").replace("_", "")
   if key not in TASKS:
     raise ValueError(f"unknown GLUE task {name!r}; known tasks: {sorted(TASKS)}")
@@ -218,16 +160,8 @@ def get_task(name: str) -> GlueTask:
 
 @dataclasses.dataclass
 class GlueExample:
-  """One example.
-
-  Attributes:
-    guid: where it came from, 'FILE:LINE' for TSV rows, 'glue/task/split:idx' for TFDS.
-    text_a: the first text.
-    text_b: the second text, or None.
-    label: class id (position in task.labels), float score (STS-B), or None (test).
-    index: the row's index for GLUE submissions (the file's index/id column, or
-      the 0-based row number when the file has none; TFDS `idx`).
-  """
+  """One example: guid 'FILE:LINE' or 'glue/task/split:idx'; label a class id, an STS-B score,
+  or None (test); index the row's GLUE submission index."""
   guid: str
   text_a: str
   text_b: Optional[str]
@@ -242,19 +176,8 @@ def _check_split(task: GlueTask, split: str):
 
 
 def tsv_path(task: GlueTask, data_dir: str, split: str) -> str:
-  """Path of `split` of `task` in the GLUE TSV layout under `data_dir`.
-
-  Args:
-    task: the task.
-    data_dir: the GLUE folder holding CoLA/, MRPC/, ...
-    split: a split of the task.
-
-  Returns:
-    The file path (for AX, the first existing candidate).
-
-  Raises:
-    FileNotFoundError: naming every path tried.
-  """
+  """Path of `split` in the GLUE TSV layout (AX: the first existing candidate);
+  FileNotFoundError names every path tried."""
   _check_split(task, split)
   if task.name == "ax":
     candidates = [str(epath.Path(data_dir) / f) for f in _AX_FILES]
@@ -281,21 +204,10 @@ def read_lines(path):
 
 def read_tsv(task: GlueTask, data_dir: str, split: str,
              skip_malformed: Optional[bool] = None) -> list:
-  """Reads one split from the GLUE TSV layout.
+  """One split from the GLUE TSV layout, in file order (test labels None).
 
-  Args:
-    task: the task (from `get_task`).
-    data_dir: the GLUE folder holding <dir_name>/<split>.tsv.
-    split: a split of the task ('train', 'dev', 'test', 'dev_matched', ...).
-    skip_malformed: skip rows with a wrong column count (logged with their
-      line numbers) instead of raising; default: the task's convention (QQP only).
-
-  Returns:
-    A list of GlueExample in file order; labels are None on test splits.
-
-  Raises:
-    GlueFormatError: a missing column, a malformed row or a bad label, with the
-      file and line.
+  skip_malformed (default: the task's) skips and logs rows with a wrong column count;
+  otherwise GlueFormatError names the file and line of a malformed row or bad label.
   """
   path = tsv_path(task, data_dir, split)
   skip = task.skip_malformed if skip_malformed is None else skip_malformed
@@ -373,22 +285,8 @@ def _parse_label(task: GlueTask, value: str, where: str) -> Label:
 
 
 def example_from_tfds(task: GlueTask, split: str, features: dict) -> GlueExample:
-  """Maps one TFDS `glue/<task>` example (numpy) to a GlueExample.
-
-  TFDS labels are ClassLabel ids in TFDS order (MNLI: entailment, neutral,
-  contradiction; CoLA: unacceptable, acceptable, ...); they are mapped by name to
-  the TSV labels (names that are not TSV labels stand for '0' / '1' by their
-  TFDS id, as TFDS builds them from the TSV files). Test splits carry -1 in
-  TFDS and get label None.
-
-  Args:
-    task: the task.
-    split: our split name (decides whether a label is expected).
-    features: a dict with the TFDS features ('idx', 'label', text features).
-
-  Returns:
-    The example.
-  """
+  """One TFDS `glue/<task>` example as a GlueExample; TFDS's ClassLabel ids are mapped by name
+  to the TSV labels, and test splits' -1 becomes None."""
   def text(key):
     value = features[key]
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
@@ -413,16 +311,7 @@ def example_from_tfds(task: GlueTask, split: str, features: dict) -> GlueExample
 
 
 def read_tfds(task: GlueTask, tfds_data_dir: str, split: str) -> list:
-  """Reads one split from a prepared TFDS `glue/<task>` (no download).
-
-  Args:
-    task: the task.
-    tfds_data_dir: the TFDS data_dir where glue/<task> was prepared.
-    split: our split name ('dev' reads TFDS 'validation', etc.).
-
-  Returns:
-    A list of GlueExample sorted by TFDS `idx` (the row order of the TSV files).
-  """
+  """One split of a prepared TFDS `glue/<task>`, sorted by `idx` (the TSV files' row order)."""
   _check_split(task, split)
   from bert_jax.runtime import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
@@ -443,18 +332,7 @@ def read_tfds(task: GlueTask, tfds_data_dir: str, split: str) -> list:
 
 def read_split(task: GlueTask, split: str, *, source: str, data_dir: str = "",
                tfds_data_dir: str = "") -> list:
-  """Reads a split from the TSV layout (source='tsv') or TFDS (source='tfds').
-
-  Args:
-    task: the task.
-    split: a split of the task.
-    source: 'tsv' or 'tfds'.
-    data_dir: GLUE TSV folder (source='tsv').
-    tfds_data_dir: TFDS data_dir (source='tfds').
-
-  Returns:
-    A list of GlueExample.
-  """
+  """A split from the TSV layout (source='tsv') or TFDS (source='tfds')."""
   if source == "tsv":
     return read_tsv(task, data_dir, split)
   if source == "tfds":
@@ -474,26 +352,12 @@ def _truncate_pair_lengths(len_a: int, len_b: int, max_length: int):
 
 def encode_examples(tokenizer, examples: Sequence[GlueExample], max_seq_length: int,
                     is_regression: bool = False) -> dict:
-  """Encodes examples as BERT classifier inputs (Google run_classifier layout).
+  """Encodes examples as Google's run_classifier: `[CLS] a [SEP] b [SEP]`, padded.
 
-  `[CLS] a [SEP]` (segment 0) `b [SEP]` (segment 1), padded; pairs are
-  truncated longest-first to max_seq_length - 3 pieces, single texts to
-  max_seq_length - 2 (the tokenizer's `build_inputs` layout: RoBERTa's
-  `<s> a </s></s> b </s>`, one segment, takes 4).
-
-  Args:
-    tokenizer: a bert_jax.data.tokenizers.tokenizer tokenizer.
-    examples: GlueExample list (labels None are encoded as 0).
-    max_seq_length: tokens per row, including special tokens.
-    is_regression: float labels (STS-B) under 'labels' instead of class ids.
-
-  Returns:
-    A dict of numpy arrays:
-      input_ids, input_mask, segment_ids: int32 [n, max_seq_length]
-      label_ids: int32 [n] (classification) or labels: float32 [n] (regression)
-      weights: float32 [n], 1 for every example (padding added later gets 0)
-      example_index: int32 [n], position of the example in `examples`
-      truncated: bool [n], whether word pieces were cut
+  Pairs are truncated longest-first to fit the tokenizer's `build_inputs` layout, single texts
+  likewise. Returns int32 input_ids, input_mask, segment_ids [n, max_seq_length]; label_ids
+  int32 [n] (or float32 `labels` with is_regression; None labels become 0); weights (1 each),
+  example_index, and `truncated` bool [n].
   """
   if max_seq_length < 4:
     raise ValueError(f"max_seq_length must be at least 4, got {max_seq_length}")
@@ -546,23 +410,11 @@ def encode_examples(tokenizer, examples: Sequence[GlueExample], max_seq_length: 
 
 def write_submission(task: GlueTask, split: str, examples: Sequence[GlueExample],
                      predictions, output_dir: str) -> str:
-  """Writes test predictions in the GLUE server's format.
+  """Writes test predictions in the GLUE server's format and returns the path.
 
-  One file per test split (CoLA.tsv, SST-2.tsv, MRPC.tsv, STS-B.tsv, QQP.tsv,
-  MNLI-m.tsv, MNLI-mm.tsv, QNLI.tsv, RTE.tsv, WNLI.tsv, AX.tsv) with a header
-  `index<TAB>prediction` and one row per example: the example's index and the
-  predicted label as written in the task's TSV files (0/1, entailment, ...),
-  or for STS-B the score clipped to [0, 5] with 3 decimals.
-
-  Args:
-    task: the task (use the AX task with an MNLI model's predictions for AX).
-    split: a test split of the task.
-    examples: the split's examples, as read.
-    predictions: [n] class ids (or scores for STS-B), aligned with `examples`.
-    output_dir: folder to write into (created if needed).
-
-  Returns:
-    The path written.
+  One file per test split (CoLA.tsv, MNLI-m.tsv, ...) with `index<TAB>prediction` rows, labels
+  as in the TSV files, STS-B scores clipped to [0, 5] with 3 decimals. For AX, pass the AX task
+  with an MNLI model's predictions.
   """
   if split not in task.test_splits:
     raise ValueError(f"GLUE task {task.name!r}: {split!r} is not a test split; test "

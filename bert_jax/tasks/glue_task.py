@@ -1,9 +1,5 @@
-"""GLUE as a fine-tuning task: sentence(-pair) classification and regression.
-
-Every GLUE task (bert_jax.tasks.glue.TASKS) from the TSV layout or TFDS, with
-its official metrics on the dev split(s) and GLUE submission files for the test
-split(s) (MNLI also predicts AX).
-"""
+"""GLUE as a fine-tuning task: sentence(-pair) classification and regression, scored on the
+dev splits, with GLUE submission files for the test splits (MNLI also predicts AX)."""
 import os
 
 import jax.numpy as jnp
@@ -19,12 +15,8 @@ from bert_jax.tasks import task as task_lib
 
 def sequence_model(model_cfg: BertConfig, num_labels: int, head: str = "cls",
                    head_layers: int = 4) -> model_lib.BertForSequenceClassification:
-  """BertForSequenceClassification with `head` (configs/glue.py), checked.
-
-  Raises:
-    ValueError: an unknown head, or head_layers outside 1..num_layers for
-      layers_attention.
-  """
+  """BertForSequenceClassification with `head`; ValueError for an unknown head, or head_layers
+  outside 1..num_layers."""
   if head not in model_lib.SEQUENCE_HEADS:
     raise ValueError(f"bad config: head {head!r} is not one of {model_lib.SEQUENCE_HEADS}")
   if head == "layers_attention" and not 1 <= head_layers <= model_cfg.num_layers:

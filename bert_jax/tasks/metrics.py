@@ -1,21 +1,10 @@
 """GLUE metrics in numpy, with per-example weights.
 
-Eval batches are padded rather than dropped, so every function takes optional
-`weights`: padded examples carry weight 0 and do not count. Weights are
-frequency weights (an example of weight 2 counts as two copies), the meaning
-scikit-learn gives `sample_weight`; 0/1 weights select examples.
-
-Every metric takes `predictions` [n] (class ids, or scores for the
-correlations), `labels` [n] (gold class ids or scores) and optional `weights`
-[n] (non-negative, 0 for padding), and returns a Python float on the scale of scikit-learn / scipy
-(accuracy and F1 in [0, 1], not percentages). Edge cases follow them:
-`matthews_corrcoef` is 0 when either side is constant, `f1` is 0 when there are
-no true positives, false positives or false negatives, `pearson` and
-`spearman` are NaN when either side is constant. A NaN or inf among the
-predictions or labels (of positive weight) makes every metric NaN, with a
-RuntimeWarning, never a score: scipy's `pearsonr` and `spearmanr` give NaN for a
-NaN; for an inf `spearmanr` still ranks it (as the largest value) and scores,
-which bert_jax does not follow: a model that outputs inf has failed.
+Eval batches are padded rather than dropped, so every metric takes optional `weights`:
+frequency weights as scikit-learn's `sample_weight`, 0 for padding. Values are on
+scikit-learn's / scipy's scale, with their edge cases (MCC 0 and correlations NaN for a
+constant side, F1 0 without positives). A NaN or inf of positive weight makes every metric
+NaN with a RuntimeWarning, never a score (scipy's spearmanr would rank an inf).
 """
 from typing import Optional
 import warnings
@@ -67,11 +56,7 @@ def _nonfinite(name, predictions, labels, weights) -> bool:
 
 
 def accuracy(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
-  """Weighted fraction of predictions equal to the labels.
-
-  Returns:
-    The accuracy in [0, 1].
-  """
+  """Weighted fraction of predictions equal to the labels."""
   if _nonfinite("accuracy", predictions, labels, weights):
     return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights)
@@ -80,14 +65,7 @@ def accuracy(predictions, labels, weights: Optional[np.ndarray] = None) -> float
 
 def f1(predictions, labels, weights: Optional[np.ndarray] = None,
        positive_label: int = 1) -> float:
-  """Binary F1 of the positive class (scikit-learn's `f1_score` default).
-
-  Args:
-    positive_label: the class whose F1 is measured.
-
-  Returns:
-    2 TP / (2 TP + FP + FN), or 0 when that denominator is 0.
-  """
+  """Binary F1 of `positive_label` (scikit-learn's default); 0 when 2 TP + FP + FN is 0."""
   if _nonfinite("f1", predictions, labels, weights):
     return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights)
@@ -102,11 +80,7 @@ def f1(predictions, labels, weights: Optional[np.ndarray] = None,
 
 def accuracy_and_f1(predictions, labels,
                     weights: Optional[np.ndarray] = None) -> float:
-  """Mean of `accuracy` and binary `f1` (GLUE's MRPC / QQP average).
-
-  Returns:
-    (accuracy + f1) / 2.
-  """
+  """(accuracy + f1) / 2 (GLUE's MRPC / QQP average)."""
   if _nonfinite("accuracy_and_f1", predictions, labels, weights):
     return float("nan")
   return (accuracy(predictions, labels, weights) + f1(predictions, labels, weights)) / 2
@@ -114,11 +88,7 @@ def accuracy_and_f1(predictions, labels,
 
 def matthews_corrcoef(predictions, labels,
                       weights: Optional[np.ndarray] = None) -> float:
-  """Matthews correlation coefficient, multiclass (Gorodkin's R_K) as scikit-learn.
-
-  Returns:
-    The MCC in [-1, 1]; 0 when predictions or labels are constant.
-  """
+  """Multiclass Matthews correlation (Gorodkin's R_K) as scikit-learn; 0 for a constant side."""
   if _nonfinite("matthews_corrcoef", predictions, labels, weights):
     return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights)
@@ -154,11 +124,8 @@ def _weighted_pearson(x, y, w) -> float:
 
 
 def _weighted_average_ranks(values, w):
-  """Ranks from 1 with ties averaged, as scipy.stats.rankdata of the weight-repeated data.
-
-  An example of weight m stands for m copies; a group of tied values with total
-  weight W starting after cumulative weight C gets rank C + (W + 1) / 2.
-  """
+  """Ranks from 1 with ties averaged, as scipy's rankdata of the weight-repeated data (a tie
+  group of weight W after cumulative weight C gets rank C + (W + 1) / 2)."""
   keep = w > 0
   ranks = np.zeros_like(values, dtype=np.float64)
   uniq, inverse = np.unique(values[keep], return_inverse=True)
@@ -170,11 +137,7 @@ def _weighted_average_ranks(values, w):
 
 
 def pearson(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
-  """Pearson correlation (scipy.stats.pearsonr's statistic).
-
-  Returns:
-    Pearson's r, or NaN when either side is constant.
-  """
+  """Pearson's r (scipy.stats.pearsonr's statistic); NaN when either side is constant."""
   if _nonfinite("pearson", predictions, labels, weights):
     return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights, float_values=True)
@@ -182,11 +145,7 @@ def pearson(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
 
 
 def spearman(predictions, labels, weights: Optional[np.ndarray] = None) -> float:
-  """Spearman rank correlation (scipy.stats.spearmanr's statistic, ties averaged).
-
-  Pearson's r of the weighted average ranks; arguments as in `pearson`. NaN
-  when either side is constant.
-  """
+  """Spearman correlation (scipy's, ties averaged): Pearson's r of the weighted ranks."""
   if _nonfinite("spearman", predictions, labels, weights):
     return float("nan")
   predictions, labels, weights = _prepare(predictions, labels, weights, float_values=True)
@@ -198,11 +157,7 @@ def spearman(predictions, labels, weights: Optional[np.ndarray] = None) -> float
 
 def pearson_and_spearman(predictions, labels,
                          weights: Optional[np.ndarray] = None) -> float:
-  """Mean of `pearson` and `spearman` (GLUE's STS-B average).
-
-  Returns:
-    (pearson + spearman) / 2.
-  """
+  """(pearson + spearman) / 2 (GLUE's STS-B average)."""
   if _nonfinite("pearson_and_spearman", predictions, labels, weights):
     return float("nan")
   return (pearson(predictions, labels, weights) + spearman(predictions, labels, weights)) / 2
@@ -222,17 +177,7 @@ METRICS = {
 
 
 def compute(names, predictions, labels, weights: Optional[np.ndarray] = None) -> dict:
-  """Computes several metrics by name.
-
-  Args:
-    names: metric names, keys of `METRICS`.
-    predictions: [n] predicted class ids or scores.
-    labels: [n] gold class ids or scores.
-    weights: optional [n] non-negative example weights (0 for padding).
-
-  Returns:
-    A dict name -> float, in the order of `names`.
-  """
+  """name -> float for each of `names` (keys of METRICS), in order."""
   unknown = [n for n in names if n not in METRICS]
   if unknown:
     raise ValueError(f"unknown metrics {unknown}; known: {sorted(METRICS)}")
@@ -250,10 +195,8 @@ def majority_rate(labels) -> float:
 def constant_prediction_warning(predictions, labels, is_regression: bool = False) -> str:
   """A one-line warning when predictions are NaN/inf or no better than a constant, or ''.
 
-  Classification: every prediction is one class, or the accuracy equals the
-  majority-class rate of `labels` (what predicting the most frequent class
-  scores). Regression: every prediction is the same score. Either way the
-  model has not learned the task, whatever the other metrics say.
+  Classification: one class only, or the majority-class rate; regression: one score only.
+  Either way the model has not learned the task, whatever the other metrics say.
   """
   predictions = np.asarray(predictions).reshape(-1)
   labels = np.asarray(labels).reshape(-1)

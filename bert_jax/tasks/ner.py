@@ -1,24 +1,12 @@
 """CoNLL-format token classification data: reading, word-piece windows, prediction files.
 
-A CoNLL file has one word per line, the word in the first column and its tag
-in the last (CoNLL-2003: `word POS chunk NER`), blank lines between sentences
-and `-DOCSTART-` lines between documents. Tags are IOB1 or IOB2 (O, B-TYPE,
-I-TYPE). A file whose lines have one column is unlabeled (prediction only).
-
-Tagging schemes: in IOB2 every entity starts with B-TYPE; in IOB1 (CoNLL-2003's
-original files) an entity starts with I-TYPE, and B-TYPE only where it directly
-follows another entity of its type. Each file's scheme is detected (`scheme_of`);
-`convert` turns tags of either scheme (or a mix) into either, keeping
-conlleval's entities (bert_jax.tasks.conlleval.chunks) of any tag sequence,
-valid or not, so that the model can learn its targets in one scheme and each
-file's predictions be written in its own. The labels are the closure over the
-training file's entity types: O, B-TYPE and I-TYPE of every type, so that a
-tag the training file happens to lack (IOB1's rare B-ORG) is still a label.
-
-Encoding: each word is tokenized alone; its first word piece carries its label,
-the other pieces are ignored (weight 0). A sentence longer than a window
-(max_seq_length - 2 pieces) is split at word boundaries into several windows,
-so every word is predicted exactly once.
+One word per line, its tag in the last column (a one-column file is unlabeled), blank lines
+between sentences. Each file's scheme (IOB1 or IOB2) is detected, and `convert` maps either
+into either keeping conlleval's entities, so the model learns one scheme and each file's
+predictions are written in its own. The labels close over the training file's types (O, B-X
+and I-X of each), so a tag the file lacks (IOB1's rare B-ORG) is still a label. A word's
+first piece carries its label; a sentence longer than a window is split at word boundaries,
+so every word is predicted once.
 """
 import dataclasses
 import re
@@ -39,32 +27,17 @@ SCHEMES = ("IOB1", "IOB2")
 
 @dataclasses.dataclass
 class Sentence:
-  """One sentence of a CoNLL file.
-
-  Attributes:
-    words: the words (first column).
-    tags: their tags (last column), or None in an unlabeled file.
-    lines: 1-based line number of each word in its file (for error messages).
-  """
+  """One sentence: words, tags (None when unlabeled), and each word's 1-based line number."""
   words: list
   tags: Optional[list]
   lines: list
 
 
 def read_conll(path: str) -> list[Sentence]:
-  """Reads a CoNLL file.
+  """The sentences of a CoNLL file (local or gs://), all labeled or all unlabeled.
 
-  Args:
-    path: the file (local or gs://).
-
-  Returns:
-    Its sentences, in order (all labeled, or all unlabeled).
-
-  Raises:
-    FileNotFoundError: no such file.
-    ValueError: `path:line: ...` for a line with another number of columns than
-      the file's first word line, or a tag that is not O / B-TYPE / I-TYPE; or
-      a file without sentences.
+  ValueError `path:line: ...` for a line with another column count than the first, a tag not
+  O / B-X / I-X, or a file without sentences.
   """
   text = text_file.read_utf8(path, "CoNLL file")
   sentences, words, tags, lines, columns = [], [], [], [], None
@@ -109,16 +82,8 @@ def _starts(tags: Sequence[str]) -> list[bool]:
 
 
 def convert(tags: Sequence[str], scheme: str) -> list[str]:
-  """`tags` (IOB1, IOB2 or any mix) in `scheme`, with the same entities.
-
-  IOB2: B-X starts every entity. IOB1: I-X starts an entity, B-X only one that
-  directly follows an entity of the same type. Entities are read as conlleval
-  reads them, so the conversion keeps them for any sequence, and a well-formed
-  IOB1 or IOB2 sequence converts back unchanged.
-
-  Raises:
-    ValueError: an unknown scheme.
-  """
+  """`tags` (IOB1, IOB2 or a mix) in `scheme` with the same entities; a well-formed sequence
+  converts back unchanged."""
   if scheme not in SCHEMES:
     raise ValueError(f"tagging scheme {scheme!r} not in {list(SCHEMES)}")
   out = []
@@ -133,9 +98,8 @@ def convert(tags: Sequence[str], scheme: str) -> list[str]:
 
 
 def scheme_of(sentences: Sequence[Sentence]) -> Optional[str]:
-  """The tagging scheme of a file's sentences: 'IOB1' when some I-X starts an entity
-  (at a sentence start, after O or after another type), 'IOB2' when entities are
-  tagged but none starts so, None when it has no entity or no tags."""
+  """'IOB1' when some I-X starts an entity, 'IOB2' when entities are tagged but none starts
+  so, None without entities or tags."""
   found = None
   for s in sentences:
     for tag, start in zip(s.tags or (), _starts(s.tags or ())):
@@ -152,12 +116,7 @@ def in_scheme(sentences: Sequence[Sentence], scheme: str) -> list[Sentence]:
 
 
 def label_list(sentences: Sequence[Sentence], path: str) -> list[str]:
-  """The labels of a training file: 'O', then B-X and I-X of every entity type X
-  of the file (IOB2; the closure over the types, whichever tags the file has).
-
-  Raises:
-    ValueError: the file is unlabeled.
-  """
+  """'O', then B-X and I-X of every entity type of a training file (ValueError if unlabeled)."""
   if sentences[0].tags is None:
     raise ValueError(f"{path}: a training file needs tags (word first, tag last), "
                      "its lines have one column")
@@ -166,11 +125,7 @@ def label_list(sentences: Sequence[Sentence], path: str) -> list[str]:
 
 
 def check_tags(sentences: Sequence[Sentence], labels: Sequence[str], path: str) -> None:
-  """Every tag of `sentences` is O or of an entity type of the training labels.
-
-  Raises:
-    ValueError: `path:line: tag ... is not in the training file's labels [...]`.
-  """
+  """Refuses (ValueError `path:line: ...`) a tag whose type the training labels lack."""
   types = {t[2:] for t in labels if t != "O"}
   for s in sentences:
     for tag, number in zip(s.tags or (), s.lines):
@@ -181,19 +136,11 @@ def check_tags(sentences: Sequence[Sentence], labels: Sequence[str], path: str) 
 
 def encode(tokenizer, sentences: Sequence[Sentence], labels: Sequence[str],
            max_seq_length: int) -> dict:
-  """Word-piece windows of `sentences`, labels on the first piece of each word.
+  """Word-piece windows of `sentences` (max_seq_length >= 3 with [CLS] and [SEP]).
 
-  Args:
-    tokenizer: the checkpoint's tokenizer (`tokenize_to_ids`, cls/sep/unk ids).
-    sentences: the sentences (tags may be None).
-    labels: the label list (index = label id).
-    max_seq_length: pieces per window, [CLS] and [SEP] included (>= 3).
-
-  Returns:
-    Arrays of n windows: input_ids, input_mask, segment_ids, label_ids (int32
-    [n, max_seq_length]; 0 where unlabeled), label_weights (float32 [n, len]; 1
-    on the first piece of each word of a labeled file), word_index (int32 [n,
-    len]; the word at a first piece, -1 elsewhere) and sentence_index (int32 [n]).
+  Returns int32 input_ids, input_mask, segment_ids, label_ids [n, len]; label_weights 1 on
+  each word's first piece in a labeled file; word_index (the word at a first piece, else -1);
+  sentence_index [n].
   """
   if max_seq_length < 3:
     raise ValueError(f"max_seq_length must be at least 3 for NER, got {max_seq_length}")
@@ -242,17 +189,8 @@ def encode(tokenizer, sentences: Sequence[Sentence], labels: Sequence[str],
 
 def predicted_tags(logits: np.ndarray, arrays: dict, sentences: Sequence[Sentence],
                    labels: Sequence[str]) -> list[list[str]]:
-  """The tag of every word: the argmax at its first piece.
-
-  Args:
-    logits: [n, len, labels] model outputs of the windows of `arrays`.
-    arrays: `encode`'s arrays (word_index, sentence_index).
-    sentences: the sentences encoded.
-    labels: the label list.
-
-  Returns:
-    Per sentence, one predicted tag per word.
-  """
+  """Per sentence, the tag of every word: the argmax of logits [n, len, labels] at its first
+  piece."""
   best = np.argmax(logits, axis=-1)  # [n, len]
   tags = [[None] * len(s.words) for s in sentences]
   rows, cols = np.nonzero(arrays["word_index"] >= 0)

@@ -1,16 +1,9 @@
 """CoNLL-style named-entity recognition as a fine-tuning task: per-token labels.
 
-Labels are O, B-X and I-X of every entity type X of the training file; each
-file's scheme (IOB1 or IOB2) is detected and its tags read alike
-(bert_jax.tasks.ner.convert), the model learns its targets in
-`config.label_scheme` (IOB1 by default: an entity's words are I-X, B-X only
-right after an entity of its type), and each file's predictions are written
-and scored in that file's scheme. The first
-word piece of each word carries its label; the loss is the mean cross-entropy
-over the labeled pieces of the batch. Scores (bert_jax.tasks.conlleval):
-entity-level f1 / precision / recall and word accuracy on the valid file,
-`test_*` on the test file when it exists and has tags; predictions/<split>.txt
-in CoNLL format.
+The model learns its targets in `config.label_scheme` (IOB1 by default) and each file's
+predictions are written and scored in that file's scheme (ner.py). The loss is the mean
+cross-entropy over the batch's labeled pieces. Scores are conlleval's on the valid file
+(`test_*` on a tagged test file); predictions/<split>.txt are in CoNLL format.
 """
 import os
 
@@ -54,8 +47,7 @@ def _labels_and_scheme(sentences: list, path: str) -> tuple[list[str], str]:
 
 def _task_model(config, model_cfg: BertConfig, labels: list[str],
                 train_scheme: str) -> task_lib.TaskModel:
-  """The export records the labels (output i is labels[i]), the scheme the model
-  learned them in, the training file's scheme and the window length, so that
+  """The export records the labels, both schemes and the window length, so that
   bert_jax.Encoder.tag predicts tags from the bundle alone."""
   return task_lib.TaskModel(
       "ner", model_lib.BertForTokenClassification(model_cfg, num_labels=len(labels)),

@@ -1,9 +1,7 @@
 """Which task module serves a fine-tuning config: `config.task` -> module.
 
-The built-in families are named in FAMILIES; every other task name is a GLUE
-task (glue_task checks it). A task module from outside the package registers
-itself with `register(name, module)`; nothing here changes for it. The task
-modules import bert_jax.tasks.task (the interface), never this module.
+Built-in families are in FAMILIES; any other name is a GLUE task. An outside module calls
+`register(name, module)`. Task modules import tasks/task.py, never this module.
 """
 import types
 
@@ -47,19 +45,9 @@ def task_model(config, model_cfg) -> task_lib.TaskModel:
 
 
 def build(config, tokenizer, model_cfg) -> task_lib.Task:
-  """The Task of a fine-tuning config; every split read and encoded up front.
+  """The Task of a fine-tuning config, every split read and encoded up front.
 
-  Args:
-    config: a configs/glue.py, squad.py, ner.py or sentence_embeddings.py ConfigDict.
-    tokenizer: the checkpoint's WordPiece tokenizer.
-    model_cfg: the model config (from the checkpoint, with the run's compute options).
-
-  Returns:
-    The Task.
-
-  Raises:
-    ValueError: an unknown GLUE task (the known ones listed), malformed data
-      (file and line), or a config that does not apply to the task.
-    FileNotFoundError: a missing training or dev file (test files are optional).
+  ValueError: an unknown GLUE task, malformed data (file and line), or a config that does not
+  apply; FileNotFoundError: a missing training or dev file (test files are optional).
   """
   return family(config).build(config, tokenizer, model_cfg)

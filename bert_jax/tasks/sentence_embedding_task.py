@@ -1,19 +1,10 @@
 """Sentence-embedding training (Sentence-BERT) as a fine-tuning task.
 
-A siamese encoder: every sentence of a pair or triplet goes through the same
-weights (bert_jax.modeling.pooling.SentenceEncoder: mean or [CLS] pooling, optionally
-L2-normalised, then the init checkpoint's Dense layers where it has them), trained with one
-of bert_jax.tasks.sentence_pairs.LOSSES, and scored by the Spearman correlation of the cosine
-similarity of each eval pair's embeddings with its gold score (`spearman`, also `pearson`).
-Pooling and normalisation are the config's, else what the init checkpoint records (a
-converted sentence-transformers model, an earlier export), else mean and normalised. The
-export bundle records them (bundle.json `embedding`, with the init checkpoint's
-max_seq_length and prompts), which `bert_jax.embed` uses by default.
-
-Data: `train_file` and `eval_file` (data_source='tsv'), or data_source='builtin': scored
-pairs made from the built-in pretraining corpus and shipped in the package
-(bert_jax/assets/sentence_pairs/, described in bert_jax/assets/README.md), so that a
-fine-tune can be tried with no download.
+A siamese encoder (modeling.pooling.SentenceEncoder) trained with a loss of
+sentence_pairs.LOSSES and scored by the Spearman correlation of cosine similarities with gold
+scores. Pooling and normalisation are the config's, else the init checkpoint's, else mean and
+normalised; the export records them for `bert_jax.embed`. data_source='builtin' uses pairs
+shipped in bert_jax/assets/sentence_pairs/, so a fine-tune needs no download.
 """
 import os
 
@@ -89,10 +80,8 @@ def check_config(config) -> None:
 
 
 def settings(config) -> tuple[dict, str]:
-  """The embedding this run trains and exports (bundle.json's `embedding`: pooling and
-  normalize as the config says, else as the init checkpoint records, else mean and
-  normalised; the checkpoint's Dense layers, max_seq_length and prompts kept), and a line
-  saying where each came from."""
+  """(the embedding this run trains and exports (bundle.json's `embedding`), a line saying
+  where each setting came from)."""
   recorded = embedding.recorded_at(config.init_checkpoint)
   out, said = {}, []
   for key, given, fallback in (("pooling", config.pooling or None, "mean"),

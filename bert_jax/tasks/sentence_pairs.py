@@ -1,21 +1,11 @@
 """Sentence-embedding data and objectives (Sentence-BERT; losses as sentence-transformers').
 
-Files (UTF-8 TSV, blank lines skipped):
-  scored pairs  `sentence1<TAB>sentence2<TAB>score` (an optional header line whose score
-                column reads `score`), or the STS Benchmark release layout
-                (`genre filename year id score sentence1 sentence2 [license ...]`, e.g.
-                sts-train.tsv / sts-test.tsv); the layout is taken from the first line.
-                Training scores are divided by `score_max` into [0, 1], as
-                sentence-transformers' STS-B example does (score / 5).
-  tuples        `anchor<TAB>positive[<TAB>negative]`, the same column count on every line.
-
-Losses over embeddings u, v (, n) of a batch (every one float32 [batch] per example):
-  cosent   log(1 + sum over pairs (i, j) with score_i < score_j of exp(scale * (cos_i - cos_j))),
-           scale 20 (CoSENTLoss); a loss of the whole batch, spread evenly over its rows
-  cosine   (cos(u, v) - score)^2 (CosineSimilarityLoss, MSE)
-  mnrl     cross-entropy of scale * cos(anchor_i, every positive and negative of the batch)
-           with positive_i the target (MultipleNegativesRankingLoss, in-batch negatives, scale 20)
-  triplet  max(|a - p| - |a - n| + margin, 0), euclidean, margin 5 (TripletLoss)
+Scored pairs are `sentence1<TAB>sentence2<TAB>score` (optional header) or the STS Benchmark
+release layout, told from the first line; training scores are divided by `score_max`, as
+sentence-transformers' STS-B example does. Tuples are `anchor<TAB>positive[<TAB>negative]`.
+Losses: cosent (CoSENTLoss, scale 20, one loss per batch spread over its rows), cosine
+(CosineSimilarityLoss), mnrl (MultipleNegativesRankingLoss, in-batch negatives), triplet
+(TripletLoss, euclidean, margin 5).
 """
 import dataclasses
 from typing import Optional
@@ -41,13 +31,7 @@ _STS_RELEASE = {"score": 4, "sentence1": 5, "sentence2": 6, "columns": 7}
 
 @dataclasses.dataclass
 class SentenceRows:
-  """Texts read from a file.
-
-  Attributes:
-    texts: one tuple of 2 or 3 sentences per example.
-    scores: float64 [n] gold scores (scored pairs), or None (tuples).
-    path: the file, for messages.
-  """
+  """Texts read from a file: 2 or 3 sentences per example, gold scores (or None), the path."""
   texts: list
   scores: Optional[np.ndarray]
   path: str
@@ -63,13 +47,7 @@ def _lines(path: str) -> list:
 
 
 def read_scored_pairs(path: str) -> SentenceRows:
-  """`sentence1<TAB>sentence2<TAB>score` lines, or the STS Benchmark release layout.
-
-  Raises:
-    FileNotFoundError: no such file.
-    ValueError: an empty file, or a line (named) with other columns or a score that
-      is not a number.
-  """
+  """Scored pairs from `path`; ValueError names an empty file or a bad line."""
   lines = _lines(path)
   first = lines[0][1].split("\t")
   if len(first) == 3:
@@ -104,13 +82,7 @@ def read_scored_pairs(path: str) -> SentenceRows:
 
 
 def read_tuples(path: str, need_negative: bool) -> SentenceRows:
-  """`anchor<TAB>positive[<TAB>negative]` lines, the same column count on every line.
-
-  Raises:
-    FileNotFoundError: no such file.
-    ValueError: an empty file, a line (named) with another column count, or no
-      negative column when `need_negative`.
-  """
+  """Tuples from `path`; ValueError names an empty file, a bad line, or a missing negative."""
   lines = _lines(path)
   width = len(lines[0][1].split("\t"))
   if width not in (2, 3):
@@ -130,13 +102,8 @@ def read_tuples(path: str, need_negative: bool) -> SentenceRows:
 
 
 def encode(tokenizer, rows: SentenceRows, max_seq_length: int) -> tuple[dict, int]:
-  """Each sentence as [CLS] text [SEP] (bert_jax.embed.encode), truncated to max_seq_length.
-
-  Returns:
-    (arrays: input_ids, input_mask, segment_ids int32 [n, k, max_seq_length] for k
-    sentences per example, plus `scores` float32 [n] for scored pairs; the number of
-    truncated sentences).
-  """
+  """Each sentence as [CLS] text [SEP], truncated: (input_ids, input_mask, segment_ids int32
+  [n, k, max_seq_length] plus `scores` for scored pairs, the number truncated)."""
   n, k = len(rows.texts), len(rows.texts[0])
   flat = [t for example in rows.texts for t in example]
   ids, segs, truncated = embedding.encode(tokenizer, flat, max_seq_length)

@@ -1,40 +1,12 @@
 """SQuAD v1.1 / v2.0: readers, Google run_squad features, n-best post-processing.
 
-The pipeline, as in Google's run_squad.py:
-
-  read_squad_json(path, is_training)        SQuAD JSON -> SquadExample list
-  read_squad_tfds(version, split, data_dir) prepared TFDS squad/v1.1 or v2.0 -> same
-      contexts are split on whitespace into doc tokens (char_to_word_offset);
-      a training answer is located by its answer_start; when the located words
-      do not contain the answer text the question is skipped and counted, with a
-      warning (Google's behaviour). v2.0 questions with is_impossible train
-      towards position 0 ([CLS]).
-  convert_examples_to_features(tokenizer, examples, ...)
-      doc tokens -> word pieces (tok_to_orig_index / orig_to_tok_index), the
-      question cut to max_query_length pieces, sliding windows of the document
-      (doc_stride), `[CLS] question [SEP] window [SEP]`, token_is_max_context,
-      answer spans refined by _improve_answer_span; answers outside a window
-      and impossible questions -> start = end = 0.
-  postprocess_predictions(examples, features, start_logits, end_logits, ...)
-      n-best spans per question (n_best_size start x end candidates per window,
-      max_answer_length, only max-context starts), mapped back to the original
-      text by get_final_text, softmax probabilities; v2.0: the null score
-      (min over windows of start[0] + end[0]) against the best span with
-      null_score_diff_threshold.
-  write_prediction_files(output_dir, ...)
-      predictions.json, nbest_predictions.json, null_odds.json (v2.0).
-
-Two deliberate differences from Google's code: a training question with
-several answers (a dev file used for training) trains on its first answer
-instead of raising, and an answer_start outside the context is skipped and
-counted like any other answer that cannot be found (Google's code fails).
-
-The tokenizer is any object with WordPiece's `tokenize_to_ids(texts)` (no
-special tokens), `convert_ids_to_tokens(ids)`, `basic_tokenize(text)` (the
-lower-casing / punctuation splitting step, used by get_final_text), `cls_id`,
-`sep_id` and `pad_id`. Byte-level BPE and SentencePiece tokenizers get their
-features from `squad_offsets` (character offsets, as transformers' run_qa.py);
-`postprocess_predictions` cuts their answers from the context by those offsets.
+As Google's run_squad.py: contexts are split on whitespace, a training answer is located by
+answer_start (skipped and counted with a warning when the words do not hold it), windows of
+`[CLS] question [SEP] context [SEP]` slide by doc_stride, and n-best spans are mapped back to
+the text by get_final_text, with v2.0's null score against null_score_diff_threshold. Two
+deliberate differences: a training question with several answers trains on its first, and an
+answer_start outside the context is skipped like any unfound answer (Google's code raises).
+BPE and SentencePiece tokenizers get their features from squad_offsets.py.
 """
 import collections
 import dataclasses
@@ -58,17 +30,10 @@ class SquadExample:
   """One question on one context.
 
   Attributes:
-    qas_id: the question id.
-    question_text: the question.
-    doc_tokens: the context split on whitespace.
-    answers: every gold answer text (for evaluation; empty when impossible).
-    is_impossible: a v2.0 question without an answer in the context.
-    orig_answer_text: training target text ('' when impossible, None for eval).
-    start_position: training target's first doc token (-1 when impossible).
-    end_position: training target's last doc token (-1 when impossible).
-    context: the paragraph text as given.
-    answer_start: training target's first character in `context` (None when
-      impossible or for eval).
+    answers: every gold answer text (evaluation; empty when impossible).
+    orig_answer_text: training target ('' when impossible, None for eval).
+    start_position, end_position: the target's doc tokens (-1 when impossible).
+    answer_start: the target's first character in `context` (None: impossible or eval).
   """
   qas_id: str
   question_text: str
@@ -86,15 +51,9 @@ class SquadExample:
 class SquadFeature:
   """Post-processing metadata of one window (row of the feature arrays).
 
-  Attributes:
-    example_index: position of the example in the examples list.
-    doc_span_index: which window of the example.
-    tokens: the row's word pieces, `[CLS] question [SEP] window [SEP]`.
-    token_to_orig_map: row position -> doc token index, for window tokens.
-    token_is_max_context: row position -> whether this window gives the token
-      its most context (min of left and right context) among the windows.
-    offsets: row position -> (start, end) characters of the example's context,
-      for window tokens (`squad_offsets` features; None for WordPiece's).
+  token_to_orig_map: row position -> doc token. token_is_max_context: whether this window gives
+  the token its most context. offsets: row position -> context characters (squad_offsets
+  features; None for WordPiece's).
   """
   example_index: int
   doc_span_index: int
@@ -109,16 +68,8 @@ def _is_whitespace(c: str) -> bool:
 
 
 def split_context(context: str):
-  """Splits a context on whitespace as run_squad does.
-
-  Args:
-    context: the paragraph text.
-
-  Returns:
-    (doc_tokens, char_to_word_offset): the whitespace-separated tokens and, per
-    character of `context`, the index of the token it belongs to (a whitespace
-    character maps to the token before it, -1 before the first token).
-  """
+  """(doc_tokens, char_to_word_offset) as run_squad: whitespace-separated tokens and per
+  character its token (whitespace maps to the token before it, -1 before the first)."""
   doc_tokens, char_to_word_offset = [], []
   previous_is_whitespace = True
   for c in context:
@@ -135,11 +86,7 @@ def split_context(context: str):
 
 
 def _make_examples(records, is_training: bool, source: str):
-  """SquadExamples from question records; returns (examples, skipped ids).
-
-  Each record is a dict: id, question, context, answers (list of dicts with
-  text, answer_start), is_impossible.
-  """
+  """(SquadExamples, skipped ids) from records (id, question, context, answers, is_impossible)."""
   examples, skipped = [], []
   split_cache = {}
   for record in records:
@@ -191,11 +138,8 @@ def _make_examples(records, is_training: bool, source: str):
 
 
 def examples_from_texts(questions: Sequence[str], contexts: Sequence[str]) -> list[SquadExample]:
-  """Prediction examples of questions[i] over contexts[i] (ids 'q0', 'q1', ...; no answers).
-
-  Raises:
-    ValueError: questions and contexts differ in number.
-  """
+  """Prediction examples of questions[i] over contexts[i] (ids 'q0', ...); ValueError if the
+  counts differ."""
   if len(questions) != len(contexts):
     raise ValueError(f"{len(questions)} questions but {len(contexts)} contexts; give one "
                      "context per question")
@@ -214,11 +158,8 @@ def _json_records(dataset: list):
 
 
 def article_slice(text: str, key: str) -> slice:
-  """A config value 'start:stop' (either may be empty; '' = every article) as a slice.
-
-  Raises:
-    ValueError: naming `key` when the text is not of that form.
-  """
+  """A config value 'start:stop' (either may be empty; '' = all) as a slice; ValueError names
+  `key`."""
   if not text:
     return slice(None)
   parts = text.split(":")
@@ -229,11 +170,8 @@ def article_slice(text: str, key: str) -> slice:
 
 
 def load_json(path: str, articles: slice = slice(None)) -> dict:
-  """A SQuAD JSON file with only the articles `articles` (its 'data' sliced).
-
-  Raises:
-    ValueError: the file cannot be read, is not a SQuAD file, or the slice selects no article.
-  """
+  """A SQuAD JSON file with only `articles` of its 'data'; ValueError when unreadable, not
+  SQuAD, or no article is selected."""
   try:
     data = json.loads(epath.Path(path).read_text(encoding="utf-8"))
   except (OSError, json.JSONDecodeError) as e:
@@ -250,18 +188,8 @@ def load_json(path: str, articles: slice = slice(None)) -> dict:
 
 
 def read_squad_json(path: str, is_training: bool, articles: slice = slice(None)):
-  """Reads a SQuAD v1.1 or v2.0 JSON file.
-
-  Args:
-    path: the JSON file ({"version": .., "data": [articles]}).
-    is_training: locate each question's (first) answer in the context and
-      skip questions where it cannot be found.
-    articles: the articles to read (default all).
-
-  Returns:
-    (examples, skipped): the SquadExample list in file order and the ids of the
-    training questions skipped because answer_start does not match the context.
-  """
+  """(examples in file order, ids of training questions skipped because answer_start does not
+  match) of a SQuAD JSON file; is_training locates each first answer."""
   data = load_json(path, articles)
   try:
     records = list(_json_records(data["data"]))
@@ -273,17 +201,7 @@ def read_squad_json(path: str, is_training: bool, articles: slice = slice(None))
 
 
 def read_squad_tfds(version: str, split: str, tfds_data_dir: str, is_training: bool):
-  """Reads a prepared TFDS `squad/v1.1` or `squad/v2.0` split (no download).
-
-  Args:
-    version: '1.1' or '2.0'.
-    split: 'train' or 'validation'.
-    tfds_data_dir: the TFDS data_dir where the dataset was prepared.
-    is_training: as for `read_squad_json`.
-
-  Returns:
-    (examples, skipped), as `read_squad_json`, in TFDS order.
-  """
+  """A prepared TFDS `squad/v1.1` or `squad/v2.0` split (no download), as `read_squad_json`."""
   from bert_jax.runtime import cpu_tensorflow  # pylint: disable=g-import-not-at-top
   tfds = cpu_tensorflow.import_tfds()
   name = f"squad/v{version.lstrip('v')}"
@@ -298,15 +216,7 @@ def read_squad_tfds(version: str, split: str, tfds_data_dir: str, is_training: b
 
 
 def record_from_tfds(features: dict) -> dict:
-  """Maps one TFDS squad example (numpy) to a question record.
-
-  Args:
-    features: TFDS features: id, question, context, answers {text,
-      answer_start} and, in v2.0, is_impossible.
-
-  Returns:
-    A dict id, question, context, answers [{text, answer_start}], is_impossible.
-  """
+  """One TFDS squad example (numpy) as a question record."""
   def text(value):
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
@@ -322,15 +232,7 @@ def record_from_tfds(features: dict) -> dict:
 
 
 def to_eval_json(examples: Sequence[SquadExample], version: str) -> dict:
-  """A SQuAD JSON holding the examples' questions and gold answers, for squad_eval.
-
-  Args:
-    examples: the evaluation examples (e.g. read from TFDS).
-    version: '1.1' or '2.0'.
-
-  Returns:
-    {"version": .., "data": [...]} accepted by bert_jax.squad_eval.evaluate.
-  """
+  """A SQuAD JSON of the examples' questions and gold answers, for squad_eval."""
   qas = [{"id": ex.qas_id, "question": ex.question_text,
           "answers": [{"text": a} for a in ex.answers]} for ex in examples]
   if version.lstrip("v") == "2.0":
@@ -377,24 +279,10 @@ def convert_examples_to_features(tokenizer, examples: Sequence[SquadExample],
                                  max_query_length: int = 64, is_training: bool = False):
   """Windows of `[CLS] question [SEP] context [SEP]`, as Google's run_squad.
 
-  Args:
-    tokenizer: WordPiece tokenizer (see the module docstring).
-    examples: SquadExample list.
-    max_seq_length: tokens per row.
-    doc_stride: step between windows of a long context, in word pieces.
-    max_query_length: question pieces kept.
-    is_training: compute start/end positions (examples need training targets).
-
-  Returns:
-    (arrays, features): arrays is a dict of numpy arrays, one row per window:
-      input_ids, input_mask, segment_ids: int32 [f, max_seq_length]
-      start_positions, end_positions: int32 [f] (0 for eval, impossible or
-        out-of-window answers)
-      is_impossible: int32 [f]
-      weights: float32 [f], all 1
-      example_index: int32 [f], the window's example
-      feature_index: int32 [f], the row number (-1 once padded)
-    and features the SquadFeature list aligned with the rows.
+  Returns (arrays, features): int32 input_ids, input_mask, segment_ids [f, max_seq_length];
+  start_positions, end_positions [f] (0 for eval, impossible or out-of-window answers);
+  is_impossible, weights, example_index, feature_index (-1 once padded); and the SquadFeature
+  list aligned with the rows.
   """
   if max_seq_length <= max_query_length + 3:
     raise ValueError(f"max_seq_length ({max_seq_length}) must be greater than "
@@ -517,30 +405,15 @@ def rows_to_arrays(rows: dict, max_seq_length: int) -> dict:
 def get_final_text(pred_text: str, orig_text: str, basic_tokenize) -> str:
   """Projects a de-tokenized prediction back onto the original text (run_squad's).
 
-  `orig_text` (the whitespace tokens the span covers) is basic-tokenized; if
-  `pred_text` is found in it and both agree character by character once
-  spaces are removed, the matching slice of `orig_text` is returned; otherwise
-  `orig_text` itself.
-
-  Args:
-    pred_text: the predicted pieces joined, '##' removed (lower-cased when the
-      tokenizer lower-cases).
-    orig_text: the original doc tokens of the span joined by spaces.
-    basic_tokenize: the tokenizer's basic (pre-WordPiece) tokenization.
-
-  Returns:
-    The answer text.
+  If `pred_text` is found in the basic tokens of `orig_text` and both agree character by
+  character without spaces, the matching slice of `orig_text` is returned, else `orig_text`.
   """
   return _project(pred_text, orig_text, " ".join(basic_tokenize(orig_text)))
 
 
 def _project(pred_text: str, orig_text: str, tok_text: str) -> str:
-  """get_final_text given tok_text, the basic tokens of orig_text joined by spaces.
-
-  Characters are aligned after removing spaces from both texts; pred_text's
-  first and last characters in tok_text are mapped to orig_text through that
-  alignment.
-  """
+  """get_final_text given tok_text: pred_text's ends mapped to orig_text through a character
+  alignment without spaces."""
   start_position = tok_text.find(pred_text)
   if start_position == -1:
     return orig_text
@@ -560,13 +433,8 @@ def _project(pred_text: str, orig_text: str, tok_text: str) -> str:
 class _SpanBasicTokens:
   """basic_tokenize of doc-token spans, with one tokenizer call per context.
 
-  Basic tokenization works word by word on whitespace-separated words, so the
-  basic tokens of a span of doc tokens are those of each doc token in turn. A
-  context is basic-tokenized once and its tokens are split per doc token by
-  counting word starts among the doc token's word pieces (pieces not starting
-  with '##'; an [UNK] stands for one word). A context where that split does not
-  check out (the pieces of a doc token do not spell its basic tokens) is
-  handled span by span with direct calls, as get_final_text does.
+  A context's basic tokens are split per doc token by counting word starts among its pieces
+  (not '##'; an [UNK] is one word); where that does not check out, spans are tokenized directly.
   """
 
   def __init__(self, tokenizer, examples):
@@ -629,24 +497,10 @@ def postprocess_predictions(examples: Sequence[SquadExample],
                             null_score_diff_threshold: float = 0.0):
   """Answers from per-window start/end logits, as Google's write_predictions.
 
-  Args:
-    examples: the SquadExample list the features were made from.
-    features: the SquadFeature list from `convert_examples_to_features`.
-    start_logits: [f, max_seq_length] numpy, one row per feature (drop rows of
-      padding, whose feature_index is -1, first).
-    end_logits: [f, max_seq_length] numpy.
-    tokenizer: the features' tokenizer (`basic_tokenize` for get_final_text,
-      `tokenize_to_ids` and `convert_ids_to_tokens` to batch it per context).
-    n_best_size: start and end candidates per window, and n-best entries kept.
-    max_answer_length: longest answer in word pieces.
-    version_2_with_negative: SQuAD v2.0: allow and score the null answer.
-    null_score_diff_threshold: v2.0: predict '' when null score - best span
-      score exceeds this.
-
-  Returns:
-    (predictions, nbest, null_odds): question id -> answer text; question id ->
-    list of {text, probability, start_logit, end_logit} (best first); question
-    id -> null score - best span score (v2.0; empty for v1.1).
+  Rows of padding (feature_index -1) must be dropped first. n_best_size is both the candidates
+  per window and the entries kept; max_answer_length counts word pieces. v2.0 predicts '' when
+  null score - best span score exceeds null_score_diff_threshold. Returns (predictions, nbest
+  with probabilities, null_odds; empty for v1.1), each by question id.
   """
   start_logits = np.asarray(start_logits)
   end_logits = np.asarray(end_logits)
@@ -688,13 +542,9 @@ def postprocess_predictions(examples: Sequence[SquadExample],
 
 def _candidate_spans(feature_indexes, features, start_logits, end_logits, n_best_size: int,
                      max_answer_length: int, version_2_with_negative: bool):
-  """One example's valid spans over its windows, best first, and its null answer.
-
-  Returns:
-    (prelim, null): prelim lists (feature_index, start, end, start_logit, end_logit), the
-    null answer among them (v2.0); null is (score, feature_index, start_logit, end_logit)
-    of the window whose null score is lowest (score _NO_NULL_SCORE, feature None: none).
-  """
+  """(prelim, null) of one example: valid spans over its windows, best first (the null answer
+  among them for v2.0), and (score, feature_index, start_logit, end_logit) of the window with
+  the lowest null score (score _NO_NULL_SCORE, feature None: none)."""
   prelim = []
   null = (_NO_NULL_SCORE, None, 0.0, 0.0)
   for feature_index in feature_indexes:
@@ -753,17 +603,8 @@ def _nbest_answers(prelim, null, example, features, span_basic_tokens, n_best_si
 
 def write_prediction_files(output_dir: str, predictions: dict, nbest: dict,
                            null_odds: Optional[dict] = None) -> dict:
-  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json.
-
-  Args:
-    output_dir: folder to write into (created if needed).
-    predictions: question id -> answer text.
-    nbest: question id -> n-best list.
-    null_odds: question id -> null score difference; written when not None.
-
-  Returns:
-    A dict file kind -> path written.
-  """
+  """Writes predictions.json, nbest_predictions.json and (null_odds not None) null_odds.json;
+  returns file kind -> path."""
   out = epath.Path(output_dir)
   out.mkdir(parents=True, exist_ok=True)
   paths = {"predictions": str(out / "predictions.json"),

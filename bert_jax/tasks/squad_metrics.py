@@ -1,16 +1,8 @@
 """SQuAD metrics: the official v1.1 and v2.0 scores (the same numbers as their scripts).
 
-Written from the published definitions: answers are normalised (lower case,
-punctuation removed, articles a/an/the removed, whitespace collapsed), EM is
-normalised string equality, F1 is the bag-of-tokens F1, each maxed over the
-gold answers; in v2.0 a question whose gold answers normalise to nothing has
-the single gold answer "" and an empty prediction is needed to score 1.
-
-One deliberate difference: a question without a prediction scores 0 and is
-reported on stderr in both versions (the official v2.0 script leaves it out of
-the totals, then fails on the HasAns/NoAns breakdown). The command line is
-bert_jax.squad_eval; fine-tuning (bert_jax.tasks.squad_task) scores with the same
-functions.
+One deliberate difference: a question without a prediction scores 0 and is reported on
+stderr in both versions (the official v2.0 script leaves it out of the totals, then fails on
+its HasAns/NoAns breakdown).
 """
 import collections
 import math
@@ -41,18 +33,8 @@ def exact_match_score(prediction: str, ground_truth: str) -> int:
 
 
 def f1_score(prediction: str, ground_truth: str) -> float:
-  """Token-level F1 of the normalised answers (the v2.0 definition).
-
-  When either side has no tokens (a no-answer), F1 is 1 if both are empty and
-  0 otherwise.
-
-  Args:
-    prediction: predicted answer text.
-    ground_truth: one gold answer text.
-
-  Returns:
-    F1 in [0, 1].
-  """
+  """Token-level F1 of the normalised answers (v2.0): with no tokens on a side, 1 if both are
+  empty, else 0."""
   pred_toks = _tokens(prediction)
   gold_toks = _tokens(ground_truth)
   if not pred_toks or not gold_toks:
@@ -61,18 +43,8 @@ def f1_score(prediction: str, ground_truth: str) -> float:
 
 
 def f1_score_v1(prediction: str, ground_truth: str) -> float:
-  """Token-level F1 as the v1.1 script defines it: 0 without common tokens.
-
-  It differs from `f1_score` only when both sides normalise to nothing (e.g.
-  gold "the", predicted "a"), which v1.1 scores 0.
-
-  Args:
-    prediction: predicted answer text.
-    ground_truth: one gold answer text.
-
-  Returns:
-    F1 in [0, 1].
-  """
+  """Token-level F1 as v1.1 defines it: 0 without common tokens, also when both sides normalise
+  to nothing (gold "the", predicted "a")."""
   return _token_f1(normalize_answer(prediction).split(), normalize_answer(ground_truth).split())
 
 
@@ -94,14 +66,7 @@ def _questions(dataset):
 
 
 def dataset_version(dataset_json: dict) -> str:
-  """'1.1' or '2.0' from a SQuAD JSON's "version" (or its is_impossible flags).
-
-  Args:
-    dataset_json: the parsed SQuAD file ({"version": .., "data": [...]}).
-
-  Returns:
-    '1.1' or '2.0'.
-  """
+  """'1.1' or '2.0' from a SQuAD JSON's "version" (or its is_impossible flags)."""
   version = str(dataset_json.get("version", "")).lstrip("v")
   if version in ("1.1", "2.0"):
     return version
@@ -115,15 +80,7 @@ def _max_over_gold(fn, prediction, gold_answers):
 
 
 def evaluate_v1(dataset: list, predictions: dict) -> dict:
-  """The official v1.1 evaluation.
-
-  Args:
-    dataset: the "data" list of a SQuAD v1.1 JSON.
-    predictions: question id -> answer text.
-
-  Returns:
-    {"exact_match": %, "f1": %} over every question of the dataset.
-  """
+  """The official v1.1 evaluation: {"exact_match": %, "f1": %} over every question."""
   exact = f1 = total = 0
   for qa in _questions(dataset):
     total += 1
@@ -140,14 +97,8 @@ def evaluate_v1(dataset: list, predictions: dict) -> dict:
 
 
 def _best_threshold(predictions, scores, na_probs, has_answer):
-  """The official find_best_thresh: sweep na_prob thresholds, best total score.
-
-  `scores` holds the questions with a prediction. The percentage is over every
-  question of the dataset, as the plain exact / f1 are: a question without a
-  prediction scores 0 at every threshold. (The official script starts from the
-  dataset's no-answer count but divides by the predicted questions only, which
-  gives over 100 when predictions are missing.)
-  """
+  """The official find_best_thresh, with percentages over every question of the dataset (the
+  official script divides by the predicted ones only, over 100 with predictions missing)."""
   current = best = sum(1 for qid in scores if not has_answer[qid])
   best_thresh = 0.0
   for qid in sorted(na_probs, key=lambda k: na_probs[k]):
@@ -166,17 +117,10 @@ def _best_threshold(predictions, scores, na_probs, has_answer):
 
 def evaluate_v2(dataset: list, predictions: dict, na_probs: Optional[dict] = None,
                 na_prob_thresh: float = 1.0) -> dict:
-  """The official v2.0 evaluation.
+  """The official v2.0 evaluation (an ordered dict with the official keys, in percent).
 
-  Args:
-    dataset: the "data" list of a SQuAD v2.0 JSON.
-    predictions: question id -> answer text ("" = no answer).
-    na_probs: optional question id -> no-answer probability (or score); when
-      given, best_exact / best_f1 and their thresholds are added.
-    na_prob_thresh: questions with na_prob above this are predicted no-answer.
-
-  Returns:
-    An ordered dict with the official keys (percentages, totals, thresholds).
+  predictions "" mean no answer; na_probs adds best_exact / best_f1 and their thresholds;
+  questions whose na_prob exceeds na_prob_thresh are predicted no-answer.
   """
   has_answer, exact_raw, f1_raw = {}, {}, {}
   for qa in _questions(dataset):
@@ -249,30 +193,16 @@ def evaluate_v2(dataset: list, predictions: dict, na_probs: Optional[dict] = Non
 
 def evaluate(dataset_json: dict, predictions: dict, na_probs: Optional[dict] = None,
              na_prob_thresh: float = 1.0) -> dict:
-  """Scores predictions with the evaluation of the dataset's version.
-
-  Args:
-    dataset_json: the parsed SQuAD file ({"version": .., "data": [...]}).
-    predictions: question id -> answer text.
-    na_probs: v2.0 only: question id -> no-answer probability or score.
-    na_prob_thresh: v2.0 only: threshold on na_probs.
-
-  Returns:
-    The official scripts' result dict.
-  """
+  """Scores predictions with the evaluation of the dataset's version (na_probs: v2.0 only)."""
   if dataset_version(dataset_json) == "1.1":
     return evaluate_v1(dataset_json["data"], predictions)
   return evaluate_v2(dataset_json["data"], predictions, na_probs, na_prob_thresh)
 
 
 def check_dataset(dataset_json: dict, version: str, path: str) -> None:
-  """Refuses, in one line, a SQuAD file whose questions cannot be scored (before scoring).
-
-  Raises:
-    ValueError: not the data/paragraphs/qas layout, no questions, a question
-      without an id or an 'answers' list of {"text": ...}, a v1.1 question with
-      no answer.
-  """
+  """Refuses in one line a SQuAD file whose questions cannot be scored: not the
+  data/paragraphs/qas layout, no questions, a question without an id or answers, a v1.1
+  question without an answer."""
   try:
     qas = list(_questions(dataset_json["data"]))
   except (KeyError, TypeError) as e:

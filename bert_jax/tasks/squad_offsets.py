@@ -1,15 +1,9 @@
 """SQuAD features for byte-level BPE and SentencePiece tokenizers, by character offsets.
 
-As transformers' run_qa.py (prepare_train_features / prepare_validation_features):
-the context is tokenized as a whole with each token's (start, end) characters
-(`tokenizer.tokenize_with_offsets`); a training answer's characters
-[answer_start, answer_start + len(text)) become the first and last context
-tokens that overlap them; a predicted span is cut from the context from its
-first token's start to its last token's end (`squad.postprocess_predictions`
-reads `SquadFeature.offsets`). Rows are the tokenizer's pair layout,
-`<s> q </s></s> ctx </s>` (RoBERTa) or `[CLS] q [SEP] ctx [SEP]` (ALBERT,
-DeBERTa), windowed and scored for max context as the WordPiece features are
-(`doc_stride` is the step between windows, as in Google's run_squad).
+As transformers' run_qa.py: the context is tokenized whole with each token's characters; a
+training answer becomes the first and last context tokens overlapping it, and a predicted
+span is cut from the context by its tokens' offsets. Rows are the tokenizer's pair layout,
+windowed and scored for max context as WordPiece's features are.
 """
 import collections
 from typing import Sequence
@@ -26,12 +20,7 @@ def answer_tokens(spans: Sequence[tuple], start_char: int, end_char: int):
 def convert_examples_to_features(tokenizer, examples: Sequence[squad.SquadExample],
                                  max_seq_length: int = 384, doc_stride: int = 128,
                                  max_query_length: int = 64, is_training: bool = False):
-  """Windows of the tokenizer's pair rows, with character offsets per context token.
-
-  Args and returns: as `squad.convert_examples_to_features`; each SquadFeature
-  also has `offsets` (row position -> context characters) and its tokens are
-  the row's pieces.
-  """
+  """As `squad.convert_examples_to_features`; each SquadFeature also has `offsets`."""
   specials = tokenizer.num_special_tokens(pair=True)
   if max_seq_length <= max_query_length + specials:
     raise ValueError(f"max_seq_length ({max_seq_length}) must be greater than "

@@ -1,9 +1,5 @@
-"""SQuAD v1.1 / v2.0 as a fine-tuning task: span extraction.
-
-run_squad features (windows over the context), start/end logits, Google's n-best
-post-processing, and the official v1.1 / v2.0 scores; writes predictions.json,
-nbest_predictions.json and null_odds.json (v2.0).
-"""
+"""SQuAD v1.1 / v2.0 as a fine-tuning task: span extraction, scored officially; writes
+predictions.json, nbest_predictions.json and null_odds.json (v2.0)."""
 import os
 
 from etils import epath

@@ -1,20 +1,10 @@
 """The interface between fine-tuning and its tasks.
 
-A task module (glue_task, squad_task, ...) gives two functions, which
-bert_jax.tasks.registry finds by `config.task`:
-  model(config, model_cfg) -> TaskModel     cheap, reads no data: the model with its head,
-                                            so checks against a checkpoint run first
-  build(config, tokenizer, model_cfg) -> Task
-                                            every split read and encoded up front, so bad
-                                            data fails before training
-and may give a third, run with fine-tuning's config checks before anything loads:
-  check_config(config)                      one line naming a key the task cannot run with
-and fine-tuning (bert_jax.finetune) does the rest with the shared training core:
-the task's per-example loss becomes a train_core.Objective (`objective`), eval
-sets turn gathered model outputs into metrics and prediction files.
-
-Adding a task is one module, its config and its tests; the module is named in
-registry.FAMILIES (built in) or registers itself (`registry.register`).
+A task module gives `model(config, model_cfg) -> TaskModel` (cheap, reads no data, so checks
+against a checkpoint run first), `build(config, tokenizer, model_cfg) -> Task` (every split
+read and encoded up front, so bad data fails before training), and optionally
+`check_config(config)`, run before anything loads. Adding a task is one module, its config
+and its tests, named in registry.FAMILIES or registered (`registry.register`).
 """
 import dataclasses
 from typing import Any, Callable, Optional
@@ -51,15 +41,11 @@ class TaskModel:
   """A task's model and the name of its head.
 
   Attributes:
-    name: 'mrpc', 'mnli', 'squad1.1', ...
-    model: the encoder with the task head; called as
-      model(input_ids, input_mask, segment_ids, deterministic).
-    head: the top-level param group of the head ('classifier', 'qa_outputs'):
-      fresh when training, required from the checkpoint when only evaluating;
-      '' for a model without one (sentence embeddings: the pooled encoder).
-    export_info: what the fine-tuned bundle's bundle.json records besides the task
-      name, so that bert_jax.Encoder and bert_jax.embed rebuild the model (GLUE: head,
-      head_layers; NER: labels; sentence embeddings: pooling, normalize).
+    model: called as model(input_ids, input_mask, segment_ids, deterministic).
+    head: the head's top-level param group ('classifier'): fresh when training, required from
+      the checkpoint when only evaluating; '' for none (sentence embeddings).
+    export_info: what bundle.json records besides the task name, so that bert_jax.Encoder and
+      bert_jax.embed rebuild the model.
   """
   name: str
   model: nn.Module
@@ -71,14 +57,9 @@ class TaskModel:
 class EvalSet:
   """One evaluation or prediction split.
 
-  Attributes:
-    name: split name (dev, dev_matched, test, ...).
-    arrays: feature arrays (unpadded; prediction pads with rows it drops again).
-    score: fn(outputs: dict of numpy [n, ...], workdir or None) -> metrics dict
-      (empty for unlabeled prediction splits, which only write files); a task
-      that checks its predictions against constant baselines adds WARNINGS, a
-      list of one-line warnings (empty when the model beats them); workdir
-      None: compute, write nothing (processes other than 0).
+  score: fn(outputs [n, ...], workdir or None) -> metrics (empty for unlabeled splits, which
+  only write files; WARNINGS lists one-line warnings against constant baselines); workdir None
+  computes and writes nothing (processes other than 0).
   """
   name: str
   arrays: dict
@@ -90,24 +71,14 @@ class Task:
   """What fine-tuning needs from a task.
 
   Attributes:
-    model: the TaskModel.
-    train_arrays: feature arrays of the training rows ({} in eval-only mode).
-    label_keys: arrays of the training targets.
     loss: (model outputs, batch) -> per-example loss [b].
-    loss_weight: batch -> per-example weight [b] of `loss`, or None (1 each): the
-      training loss is sum(loss) / sum(loss_weight) over the whole batch (NER:
-      summed token losses over labeled tokens, the mean over the batch's tokens).
-    eval_sets: EvalSets, dev splits first.
-    primary_metric: the eval_results key that ranks runs.
-    data_stats: counts for the log (examples, windows, skipped questions).
-    sort_by_length: length bucketing may group training rows of like length into
-      batches; False when the loss compares a batch's examples (CoSENT, in-batch
-      negatives): each batch keeps the random draw's rows, only cut to its bucket.
-    zero_shot: fine-tuning scores the model once before training and records the
-      results as `zero_shot_<metric>`, the baseline the run must beat: the init checkpoint
-      as it is (sentence embeddings: no fresh head), or with its fresh head untrained
-      (SQuAD and GLUE's regression task STS-B, where no majority class exists: exact match
-      and F1, or the correlations, near zero).
+    loss_weight: batch -> per-example weight [b] or None: the training loss is
+      sum(loss) / sum(loss_weight) over the batch (NER: a mean over labeled tokens).
+    eval_sets: dev splits first.
+    sort_by_length: False when the loss compares a batch's examples (CoSENT, in-batch
+      negatives): length bucketing then keeps each batch's drawn rows.
+    zero_shot: score the model once before training (`zero_shot_<metric>`), the baseline the
+      run must beat where no majority class exists (SQuAD, STS-B, sentence embeddings).
   """
   model: TaskModel
   train_arrays: dict
@@ -126,14 +97,9 @@ class Task:
 
 
 def objective(task: Task) -> train_core.Objective:
-  """The task's loss as a train_core.Objective: sum(loss) / sum(loss_weight) over the batch
-  (the mean per-example loss without loss_weight), the same with microbatches.
-
-  Batches are one example per row, or packed (bert_jax.tasks.packing: with
-  position_ids and cls_index, the model's outputs are per example); either way
-  the examples are counted by the first label array (by input_ids rows for a
-  task without labels: sentence embeddings' anchor / positive tuples).
-  """
+  """The task's loss as a train_core.Objective: sum(loss) / sum(loss_weight) over the batch,
+  microbatched alike; batches may be packed (tasks/packing.py), and examples are counted by the
+  first label array (input_ids rows without labels)."""
   model = task.model.model
   count_key = task.label_keys[0] if task.label_keys else "input_ids"
   examples = lambda batch: jnp.asarray(batch[count_key].shape[0], jnp.float32)  # noqa: E731
@@ -189,8 +155,7 @@ def _baselined_metric(key: str) -> str:
 
 def baseline_line(results: dict, primary_metric: str) -> str:
   """`f1 0.6900, accuracy 0.9490 against the baseline: all_o_baseline_accuracy 0.8330`, or ''
-  when the results name no baseline: the primary metric, then each other metric a baseline
-  scores, so that every baseline stands against its own metric."""
+  without baselines: each baseline stands against its own metric."""
   baselines = {k: v for k, v in results.items()
                if is_baseline(k) and not k.endswith("_std") and isinstance(v, (int, float))}
   if not baselines or not isinstance(results.get(primary_metric), (int, float)):
