@@ -1,15 +1,6 @@
-"""Several vectors of one text -> one: layers, chunks of a long text, checkpoints of an ensemble.
-
-  COMBINES         mean, max, concat (side by side) and weighted_mean (weights normalised
-                   to sum 1)
-  combine          [members, texts, dim] -> [texts, dim] (concat: [texts, members * dim]);
-                   numpy on the host, jax.numpy inside a jitted function, the same code
-  check_weights    --weights for weighted_mean: one positive number per member
-  chunk_windows    token windows [start, end) of a long text: `budget` tokens every `stride`
-  combine_chunks   per-chunk vectors -> per-text vectors (a text of one chunk keeps its vector)
-
-bert_jax.embed uses them for `--layers`, `--chunk_stride` and several `--checkpoint`s.
-"""
+"""Several vectors of one text -> one: layers, chunks of a long text, checkpoints of an
+ensemble (bert_jax.embed's --layers, --chunk_stride and several --checkpoint). `combine` is
+the same code in numpy on the host and in jax.numpy inside a jitted function."""
 from typing import Optional, Sequence
 
 import jax
@@ -20,16 +11,8 @@ COMBINES = ("mean", "max", "concat", "weighted_mean")
 
 
 def check_weights(weights: Optional[Sequence[float]], members: int, what: str) -> np.ndarray:
-  """float64 [members] weights summing to 1.
-
-  Args:
-    weights: one positive weight per member.
-    members: how many vectors are combined.
-    what: the members' name for messages ('--checkpoint', '--layers').
-
-  Raises:
-    ValueError: missing weights, another count, or a weight that is not positive.
-  """
+  """float64 [members] weights summing to 1; ValueError (naming `what`) for missing weights,
+  another count, or a weight that is not positive."""
   if not weights:
     raise ValueError(f"--combine weighted_mean needs --weights, one per {what} ({members})")
   w = np.asarray(weights, np.float64)
@@ -42,16 +25,8 @@ def check_weights(weights: Optional[Sequence[float]], members: int, what: str) -
 
 
 def combine(vectors, how: str, weights: Optional[np.ndarray] = None):
-  """Merges the members of each text.
-
-  Args:
-    vectors: [members, texts, dim] (numpy, or jax inside jit).
-    how: one of COMBINES.
-    weights: [members] summing to 1, for weighted_mean (`check_weights`).
-
-  Returns:
-    [texts, dim], or [texts, members * dim] for concat (member 0 first).
-  """
+  """[members, texts, dim] -> [texts, dim] by `how` ([texts, members * dim] for concat, member
+  0 first); `weights` for weighted_mean."""
   xp = jnp if isinstance(vectors, jax.Array) else np
   if how == "mean":
     return vectors.mean(0)
@@ -66,11 +41,8 @@ def combine(vectors, how: str, weights: Optional[np.ndarray] = None):
 
 
 def chunk_windows(num_tokens: int, budget: int, stride: int) -> list[tuple[int, int]]:
-  """Windows [start, end) of at most `budget` tokens starting every `stride` tokens.
-
-  The last window ends at the text's end (it may be shorter); a text of at most
-  `budget` tokens is one window. stride <= budget, so every token is in a window.
-  """
+  """Windows [start, end) of at most `budget` tokens every `stride` (<= budget, so every token
+  is covered); the last ends at the text's end."""
   if not 1 <= stride <= budget:
     raise ValueError(f"--chunk_stride {stride} must be in [1, {budget}] (the tokens of a window "
                      "besides [CLS] and [SEP]): a larger stride would skip tokens")
@@ -84,19 +56,9 @@ def chunk_windows(num_tokens: int, budget: int, stride: int) -> list[tuple[int, 
 
 def combine_chunks(vectors: np.ndarray, owner: np.ndarray, tokens: np.ndarray, num_texts: int,
                    how: str) -> np.ndarray:
-  """Per-chunk vectors -> per-text vectors.
-
-  Args:
-    vectors: [chunks, dim].
-    owner: int [chunks], the text of each chunk (ascending, every text present).
-    tokens: [chunks] the text tokens of each chunk: the weights of weighted_mean.
-    num_texts: the number of texts.
-    how: mean, max or weighted_mean (concat is refused: texts have different
-      numbers of chunks).
-
-  Returns:
-    [num_texts, dim]; a text of one chunk gets that chunk's vector unchanged.
-  """
+  """Per-chunk vectors [chunks, dim] -> [num_texts, dim]; owner (ascending) gives each chunk's
+  text, tokens weigh weighted_mean. A one-chunk text keeps its vector; concat is refused (texts
+  have different numbers of chunks)."""
   if how == "concat":
     raise ValueError("--combine concat cannot merge chunks (texts have different numbers of "
                      "chunks); use mean, max or weighted_mean (weighted by each chunk's tokens)")

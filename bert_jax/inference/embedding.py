@@ -1,10 +1,5 @@
-"""Sentence embeddings from a loaded checkpoint: encoding, pooling, aggregation, batching.
-
-The library behind `python -m bert_jax.embed` (its docstring describes the
-poolings, --layers, the aggregation of layers, chunks and checkpoints, and
-the length-bucketed batching), bert_jax.Encoder.embed, sentence-embedding
-training (bert_jax.tasks.sentence_pairs) and bert_jax.retrieval_eval.
-"""
+"""Sentence embeddings from a loaded checkpoint: encoding, pooling, aggregation, batching
+(the library of `python -m bert_jax.embed`, Encoder.embed and retrieval_eval)."""
 import dataclasses
 import functools
 import time
@@ -36,31 +31,15 @@ COMBINES = aggregate.COMBINES
 
 @dataclasses.dataclass
 class InputText:
-  """Texts read from a file, with what had to be repaired.
-
-  Attributes:
-    texts: one str per line, or (a, b) tuples with pairs.
-    bad_utf8_lines: 1-based numbers of lines with invalid UTF-8 (replaced).
-  """
+  """Texts read from a file (str per line, or (a, b) pairs) and the lines whose invalid UTF-8
+  was replaced."""
   texts: list
   bad_utf8_lines: list[int]
 
 
 def read_input(path: str, pairs: bool) -> InputText:
-  """Reads one text (or tab-separated pair) per line.
-
-  Args:
-    path: the input file.
-    pairs: expect `a<TAB>b` lines.
-
-  Returns:
-    The texts and the lines whose invalid UTF-8 was replaced with U+FFFD.
-
-  Raises:
-    FileNotFoundError: no such file.
-    ValueError: an empty file, or a pair line without exactly one tab
-      (naming the line).
-  """
+  """One text (or `a<TAB>b` pair) per line; ValueError for an empty file or a pair line
+  without exactly one tab (naming it)."""
   if not epath.Path(path).is_file():
     raise FileNotFoundError(f"input file not found: {path}")
   data = epath.Path(path).read_bytes()
@@ -92,16 +71,7 @@ def read_input(path: str, pairs: bool) -> InputText:
 
 
 def encode(tokenizer, texts: Sequence, max_length: int) -> tuple[list, list, int]:
-  """[CLS] a [SEP] (b [SEP]) ids and segment ids (the tokenizer's layout), truncated to max_length.
-
-  Args:
-    tokenizer: a bert_jax.data.tokenizers.tokenizer tokenizer.
-    texts: strs, or (a, b) tuples.
-    max_length: the longest encoded sequence, special tokens included.
-
-  Returns:
-    (ids, segment_ids, number of truncated texts).
-  """
+  """(ids, segment_ids, number truncated) in the tokenizer's layout, each at most max_length."""
   pairs = bool(texts) and isinstance(texts[0], tuple)
   firsts = tokenizer.tokenize_to_ids([t[0] if pairs else t for t in texts])
   seconds = tokenizer.tokenize_to_ids([t[1] for t in texts]) if pairs else [None] * len(texts)
@@ -141,11 +111,9 @@ def parse_layers(spec: str, num_layers: int) -> tuple[int, ...]:
 @functools.lru_cache(maxsize=16)
 def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, normalize: bool,
                   layer_weights: Optional[tuple[float, ...]] = None, dense: tuple = ()):
-  """fn(params, ids, mask, segment_ids) -> float32 [batch, dim], jitted, its programs per
-  length compiled ahead when queued (bert_jax.runtime.ahead_compile; cached). params:
-  {'bert': the encoder's, and with `dense` (pooling.SentenceDense.layers) the Dense layers'
-  under pooling.DENSE_GROUP}, applied after pooling and before normalising, as
-  sentence-transformers does."""
+  """fn(params, ids, mask, segment_ids) -> float32 [batch, dim], jitted and compiled ahead per
+  length (cached). The checkpoint's Dense layers (`dense`, params under pooling.DENSE_GROUP)
+  apply after pooling and before normalising, as sentence-transformers does."""
   layers = tuple(layers)
   want_hidden = layers != (-1,)
   bert = model_lib.BertModel(config, add_pooler=pooling == "pooler")
@@ -175,24 +143,14 @@ def make_embed_fn(config, pooling: str, layers: tuple[int, ...], combine: str, n
 
 
 def bundle_defaults(pretrained: loading.Pretrained) -> dict:
-  """How a checkpoint was trained to embed, as its bundle.json records it.
-
-  A sentence-embedding fine-tuning export and a converted sentence-transformers model record
-  it (`embedding`: pooling, normalize, max_seq_length, Dense layers, prompts;
-  pooling.embedding_record); any other checkpoint gets mean pooling, not normalised, and no
-  recorded length.
-
-  Returns:
-    {'pooling': str, 'normalize': bool, 'max_seq_length': int or None, 'dense':
-    pooling.SentenceDense.layers, 'prompts': {name: text}, 'default_prompt_name': str or
-    None, 'recorded': the keys the checkpoint records}.
-  """
+  """How a checkpoint was trained to embed, from bundle.json's `embedding` record (pooling,
+  normalize, max_seq_length, Dense layers, prompts; 'recorded' lists the keys present); any
+  other checkpoint gets mean pooling, not normalised, no recorded length."""
   return recorded_at(pretrained.source)
 
 
 def recorded_at(path: str) -> dict:
-  """`bundle_defaults` of the bundle at `path` or, for a run's workdir, its export/, read
-  without loading the params (what sentence-embedding fine-tuning starts from)."""
+  """`bundle_defaults` of the bundle at `path` (a workdir: its export/), params not loaded."""
   defaults = {"pooling": "mean", "normalize": False, "max_seq_length": None, "dense": (),
               "prompts": {}, "default_prompt_name": None, "recorded": ()}
   found = [epath.Path(path) / name / bundle_lib.INFO_FILE for name in ("", workdir_layout.EXPORT)
@@ -208,15 +166,9 @@ def recorded_at(path: str) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """How texts are embedded, and where each choice came from.
-
-  Attributes:
-    pooling, normalize, max_length: the values used.
-    dense: the checkpoint's Dense layers after pooling (pooling.SentenceDense.layers).
-    prompts: the checkpoint's prompts ({name: text}), recorded, not prepended.
-    origin: {'pooling' | 'normalize' | 'max_length': 'from the checkpoint', 'from --FLAG' or
-      'the default'}.
-  """
+  """How texts are embedded: the values used, the checkpoint's Dense layers and prompts
+  (recorded, not prepended), and `origin` of each choice ('from the checkpoint', 'from --FLAG',
+  'the default')."""
   pooling: str
   normalize: bool
   max_length: int
@@ -225,8 +177,8 @@ class Settings:
   origin: dict
 
   def describe(self) -> str:
-    """'pooling mean (from the checkpoint), L2-normalised (from the checkpoint), max_length
-    256 (from the checkpoint)', and the Dense layers and prompts where there are any."""
+    """'pooling mean (from the checkpoint), L2-normalised (...), max_length 256 (...)', plus the
+    Dense layers and prompts where there are any."""
     parts = [f"pooling {self.pooling} ({self.origin['pooling']})",
              f"{'L2-normalised' if self.normalize else 'not normalised'} "
              f"({self.origin['normalize']})",
@@ -243,10 +195,8 @@ def settings(pretrained: loading.Pretrained, *, pooling: Optional[str] = None,
              normalize: Optional[bool] = None, max_length: Optional[int] = None,
              default_normalize: bool = False, default_max_length: int = DEFAULT_MAX_LENGTH,
              flag: str = "--") -> Settings:
-  """Each option as given, else as the checkpoint records it (`bundle_defaults`), else the
-  program's default (mean pooling; `default_normalize`; `default_max_length`, at most the
-  model's max positions). `flag` prefixes the option names in `origin` ('--' for the
-  programs; '' for the Python API: "from the pooling argument")."""
+  """Each option as given, else as the checkpoint records it, else the program's default;
+  `flag` prefixes names in `origin` ('--' for the programs, '' for the Python API)."""
   recorded = bundle_defaults(pretrained)
   longest = pretrained.config.max_position_embeddings
   fallback = {"pooling": "mean", "normalize": default_normalize,
@@ -284,12 +234,8 @@ class EmbedStats:
 
 def encode_chunks(tokenizer, texts: Sequence[str], max_length: int,
                   stride: int) -> tuple[list, list, np.ndarray, np.ndarray]:
-  """[CLS] window [SEP] for each window of each text (aggregate.chunk_windows).
-
-  Returns:
-    (ids, segment_ids, owner int64 [windows]: the text of each, tokens int64
-    [windows]: its text tokens).
-  """
+  """[CLS] window [SEP] per window of each text: (ids, segment_ids, owner int64 [windows],
+  tokens int64 [windows])."""
   budget = max_length - tokenizer.num_special_tokens(pair=False)
   all_ids, all_seg, owner, tokens = [], [], [], []
   for i, pieces in enumerate(tokenizer.tokenize_to_ids(list(texts))):
@@ -304,8 +250,8 @@ def encode_chunks(tokenizer, texts: Sequence[str], max_length: int,
 
 def _padded_arrays(ids: Sequence, segs: Sequence, pad_id: int,
                   max_length: int) -> tuple[dict, int]:
-  """Right-padded input_ids / input_mask / segment_ids, int32 [sequences, seq_len], and
-  seq_len: the longest sequence rounded up to a multiple of 8, at most max_length."""
+  """Right-padded int32 [sequences, seq_len] arrays; seq_len is the longest sequence rounded up
+  to a multiple of 8, at most max_length."""
   longest = max(len(x) for x in ids)
   seq_len = min(max_length, -(-longest // 8) * 8)
   n = len(ids)
@@ -335,34 +281,12 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
           tokenizer=None, length_bucketing: bool = True, chunk_stride: int = 0,
           weights: Optional[Sequence[float]] = None,
           progress: str = "") -> tuple[np.ndarray, EmbedStats]:
-  """Embeds texts (or (a, b) pairs) with a loaded checkpoint.
+  """Embeds texts (or (a, b) pairs) with a loaded checkpoint: (float32 [n, dim], EmbedStats).
 
-  Args:
-    pretrained: the checkpoint (`loading.load_pretrained`; params on host).
-    texts: strs, or (a, b) tuples for pairs.
-    pooling: one of POOLINGS (None: the checkpoint's, `bundle_defaults`).
-    layers: hidden states to pool (0 = embeddings, -1 = last layer).
-    combine: how several layers, and the chunks of a text, merge: one of COMBINES.
-    normalize: L2-normalise each embedding (None: the checkpoint's, `bundle_defaults`);
-      with chunks, each chunk's and the text's.
-    max_length: longest sequence, special tokens included (None: the checkpoint's recorded
-      max_seq_length, else 128; at most the model's max positions).
-    batch_size: texts per forward pass.
-    dtype: compute dtype ('float32' or 'bfloat16').
-    tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
-    length_bucketing: texts sorted by length, each batch cut to the shortest
-      bucket length (bert_jax.data.stream.length_buckets) that holds its longest text;
-      False: every batch at the longest text's length. Same embeddings up to
-      float rounding.
-    chunk_stride: > 0: a text longer than max_length is embedded in windows of
-      max_length tokens starting every chunk_stride tokens, merged by `combine`
-      (weighted_mean: by their tokens); 0: truncated.
-    weights: weighted_mean's weights, one per layer.
-    progress: a label ('encoding corpus'): progress lines on stderr (train_log.Progress);
-      '': none.
-
-  Returns:
-    (float32 [len(texts), dim] embeddings, EmbedStats).
+  pooling, normalize and max_length None: the checkpoint's (`bundle_defaults`), else mean,
+  not normalised, 128. layers index hidden states (0 = embeddings, -1 = last), merged (with
+  chunks) by `combine`. length_bucketing gives the same embeddings up to float rounding.
+  chunk_stride > 0 embeds a longer text in windows of max_length, else it is truncated.
   """
   config = pretrained.config
   chosen = settings(pretrained, pooling=pooling, normalize=normalize, max_length=max_length)
@@ -430,26 +354,12 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
 def embed_ensemble(checkpoints: Sequence[loading.Pretrained], texts: Sequence, *,
                    combine: str = "mean", weights: Optional[Sequence[float]] = None,
                    normalize: Optional[bool] = None, **options) -> tuple[np.ndarray, list]:
-  """The texts through each checkpoint (`embed`), the vectors merged by `combine`.
+  """The texts through each checkpoint (`embed`, its own tokenizer and defaults), merged by
+  `combine`: (float32 [n, dim] (concat: dims summed), EmbedStats per checkpoint).
 
-  Args:
-    checkpoints: loaded checkpoints; each embeds with its own tokenizer and
-      defaults (`bundle_defaults`) unless `options` name a pooling.
-    texts: strs, or (a, b) pairs.
-    combine: one of COMBINES, for the checkpoints' vectors (and, within each, its
-      layers and chunks; weighted_mean's `weights` are then one per checkpoint).
-    weights: weighted_mean's weights (one per checkpoint; with one checkpoint, per layer).
-    normalize: L2-normalise each vector and the merged one (None: each checkpoint's
-      default, and the merged vector when every checkpoint's is).
-    **options: embed's other keyword arguments (pooling, layers, max_length, ...).
-
-  Returns:
-    (float32 [len(texts), dim] (concat: the checkpoints' dims summed), one
-    EmbedStats per checkpoint).
-
-  Raises:
-    ValueError: weights that do not fit, several layers and several checkpoints
-      under weighted_mean, or dims that differ under mean / max / weighted_mean.
+  weights are one per checkpoint (one checkpoint: per layer). normalize None: each checkpoint's,
+  and the merged vector's when all agree. ValueError: weights that do not fit, several layers
+  and checkpoints under weighted_mean, or dims that differ outside concat.
   """
   if len(checkpoints) == 1:
     emb, stats = embed(checkpoints[0], texts, combine=combine, weights=weights,

@@ -1,11 +1,6 @@
-"""Top-k predictions for each [MASK] with a checkpoint that has the MLM head.
-
-The library behind `python -m bert_jax.fill_mask`, bert_jax.Encoder.fill_mask and
-the fill-mask example at the end of pretraining. The literal `[MASK]` marks
-masked positions (several per text are allowed); the rest of the text is
-WordPiece-tokenized as usual. Each text becomes [CLS] ... [SEP]; probabilities
-are the softmax over the vocabulary.
-"""
+"""Top-k predictions for each [MASK] with a checkpoint that has the MLM head (the library of
+`python -m bert_jax.fill_mask` and Encoder.fill_mask). The literal `[MASK]` marks masked
+positions, several per text allowed; probabilities are the softmax over the vocabulary."""
 import functools
 from typing import Sequence
 
@@ -24,8 +19,8 @@ MASK = "[MASK]"
 
 @functools.lru_cache(maxsize=8)
 def _predict_fn(config, with_nsp: bool, top_k: int, emd: bool = False):
-  """jitted (params, ids, mask, positions) -> top-k (probs, ids) [texts, masks, k]
-  (emd: through DeBERTa's enhanced mask decoder, as the checkpoint was pretrained)."""
+  """jitted (params, ids, mask, positions) -> top-k (probs, ids) [texts, masks, k]; emd runs
+  DeBERTa's enhanced mask decoder, as the checkpoint was pretrained."""
   net = model_lib.BertForPreTraining(config, with_nsp=with_nsp, emd=emd)
 
   @jax.jit
@@ -45,19 +40,8 @@ def require_mlm(pretrained: loading.Pretrained, path: str) -> None:
 
 
 def encode(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list, list]:
-  """Ids with [MASK] where the text says `[MASK]`, and the masked positions.
-
-  Args:
-    tokenizer: a bert_jax.data.tokenizers.tokenizer tokenizer.
-    texts: texts holding `[MASK]` at least once.
-    max_length: the model's max positions.
-
-  Returns:
-    (ids per text, masked positions per text).
-
-  Raises:
-    ValueError: a text without [MASK], or one too long for the model.
-  """
+  """(ids per text, masked positions per text); ValueError for a text without [MASK] or too
+  long for the model."""
   all_ids, all_pos = [], []
   mask_token = tokenizer.inv_vocab[tokenizer.mask_id]
   for n, text in enumerate(texts, 1):
@@ -83,19 +67,10 @@ def encode(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list, list
 def fill_mask(pretrained: loading.Pretrained, texts: Sequence[str], top_k: int = 5,
               tokenizer=None, batch_size: int = 64,
               progress: str = "") -> list[list[list[tuple[str, float]]]]:
-  """Top-k (token, probability) for every [MASK] of every text.
+  """result[text][mask] = [(token, probability), ...] best first, for every [MASK].
 
-  Args:
-    pretrained: a checkpoint with the MLM head (`loading.load_pretrained`).
-    texts: texts with `[MASK]`.
-    top_k: predictions per mask.
-    tokenizer: a WordPieceTokenizer (default: from the checkpoint's vocab).
-    batch_size: texts per forward pass. With more texts than this, every batch has this many
-      rows (the last padded), so the step compiles once per padded length.
-    progress: a label: progress lines on stderr when there is more than one batch.
-
-  Returns:
-    result[text][mask] = [(token, probability), ...] best first.
+  With more texts than batch_size every batch has that many rows (the last padded), so the
+  step compiles once per padded length.
   """
   require_mlm(pretrained, "the checkpoint")
   if batch_size < 1:

@@ -61,11 +61,8 @@ def _read_jsonl(path: epath.Path, keys: Sequence[str]) -> dict[str, dict]:
 
 
 def read_qrels(path: epath.Path) -> dict[str, dict[str, int]]:
-  """qrels/SPLIT.tsv -> {query id: {document id: relevance}}.
-
-  BEIR's files start with a header line (`query-id corpus-id score`); a first
-  line whose score is an integer is a judgement, not a header (and is kept).
-  """
+  """qrels/SPLIT.tsv -> {query id: {document id: relevance}}; a first line whose score is an
+  integer is a judgement, not BEIR's header, and is kept."""
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist (the split's judgements)")
   qrels: dict[str, dict[str, int]] = {}
@@ -115,17 +112,8 @@ def document_text(doc: dict) -> str:
 
 def search(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int,
            block: int = 256) -> tuple[np.ndarray, np.ndarray]:
-  """Exact top-k by dot product, in blocks of queries.
-
-  Args:
-    query_emb: float32 [queries, dim].
-    doc_emb: float32 [docs, dim].
-    top_k: results per query (at most the number of documents).
-    block: queries per matmul.
-
-  Returns:
-    (scores float32 [queries, k], document indices int [queries, k]), best first.
-  """
+  """Exact top-k by dot product in blocks of queries: (scores [queries, k], document indices),
+  best first."""
   k = min(top_k, len(doc_emb))
   scores, index = [], []
   for i in range(0, len(query_emb), block):
@@ -139,11 +127,7 @@ def search(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int,
 
 
 def _faiss():
-  """The faiss module (an optional dependency).
-
-  Raises:
-    ValueError: one line saying how to install it (the programs print it without a traceback).
-  """
+  """The faiss module (optional); a one-line ValueError says how to install it."""
   try:
     import faiss  # pylint: disable=g-import-not-at-top
   except ImportError:
@@ -154,20 +138,10 @@ def _faiss():
 
 def search_hnsw(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int, *, m: int = 32,
                 ef_construction: int = 200, ef_search: int = 128) -> tuple[np.ndarray, np.ndarray]:
-  """Approximate top-k by dot product with faiss's HNSW graph (IndexHNSWFlat).
+  """Approximate top-k by dot product with faiss's IndexHNSWFlat, as `search`.
 
-  Args:
-    query_emb: float32 [queries, dim].
-    doc_emb: float32 [docs, dim].
-    top_k: results per query (at most the number of documents).
-    m: graph neighbours per node.
-    ef_construction: candidate list length while building.
-    ef_search: candidate list length while searching (at least top_k is used); higher is
-      slower and closer to exact.
-
-  Returns:
-    (scores float32 [queries, k], document indices int [queries, k]), best first; an index
-    of -1 (score -inf) where the graph found fewer than k documents.
+  m, ef_construction, ef_search are HNSW's (ef_search at least top_k; higher is slower and
+  closer to exact). An index of -1 (score -inf) where the graph found fewer than k documents.
   """
   faiss = _faiss()
   k = min(top_k, len(doc_emb))
@@ -184,22 +158,9 @@ def evaluate(pretrained: loading.Pretrained, data: tuple, *, max_length: Optiona
              batch_size: int = 32,
              top_k: int = 100, index: str = "exact", hnsw_ef_search: int = 128,
              quiet: bool = True) -> dict:
-  """Embeds, searches and scores one BEIR split.
-
-  Args:
-    pretrained: the checkpoint.
-    data: (corpus, queries, qrels) from `read_beir`.
-    max_length, pooling, normalize: bert_jax.embed's options; None: the checkpoint's, else
-      256 tokens, mean pooling, normalised (`settings`).
-    batch_size: texts per forward pass.
-    top_k: results kept per query.
-    index: 'exact' (`search`) or 'hnsw' (`search_hnsw`, approximate).
-    hnsw_ef_search: search_hnsw's ef_search.
-    quiet: False: progress lines on stderr (encoding the corpus and the queries, search).
-
-  Returns:
-    dict of REPORTED metrics plus `queries`, `documents`, `truncated_documents`, `seconds`.
-  """
+  """Embeds, searches ('exact' or 'hnsw') and scores one BEIR split: REPORTED metrics plus
+  queries, documents, truncated_documents and seconds. Options None: the checkpoint's, else
+  256 tokens, mean pooling, normalised."""
   corpus, queries, qrels = data
   doc_ids = list(corpus)
   query_ids = list(qrels)
