@@ -1,8 +1,5 @@
-"""Checkpoint conversion between bert_jax bundles and Hugging Face / Google TF1 BERT.
-
-name_map holds the declarative name tables and hooks; hf and tf1 read (and,
-for hf, write) the foreign formats. The command line is bert_jax.convert.
-"""
+"""Checkpoint conversion between bert_jax bundles and Hugging Face / Google TF1 BERT
+(name_map.py holds the name tables and hooks; the command line is bert_jax.convert)."""
 import os
 from typing import Any, Callable, Optional
 
@@ -16,24 +13,11 @@ from bert_jax.modeling import bundle
 def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str, *,
               lowercase: Optional[bool] = None, overwrite: bool = False,
               drop_unexpected: bool = False) -> dict[str, Any]:
-  """Reads a foreign checkpoint with `load` and writes it as a bert_jax bundle.
+  """Reads a foreign checkpoint with `load` (hf.load_hf or tf1.load_tf1) and writes it as a
+  bert_jax bundle at `dst`; returns `load`'s summary.
 
-  Args:
-    load: `hf.load_hf` or `tf1.load_tf1`.
-    kind: 'hf' or 'tf1', recorded with the source path in the bundle's info.
-    src: the foreign checkpoint (directory, or a TF1 checkpoint prefix).
-    dst: the bundle directory to write.
-    lowercase: tokenizer casing (None: from the checkpoint's tokenizer files,
-      else guessed from the vocab).
-    overwrite: replace a non-empty `dst` that is exactly a bundle (bundle.check_replaceable).
-    drop_unexpected: drop tensors outside the name map.
-
-  Returns:
-    The summary dict of `load` (params, config, vocab_file, lowercase,
-    lowercase_reason, dropped, heads).
-
-  Raises:
-    write_errors.OutputWriteError: the disk refused a write, naming `dst`.
+  lowercase None: from the tokenizer files, else guessed from the vocab. overwrite replaces a
+  `dst` that is exactly a bundle. A refused write is an OutputWriteError naming `dst`.
   """
   dst_path = epath.Path(dst)
   if dst_path.exists() and any(dst_path.iterdir()):
@@ -54,11 +38,7 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
 
 
 def check_finite(params: Any, src: str) -> None:
-  """Refuses a checkpoint with NaN/inf values, naming each tensor that holds them.
-
-  Raises:
-    ValueError: listing the tensors (up to 5) and their non-finite counts.
-  """
+  """Refuses (ValueError) a checkpoint with NaN/inf values, naming up to 5 tensors and counts."""
   bad = []
   for path, x in traverse_util.flatten_dict(params, sep="/").items():
     x = np.asarray(x)

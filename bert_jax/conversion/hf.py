@@ -1,19 +1,10 @@
 """Hugging Face BERT-family directories <-> bert_jax bundles.
 
-Reads config.json + model.safetensors (or a sharded model.safetensors.index.json,
-or Flax's flax_model.msgpack) of model_type bert (BertModel, BertForPreTraining,
-BertForMaskedLM), roberta (RobertaModel, RobertaForMaskedLM), distilbert
-(DistilBertModel, DistilBertForMaskedLM) or electra (ElectraModel, the generator
-ElectraForMaskedLM, the discriminator ElectraForPreTraining) or albert (AlbertModel,
-AlbertForMaskedLM, AlbertForPreTraining) or deberta-v2 (DebertaV2Model,
-DebertaV2ForMaskedLM with the legacy cls.predictions head; DeBERTa-v3) layouts, with or without the base
-model's prefix (`bert.`, ...), saved by PyTorch (Linear weights [out, in]) or
-Flax (kernels [in, out]). Pickle checkpoints (pytorch_model.bin) are never
-loaded. Writes safetensors in the PyTorch layout, which transformers loads as
-the architecture named in config.json (PyTorch or Flax). The tokenizer travels
-with the bundle: a WordPiece vocab.txt, or RoBERTa's vocab.json + merges.txt and
-ALBERT's spiece.model or DeBERTa's spm.model copied into the bundle's tokenizer/ (and back out by
-`bundle_to_hf`).
+Reads config.json + model.safetensors (sharded too, or Flax's flax_model.msgpack) of every
+registered member's model_type, with or without the base model's prefix, in PyTorch ([out,
+in]) or Flax ([in, out]) layout; pickle checkpoints (pytorch_model.bin) are never loaded.
+Writes PyTorch-layout safetensors that transformers loads as config.json's architecture. The
+tokenizer travels with the bundle (vocab.txt, or a BPE / SentencePiece file under tokenizer/).
 """
 from flax import traverse_util
 import json
@@ -108,21 +99,11 @@ def _raw_tensors(files: list[epath.Path], kind: str) -> tuple[dict, Any]:
 
 
 def normalise_names(shapes: dict[str, tuple], prefix: str = "bert") -> dict[str, tuple[str, bool]]:
-  """Maps raw HF names to the PyTorch-layout names of the name_map rule tables.
+  """Maps raw HF names to the PyTorch-layout names of the rule tables: {name: (raw name,
+  transpose)}.
 
-  Adds the base model's prefix when the file has none (BertModel layout), renames
-  Flax leaves (kernel, embedding, scale) and legacy LayerNorm gamma/beta.
-
-  Args:
-    shapes: {raw name: shape}.
-    prefix: the base model's name (the member's HfLayout.prefix: 'bert', 'roberta', ...).
-
-  Returns:
-    {normalised name: (raw name, transpose)}; transpose is True for Flax 2-D
-    kernels, which are [in, out] instead of PyTorch's [out, in].
-
-  Raises:
-    ValueError: two raw names normalise to the same name.
+  Adds the base model's `prefix` where the file has none and renames Flax leaves and legacy
+  gamma/beta; transpose marks Flax 2-D kernels. ValueError: two raw names normalise alike.
   """
   prefixed = any(n.startswith(prefix + ".") for n in shapes)
   out = {}
@@ -166,19 +147,8 @@ def _lowercase(src: epath.Path, vocab: epath.Path, lowercase: Optional[bool]) ->
 
 
 def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]:
-  """Reads the config and weights of an HF directory of any supported model_type.
-
-  Args:
-    src: directory with config.json and safetensors (or Flax msgpack) weights.
-    drop_unexpected: drop tensors outside the name map (e.g. a classifier).
-
-  Returns:
-    dict(params, config, dropped, heads).
-
-  Raises:
-    FileNotFoundError / ValueError / name_map.ConversionError naming the
-    file and keys; all raised before the tensors are read.
-  """
+  """dict(params, config, dropped, heads) of an HF directory; every FileNotFoundError /
+  ValueError / ConversionError (naming file and keys) is raised before tensors are read."""
   root = epath.Path(src)
   config = read_config(src)
   layout = members.get(config.model_type).hf
@@ -222,21 +192,9 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
             lowercase: Optional[bool] = None) -> dict[str, Any]:
   """Reads an HF directory (weights, config and tokenizer files) into our params.
 
-  Args:
-    src: directory with config.json, safetensors weights and the tokenizer:
-      vocab.txt (WordPiece), vocab.json + merges.txt (RoBERTa) or spiece.model (ALBERT).
-    drop_unexpected: drop tensors outside the name map (e.g. a classifier).
-    lowercase: tokenizer casing; None reads tokenizer_config.json or guesses
-      from the vocab.
-
-  Returns:
-    dict(params, config, vocab_file, lowercase, lowercase_reason, dropped,
-    heads); for BPE / SentencePiece vocab_file is None and `vocab` (tokens) and
-    `tokenizer_file` (vocab.json / .model) are given.
-
-  Raises:
-    FileNotFoundError / ValueError / name_map.ConversionError naming the
-    file and keys; all raised before the tensors are read.
+  Returns load_hf_params' dict plus vocab_file, lowercase and lowercase_reason (BPE /
+  SentencePiece: vocab_file None, `vocab` tokens and `tokenizer_file` instead). lowercase None
+  reads tokenizer_config.json or guesses from the vocab. Errors come before tensors are read.
   """
   root = epath.Path(src)
   config = read_config(src)
@@ -306,10 +264,9 @@ def hf_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
 
 
 def load_hf_with_modules(src: str, **options) -> dict[str, Any]:
-  """load_hf, and in a sentence-transformers folder its modules: the Dense layers' params
-  beside the encoder's and what the bundle records (`info['embedding']`), so that embedding
-  it gives what sentence-transformers' encode gives. A module bert_jax cannot compute is
-  refused before the weights are read."""
+  """load_hf, plus a sentence-transformers folder's modules (Dense params and the embedding
+  record), so that embedding it gives what sentence-transformers' encode gives; a module
+  bert_jax cannot compute is refused before the weights are read."""
   model_dir = st_modules.model_dir(src)
   modules = st_modules.read_modules(src, read_config(model_dir).hidden_size)
   out = load_hf(model_dir, **options)
@@ -336,19 +293,9 @@ def params_to_hf(params: dict, config: BertConfig, dst: str,
                  shown: Optional[str] = None) -> dict[str, Any]:
   """Writes params as an HF model: model.safetensors (PyTorch layout, float32) and config.json.
 
-  Args:
-    params: canonical params (encoder; pooler, MLM and NSP heads where present).
-    config: their config (its model_type picks the names).
-    dst: the output directory (created).
-    shown: the folder a failed write names (default `dst`): the destination, where `dst` is
-      the temporary folder that replaces it.
-
-  Raises:
-    write_errors.OutputWriteError: the disk refused a write, naming the file.
-
-  Returns:
-    dict(heads, architecture, num_tensors, dropped): `dropped` names the params with no
-    transformers counterpart that were left out (the EMD's table, bert_jax.modeling.emd).
+  `shown` is the folder a failed write names (the destination, where `dst` is its temporary
+  stand-in). Returns dict(heads, architecture, num_tensors, dropped): `dropped` names params
+  with no transformers counterpart (the EMD's table).
   """
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
@@ -381,15 +328,8 @@ _EXPORT_FILES = (SAFETENSORS, "config.json", "tokenizer_config.json", "vocab.txt
 
 
 def check_replaceable_export(path: str) -> None:
-  """Refuses to replace a folder holding anything an export does not write.
-
-  The export replaces the folder whole: a file kept from before would be lost, and a
-  tokenizer.json or special_tokens_map.json of an earlier model would be read by transformers
-  with the new one's weights.
-
-  Raises:
-    FileExistsError: naming those files; nothing is touched.
-  """
+  """Refuses (FileExistsError, nothing touched) a folder holding anything an export does not
+  write: it would be lost, and an old tokenizer.json would be read with the new weights."""
   entries = list(epath.Path(path).iterdir())
   # A tokenizer.json is an export's own when it is the folder's only tokenizer (ModernBERT's
   # exports write theirs whole); beside vocab.txt, vocab.json or a .model it is not.
@@ -407,30 +347,11 @@ def check_replaceable_export(path: str) -> None:
 
 
 def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, Any]:
-  """Exports a checkpoint as an HF directory (PyTorch-layout safetensors).
+  """Exports a checkpoint (anything loading.load_pretrained reads) as an HF directory.
 
-  Writes model.safetensors (metadata format 'pt', float32), config.json,
-  vocab.txt and tokenizer_config.json (do_lower_case). transformers loads the
-  result with the architecture written in config.json (e.g. BertForPreTraining,
-  DistilBertForMaskedLM; PyTorch or Flax).
-
-  The folder is written whole beside `dst` and replaces it in one step
-  (atomic_files.replacing): a full disk or a kill leaves `dst` as it was, the
-  complete earlier export or nothing, never a mix of two models.
-
-  Args:
-    src: anything a run starts from (bert_jax.modeling.loading.load_pretrained): a bundle (an
-      export/, a converted checkpoint), a pretraining workdir or its checkpoints/.
-    dst: the output directory.
-    overwrite: replace a non-empty `dst` that holds an earlier export (only the files an
-      export writes: check_replaceable_export).
-
-  Returns:
-    dict(config, heads, architecture, num_tensors, dropped) (params_to_hf's).
-
-  Raises:
-    FileExistsError: `dst` is not empty and overwrite is False, or it holds other files.
-    write_errors.OutputWriteError: the disk refused a write, naming the file.
+  Writes model.safetensors ('pt', float32), config.json, the tokenizer files and
+  tokenizer_config.json; the folder replaces `dst` in one step (atomic_files), never a mix of
+  two models. FileExistsError: `dst` is not empty and not overwrite, or holds other files.
   """
   # Orbax and JAX load on use.
   from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top

@@ -1,15 +1,10 @@
 """A declarative map between our parameter paths and foreign tensor names.
 
-A `Rule` pairs one of our '/'-separated param paths with a foreign name
-(either may hold '{i}' for the layer index) and a `Hook`: a pair of inverse
-tensor transforms (transpose, split or merge attention heads). `to_ours` and
-`from_ours` apply a rule table with a shape check on every tensor (foreign
-shapes are checked before any tensor is read), a key-count check, and an error
-that names the missing and unexpected keys.
-
-Rules belong to groups: 'encoder' (always required) and the optional 'pooler',
-'mlm', 'nsp' and 'discriminator' (ELECTRA). A group present in the source must be
-complete.
+A `Rule` pairs our '/'-separated path with a foreign name (either may hold '{i}') and a
+`Hook` of inverse transforms. `to_ours` and `from_ours` check every tensor's shape (foreign
+shapes before any read), the key count, and name missing and unexpected keys. Groups:
+'encoder' (required) and the optional 'pooler', 'mlm', 'nsp', 'discriminator'; a group
+present must be complete.
 """
 from flax import traverse_util
 import dataclasses
@@ -32,11 +27,8 @@ class ConversionError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Hook:
-  """Inverse tensor transforms between a foreign layout and ours.
-
-  The functions use only array methods (.T, .reshape) so that they also run on
-  jax.ShapeDtypeStruct-traced values (jax.eval_shape) for shape checks.
-  """
+  """Inverse tensor transforms between a foreign layout and ours, in array methods only
+  (.T, .reshape) so that jax.eval_shape can check shapes through them."""
   name: str
   to_ours: Callable[[Any, BertConfig], Any]
   to_theirs: Callable[[Any, BertConfig], Any]
@@ -154,19 +146,8 @@ HF_RULES = tuple(_hf_rule(r) for r in TF1_RULES)
 
 
 def renamed(rules: Sequence[Rule], prefixes: Mapping[str, Optional[str]]) -> tuple[Rule, ...]:
-  """The rules with each foreign name's longest matching prefix replaced.
-
-  Args:
-    rules: a rule table.
-    prefixes: {old prefix: new prefix, or None to drop the rules it matches}.
-      Every rule must match one prefix, so a table names every tensor's fate.
-
-  Returns:
-    The renamed rules (same our-paths and hooks).
-
-  Raises:
-    ValueError: a rule that no prefix matches.
-  """
+  """The rules with each foreign name's longest matching prefix replaced ({old: new, or None
+  to drop}); every rule must match one, so a table names every tensor's fate (else ValueError)."""
   out = []
   for r in rules:
     hits = [p for p in prefixes if r.theirs.startswith(p)]
@@ -188,9 +169,8 @@ _HOOKS = {"identity": IDENTITY, "transpose": TRANSPOSE}
 
 
 def hf_rules(model_type: str) -> tuple[Rule, ...]:
-  """The Hugging Face rule table of a family member (its module's HfLayout): BERT's rules
-  renamed, our layer_0 for every layer where the member shares one (ALBERT), then its
-  embedding projection and its further tensors."""
+  """The Hugging Face rule table of a family member: BERT's rules renamed, layer_0 for every
+  layer where the member shares one (ALBERT), its embedding projection and further tensors."""
   member = members.get(model_type)
   layout = member.hf
   rules = renamed(HF_RULES, layout.renames) if layout.renames else HF_RULES
@@ -224,13 +204,7 @@ def expand(rules: Sequence[Rule], num_layers: int) -> list[Rule]:
 
 @dataclasses.dataclass
 class TensorSource:
-  """Named tensors read lazily: shapes up front, values on demand.
-
-  Attributes:
-    shapes: {name: shape} of every tensor in the source.
-    load: name -> numpy array.
-    description: the file or directory, for messages.
-  """
+  """Named tensors read lazily: `shapes` up front, `load(name)` on demand."""
   shapes: dict[str, tuple[int, ...]]
   load: Callable[[str], np.ndarray]
   description: str
@@ -250,8 +224,8 @@ def _their_shape(rule: Rule, our_shape: tuple, config: BertConfig) -> tuple:
 
 def _check_declared_layers(source: TensorSource, rules: Sequence[Rule], config: BertConfig
                            ) -> None:
-  """Absurd config values, and more layers declared than stored, are refused before the
-  model's shapes are traced (a config.json claiming 20,000 layers would hang there)."""
+  """Refuses absurd config values and more layers than stored before shapes are traced (a
+  config.json claiming 20,000 layers would hang there)."""
   bundle.check_limits(config, source.description)
   patterns = [re.compile(re.escape(r.theirs).replace(re.escape("{i}"), r"(\d+)"))
               for r in rules if "{i}" in r.theirs]
@@ -267,24 +241,10 @@ def _check_declared_layers(source: TensorSource, rules: Sequence[Rule], config: 
 def to_ours(source: TensorSource, rules: Sequence[Rule], config: BertConfig, *,
             ignore: Sequence[str] = (), drop_unexpected: bool = False,
             dtype: Any = np.float32) -> tuple[dict, list[str]]:
-  """Converts foreign tensors into our params tree.
+  """Foreign tensors (names normalised) -> (our params of the groups present, dropped names).
 
-  Args:
-    source: the foreign tensors (names already normalised to the rule names).
-    rules: the rule table (with '{i}'; expanded here with config.num_layers).
-    config: the target config; fixes every expected shape.
-    ignore: regular expressions (re.fullmatch) of foreign names to skip
-      silently (optimizer slots, buffers).
-    drop_unexpected: skip unknown names instead of failing (they are returned).
-    dtype: dtype of the converted arrays.
-
-  Returns:
-    (params, dropped): the nested params dict (canonical layout) of the groups
-    present, and the names of unknown tensors that were dropped.
-
-  Raises:
-    ConversionError: no encoder, missing or unexpected names, wrong shapes, or
-      a count mismatch. Raised before any tensor is read.
+  ignore: regexes of foreign names to skip silently (optimizer slots). ConversionError for no
+  encoder, missing or unexpected names, wrong shapes or counts, before any tensor is read.
   """
   where = source.description
   _check_declared_layers(source, rules, config)
@@ -349,21 +309,8 @@ def _group_of_path(path: str) -> str:
 
 def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
               dtype: Optional[Any] = np.float32) -> dict[str, np.ndarray]:
-  """Converts our params (canonical layout) into foreign named tensors.
-
-  Args:
-    params: nested params dict (pooler / mlm / nsp optional).
-    rules: the rule table.
-    config: the params' config.
-    dtype: dtype of the output arrays (None keeps the stored dtype).
-
-  Returns:
-    {their name: numpy array} for every tensor of the groups present.
-
-  Raises:
-    ConversionError: params outside the map (e.g. fine-tuning heads), missing
-      params of a present group, or a shape mismatch.
-  """
+  """Our params -> {their name: numpy array} (dtype None keeps the stored one); ConversionError
+  for params outside the map (fine-tuning heads), an incomplete group, or a wrong shape."""
   flat = traverse_util.flatten_dict(dict(params), sep="/")
   ours_shapes = bundle.pretraining_shapes(config)
   rules = _config_rules(rules, config, ours_shapes)

@@ -1,14 +1,10 @@
 """sentence-transformers folders <-> the embedding a bundle records.
 
-A sentence-transformers folder is a Hugging Face model plus `modules.json`, which lists the
-modules a text goes through: the Transformer (the model itself), then Pooling (its
-`1_Pooling/config.json` names the mode), optionally Dense layers (weights and an activation
-each) and Normalize; `sentence_bert_config.json` gives the longest input (`max_seq_length`) and
-`config_sentence_transformers.json` any prompts. `read_modules` turns them into what a bundle
-records (bundle.json's `embedding`, checked by pooling.embedding_record) and the Dense layers'
-params; `write_modules` writes them back beside an export, so that sentence-transformers loads
-it and encodes as bert_jax embeds. A module or pooling mode bert_jax cannot compute is refused
-in one line naming it.
+`modules.json` lists the modules a text goes through (Transformer, Pooling, optional Dense
+and Normalize), with max_seq_length and prompts in their own files. `read_modules` turns them
+into bundle.json's `embedding` and the Dense params; `write_modules` writes them back beside
+an export, so sentence-transformers encodes as bert_jax embeds. A module or pooling mode
+bert_jax cannot compute is refused in one line.
 """
 import json
 import os
@@ -108,8 +104,7 @@ def _dense(src: epath.Path, module: dict, width: int) -> tuple[tuple, dict]:
 
 
 def model_dir(src: str) -> str:
-  """The folder of a sentence-transformers folder's Transformer module (the folder itself in
-  current releases, 0_Transformer/ in early ones); `src` when it has no modules.json."""
+  """The Transformer module's folder (the folder itself, or early releases' 0_Transformer/)."""
   if not is_folder(src):
     return src
   modules = read_json(epath.Path(src) / MODULES_FILE, missing=src)
@@ -118,19 +113,8 @@ def model_dir(src: str) -> str:
 
 
 def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
-  """A sentence-transformers folder's modules as a bundle records them.
-
-  Args:
-    src: the folder (None is returned when it has no modules.json).
-    hidden_size: the model's, which Pooling and the first Dense must take.
-
-  Returns:
-    dict(embedding: bundle.json's `embedding` record, params: the Dense layers' params under
-    pooling.DENSE_GROUP ({} without Dense)), or None.
-
-  Raises:
-    ValueError: one line naming the module (and the mode) bert_jax cannot compute.
-  """
+  """dict(embedding record, Dense params under pooling.DENSE_GROUP) of a sentence-transformers
+  folder, None without modules.json; hidden_size is what Pooling and the first Dense take."""
   root = epath.Path(src)
   if not is_folder(src):
     return None
@@ -189,19 +173,8 @@ def written_names(name: str) -> bool:
 
 def write_modules(dst: epath.Path, record: dict, dense_params: dict, hidden_size: int,
                   max_length: int, shown: str) -> list[str]:
-  """Writes modules.json and the modules' folders of a bundle's embedding beside its export.
-
-  Args:
-    dst: the export folder (the Transformer module: config.json, weights, tokenizer).
-    record: the bundle's embedding (pooling.embedding_record's).
-    dense_params: the Dense layers' params ({'layer_0': {kernel, bias}, ...}).
-    hidden_size: the model's.
-    max_length: the longest input bert_jax embeds the bundle with by default.
-    shown: the folder a failed write names.
-
-  Returns:
-    The modules, in order ('Transformer', 'Pooling', ...).
-  """
+  """Writes modules.json and the modules' folders beside an export (the Transformer module);
+  returns the module names in order."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   if record.get("pooling", "mean") == "pooler":
     raise ValueError("the bundle embeds with BERT's pooler (dense + tanh on [CLS]), which "

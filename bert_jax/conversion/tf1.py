@@ -1,11 +1,6 @@
-"""Original Google BERT TF1 checkpoints -> bert_jax bundles.
-
-A Google BERT directory holds bert_model.ckpt.{index,data-*}, bert_config.json
-and vocab.txt (e.g. uncased_L-12_H-768_A-12). Variables are read with
-tf.train.load_checkpoint, including cls/predictions/* (MLM) and
-cls/seq_relationship/* (NSP); optimizer slots (adam_m / adam_v) and
-global_step are skipped.
-"""
+"""Original Google BERT TF1 checkpoints -> bert_jax bundles (bert_model.ckpt.*,
+bert_config.json, vocab.txt); MLM and NSP heads kept, optimizer slots and global_step
+skipped."""
 import os
 from typing import Any, Optional
 
@@ -23,15 +18,7 @@ IGNORE = (r".*/adam_[mv]", r".*/(Adam|Adam_1|Momentum)", r"global_step", r"good_
 
 
 def find_checkpoint(src: str) -> str:
-  """The checkpoint prefix for a directory or a prefix path.
-
-  Args:
-    src: a Google BERT directory, or a checkpoint prefix such as
-      DIR/bert_model.ckpt.
-
-  Returns:
-    The prefix to pass to tf.train.load_checkpoint.
-  """
+  """The checkpoint prefix of a directory or prefix path (DIR/bert_model.ckpt)."""
   p = epath.Path(src)
   if not p.is_dir():
     if epath.Path(src + ".index").exists():
@@ -58,17 +45,8 @@ def read_config(directory: str) -> BertConfig:
 
 def load_tf1(src: str, *, drop_unexpected: bool = False,
              lowercase: Optional[bool] = None) -> dict[str, Any]:
-  """Reads a Google BERT TF1 checkpoint into our params.
-
-  Args:
-    src: the directory (or checkpoint prefix inside it).
-    drop_unexpected: drop variables outside the name map.
-    lowercase: tokenizer casing; None guesses it from the vocab.
-
-  Returns:
-    dict(params, config, vocab_file, lowercase, lowercase_reason, dropped,
-    heads).
-  """
+  """Reads a Google BERT TF1 checkpoint into our params (as hf.load_hf; lowercase None:
+  guessed from the vocab)."""
   prefix = find_checkpoint(src)
   directory = os.path.dirname(prefix)
   config = read_config(directory)
@@ -93,5 +71,5 @@ def load_tf1(src: str, *, drop_unexpected: bool = False,
 
 
 def tf1_to_bundle(src: str, dst: str, **options) -> dict[str, Any]:
-  """Converts a Google BERT TF1 checkpoint (directory or prefix) into a bert_jax bundle; see `conversion.to_bundle`."""
+  """Converts a Google BERT TF1 checkpoint into a bert_jax bundle; see `conversion.to_bundle`."""
   return conversion.to_bundle(load_tf1, "tf1", src, dst, **options)
