@@ -83,7 +83,7 @@ def mask_batch(input_ids: np.ndarray, input_mask: np.ndarray, row_keys: np.ndarr
 
 def _lowest(scores: np.ndarray, cand: np.ndarray, num: np.ndarray) -> np.ndarray:
   """bool [b, L]: the num[r] lowest-scored candidates of each row, ties to the first (a stable
-  argsort's result at a third of its cost)."""
+  argsort's result, from a threshold per row instead of a sort)."""
   thr = np.take_along_axis(np.sort(scores, axis=1), np.maximum(num - 1, 0)[:, None], axis=1)
   below = cand & (scores < thr)
   tied = cand & (scores == thr)
