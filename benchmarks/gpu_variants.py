@@ -39,6 +39,7 @@ ROOT = os.path.dirname(HERE)
 VARIANTS = {  # name: (train_step.py --set items, XLA flags added, environment added, runs)
     "baseline": ([], [], {}, 1),
     "fused_norm": (["model.fused_norm=pallas"], [], {}, 1),
+    "fp8": (["model.fp8=true"], [], {}, 1),  # encoder GEMMs in FP8 (bert_jax/modeling/fp8.py)
     "cudnn_layer_norm": ([], ["--xla_gpu_enable_cudnn_layer_norm=true"], {}, 1),
     "cublaslt": ([], ["--xla_gpu_enable_cublaslt=true"], {}, 1),
     "warm_start": ([], [], {}, 2),

@@ -35,7 +35,7 @@ def check_config(config, mesh) -> None:
   if config.data_source == "tfds":
     optional_tensorflow.require_tfds("bad config: data_source='tfds'")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
-  compute_policy.check(config.model)
+  compute_policy.check(config.model, trains_fp8=False)
   config_sections.check_minimums(config, config_sections.MINIMUMS)
   if config.max_train_examples < 0:
     bad(f"max_train_examples must be >= 0 (0: all), got {config.max_train_examples}")

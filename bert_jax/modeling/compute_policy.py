@@ -1,5 +1,5 @@
 """A run's compute and attention policy, in one place: the model config a run computes with
-(dtype, attention kernel, vocab padding, scan, remat, dropout), what its devices allow
+(dtype, attention kernel, vocab padding, scan, remat, dropout, FP8), what its devices allow
 (cuDNN needs a GPU, splash a TPU, the fused kernels apply no attention dropout), its dropout
 PRNG, and the words its header uses for them. Pretraining, fine-tuning, the AOT compile and
 inference take them from here."""
@@ -7,6 +7,7 @@ from typing import Any, Optional
 
 import jax
 
+from bert_jax.modeling import fp8 as fp8_lib
 from bert_jax.modeling import layers
 from bert_jax.modeling import model_config as model_config_lib
 
@@ -74,14 +75,14 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
   """
   m = model_section
   return base.replace(dtype=compute_dtype(m.dtype), attention_impl=m.attention_impl,
-                      fused_norm=m.fused_norm,
+                      fused_norm=m.fused_norm, fp8=m.fp8,
                       scan_layers=m.scan_layers, remat=m.remat, dropout_rate=m.dropout_rate,
                       attention_dropout_rate=m.attention_dropout_rate,
                       one_example_per_row=one_example_per_row,
                       vocab_pad_multiple=vocab_pad_multiple(m))
 
 
-def check(model_section: Any, backend: Optional[str] = None) -> None:
+def check(model_section: Any, backend: Optional[str] = None, trains_fp8: bool = True) -> None:
   """The one check of a run's `model` section: what it asks is in range and its devices can
   do it (dropout rates, the dropout PRNG, vocab padding, the attention kernel against the
   backend and attention dropout).
@@ -90,6 +91,7 @@ def check(model_section: Any, backend: Optional[str] = None) -> None:
     model_section: a config's `model` section.
     backend: the platform of the run's devices (None: JAX's default backend; a TPU topology
       compiled ahead of time on a CPU host is 'tpu').
+    trains_fp8: the entry point keeps the FP8 state (pretraining; fine-tuning does not).
 
   Raises:
     ValueError: one line naming the key, and what to use instead.
@@ -103,6 +105,7 @@ def check(model_section: Any, backend: Optional[str] = None) -> None:
   vocab_pad_multiple(m, "cpu")  # likewise
   check_attention_impl(m, backend)
   check_fused_norm(m, backend)
+  check_fp8(m, backend, trains_fp8)
 
 
 def check_fused_norm(model_section: Any, backend: Optional[str] = None) -> None:
@@ -115,6 +118,28 @@ def check_fused_norm(model_section: Any, backend: Optional[str] = None) -> None:
   if name == "pallas" and backend == "tpu":
     raise ValueError("bad config: model.fused_norm='pallas' runs on a GPU (Triton) or the CPU "
                      "(the Pallas interpreter); JAX runs on tpu here: use 'off'")
+
+
+def check_fp8(model_section: Any, backend: Optional[str] = None, trains_fp8: bool = True) -> None:
+  """model.fp8 runs where its FP8 GEMMs exist (bert_jax.modeling.fp8.unsupported: a CUDA GPU
+  of compute capability 8.9 or newer, or the CPU's quantize-dequantize numerics), in an
+  entry point that keeps its state, with unscanned layers: nn.scan stacks only the params
+  collection, and the scanned encoder applies each layer's slice of the params alone."""
+  if not model_section.fp8:
+    return
+  backend = backend or jax.default_backend()
+  capability = None
+  if backend == "gpu" and jax.default_backend() == "gpu":  # not a GPU program compiled elsewhere
+    capability = getattr(jax.devices()[0], "compute_capability", "unknown")
+  why = fp8_lib.unsupported(backend, capability)
+  if why:
+    raise ValueError(f"bad config: model.fp8=True cannot run here: {why}; set model.fp8=False")
+  if not trains_fp8:
+    raise ValueError("bad config: model.fp8=True is a pretraining recipe: fine-tuning keeps no "
+                     "FP8 scales in its state; set model.fp8=False")
+  if model_section.scan_layers:
+    raise ValueError("bad config: model.fp8=True needs model.scan_layers=False (the scanned "
+                     "encoder stacks and applies the params alone, not the FP8 scales)")
 
 
 def check_attention_impl(model_section: Any, backend: Optional[str] = None) -> None:

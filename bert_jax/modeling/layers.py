@@ -10,6 +10,7 @@ from typing import Callable, Optional, Sequence, Union
 
 from flax import struct
 import flax.linen as nn
+from flax.linen import fp8_ops
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,6 +99,8 @@ class DenseGeneral(nn.Module):
     features: output feature shape.
     kernel_axes: logical names of the kernel, input axes then output axes.
     in_dims: number of trailing input axes contracted.
+    fp8: multiply through flax's Fp8DirectDotGeneralOp (bert_jax.modeling.fp8), whose
+      scales are the `_overwrite_with_gradient` collection's.
   """
   features: Union[int, Sequence[int]]
   kernel_axes: Sequence[str]
@@ -106,6 +109,7 @@ class DenseGeneral(nn.Module):
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
   kernel_init: Initializer = kernel_init(0.02)
+  fp8: bool = False
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
@@ -119,7 +123,8 @@ class DenseGeneral(nn.Module):
     # kernel into a matrix on every step (~3% of a base step for Q, K, V, O).
     batch_shape = x.shape[:x.ndim - self.in_dims]
     k_in, k_out = int(np.prod(in_shape)), int(np.prod(features))
-    y = jax.lax.dot_general(
+    dot_general = fp8_ops.Fp8DirectDotGeneralOp(name="fp8") if self.fp8 else jax.lax.dot_general
+    y = dot_general(
         x.reshape(batch_shape + (k_in,)).astype(self.dtype),
         kernel.reshape(k_in, k_out).astype(self.dtype),
         (((len(batch_shape),), (0,)), ((), ())))

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from bert_jax.modeling import bundle
+from bert_jax.modeling import fp8
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.checkpoint_folder import CheckpointFolder, committed_steps
 from bert_jax.modeling.model_config import BertConfig
@@ -233,7 +234,7 @@ def _load_checkpoint(ckpts: CheckpointFolder, step: int,
     bundle.check_arch(config, expect, source)
   state = ckpts.restore_on_one_device(step, config)
   checksum.verify(state, meta.get("checksums"), source)
-  params = state["params"]
+  params = fp8.split(state["params"])[0]  # the FP8 scales are a training run's (modeling/fp8.py)
   params = params.get("discriminator", params)  # ELECTRA's state: the discriminator is the model
   params = jax.tree.map(np.asarray, model_lib.unstack_layers(params))
   return Pretrained(params, config.replace(scan_layers=False), tuple(meta["vocab"]),

@@ -106,7 +106,7 @@ class SelfAttention(nn.Module):
     (bert_jax.modeling.disentangled)."""
     c = self.config
     kw = dict(dtype=_dtype(c.dtype), param_dtype=_dtype(c.param_dtype),
-              kernel_init=layers.kernel_init(c.initializer_range))
+              kernel_init=layers.kernel_init(c.initializer_range), fp8=c.fp8)
     proj = lambda name: layers.DenseGeneral(  # noqa: E731
         (c.num_heads, c.head_dim), ("embed", "heads", "kv"), name=name,
         use_bias=c.linear_bias, **kw)
@@ -179,7 +179,8 @@ class EncoderLayer(nn.Module):
     queries and the residual (DeBERTa's enhanced mask decoder)."""
     c = self.config
     dtype, pdtype = _dtype(c.dtype), _dtype(c.param_dtype)
-    kw = dict(dtype=dtype, param_dtype=pdtype, kernel_init=layers.kernel_init(c.initializer_range))
+    kw = dict(dtype=dtype, param_dtype=pdtype, kernel_init=layers.kernel_init(c.initializer_range),
+              fp8=c.fp8)  # the feed-forward's GEMMs in FP8 (bert_jax.modeling.fp8)
     drop = layers.Dropout(c.dropout_rate)
     norm = lambda name: layers.layer_norm(  # noqa: E731
         c.layer_norm_eps, dtype, pdtype, name, c.norm_bias)

@@ -117,6 +117,10 @@ class BertConfig:
   fused_norm: str = "off"
   scan_layers: bool = False
   remat: str = "none"
+  # A compute option (never saved: exports carry no FP8 state): the encoder layers' dense
+  # layers multiply through flax's FP8 ops, their scales kept in the train state
+  # (bert_jax.modeling.fp8).
+  fp8: bool = False
   # A property of the run's rows, not of the model (never saved): each row holds one example,
   # real tokens first (unpacked, right-padded). cuDNN's fused attention then takes key lengths
   # (its padding mode) instead of the dense [batch, 1, len, len] mask, which it would turn
@@ -136,6 +140,9 @@ class BertConfig:
                        "linear_bias", "norm_bias", "glu") else 1
       if not isinstance(getattr(self, f), int) or getattr(self, f) < low:
         raise ValueError(f"BertConfig.{f} must be an int >= {low}, got {getattr(self, f)!r}")
+    if self.fp8 and self.scan_layers:
+      raise ValueError("fp8 keeps each layer's scales in a collection nn.scan does not stack; "
+                       "scan_layers is not supported with it")
     if self.share_layers and self.scan_layers:
       raise ValueError("share_layers (ALBERT) computes one layer num_layers times; "
                        "scan_layers is not supported with it")
@@ -231,6 +238,7 @@ class BertConfig:
     vocab_pad_multiple (a run's compute layout: the params are the same)."""
     d = dataclasses.asdict(self)
     del d["one_example_per_row"], d["vocab_pad_multiple"]
+    del d["fp8"]  # a compute option, like vocab_pad_multiple
     return d
 
   @classmethod

@@ -87,6 +87,8 @@ class Spec:
     owns_model_types: model types only this objective trains (ELECTRA's).
     reads_teacher: whether it reads config.teacher_checkpoint.
     emd: whether DeBERTa's enhanced mask decoder can serve its MLM head.
+    fp8: whether it trains with model.fp8 (its model applied with the FP8 state its params
+      carry: bert_jax.modeling.fp8).
     console_metrics: the metrics (keys of `summarize`'s output) the console's progress
       line shows after the loss; all of them go to metrics.jsonl and TensorBoard.
   """
@@ -97,4 +99,5 @@ class Spec:
   owns_model_types: tuple = ()
   reads_teacher: bool = False
   emd: bool = False
+  fp8: bool = False
   console_metrics: tuple = ("mlm_accuracy",)

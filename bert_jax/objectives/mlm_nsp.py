@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from bert_jax.members import registry as members
 from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import fp8
 from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import base
 from bert_jax.training import train_core
@@ -24,11 +25,12 @@ from bert_jax.training import train_core
 
 def init_fn(model: model_lib.BertForPreTraining, seq_len: int,
             num_predictions: int) -> Callable[[jax.Array], Any]:
-  """rng -> boxed params of `model` for sequences of `seq_len` with `num_predictions`."""
+  """rng -> boxed params of `model` for sequences of `seq_len` with `num_predictions` (with
+  model.fp8, and the FP8 state: bert_jax.modeling.fp8)."""
   def init(rng):
     ids = jnp.zeros((1, seq_len), jnp.int32)
-    return model.init({"params": rng}, ids, jnp.ones_like(ids), ids,
-                      jnp.zeros((1, num_predictions), jnp.int32))["params"]
+    return fp8.state_params(model.init({"params": rng}, ids, jnp.ones_like(ids), ids,
+                                       jnp.zeros((1, num_predictions), jnp.int32)))
   return init
 
 
@@ -69,7 +71,7 @@ def objective(model: model_lib.BertForPreTraining, pair_task: str = "nsp"
   t = pair_task
 
   def sums(params, batch, rng, deterministic):
-    out = model.apply({"params": params}, batch["input_ids"], batch["input_mask"],
+    out = model.apply(fp8.variables(params), batch["input_ids"], batch["input_mask"],
                       batch["segment_ids"], batch["masked_lm_positions"],
                       model_lib.batch_position_ids(batch, model.config),
                       deterministic=deterministic,
@@ -137,12 +139,12 @@ def build(config, inputs: base.BuildInputs) -> base.Pretraining:
   return base.Pretraining(
       model_cfg, objective(model, pair_task or "nsp"), inputs.tx, inputs.schedule,
       functools.partial(train_core.init_state, init_params, inputs.tx, prng_impl=impl), summarize,
-      lambda params: params,
+      lambda params: fp8.split(params)[0],  # exports carry no FP8 state
       functools.partial(flops_lib.train_flops_per_token, model_cfg, emd=config.emd),
       prng_impl=impl)
 
 
 SPEC = base.Spec(data_modes={"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
                              "mlm": ("nsp", "sop", "full_sentences")},
-                 build=build, check_config=check_config, emd=True,
+                 build=build, check_config=check_config, emd=True, fp8=True,
                  console_metrics=("mlm_accuracy", "nsp_accuracy", "sop_accuracy"))

@@ -18,6 +18,7 @@ import ml_collections
 from bert_jax.data.sources import registry as source_registry
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
+from bert_jax.modeling import fp8
 from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import pretrain_setup
@@ -308,7 +309,8 @@ def _print_header(config, workdir: str, model_cfg, params, data, start_step: int
   train_log.print_header("bert_jax.pretrain", f"pretrain {config.variant}", [
       ("model", f"{config.variant} {model_cfg.model_type}: {arch}, "
                 f"vocab {tokenizer.vocab_size:,}{_decoder_padding(model_cfg)}, "
-                f"{train_log.count_params(params) / 1e6:.1f}M params with the pretraining heads"),
+                f"{train_log.count_params(fp8.split(params)[0]) / 1e6:.1f}M params with the "
+                f"pretraining heads{'; FP8 encoder matmuls (model.fp8)' if model_cfg.fp8 else ''}"),
       ("attention", compute_policy.describe_attention(model_cfg)),
       ("data", f"{data.source.describe(d)}, {d.mode}, {vocab} vocab"),
       ("steps", f"{config.total_steps:,} of batch {config.batch_size} x seq {config.seq_len}, "

@@ -91,6 +91,10 @@ def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.So
   if config.objective not in names:
     bad(f"objective {config.objective!r} not in {names}")
   spec = objective_registry.get(config.objective)
+  if config.model.fp8 and not spec.fp8:
+    with_fp8 = sorted(n for n in names if objective_registry.get(n).fp8)
+    bad(f"model.fp8 is trained with objective {', '.join(with_fp8)}, not {config.objective!r} "
+        "(its models are applied without the FP8 scales)")
   owner = objective_registry.owner_of(config.model_type)
   if owner and owner != config.objective:
     bad(f"model_type {config.model_type!r} is trained by objective={owner!r}, not "

@@ -26,6 +26,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from bert_jax.modeling import bundle
+from bert_jax.modeling import fp8
 from bert_jax.modeling import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.checkpoint_folder import CheckpointFolder, one_line_cause
@@ -359,7 +360,7 @@ def initial_state(init_fn: Callable[[jax.Array], Any], tx: optax.GradientTransfo
     params = traverse_util.flatten_dict(state.params, sep="/")
     params = traverse_util.unflatten_dict({k: loaded_flat.get(k, v) for k, v in params.items()},
                                           sep="/")
-    return state.replace(params=params, opt_state=tx.init(params))
+    return state.replace(params=params, opt_state=tx.init(fp8.split(params)[0]))
 
   with sharding.mesh_context(mesh, rules):
     state = sharding.run_init(init_with_loaded, rng, from_checkpoint, shardings=shardings)

@@ -87,6 +87,13 @@ def model() -> ml_collections.ConfigDict:
   # kernel, its mask hashed in the kernel from the dropout key (bert_jax.modeling.fused_norm;
   # Triton on a GPU, the Pallas interpreter on the CPU, refused on a TPU).
   m.fused_norm = "off"
+  # FP8 matmuls in the encoder layers' dense layers (Q/K/V, attention output, feed-forward;
+  # not the embeddings or heads) through flax's Fp8DirectDotGeneralOp: e4m3 inputs and
+  # kernels, e5m2 output gradients, scales from an amax history kept in the train state
+  # (bert_jax.modeling.fp8). cuBLASLt FP8 GEMMs on GPUs of compute capability 8.9 or newer; the
+  # CPU runs its quantize-dequantize numerics (tests, smoke runs); refused on other GPUs, a
+  # TPU, fine-tuning and scan_layers. Pretraining objectives mlm_nsp, mlm_sop and mlm.
+  m.fp8 = False
   # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
   # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.modeling.compute_policy.prng_impl).
   # With 'rbg'/'unsafe_rbg' dropout draws 16 bits per element (a rate within 0.1% of a multiple

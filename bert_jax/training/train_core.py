@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import optax
 
 from bert_jax.modeling import compute_policy
+from bert_jax.modeling import fp8
 
 Batch = dict[str, jax.Array]
 Sums = dict[str, jax.Array]
@@ -62,7 +63,8 @@ def init_state(init_params: Callable[[jax.Array], Any], tx: optax.GradientTransf
     words = jax.eval_shape(lambda: jax.random.key_data(jax.random.key(0, impl=prng_impl)))
     state_rng = jax.random.bits(state_rng, words.shape, jnp.uint32)
   params = init_params(init_rng)
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params),
+  opt_state = tx.init(fp8.split(params)[0])  # the FP8 state is overwritten, never optimized
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state,
                     rng=state_rng, nonfinite_steps=jnp.zeros((), jnp.int32))
 
 
@@ -117,9 +119,14 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation,
   backend's, `default_finite_guard`) is how: 'cond' skips the update, 'select'
   computes it and keeps the old values (the same results when finite). `prng_impl`:
   the implementation of the state's key (`init_state`), for dropout and sampling.
+
+  With FP8 (params holding bert_jax.modeling.fp8's state) the optimizer updates the other
+  params, and the FP8 state takes its "gradient", its next value, as flax's FP8 ops define
+  it; a non-finite step keeps the old one too.
   """
   def grad_sums(params, mb, rng, denominators, frozen):
     def loss_fn(p):
+      p = fp8.max_accumulated(p)  # no-op without FP8
       sums = objective.sums(with_frozen(p, frozen), mb, rng, deterministic)
       return objective.loss(sums, denominators), sums
     (_, sums), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
@@ -142,7 +149,7 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation,
       def body(carry, xs):
         i, mb = xs
         g, s = grad_sums(state.params, mb, jax.random.fold_in(rng, i), denominators, frozen)
-        return jax.tree.map(jnp.add, carry, (g, s)), None
+        return (fp8.add_grads(carry[0], g), jax.tree.map(jnp.add, carry[1], s)), None
 
       zeros_g = jax.tree.map(jnp.zeros_like, state.params)
       zeros_s = jax.eval_shape(lambda: grad_sums(
@@ -152,13 +159,14 @@ def make_train_step(objective: Objective, tx: optax.GradientTransformation,
                                       (jnp.arange(grad_accum_steps), mbs))
     loss = objective.loss(sums, denominators)
     grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32)))
-                             for g in jax.tree.leaves(grads)))
+                             for g in jax.tree.leaves(fp8.split(grads)[0])))
     finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
 
     def apply_update(operand):
       params, opt_state, grads = operand
+      params, grads, fp8_next = fp8.split(params)[0], *fp8.split(grads)
       updates, opt_state = tx.update(grads, opt_state, params)
-      return optax.apply_updates(params, updates), opt_state
+      return fp8.join(optax.apply_updates(params, updates), fp8_next), opt_state
 
     operand = (state.params, state.opt_state, grads)
     if guard == "cond":
