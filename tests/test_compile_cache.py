@@ -63,3 +63,18 @@ def test_programs_of_a_fifth_of_a_second_are_cached_unless_the_environment_says(
     return float(out.stdout.strip().splitlines()[-1])
   assert min_seconds(env) == 0.2  # JAX's own default is 1 s
   assert min_seconds(dict(env, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.7")) == 0.7
+
+
+def test_a_cache_copied_to_another_directory_still_hits(tmp_path):
+  # JAX hashes the path of XLA's own caches (kept under the cache directory) into every key;
+  # on a CPU they are off, so the same program has the same key wherever the cache lives.
+  env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_")}
+  env |= {"PYTHONPATH": str(ROOT), "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
+
+  def keys(directory):
+    _run(str(directory), env)
+    return {p.name for p in directory.iterdir() if "atime" not in p.name}
+  first, second = keys(tmp_path / "a"), keys(tmp_path / "b")
+  assert first and first == second
+  env["JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"] = "xla_gpu_per_fusion_autotune_cache_dir"
+  assert keys(tmp_path / "c").isdisjoint(keys(tmp_path / "d"))  # JAX's default: the path counts

@@ -4,6 +4,10 @@ A second run with the same shapes loads its executables (and XLA's GPU autotunin
 `compile_cache`: 'auto' (JAX_COMPILATION_CACHE_DIR, else XDG_CACHE_HOME's bert_jax/jax), a
 directory (local or gs://), or 'off'. MIN_COMPILE_SECONDS is low enough that a fine-tune's
 small programs are cached too (JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS overrides it).
+On a machine with no accelerator XLA's own caches are off: JAX keeps them under the cache
+directory and hashes their path into every key, so a cache copied or moved elsewhere missed
+every program, and on a CPU they hold nothing (JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES
+overrides it).
 """
 import os
 from typing import Optional
@@ -11,9 +15,12 @@ from typing import Optional
 import jax
 from jax.experimental.compilation_cache import compilation_cache
 
+from bert_jax.runtime import xla_flags
+
 OFF = ("off", "")
 MIN_COMPILE_SECONDS = 0.2
 MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+XLA_CACHES_ENV = "JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES"
 
 
 def default_dir() -> str:
@@ -38,6 +45,8 @@ def enable(setting: str) -> Optional[str]:
   jax.config.update("jax_compilation_cache_dir", directory)
   if MIN_COMPILE_ENV not in os.environ:
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+  if XLA_CACHES_ENV not in os.environ and xla_flags.cpu_only_machine():
+    jax.config.update("jax_persistent_cache_enable_xla_caches", "none")
   if changed:
     compilation_cache.reset_cache()
   return directory
