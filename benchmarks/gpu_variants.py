@@ -9,6 +9,20 @@ Variants, each in its own process (XLA reads XLA_FLAGS once, when its backend st
                     residual add and LayerNorm as one Triton kernel)
   cudnn_layer_norm  + XLA_FLAGS --xla_gpu_enable_cudnn_layer_norm=true
   cublaslt          + XLA_FLAGS --xla_gpu_enable_cublaslt=true
+  cublaslt_gelu_new + model.hidden_act=gelu_new: the tanh GELU, which cuBLASLt's epilogue fuses
+                    with the bias into the GEMM (the exact GELU stays a pass of its own)
+  fused_qkv         + model.qkv_projection=fused (bert_jax/modeling/fused_qkv.py: Q, K and V
+                    as one GEMM of [hidden, 3 x hidden] over the separate params)
+  fused_qkv_norm    fused_qkv and fused_norm
+  fused_qkv_norm_cublaslt_gelu_new  fused_qkv, fused_norm and cublaslt_gelu_new
+  scan_layers       + model.scan_layers=true (one layer compiled, run in a loop: the compile
+                    time against the step time)
+  compile_threads   + XLA_FLAGS --xla_gpu_enable_llvm_module_compilation_parallelism=true
+                    --xla_gpu_force_compilation_parallelism=16 (the first step's compile)
+  autotune_warm_start  the baseline twice, each on a new compilation cache; the first saves
+                    XLA's autotuning results (--xla_gpu_dump_autotune_results_to), the second
+                    loads them (--xla_gpu_load_autotune_results_from): its compile without
+                    autotuning (cold / warm in the table)
   warm_start        the baseline twice on a new compilation cache: the first step of the
                     second process, loaded from the cache (cold / warm in the table)
   warm_start_xla_caches_all  the same with JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES=all (XLA's
@@ -42,8 +56,30 @@ VARIANTS = {  # name: (train_step.py --set items, XLA flags added, environment a
     "fp8": (["model.fp8=true"], [], {}, 1),  # encoder GEMMs in FP8 (bert_jax/modeling/fp8.py)
     "cudnn_layer_norm": ([], ["--xla_gpu_enable_cudnn_layer_norm=true"], {}, 1),
     "cublaslt": ([], ["--xla_gpu_enable_cublaslt=true"], {}, 1),
+    # cuBLASLt's epilogue fuses bias + GELU in its tanh form only: the same flag, that GELU
+    "cublaslt_gelu_new": (["model.hidden_act=gelu_new"], ["--xla_gpu_enable_cublaslt=true"], {}, 1),
+    "fused_qkv": (["model.qkv_projection=fused"], [], {}, 1),
+    "fused_qkv_norm": (["model.qkv_projection=fused", "model.fused_norm=pallas"], [], {}, 1),
+    "fused_qkv_norm_cublaslt_gelu_new": (
+        ["model.qkv_projection=fused", "model.fused_norm=pallas", "model.hidden_act=gelu_new"],
+        ["--xla_gpu_enable_cublaslt=true"], {}, 1),
+    "scan_layers": (["model.scan_layers=true"], [], {}, 1),
+    # The flags' names are those of the jaxlib this sweep runs with (its XLA's
+    # debug_options_flags.cc; `strings jaxlib/libjax_common.so` lists them), and the dry run
+    # starts a backend with them: XLA aborts on a flag it does not know.
+    "compile_threads": ([], ["--xla_gpu_enable_llvm_module_compilation_parallelism=true",
+                             "--xla_gpu_force_compilation_parallelism=16"], {}, 1),
+    "autotune_warm_start": ([], [], {}, 2),  # RUN_FLAGS: run 1 saves, run 2 loads
     "warm_start": ([], [], {}, 2),
     "warm_start_xla_caches_all": ([], [], {"JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "all"}, 2),
+}
+# Flags that differ between a variant's runs ({work}: the sweep's folder). Each of its runs
+# compiles into a compilation cache of its own, so the second compiles again (from the first's
+# cache it would load the whole program and compile nothing); what it reuses is what the flags
+# carry over: XLA's autotuning results, saved as text by run 1 and read by run 2.
+RUN_FLAGS = {
+    "autotune_warm_start": (["--xla_gpu_dump_autotune_results_to={work}/autotune.txt"],
+                            ["--xla_gpu_load_autotune_results_from={work}/autotune.txt"]),
 }
 FIRST_ESTIMATE_S = 150.0  # base's first compile and 20 steps on an H100, with room
 
@@ -70,10 +106,14 @@ def measure(name: str, work: str, limit_s: float) -> dict:
   for item in sets:
     cmd += ["--set", item]
   start, first_steps = time.time(), []
-  for _ in range(runs):
+  for run in range(runs):
     left = start + limit_s - time.time()
+    run_flags, run_extra = flags, extra
+    if name in RUN_FLAGS:
+      run_flags = flags + [f.format(work=work) for f in RUN_FLAGS[name][run]]
+      run_extra = dict(extra, JAX_COMPILATION_CACHE_DIR=os.path.join(work, f"{name}_cache{run}"))
     try:
-      proc = subprocess.run(cmd, cwd=ROOT, env=_env(flags, extra), capture_output=True,
+      proc = subprocess.run(cmd, cwd=ROOT, env=_env(run_flags, run_extra), capture_output=True,
                             text=True, timeout=max(left, 1))
     except subprocess.TimeoutExpired:
       return dict(name=name, status=f"timed out after {limit_s:.0f} s", seconds=limit_s)
@@ -116,13 +156,19 @@ def dry_run(name: str) -> dict:
     fused_norm.interpret = interpreted
   text = exported.mlir_module()
   record = dict(name=name, status="ok", triton_calls=text.count("xla.gpu.triton"),
-                platforms=list(exported.platforms))
-  if flags or extra:  # XLA stops on a flag it does not know, JAX on a bad setting
-    proc = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"],
-                          env=_env(flags, extra), capture_output=True, text=True, timeout=120)
-    if proc.returncode:
-      record["status"] = (f"failed: refused {' '.join(flags)} {extra}: "
-                          f"{proc.stderr.strip()[-300:]}")
+                dots=text.count("stablehlo.dot_general"), platforms=list(exported.platforms))
+  with tempfile.TemporaryDirectory(prefix="gpu_variants_dry_") as work:
+    for run_flags in RUN_FLAGS.get(name, ([],)):
+      run_flags = flags + [f.format(work=work) for f in run_flags]
+      if not (run_flags or extra):
+        continue
+      # XLA stops on a flag it does not know, JAX on a bad setting
+      proc = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"],
+                            env=_env(run_flags, extra), capture_output=True, text=True,
+                            timeout=120)
+      if proc.returncode:
+        record["status"] = (f"failed: refused {' '.join(run_flags)} {extra}: "
+                            f"{proc.stderr.strip()[-300:]}")
   return record
 
 

@@ -109,7 +109,9 @@ def reference(hf_model):
     dict(attention_impl="xla"),
     dict(attention_impl="einsum"),
     dict(attention_impl="xla", scan_layers=True),
-], ids=["xla", "einsum", "scan"])
+    dict(attention_impl="xla", qkv_projection="fused"),
+    dict(attention_impl="einsum", qkv_projection="fused", scan_layers=True),
+], ids=["xla", "einsum", "scan", "fused_qkv", "fused_qkv_scan"])
 def test_parity_with_transformers(converted, reference, overrides):
   ours = _ours(converted, **overrides)
   for name in ("seq", "pooled", "mlm", "nsp"):

@@ -36,6 +36,9 @@ def check_config(config, mesh) -> None:
     optional_tensorflow.require_tfds("bad config: data_source='tfds'")
   train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
   compute_policy.check(config.model, trains_fp8=False)
+  if config.model.hidden_act != compute_policy.AS_BUILT:  # the checkpoint's config.json only
+    stored = loading.read_model_config(config.init_checkpoint)
+    compute_policy.check_activation(config.model, stored, config.init_checkpoint)
   config_sections.check_minimums(config, config_sections.MINIMUMS)
   if config.max_train_examples < 0:
     bad(f"max_train_examples must be >= 0 (0: all), got {config.max_train_examples}")
@@ -93,7 +96,7 @@ def check_eval_head(task_model: task_lib.TaskModel, pretrained: loading.Pretrain
 # config.resume_allow_changes; batch_size never changes (the position counts its batches).
 RESUME_MAY_CHANGE = ("log_every", "checkpoint_every", "keep_checkpoints", "eval_batch_size",
                      "resume_allow_changes", "start_over", "compile_cache", "mesh.",
-                     "model.attention_impl", "model.remat")
+                     "model.attention_impl", "model.remat", "model.qkv_projection")
 
 
 # What a fine-tuning run leaves in its workdir (set aside whole by --config.start_over).

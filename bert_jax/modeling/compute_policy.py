@@ -74,8 +74,10 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
     The BertConfig the run computes with.
   """
   m = model_section
+  if m.hidden_act != AS_BUILT:  # from scratch, or a checkpoint trained with it (check_activation)
+    base = base.replace(hidden_act=m.hidden_act)
   return base.replace(dtype=compute_dtype(m.dtype), attention_impl=m.attention_impl,
-                      fused_norm=m.fused_norm, fp8=m.fp8,
+                      fused_norm=m.fused_norm, qkv_projection=m.qkv_projection, fp8=m.fp8,
                       scan_layers=m.scan_layers, remat=m.remat, dropout_rate=m.dropout_rate,
                       attention_dropout_rate=m.attention_dropout_rate,
                       one_example_per_row=one_example_per_row,
@@ -106,6 +108,45 @@ def check(model_section: Any, backend: Optional[str] = None, trains_fp8: bool = 
   check_attention_impl(m, backend)
   check_fused_norm(m, backend)
   check_fp8(m, backend, trains_fp8)
+  if m.qkv_projection not in model_config_lib.QKV_PROJECTIONS:
+    raise ValueError(f"bad config: model.qkv_projection {m.qkv_projection!r} not in "
+                     f"{model_config_lib.QKV_PROJECTIONS}")
+  if m.qkv_projection == "fused" and m.fp8:
+    raise ValueError("bad config: model.qkv_projection='fused' projects Q, K and V outside the "
+                     "FP8 dense layers that model.fp8=True asks for: use 'separate' with FP8")
+  if m.hidden_act not in HIDDEN_ACTS:
+    raise ValueError(f"bad config: model.hidden_act {m.hidden_act!r} not in {HIDDEN_ACTS}")
+
+
+AS_BUILT = "as_built"
+# model.hidden_act: the architecture's own activation, or the tanh GELU that cuBLASLt's GEMM
+# epilogue computes (with --xla_gpu_enable_cublaslt XLA fuses bias + tanh GELU into the GEMM;
+# the exact erf GELU stays a separate elementwise pass over the [batch, len, 4 x hidden]
+# activations, forward and backward).
+HIDDEN_ACTS = (AS_BUILT, "gelu_new")
+
+
+def check_activation(model_section: Any, trained: model_config_lib.BertConfig,
+                     source: str) -> None:
+  """model.hidden_act asks for the activation the weights of `source` were trained with.
+
+  'gelu_new' is an opt-in for training from scratch: on a checkpoint trained with the exact
+  GELU it changes the function every layer computes (up to about 5e-4 of each activation,
+  through every layer) under weights that never learned it.
+
+  Args:
+    model_section: a config's `model` section.
+    trained: the model config stored with the checkpoint (its hidden_act).
+    source: the checkpoint's path, for the message.
+
+  Raises:
+    ValueError: one line naming model.hidden_act, the checkpoint's activation and the fix.
+  """
+  asked = model_section.hidden_act
+  if asked != AS_BUILT and asked != trained.hidden_act:
+    raise ValueError(f"bad config: model.hidden_act={asked!r} asks for another activation than "
+                     f"{source} was trained with (hidden_act={trained.hidden_act!r}): the tanh "
+                     "GELU is for pretraining from scratch; use model.hidden_act='as_built'")
 
 
 def check_fused_norm(model_section: Any, backend: Optional[str] = None) -> None:

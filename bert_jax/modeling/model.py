@@ -36,6 +36,7 @@ from bert_jax.members import registry as members
 from bert_jax.modeling import disentangled
 from bert_jax.modeling import emd
 from bert_jax.modeling import fused_norm
+from bert_jax.modeling import fused_qkv
 from bert_jax.modeling import layers
 from bert_jax.modeling.model_config import BertConfig
 
@@ -117,6 +118,18 @@ class SelfAttention(nn.Module):
       kv = split(qkv(x))  # [batch, len, 3, heads, hd]
       k, v = kv[:, :, 1], kv[:, :, 2]
       q = kv[:, :, 0] if queries is None else split(qkv(queries))[:, :, 0]
+    elif c.qkv_projection == "fused":  # BERT's three params, one GEMM (modeling/fused_qkv.py)
+      params = {name: fused_qkv.ProjectionParams(
+          (c.num_heads, c.head_dim), ("embed", "heads", "kv"), use_bias=c.linear_bias,
+          param_dtype=kw["param_dtype"], kernel_init=kw["kernel_init"], name=name)(c.hidden_size)
+                for name in ("query", "key", "value")}
+      query, key = ((lambda t, p=params[n]: fused_qkv.project(t, [p], kw["dtype"])[0])
+                    for n in ("query", "key"))
+      if queries is None:  # [batch, len, heads, hd] each
+        q, k, v = fused_qkv.project(x, list(params.values()), kw["dtype"])
+      else:  # keys and values from every row, queries from theirs
+        k, v = fused_qkv.project(x, [params["key"], params["value"]], kw["dtype"])
+        q = query(queries)
     else:
       query, key = proj("query"), proj("key")
       q = query(x if queries is None else queries)  # [batch, Q, heads, hd]

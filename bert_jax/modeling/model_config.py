@@ -31,6 +31,7 @@ FAMILY_FIELDS = ("model_type", "position_offset", "share_layers", "rope_theta",
 _ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash", "einsum")
 _REMAT = ("none", "full", "dots")
 _ACTS = ("gelu", "gelu_new", "relu")
+QKV_PROJECTIONS = ("separate", "fused")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +116,11 @@ class BertConfig:
   # with its dropout mask hashed in the kernel (bert_jax.modeling.fused_norm; the same
   # parameters); 'off': flax's Dropout and LayerNorm.
   fused_norm: str = "off"
+  # A compute layout (never saved; the params stay attention/{query,key,value}): 'fused'
+  # concatenates the three kernels and biases in the step and projects with one GEMM of
+  # [hidden, 3 x hidden], the gradient flowing back through the concatenation; 'separate':
+  # three GEMMs. Members that store one qkv kernel (ModernBERT) always run one.
+  qkv_projection: str = "separate"
   scan_layers: bool = False
   remat: str = "none"
   # A compute option (never saved: exports carry no FP8 state): the encoder layers' dense
@@ -160,6 +166,8 @@ class BertConfig:
     if self.fused_norm == "pallas" and self.norm_first:
       raise ValueError("fused_norm 'pallas' fuses post-LN layers' dropout, residual add and "
                        "LayerNorm; norm_first (pre-LN) layers have none to fuse: use 'off'")
+    if self.qkv_projection not in QKV_PROJECTIONS:
+      raise ValueError(f"qkv_projection {self.qkv_projection!r} not in {QKV_PROJECTIONS}")
     if self.attention_impl not in _ATTENTION_IMPLS:
       raise ValueError(f"attention_impl {self.attention_impl!r} not in {_ATTENTION_IMPLS}")
     if self.remat not in _REMAT:
@@ -234,10 +242,10 @@ class BertConfig:
     return {f: getattr(self, f) for f in ARCH_FIELDS}
 
   def to_dict(self) -> dict[str, Any]:
-    """The saved fields: all but one_example_per_row (a property of a run's rows) and
-    vocab_pad_multiple (a run's compute layout: the params are the same)."""
+    """The saved fields: all but one_example_per_row (a property of a run's rows),
+    vocab_pad_multiple and qkv_projection (a run's compute layout: the params are the same)."""
     d = dataclasses.asdict(self)
-    del d["one_example_per_row"], d["vocab_pad_multiple"]
+    del d["one_example_per_row"], d["vocab_pad_multiple"], d["qkv_projection"]
     del d["fp8"]  # a compute option, like vocab_pad_multiple
     return d
 

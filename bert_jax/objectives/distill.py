@@ -224,6 +224,7 @@ def build(config, inputs: base.BuildInputs) -> base.Pretraining:
     raise ValueError(f"teacher_checkpoint {config.teacher_checkpoint}: vocab_size "
                      f"{teacher.config.vocab_size}, the data's tokenizer has {inputs.vocab_size};"
                      " set data.vocab_file / data.tokenizer to the teacher's vocab")
+  compute_policy.check_activation(config.model, teacher.config, config.teacher_checkpoint)
   teacher_cfg = compute_policy.model_config_from(config.model, teacher.config,
                                              one_example_per_row=not config.data.packing)
   student_cfg = student_config(teacher_cfg, layers)

@@ -35,7 +35,7 @@ RESUME_MAY_CHANGE = ("total_steps", "log_every", "checkpoint_every", "keep_check
                      "eval_every", "eval_batches", "profile_start_step", "profile_num_steps",
                      "fill_mask_example", "on_nan", "divergence_factor", "init_checkpoint",
                      "start_over", "resume_allow_changes", "compile_cache", "mesh.",
-                     "model.attention_impl", "model.remat")
+                     "model.attention_impl", "model.remat", "model.qkv_projection")
 # Never changed on resume, even when allowed: the saved data position counts batches of the
 # saved size, so another size would skip or repeat rows of the stream.
 RESUME_NEVER_CHANGES = ("batch_size",)
@@ -141,6 +141,7 @@ def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.So
     stored = loading.read_model_config(config.init_checkpoint)
     bundle.check_arch(stored, variant_model_config(config, stored.vocab_size, stored.pad_token_id),
                       config.init_checkpoint)
+    compute_policy.check_activation(config.model, stored, config.init_checkpoint)
 
 
 def abstract_batch(config: ml_collections.ConfigDict,

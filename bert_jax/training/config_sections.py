@@ -94,6 +94,15 @@ def model() -> ml_collections.ConfigDict:
   # CPU runs its quantize-dequantize numerics (tests, smoke runs); refused on other GPUs, a
   # TPU, fine-tuning and scan_layers. Pretraining objectives mlm_nsp, mlm_sop and mlm.
   m.fp8 = False
+  # 'separate' or 'fused': the attention's query, key and value projections as one GEMM of
+  # [hidden, 3 x hidden], the three kernels and biases concatenated in the step (checkpoints,
+  # conversions and exports keep query, key and value; bert_jax.modeling.fused_qkv).
+  m.qkv_projection = "separate"
+  # The feed-forward's activation: 'as_built' (the checkpoint's; from scratch the member's, BERT's
+  # exact erf GELU) or 'gelu_new' (the tanh GELU, the one XLA's cuBLASLt epilogue fuses with the
+  # bias into the GEMM under --xla_gpu_enable_cublaslt). 'gelu_new' changes the function the
+  # weights learn, so it is refused on a checkpoint trained with another activation.
+  m.hidden_act = "as_built"
   # The PRNG of dropout (and of ELECTRA's sampling): 'auto' (threefry on CPU, 'unsafe_rbg' on
   # GPU/TPU), 'threefry2x32', 'rbg' or 'unsafe_rbg' (bert_jax.modeling.compute_policy.prng_impl).
   # With 'rbg'/'unsafe_rbg' dropout draws 16 bits per element (a rate within 0.1% of a multiple
