@@ -125,6 +125,12 @@ def test_gelu_new_is_an_opt_in_for_pretraining_from_scratch():
   c.model.hidden_act = "relu"
   with pytest.raises(ValueError, match=r"^bad config: model.hidden_act 'relu' not in"):
     compute_policy.check(c.model, "gpu")
+  roberta = pretraining.config_module().get_config("tiny,recipe=roberta")
+  roberta.model.hidden_act = "gelu_new"  # its MLM head in transformers is always exact GELU
+  with pytest.raises(ValueError, match=r"^bad config: model.hidden_act='gelu_new' with "
+                                       r"model_type 'roberta': .*use model.hidden_act='as_built'$"):
+    pretrain_setup.check_config(roberta, sharding.make_mesh((1, 1, 1), jax.devices()[:1]),
+                                source_registry.get(roberta.data.source))
 
 
 def _gelu_new_error(source):

@@ -59,6 +59,11 @@ def resume_check(config: ml_collections.ConfigDict, config_record: dict,
       RESUME_NEVER_CHANGES, "data.tokenizer / data.vocab_file")
 
 
+# Members whose transformers MLM head hard-codes the exact GELU (RobertaLMHead), so a model
+# trained with the tanh form does not export to what it computed.
+_EXACT_GELU_MLM_HEADS = ("roberta",)
+
+
 def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.Source) -> None:
   """Fails fast, with the offending key named, on configs that cannot run.
 
@@ -81,6 +86,10 @@ def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.So
         f"{config.seq_len}")
   if config.model_type not in members.names():
     bad(f"model_type {config.model_type!r} not in {list(members.names())}")
+  if config.model.hidden_act == "gelu_new" and config.model_type in _EXACT_GELU_MLM_HEADS:
+    bad(f"model.hidden_act='gelu_new' with model_type {config.model_type!r}: transformers' "
+        f"{config.model_type} MLM head computes the exact GELU whatever config.json says, so "
+        "its export would not compute what was trained; use model.hidden_act='as_built'")
   # The member's positions (ModernBERT's released sizes take 8,192; BERT's 512); the vocab
   # size, not known yet, does not change them.
   max_pos = model_config_lib.for_pretraining(model_config_lib.variant(config.variant, 1),
