@@ -5,6 +5,7 @@ and the fill-mask example.
 It lives apart from the command line so that the command answers a mistake in its flags or
 config before JAX, Flax, Orbax, TensorFlow and the objectives load.
 """
+import dataclasses
 import functools
 import json
 import sys
@@ -37,6 +38,30 @@ from bert_jax.training import train_core
 from bert_jax.training import workdir_owner
 
 
+@dataclasses.dataclass(frozen=True)
+class _Place:
+  """Where a run computes and writes, settled before anything loads: its workdir, whether this
+  process writes, the mesh and its rules, and the test hook `preempt_at_step`."""
+  workdir: str
+  is_writer: bool
+  mesh: Any
+  rules: Any
+  preempt_at_step: Optional[int]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Start:
+  """What the loop starts from: the data, the objective's setup, the state and its shardings,
+  the stream's position, the workdir's checkpoints and the config as recorded."""
+  data: Any
+  setup: Any
+  state: Any
+  state_shardings: Any
+  data_position: int
+  ckpts: ckpt_lib.TrainCheckpoints
+  config_record: dict
+
+
 def train(config: ml_collections.ConfigDict, workdir: str,
           preempt_at_step: Optional[int] = None) -> dict[str, Any]:
   """Runs pretraining; returns a summary (final step, last logged metrics, state).
@@ -65,14 +90,14 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     # Until the end of training, a line within every 9 s in every phase, saying which.
     with train_log.Heartbeat("bert_jax.pretrain", enabled=is_writer, file=sys.stdout,
                              at_start=False, status="loading the input pipeline") as beat:
-      return _train(config, workdir, preempt_at_step, mesh, rules, source, is_writer, beat,
-                    stop)
+      return _train(config, _Place(workdir, is_writer, mesh, rules, preempt_at_step), source,
+                    beat, stop)
   finally:
     stop.restore()  # (again, for a run that failed before its loop)
 
 
-def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer: bool,
-           beat: train_log.Heartbeat, stop: stop_signals.StopSignals) -> dict[str, Any]:
+def _train(config, place: _Place, source, beat: train_log.Heartbeat,
+           stop: stop_signals.StopSignals) -> dict[str, Any]:
   """train() from the input pipeline on; `beat` says which phase the run is in."""
   # -- Data ------------------------------------------------------------------
   data = _input_pipeline(config, source)
@@ -84,28 +109,30 @@ def _train(config, workdir: str, preempt_at_step, mesh, rules, source, is_writer
 
   # -- State: resume this workdir, or start from init_checkpoint (or the params the
   # objective starts from: a distillation student from its teacher), or scratch -----
-  ckpts = ckpt_lib.TrainCheckpoints(str(epath.Path(workdir) / workdir_layout.CHECKPOINTS),
-                                    max_to_keep=config.keep_checkpoints)
+  ckpts = ckpt_lib.TrainCheckpoints(
+      str(epath.Path(place.workdir) / workdir_layout.CHECKPOINTS),
+      max_to_keep=config.keep_checkpoints)
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
-  state, state_shardings, data_position = _initial_state(
-      config, workdir, setup, data, mesh, rules, ckpts, config_record, is_writer)
+  state, state_shardings, data_position = _initial_state(config, place, setup, data, ckpts,
+                                                         config_record)
   beat.touch()  # _initial_state printed the header
   beat.doing("compiling the train step")
-  return _compile_and_loop(config, workdir, preempt_at_step, mesh, rules, is_writer, beat,
-                           data, setup, state, state_shardings, data_position, ckpts,
-                           config_record, stop)
+  return _compile_and_loop(config, place, _Start(data, setup, state, state_shardings,
+                                                 data_position, ckpts, config_record),
+                           beat, stop)
 
 
-def _compile_and_loop(config, workdir: str, preempt_at_step, mesh, rules, is_writer: bool,
-                      beat: train_log.Heartbeat, data, setup, state, state_shardings,
-                      data_position: int, ckpts, config_record: dict,
+def _compile_and_loop(config, place: _Place, start: _Start, beat: train_log.Heartbeat,
                       stop: stop_signals.StopSignals) -> dict[str, Any]:
   """_train from the first compile on: the steps compiled, the loop, the last checkpoint."""
+  workdir, is_writer, mesh, rules = place.workdir, place.is_writer, place.mesh, place.rules
+  data, setup, state, ckpts = start.data, start.setup, start.state, start.ckpts
+  data_position, config_record = start.data_position, start.config_record
   model_cfg = setup.model_config
   start_step = int(state.step)
   # -- Jitted steps (frozen params, a distillation teacher, are an input placed once) --
-  train_step, eval_step, frozen = _jitted_steps(config, setup, state, state_shardings, mesh,
-                                                rules, stop)
+  train_step, eval_step, frozen = _jitted_steps(config, setup, state, start.state_shardings,
+                                                mesh, rules, stop)
 
   # -- Loop ---------------------------------------------------------------------
   description = _model_description(model_cfg, data.tokenizer)  # saved with each checkpoint
@@ -127,7 +154,7 @@ def _compile_and_loop(config, workdir: str, preempt_at_step, mesh, rules, is_wri
   try:
     while step < config.total_steps:
       beat.doing(f"training, step {step} of {config.total_steps}")
-      if loop.stop_requested(preempt=step == preempt_at_step):
+      if loop.stop_requested(preempt=step == place.preempt_at_step):
         save(step)
         loop.stopped(f"step {step}")
         beat.end()  # its line saying it exits is the program's last
@@ -185,13 +212,13 @@ def _input_pipeline(config, source):
   return data
 
 
-def _initial_state(config, workdir: str, setup, data, mesh, rules, ckpts, config_record: dict,
-                   is_writer: bool):
+def _initial_state(config, place: _Place, setup, data, ckpts, config_record: dict):
   """The state the run starts from (ckpt_lib.initial_state's policy), announced.
 
   Returns:
     (state, its shardings, the data position to continue the stream from).
   """
+  workdir, is_writer, mesh, rules = place.workdir, place.is_writer, place.mesh, place.rules
   _check_export_has_checkpoints(config, workdir, ckpts)
   pretrained = setup.start_from
   if config.init_checkpoint:
