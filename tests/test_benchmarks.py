@@ -334,3 +334,15 @@ def test_glue_standin_writes_sst2_files_that_the_glue_reader_takes(tmp_path):
   assert 1 <= words.min() and words.max() <= 52 and 6 < words.mean() < 11
   assert 15 < np.mean([len(e.text_a.split()) for e in dev]) < 24
   assert 0.5 < np.mean([int(e.label) for e in train]) < 0.62
+
+
+def test_modernbert_long_compares_the_two_layouts_in_separate_processes():
+  out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "modernbert_long.py"),
+                        "--seq_len=512", "--layers=3", "--repeats=1"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  lines = out.stdout.strip().splitlines()
+  rows = [json.loads(line) for line in lines[:2]]
+  assert [r["global_every"] for r in rows] == [3, 1]
+  assert all(r["seq_len"] == 512 and r["median_s"] > 0 and r["peak_rss_gib"] > 0 for r in rows)
+  assert lines[2].startswith("local layers against every layer global: time ")
