@@ -58,6 +58,7 @@ from bert_jax.inference import embedding
 from bert_jax.modeling import bundle as bundle_lib
 from bert_jax.modeling import loading
 from bert_jax.runtime import atomic_files
+from bert_jax.runtime import compile_cache
 from bert_jax.runtime import train_log
 from bert_jax.runtime import write_errors
 
@@ -96,6 +97,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_boolean("length_bucketing", True, "sort texts by length and cut each batch to "
                        "a fixed bucket length (one compilation per length)", flag_values=fv)
   flags.DEFINE_boolean("quiet", False, "no progress lines on stderr", flag_values=fv)
+  flags.DEFINE_string("compile_cache", "auto", "JAX's persistent compilation cache, as the "
+                      "training programs' compile_cache: 'auto' (JAX_COMPILATION_CACHE_DIR, else "
+                      "the user's cache folder), a directory, or 'off'; a second run of the same "
+                      "lengths loads its programs instead of compiling them", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.embed", __doc__, paths=("checkpoint", "input", "output"))
   return fv
 
@@ -120,6 +125,7 @@ class _Stream:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
+  compile_cache.enable(args.compile_cache)
   # Everything that can be wrong is checked before the input is read. A line within seconds
   # while a large checkpoint loads; a bad path fails in one line before it.
   with train_log.Heartbeat("bert_jax.embed", at_start=False, first=train_log.LOADING_SECONDS,

@@ -267,3 +267,26 @@ def test_a_recorded_embedding_default_of_the_wrong_type_is_refused(recorded, tmp
     embed.main(["--checkpoint", path, "--input", str(tmp_path / "in.txt"),
                 "--output", str(tmp_path / "o.npy")])
   assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.slow  # two processes of the program
+def test_a_second_run_of_the_same_lengths_loads_its_programs_from_the_cache(ckpt, tmp_path):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.repo import ROOT, child_env  # pylint: disable=g-import-not-at-top
+  inp = tmp_path / "in.txt"
+  inp.write_text("a dog\nthe cat sat on the mat with a dog\n")
+  cache = tmp_path / "cache"
+  env = dict(child_env(), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+  def run(name):
+    out = subprocess.run([sys.executable, "-m", "bert_jax.embed", "--checkpoint", ckpt,
+                          "--input", str(inp), "--output", str(tmp_path / name), "--quiet",
+                          f"--compile_cache={cache}"], capture_output=True, text=True,
+                         cwd=ROOT, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return {p.name: p.stat().st_mtime_ns for p in cache.iterdir() if "atime" not in p.name}
+  first = run("a.npy")
+  assert any(name.startswith("jit_") for name in first)  # the programs were written
+  assert run("b.npy") == first  # read back, nothing compiled and written again
+  np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), np.load(tmp_path / "b.npy"))
