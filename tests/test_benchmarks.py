@@ -346,3 +346,20 @@ def test_modernbert_long_compares_the_two_layouts_in_separate_processes():
   assert [r["global_every"] for r in rows] == [3, 1]
   assert all(r["seq_len"] == 512 and r["median_s"] > 0 and r["peak_rss_gib"] > 0 for r in rows)
   assert lines[2].startswith("local layers against every layer global: time ")
+
+
+def test_the_flops_count_gives_a_sliding_window_layer_only_the_keys_it_attends_to():
+  from bert_jax.modeling import model_config  # pylint: disable=g-import-not-at-top
+  base = model_config.for_pretraining(model_config.variant("base", 50368), "modernbert", 50283)
+  dense = base.replace(global_every=1)  # every layer global
+  s, h, layers = 8192, base.hidden_size, base.num_layers
+  local_layers = sum(base.is_local(i) for i in range(layers))
+  assert local_layers == layers - -(-layers // 3)  # layers 0, 3, 6, ... are global
+  saved = 12.0 * h * local_layers * (s - (base.local_window + 1))
+  assert flops.train_flops_per_token(dense, s, 0.3) - flops.train_flops_per_token(
+      base, s, 0.3) == pytest.approx(saved)
+  # Within the window, local and global layers count the same.
+  assert flops.train_flops_per_token(dense, 64, 0.3) == flops.train_flops_per_token(base, 64, 0.3)
+  bert = model_config.variant("base", 30522)  # no window: 12 L S H as before
+  assert flops.train_flops_per_token(bert, 128, 0.0) - flops.train_flops_per_token(
+      bert, 64, 0.0) == 12.0 * bert.num_layers * 64 * bert.hidden_size

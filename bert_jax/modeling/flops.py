@@ -51,7 +51,9 @@ def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: flo
                           emd: bool = False) -> float:
   """6 N_nonembed + 12 L S H + 6 E (V + H) x masked fraction (+ 6 E H) (+ 24 L R H), per real token.
 
-  Attention is bidirectional, so its term is not halved; the MLM head (transform
+  Attention is bidirectional, so its term is not halved; S is the keys a query attends to: the
+  sequence in a global layer, at most local_window + 1 in a sliding-window one (ModernBERT's
+  local layers). The MLM head (transform
   H -> E and the tied decoder E -> V, E the embedding width) runs only at masked
   positions; factorized embeddings (E != H: ALBERT, ELECTRA) add their projection
   E -> H at every token. DeBERTa's disentangled attention adds, per layer and token, its
@@ -65,7 +67,9 @@ def train_flops_per_token(config: BertConfig, seq_len: int, masked_fraction: flo
   same input (keys and values are H in both) and XLA computes them once.
   """
   h, e = config.hidden_size, config.embed_dim
-  flops = (6.0 * encoder_params(config) + 12.0 * config.num_layers * seq_len * h
+  keys = sum(min(seq_len, 2 * (config.local_window // 2) + 1) if config.is_local(layer)
+             else seq_len for layer in range(config.num_layers))
+  flops = (6.0 * encoder_params(config) + 12.0 * keys * h
            + 6.0 * e * (config.vocab_size + h) * masked_fraction + (6.0 * e * h if e != h else 0.0)
            + 24.0 * config.num_layers * config.relative_span * h)
   if emd:
