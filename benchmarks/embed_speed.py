@@ -44,7 +44,7 @@ sys.path.insert(0, ROOT)
 
 def sts_sentences(path: str, num: int) -> list[str]:
   """sentence1, sentence2 of each STS-B row in order, the first `num` of them."""
-  from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
   task = glue.get_task("stsb")
   data_dir = os.path.dirname(os.path.dirname(path))
   texts = []
@@ -168,7 +168,7 @@ def main(argv=None) -> int:
     if not os.path.isfile(path):
       sys.exit(f"missing {path} (see the module docstring)")
   from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
-  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
 
   if args.texts:
     with open(args.texts, encoding="utf-8") as f:

@@ -30,7 +30,7 @@ permutations, remainder dropped), so what differs is the implementation and
 the dropout masks. GLUE inputs of the reference come from transformers'
 BertTokenizerFast (the agreement with bert_jax's ids is printed); GLUE metrics
 of the reference come from scikit-learn. SQuAD windows are Google's run_squad
-windows (bert_jax.tasks.squad, doc_stride = step between windows, which
+windows (bert_jax.tasks.squad.features, doc_stride = step between windows, which
 transformers' run_qa does not have) for both, and both are decoded by the same
 n-best post-processing and scored by the official v1.1 definitions
 (bert_jax.squad_eval), so the SQuAD comparison isolates model and training.
@@ -205,7 +205,7 @@ def bert_jax_head(task: str, bundle_dir: str, num_labels: int, seed: int) -> dic
   import flax.linen as nn  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
   cfg = bundle.read_config(bundle_dir).replace(scan_layers=False)
   if task == "squad":
@@ -312,7 +312,7 @@ def run_hf_glue(task_name: str, b: Budget, args, out: str, pad_to_longest: bool 
   from sklearn import metrics as skm  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
 
   task = glue.get_task(task_name)
   train_ex = glue.read_tsv(task, args.glue_dir, "train")
@@ -367,8 +367,8 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import squad  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import squad_metrics  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.squad import features as squad  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.squad import metrics as squad_metrics  # pylint: disable=g-import-not-at-top
 
   tok = tokenizer_lib.WordPieceTokenizer(os.path.join(args.bundle, "vocab.txt"), True)
   train_ex, skipped = squad.read_squad_json(squad_files[0], is_training=True)

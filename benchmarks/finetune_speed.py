@@ -111,7 +111,7 @@ def main() -> int:
   seeds = [int(s) for s in args.seeds.split(",") if s]
   pad_max_seeds = [int(s) for s in args.pad_max_seeds.split(",") if s] or seeds
 
-  from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
   n_train = len(glue.read_tsv(glue.get_task(args.task), args.glue_dir, "train"))
   if args.max_train_examples:
     n_train = min(n_train, args.max_train_examples)

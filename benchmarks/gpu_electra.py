@@ -32,7 +32,7 @@ def _flops_per_token(config_arg: str, overrides: list[str]) -> float:
   """Training FLOPs per token of a pretraining config, as the run computes them."""
   sys.path.insert(0, ROOT)
   from bert_jax import config_help  # pylint: disable=g-import-not-at-top
-  from bert_jax.objectives import pretrain_setup  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretraining import setup as pretrain_setup  # pylint: disable=g-import-not-at-top
   config = config_help.load(os.path.join(ROOT, config_arg)).config
   for o in overrides:
     key, value = o[len("--config."):].split("=", 1)

@@ -16,7 +16,7 @@ dropout 0.1. For each seed it fine-tunes twice with the same data,
 hyperparameters, label alignment, head initialisation and data order:
   bert_jax  `python -m bert_jax.finetune --config configs/ner.py` (the real CLI,
             as a subprocess) from the converted bundle, scored by
-            bert_jax.tasks.conlleval; seqeval's F1 of its written prediction
+            bert_jax.tasks.ner.conlleval; seqeval's F1 of its written prediction
             files is added (`*_f1_seqeval_on_written`);
   hf        transformers' FlaxBertForTokenClassification from the same model
             directory, inputs from BertTokenizerFast (`is_split_into_words`,
@@ -28,7 +28,7 @@ hyperparameters, label alignment, head initialisation and data order:
             IOB1 / IOB2 converts them first); scored by seqeval (default mode,
             conlleval's rules) on predictions in each file's scheme.
 Labels: O, B-X and I-X of every entity type of the whole train.txt
-(bert_jax.tasks.ner.label_list). Both evaluate every sentence of valid.txt and
+(bert_jax.tasks.ner.data.label_list). Both evaluate every sentence of valid.txt and
 of --test_file; sentences longer than max_seq_length - 2 sub-tokens are split
 into windows at word boundaries by each side's own code. Prints the valid and
 test entity F1 of both, their differences and wall times, and a JSON line.
@@ -90,8 +90,8 @@ def hf_encode(tok, sentences, label_id: dict, max_seq_length: int) -> tuple[dict
 
 
 def _read(path: str):
-  """bert_jax.tasks.ner's reading of a CoNLL file: its sentences and tagging scheme."""
-  from bert_jax.tasks import ner  # pylint: disable=g-import-not-at-top
+  """bert_jax.tasks.ner.data's reading of a CoNLL file: its sentences and tagging scheme."""
+  from bert_jax.tasks.ner import data as ner  # pylint: disable=g-import-not-at-top
   sentences = ner.read_conll(path)
   return sentences, ner.scheme_of(sentences)
 
@@ -103,8 +103,9 @@ def run_hf(b: ref.Budget, args, out: str) -> dict:
   import optax  # pylint: disable=g-import-not-at-top
   from seqeval import metrics as seqeval_metrics  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import ner  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
+  from bert_jax.tasks.ner import data as ner  # pylint: disable=g-import-not-at-top
 
   full_train, train_scheme = _read(os.path.join(args.ner_dir, "train.txt"))
   labels = ner.label_list(full_train, "train.txt")  # O, B-X and I-X of every type
@@ -196,13 +197,15 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
   from bert_jax.finetuning import batches as finetune_batches  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import compute_policy  # pylint: disable=g-import-not-at-top
-  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import task as task_lib  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.checkpoints import run_checkpoints as ckpt_lib
   from bert_jax.training import optimizer as opt_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.training import sharding  # pylint: disable=g-import-not-at-top
   from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top

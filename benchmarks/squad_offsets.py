@@ -1,4 +1,4 @@
-"""SQuAD answers through character offsets, per tokenizer (bert_jax.tasks.squad_offsets).
+"""SQuAD answers through character offsets, per tokenizer (bert_jax.tasks.squad.offsets).
 
 For each answerable question of a SQuAD file (its first answer, as training
 reads it): the gold start/end tokens from the answer's characters, and whether
@@ -21,8 +21,8 @@ import os
 import time
 
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
-from bert_jax.tasks import squad
-from bert_jax.tasks import squad_offsets
+from bert_jax.tasks.squad import features as squad
+from bert_jax.tasks.squad import offsets as squad_offsets
 
 
 def measure(tok, examples, max_seq_length=384, doc_stride=128):

@@ -4,7 +4,7 @@ r"""Cost of the checks on a full train state: checksums and the finite-state gua
 
 Builds the variant's full pretraining train state (params and optimizer
 moments) and times, alternating them round by round (median of --repeats):
-the array checksums recorded with every checkpoint (bert_jax.runtime.checksum), the
+the array checksums recorded with every checkpoint (bert_jax.checkpoints.checksum), the
 finite-state check run at log steps and before every save
 (train_core.check_finite), the Orbax save of the same state to a temporary
 directory (the reference the checksum is paid beside), and one train step at
@@ -23,11 +23,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bert_jax.runtime import checksum  # noqa: E402
-from bert_jax.training import checkpoint as ckpt_lib  # noqa: E402
+from bert_jax.checkpoints import checksum  # noqa: E402
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib  # noqa: E402
 from bert_jax.training import train_core  # noqa: E402
 from benchmarks import train_step as train_step_bench  # noqa: E402
-from bert_jax.objectives import pretrain_setup  # noqa: E402
+from bert_jax.pretraining import setup as pretrain_setup  # noqa: E402
 
 
 def main(argv=None):

@@ -52,8 +52,8 @@ from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
 from bert_jax.modeling import model as model_lib  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
-from bert_jax.objectives import pretrain_setup  # noqa: E402
-from bert_jax.runtime import checksum  # noqa: E402
+from bert_jax.pretraining import setup as pretrain_setup  # noqa: E402
+from bert_jax.checkpoints import checksum  # noqa: E402
 from bert_jax.runtime import xla_flags  # noqa: E402
 from bert_jax.training import optimizer as opt_lib  # noqa: E402
 from bert_jax.training import sharding  # noqa: E402
@@ -174,7 +174,7 @@ def build_ours(config, model_cfg, batch):
 
 
 def params_checksum(params) -> int:
-  """One number for every parameter's bits (bert_jax.runtime.checksum's, combined)."""
+  """One number for every parameter's bits (bert_jax.checkpoints.checksum's, combined)."""
   sums = checksum.tree_checksums(params)
   return zlib.crc32(json.dumps(sums, sort_keys=True).encode())
 

@@ -41,7 +41,7 @@ import jax  # noqa: E402
 from bert_jax import cli  # noqa: E402
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
-from bert_jax.objectives import topology_compile  # noqa: E402
+from bert_jax.pretraining import topology_compile  # noqa: E402
 from bert_jax.runtime import stop_signals  # noqa: E402
 from bert_jax.runtime import train_log  # noqa: E402
 from bert_jax.training import sharding  # noqa: E402

@@ -24,13 +24,13 @@ from etils import epath
 import jax
 import numpy as np
 
-from bert_jax.data.stream import length_buckets
+from bert_jax.batching import length_buckets
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
-from bert_jax.modeling import bundle as bundle_lib
-from bert_jax.modeling import flops
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import bundle as bundle_lib
+from bert_jax.batching import bucket_cost
+from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.runtime.json_file import read_json
 
@@ -106,7 +106,7 @@ class Encoder:
     Raises:
       ValueError: the checkpoint has no classifier, or no GLUE task recorded.
     """
-    from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+    from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
     if "classifier" not in self.heads or self.task is None:
       raise ValueError(f"{self.pretrained.source} has no classifier of a GLUE task (heads: "
                        f"{list(self.heads)}); load a fine-tuning run's export/")
@@ -138,13 +138,13 @@ class Encoder:
     Returns:
       One tag per word of each text (O, or B-/I- of an entity type of the training
       file) in `scheme`, decoded as fine-tuning's evaluation does
-      (bert_jax.tasks.ner.predicted_tags, then ner.convert).
+      (bert_jax.tasks.ner.data.predicted_tags, then ner.convert).
 
     Raises:
       ValueError: the checkpoint is not an NER export with its labels, or an
         unknown scheme.
     """
-    from bert_jax.tasks import ner  # pylint: disable=g-import-not-at-top
+    from bert_jax.tasks.ner import data as ner  # pylint: disable=g-import-not-at-top
     if scheme not in ner.SCHEMES:
       raise ValueError(f"scheme {scheme!r} not in {list(ner.SCHEMES)}")
     labels = self.info.get("labels")
@@ -174,13 +174,14 @@ class Encoder:
 
     Returns:
       Per question, the answer text from its context, as fine-tuning's evaluation
-      decodes it (bert_jax.tasks.squad.postprocess_predictions, with the run's
+      decodes it (bert_jax.tasks.squad.features.postprocess_predictions, with the run's
       windowing and n-best options); '' when a SQuAD 2.0 model predicts no answer.
 
     Raises:
       ValueError: the checkpoint is not a SQuAD export, or the counts differ.
     """
-    from bert_jax.tasks import squad, squad_offsets  # pylint: disable=g-import-not-at-top
+    from bert_jax.tasks.squad import features as squad  # pylint: disable=g-import-not-at-top
+    from bert_jax.tasks.squad import offsets as squad_offsets
     if "qa_outputs" not in self.heads or "version" not in self.info:
       raise ValueError(f"{self.pretrained.source} is not a SQuAD fine-tuning export (task "
                        f"{self.task!r}, heads {list(self.heads)}); load the export/ of a "
@@ -201,12 +202,13 @@ class Encoder:
   def _outputs(self, forward, arrays: dict, batch_size: int, bucketed: bool):
     """forward(params, input_ids, input_mask, segment_ids) over every row of `arrays`, in
     row order; bucketed: rows sorted by length into buckets chosen as fine-tuning's
-    (flops.auto_buckets; per-example outputs only), else batches at full length."""
+    (bucket_cost.auto_buckets; per-example outputs only), else batches at full length."""
     n, seq_len = arrays["input_ids"].shape
     if bucketed:
       lengths = length_buckets.row_lengths(arrays["input_mask"])
       batches = length_buckets.eval_batches(
-          lengths, batch_size, flops.auto_buckets(self.config, [(lengths, 1.0 / 3.0)], seq_len))
+          lengths, batch_size,
+          bucket_cost.auto_buckets(self.config, [(lengths, 1.0 / 3.0)], seq_len))
     else:
       batches = length_buckets.sequential_batches(np.arange(n), batch_size, seq_len,
                                                   pad_last=True)
@@ -224,7 +226,7 @@ def _jit_apply(module):
 
 @functools.lru_cache(maxsize=8)
 def _classifier_fn(config, num_labels: int, head: str, head_layers: int):
-  from bert_jax.tasks import glue_task  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.glue import task as glue_task  # pylint: disable=g-import-not-at-top
   return _jit_apply(glue_task.sequence_model(config, num_labels, head, head_layers))
 
 

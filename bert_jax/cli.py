@@ -223,11 +223,11 @@ def define_config(flag_values: flags.FlagValues, help_string: str,
 def check_config_reads(config: ml_collections.ConfigDict, argv: Sequence[str], prog: str) -> None:
   """Ends the program in one line when argv sets a config key the run will not read.
 
-  The rules are the config file's READ_ONLY_WHEN (bert_jax.runtime.config_reads); a
+  The rules are the config file's READ_ONLY_WHEN (bert_jax.configuration.reads); a
   controlling key chosen for an explicit key is set in `config` and printed.
   """
   from bert_jax import config_help  # pylint: disable=g-import-not-at-top
-  from bert_jax.runtime import config_reads  # pylint: disable=g-import-not-at-top
+  from bert_jax.configuration import reads as config_reads  # pylint: disable=g-import-not-at-top
   spec = _config_spec(argv)
   path, _, arg = spec.partition(":")
   module = config_help.load_module(path)
@@ -287,7 +287,8 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import workdir_lock  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import write_errors  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.checkpoints import run_checkpoints as checkpoint
   from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top
   writer = jax.process_index() == 0
   try:

@@ -7,7 +7,7 @@ r"""Every key of a config, with its default and its comment; unknown keys named.
 Config files declare every key with a comment above it (`c.seq_len = 128`
 after `# Tokens per sequence (static).`); the model, optimizer and mesh
 sections and the keys every fine-tuning config shares are declared in
-bert_jax/training/config_sections.py. This module reads those comments from the
+bert_jax/configuration/sections.py. This module reads those comments from the
 sources, so the listing is what the files say, and checks `--config.a.b=v`
 overrides before a program starts: an unknown key at any depth is one line
 naming it and the closest valid key.
@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 from etils import epath
 import ml_collections
 
-from bert_jax.training import config_sections
+from bert_jax.configuration import sections as config_sections
 
 # `X.key = value`: a key assignment (X is the config or section variable).
 _ASSIGN = re.compile(r"\s+\w+\.([\w.]+) = (.*)$")

@@ -3,7 +3,7 @@ r"""docs/configuration.md: every config key, its default and its comment, from t
   python -m bert_jax.config_reference > docs/configuration.md
 
 Config files declare every key with a comment above it (configs/*.py, and the sections they
-share in bert_jax/training/config_sections.py); `bert_jax.config_help` reads those comments
+share in bert_jax/configuration/sections.py); `bert_jax.config_help` reads those comments
 from the sources. This module prints them as one Markdown page: per config file, its
 argument, a table of every key (as `get_config` of a reference argument builds it) and tables
 of the keys whose defaults depend on the argument. tests/test_config_reference.py

@@ -53,7 +53,7 @@ from flax import traverse_util  # noqa: E402  pylint: disable=g-import-not-at-to
 from bert_jax import cli  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import hf  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import tf1  # noqa: E402  pylint: disable=g-import-not-at-top
-from bert_jax.modeling import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.checkpoints import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.runtime import train_log  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.runtime import write_errors  # noqa: E402  pylint: disable=g-import-not-at-top
 

@@ -23,8 +23,8 @@ bad data fails fast) -> per seed: optimizer -> initial state (the shared
 initialisation policy) -> jit(train_step) -> epochs -> padded eval of every
 example. With length_bucketing (GLUE's default) each training and eval batch is
 cut to the shortest of a few fixed lengths that holds its longest row
-(bert_jax.data.stream.length_buckets; the step compiles once per length, logged);
-with packing each training batch's examples share rows (bert_jax.tasks.packing).
+(bert_jax.batching.length_buckets; the step compiles once per length, logged);
+with packing each training batch's examples share rows (bert_jax.batching.packing).
 Writes workdir/eval_results.json (dev metrics; the mean over `seeds`
 with `<metric>_std` when seeds > 1; per-seed values in
 eval_results_per_seed.json), prediction files (GLUE: predictions/<TASK>.tsv,
@@ -47,7 +47,7 @@ finished seeds' results) to the uninterrupted run's results, bitwise on the CPU.
 saved with other settings is refused in one line (bert_jax.finetuning.setup.RESUME_MAY_CHANGE
 lists what may change).
 
-The workdir records its run in run.json (bert_jax.training.workdir_owner): given again
+The workdir records its run in run.json (bert_jax.checkpoints.workdir_owner): given again
 once the run has finished, the same command prints the results and does nothing else;
 another config is refused in one line unless `--config.start_over=True` sets the earlier
 run's files aside (before_start_over/) first.

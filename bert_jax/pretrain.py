@@ -12,20 +12,20 @@ from typing import Optional, Sequence
 
 from bert_jax import cli
 
-# The run's functions (bert_jax.objectives.pretrain_run), imported on first use: the command
+# The run's functions (bert_jax.pretraining.run), imported on first use: the command
 # line checks its flags and config before the training code loads.
 _RUN_FUNCTIONS = ("train", "train_and_export", "export_and_demo", "evaluate", "_decoder_padding")
 
 
 def __getattr__(name):
   if name in _RUN_FUNCTIONS:
-    from bert_jax.objectives import pretrain_run  # pylint: disable=g-import-not-at-top
+    from bert_jax.pretraining import run as pretrain_run  # pylint: disable=g-import-not-at-top
     return getattr(pretrain_run, name)
   raise AttributeError(f"module 'bert_jax.pretrain' has no attribute {name!r}")
 
 
 def _train_and_export(config, workdir: str) -> None:
-  from bert_jax.objectives import pretrain_run  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretraining import run as pretrain_run  # pylint: disable=g-import-not-at-top
   pretrain_run.train_and_export(config, workdir)
 
 

@@ -33,8 +33,8 @@ from absl import flags
 from bert_jax import cli
 from bert_jax.inference import embedding
 from bert_jax.inference import retrieval
-from bert_jax.modeling import bundle
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
 

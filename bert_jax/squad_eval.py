@@ -11,7 +11,7 @@ question id -> answer text ("" for no answer). Prints, like the official scripts
         and with --na_prob_file: best_exact, best_exact_thresh, best_f1,
         best_f1_thresh.
 
-The scores are bert_jax.tasks.squad_metrics' (the published definitions; a
+The scores are bert_jax.tasks.squad.metrics' (the published definitions; a
 question without a prediction scores 0 and is reported on stderr).
 """
 import json
@@ -22,7 +22,7 @@ from absl import flags
 from etils import epath
 
 from bert_jax import cli
-from bert_jax.tasks import squad_metrics
+from bert_jax.tasks.squad import metrics as squad_metrics
 
 
 def _load_json(path, what):

@@ -54,18 +54,18 @@ similar lengths, each cut to the shortest of a few lengths that holds it, chosen
 `--config.length_bucketing=False` pads every row to max_seq_length).
 `--config.packing=True` packs each training batch's examples several to a row
 (block-diagonal attention, per-example [CLS] and loss: the same loss and gradients
-as one example per row, bert_jax.tasks.packing; grad_accum_steps 1). It is off by
+as one example per row, bert_jax.batching.packing; grad_accum_steps 1). It is off by
 default because it changes results: its batches are drawn unsorted, and on the
 STS-B recipe above (3 seeds) that scored 0.016 Pearson below length buckets, and
 saved wall time on no task measured (benchmarks/README.md).
 
-Every key is declared here or, with its comment, in bert_jax/training/config_sections.py
+Every key is declared here or, with its comment, in bert_jax/configuration/sections.py
 (`finetune`: the keys every fine-tuning config has, and the model, optimizer and
 mesh sections); `--config.a.b=v` overrides it, an unknown key is an error.
 """
 import ml_collections
 
-from bert_jax.training import config_sections
+from bert_jax.configuration import sections as config_sections
 
 # Tasks and their peak learning rates (see the module docstring).
 _LEARNING_RATES = {
@@ -74,7 +74,7 @@ _LEARNING_RATES = {
 }
 
 
-# Keys read only in some settings (bert_jax.runtime.config_reads).
+# Keys read only in some settings (bert_jax.configuration.reads).
 READ_ONLY_WHEN = {
     **config_sections.FINETUNE_READ_ONLY_WHEN,
     "data_dir": ("data_source", ("tsv",)),
@@ -92,7 +92,7 @@ def get_config(arg=None):
                      f"{sorted(_LEARNING_RATES)} (e.g. configs/glue.py:task=mrpc)")
 
   c = ml_collections.ConfigDict()
-  # GLUE task name (bert_jax.tasks.glue.TASKS).
+  # GLUE task name (bert_jax.tasks.glue.data.TASKS).
   c.task = task
   # Write the GLUE submission file(s) of the test split(s) when present.
   c.predict_test = True

@@ -39,15 +39,15 @@ and linear decay, 128 pieces. Expected: BERT-Base ~95 valid F1 on CoNLL-2003
 uncased) lower. Runtime: a 6-layer, hidden 384 model takes tens of minutes per
 CoNLL-2003 epoch on a few CPU cores.
 
-Every key is declared here or, with its comment, in bert_jax/training/config_sections.py
+Every key is declared here or, with its comment, in bert_jax/configuration/sections.py
 (`finetune`); `--config.a.b=v` overrides it, an unknown key is an error.
 """
 import ml_collections
 
-from bert_jax.training import config_sections
+from bert_jax.configuration import sections as config_sections
 
 
-# Keys read only in some settings (bert_jax.runtime.config_reads).
+# Keys read only in some settings (bert_jax.configuration.reads).
 READ_ONLY_WHEN = dict(config_sections.FINETUNE_READ_ONLY_WHEN)
 
 

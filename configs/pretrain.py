@@ -76,7 +76,7 @@ Base and large are accelerator runs (BERT-Base's 1M steps of batch 256 took Goog
 TPU chips); see docs/pretraining.md for meshes, pods and GPU clusters.
 
 Every key is declared here (the model, optimizer and mesh sections, shared by all
-entry points, in bert_jax/training/config_sections.py); `--config.a.b=v` overrides it, an
+entry points, in bert_jax/configuration/sections.py); `--config.a.b=v` overrides it, an
 unknown key is an error.
 """
 import math
@@ -85,8 +85,8 @@ import ml_collections
 
 from bert_jax.data.sources import raw_docs
 from bert_jax.members import registry as member_registry
-from bert_jax.runtime import config_reads
-from bert_jax.training import config_sections
+from bert_jax.configuration import reads as config_reads
+from bert_jax.configuration import sections as config_sections
 
 # Per-variant sizes; model shapes come from bert_jax.modeling.model_config.VARIANTS.
 _RECIPES = {
@@ -109,7 +109,7 @@ _LAMB_64K = {
     "phase2": (32_768, 1_563, 4e-3, 0.128),
 }
 
-# Keys read only in some settings (bert_jax.runtime.config_reads): a --config.KEY the run would
+# Keys read only in some settings (bert_jax.configuration.reads): a --config.KEY the run would
 # not read is an error naming what reads it; where one setting alone reads it (data.files: source
 # 'files'), giving the key alone chooses that setting and the run says so.
 _TFDS = ("data.source", ("tfds",))
@@ -318,7 +318,7 @@ def get_config(arg=None):
   c.start_over = False
   # Comma-separated config keys a resumed run may change on purpose (e.g.
   # 'optimizer.weight_decay,learning_rate'); others stop the resume naming them. Always
-  # allowed: bert_jax.objectives.pretrain_setup.RESUME_MAY_CHANGE (total_steps, log/checkpoint/eval
+  # allowed: bert_jax.pretraining.setup.RESUME_MAY_CHANGE (total_steps, log/checkpoint/eval
   # frequencies, mesh, ...); batch_size never (the saved data position counts batches).
   c.resume_allow_changes = ""
   # Profile steps [start, start+num) with jax.profiler into workdir/profile: the first

@@ -49,16 +49,16 @@ Hyperparameters are sentence-transformers' STS-B example: batch 16, 1 epoch
 Spearman 0.8203 before (the run prints it as zero_shot_spearman), 0.8393 after one
 epoch (359 steps of batch 16); about 5 to 17 minutes on a 2-core CPU.
 
-Every key is declared here or, with its comment, in bert_jax/training/config_sections.py
+Every key is declared here or, with its comment, in bert_jax/configuration/sections.py
 (`finetune`); `--config.a.b=v` overrides it, an unknown key is an error.
 """
 import ml_collections
 from ml_collections import config_dict
 
-from bert_jax.training import config_sections
+from bert_jax.configuration import sections as config_sections
 
 
-# Keys read only in some settings (bert_jax.runtime.config_reads).
+# Keys read only in some settings (bert_jax.configuration.reads).
 READ_ONLY_WHEN = {
     **config_sections.FINETUNE_READ_ONLY_WHEN,
     "score_max": ("loss", ("cosent", "cosine")),

@@ -43,19 +43,19 @@ null_score_diff_threshold (reported as best_f1_thresh). Runtime: several hours
 for v1.1 on one accelerator with BERT-Base; a few-hundred-question smoke run on
 CPU with a 6-layer model takes minutes.
 
-Every key is declared here or, with its comment, in bert_jax/training/config_sections.py
+Every key is declared here or, with its comment, in bert_jax/configuration/sections.py
 (`finetune`: the keys every fine-tuning config has, and the model, optimizer and
 mesh sections); `--config.a.b=v` overrides it, an unknown key is an error.
 """
 import ml_collections
 
-from bert_jax.training import config_sections
+from bert_jax.configuration import sections as config_sections
 
 # Versions of the original SQuAD release (train-v<version>.json, dev-v<version>.json).
 _VERSIONS = ("1.1", "2.0")
 
 
-# Keys read only in some settings (bert_jax.runtime.config_reads).
+# Keys read only in some settings (bert_jax.configuration.reads).
 READ_ONLY_WHEN = {
     **config_sections.FINETUNE_READ_ONLY_WHEN,
     "data_dir": ("data_source", ("json",)),

@@ -5,13 +5,13 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
-from bert_jax.objectives import pretrain_setup
-from bert_jax.objectives import topology_compile
+from bert_jax.pretraining import setup as pretrain_setup
+from bert_jax.pretraining import topology_compile
 from bert_jax.training import sharding
 from configs import pretrain as pretrain_config
 

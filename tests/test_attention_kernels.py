@@ -302,7 +302,7 @@ def test_one_example_per_row_computes_the_same_model_on_the_cpu(scan):
 
 
 def test_one_example_per_row_follows_the_data_and_is_never_saved():
-  from bert_jax.objectives import pretrain_setup  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretraining import setup as pretrain_setup  # pylint: disable=g-import-not-at-top
   config = small_config("unused")
   for packing in (False, True):
     config.data.packing = packing

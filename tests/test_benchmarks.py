@@ -318,7 +318,7 @@ def test_gpu_variants_skip_what_the_budget_cannot_hold(capsys):
 
 def test_glue_standin_writes_sst2_files_that_the_glue_reader_takes(tmp_path):
   import glue_standin  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
   corpus = tmp_path / "corpus.txt"
   corpus.write_text(" ".join(f"word{i % 97}" for i in range(5000)) + ".\n", encoding="utf-8")
   for out in ("a", "b"):

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling import model as model_lib
 from bert_jax.runtime import atomic_files
 from tests.fixtures import tiny_encoder
@@ -213,7 +213,7 @@ def test_guess_lowercase(tmp_path):
 
 
 def test_checkpoints_dir_with_only_an_interrupted_save(tmp_path):
-  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   (tmp_path / "checkpoints" / "20.orbax-checkpoint-tmp-1763").mkdir(parents=True)
   for path in (tmp_path, tmp_path / "checkpoints"):
     with pytest.raises(ValueError, match=r"checkpoints holds no finished checkpoint \(only "
@@ -222,7 +222,7 @@ def test_checkpoints_dir_with_only_an_interrupted_save(tmp_path):
 
 
 def test_checksums_see_every_bit_and_position():
-  from bert_jax.runtime import checksum  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import checksum  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   tree = {"a": rng.normal(size=(3, 5)).astype(np.float32), "b": {"c": np.arange(7, dtype=np.int32)},
           "d": rng.normal(size=4).astype(jax.numpy.bfloat16)}

@@ -22,7 +22,7 @@ from bert_jax.conversion import hf as hf_conversion
 from bert_jax.data.sources import registry as source_registry
 from bert_jax import finetune
 from bert_jax.members import registry as member_registry
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import loading
 from bert_jax.objectives import registry as objective_registry
 from bert_jax import pretrain
 from bert_jax.tasks import registry as task_registry
@@ -109,7 +109,7 @@ import numpy as np
 import optax
 
 from bert_jax.modeling import model as model_lib
-from bert_jax.tasks import metrics as metrics_lib
+from bert_jax.tasks.glue import metrics as metrics_lib
 from bert_jax.tasks import registry
 from bert_jax.tasks import task as task_lib
 
@@ -156,7 +156,7 @@ registry.register("long_sentence", sys.modules[__name__])
 TOY_TASK_CONFIG = '''
 import ml_collections
 
-from bert_jax.training import config_sections
+from bert_jax.configuration import sections as config_sections
 
 import toy_long_sentence_task  # registers the task
 

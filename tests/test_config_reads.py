@@ -1,5 +1,5 @@
 """A --config.KEY the run will not read is an error naming what reads it
-(bert_jax.runtime.config_reads).
+(bert_jax.configuration.reads).
 
 Every data-source key of configs/pretrain.py is set against every other source; a key read by
 exactly one source, given alone, chooses that source.
@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from bert_jax import config_help
-from bert_jax.runtime import config_reads
+from bert_jax.configuration import reads as config_reads
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PRETRAIN = config_help.load_module(ROOT / "configs" / "pretrain.py")

@@ -1,4 +1,4 @@
-"""Every config key is documented, in its config file or in bert_jax/training/config_sections.py;
+"""Every config key is documented, in its config file or in bert_jax/configuration/sections.py;
 parse_arg reads every config's argument."""
 import pathlib
 
@@ -10,7 +10,7 @@ from bert_jax import config_help
 from bert_jax import pretrain
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.training import config_sections
+from bert_jax.configuration import sections as config_sections
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Config file, an argument of get_config.
@@ -115,7 +115,7 @@ def test_each_recipe_is_a_config_pretraining_accepts(variant):
   """Every recipe's objective fits its data mode, batch and mesh (checked before any data)."""
   from bert_jax.data.sources import registry as source_registry  # pylint: disable=g-import-not-at-top
   from bert_jax.members import registry as member_registry  # pylint: disable=g-import-not-at-top
-  from bert_jax.objectives import pretrain_setup  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretraining import setup as pretrain_setup  # pylint: disable=g-import-not-at-top
   from bert_jax.training import sharding  # pylint: disable=g-import-not-at-top
   module = _config_module("pretrain.py")
   mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])

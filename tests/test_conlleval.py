@@ -3,7 +3,7 @@ import warnings
 
 import pytest
 
-from bert_jax.tasks import conlleval
+from bert_jax.tasks.ner import conlleval
 
 
 def test_valid_tags_score_as_seqeval_and_other_tags_are_refused():

@@ -25,9 +25,9 @@ from bert_jax import convert
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling import disentangled
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import from_hf_dict
 from bert_jax.modeling import pooling

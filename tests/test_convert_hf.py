@@ -18,7 +18,7 @@ from bert_jax import cli
 from bert_jax.conversion import hf
 from bert_jax.conversion import name_map
 from bert_jax import convert
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling import model as model_lib
 from tests.hf_reference import Reference
 from tests.fixtures import parity

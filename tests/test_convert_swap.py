@@ -19,7 +19,7 @@ import pytest
 
 from bert_jax import convert
 from bert_jax.conversion import hf
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.runtime import atomic_files
 from tests.fixtures import tiny_encoder
 from tests.fixtures import write_faults

@@ -21,7 +21,7 @@ from bert_jax.modeling import emd
 from bert_jax.modeling import flops
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import from_hf_dict
-from bert_jax.objectives import pretrain_setup
+from bert_jax.pretraining import setup as pretrain_setup
 from tests.fixtures import parity
 
 torch = parity.require("torch")

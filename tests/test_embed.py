@@ -14,10 +14,10 @@ import pytest
 from bert_jax.data.tokenizers import tokenizer_base
 from bert_jax import embed
 from bert_jax.inference import embedding
-from bert_jax.modeling import bundle
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
-from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB
 from tests.fixtures.tiny_encoder import random_params
@@ -107,8 +107,8 @@ def test_length_buckets_keep_input_order_and_results(loaded, monkeypatch):
   # 12 texts: a second length saves less padding than its compilation costs
   _, few = embedding.embed(loaded, texts, pooling="mean", batch_size=4)
   assert few.lengths == [24]
-  from bert_jax.modeling import flops  # pylint: disable=g-import-not-at-top
-  monkeypatch.setitem(flops.SHAPE_COMPILE_SECONDS, "cpu", (0.0, 0.0))  # lengths cost nothing
+  from bert_jax.batching import bucket_cost  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(bucket_cost.SHAPE_COMPILE_SECONDS, "cpu", (0.0, 0.0))  # lengths cost nothing
   a, stats = embedding.embed(loaded, texts, pooling="mean", batch_size=4)
   b, flat = embedding.embed(loaded, texts, pooling="mean", batch_size=4, length_bucketing=False)
   np.testing.assert_allclose(a, b, atol=1e-5)

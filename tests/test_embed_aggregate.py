@@ -10,8 +10,8 @@ import pytest
 from bert_jax import embed
 from bert_jax.inference import aggregate
 from bert_jax.inference import embedding
-from bert_jax.modeling import bundle
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB
 from tests.fixtures.tiny_encoder import WORDS

@@ -261,7 +261,7 @@ def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
   """GLUE rows and embed inputs of pairs and single texts equal transformers' fast tokenizer
   with longest-first truncation (RoBERTa: `<s> a </s></s> b </s>`, one segment)."""
   from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import glue  # pylint: disable=g-import-not-at-top
+  from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
   directory = bpe_dir if kind == "roberta" else albert_dir
   ours = tokenizer_lib.tokenizer_from_path(str(directory))
   fast = reference_tokenizer(kind, directory)
@@ -287,7 +287,7 @@ def test_glue_and_embed_inputs_are_the_family_layout(kind, bpe_dir, albert_dir):
 def test_pretraining_with_bpe_exports_a_bundle_that_carries_it(tmp_path, bpe_dir):
   """A run with RoBERTa's tokenizer records its file in every checkpoint and copies it into
   export/tokenizer/; the fill-mask demo and load_pretrained then use it."""
-  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
   _write_corpus(tmp_path)
   c = pretrain_config.get_config("tiny")

@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import loading
 from bert_jax import pretrain
 from bert_jax.runtime import train_log
-from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from tests.fixtures.pretraining import small_config
 from tests.fixtures.repo import ROOT
 from tests.fixtures.repo import child_env
@@ -64,10 +64,10 @@ def _damage(workdir, *steps):
 # full disk). TensorBoard writes from a thread of its own: its writer fails there instead.
 _DRIVER = r"""
 import errno, resource, sys
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax import pretrain
 from bert_jax.runtime import train_log
-from bert_jax.training import checkpoint
+from bert_jax.checkpoints import run_checkpoints as checkpoint
 import tensorboardX.record_writer
 
 def full_disk(limit):
@@ -334,7 +334,7 @@ import os, sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
 import jax, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
-from bert_jax.training import checkpoint
+from bert_jax.checkpoints import run_checkpoints as checkpoint
 which, directory = sys.argv[1:3]
 mesh = jax.make_mesh((8,), ("d",), axis_types=(jax.sharding.AxisType.Auto,))
 sharding = NamedSharding(mesh, PartitionSpec("d"))

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.runtime import atomic_files
 from tests.fixtures import tiny_encoder
 

@@ -19,14 +19,14 @@ import pytest
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.finetuning import evaluation
-from bert_jax.modeling import bundle
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
-from bert_jax.tasks import glue
+from bert_jax.tasks.glue import data as glue
 from bert_jax.tasks import registry as task_registry
-from bert_jax.tasks import squad_metrics
+from bert_jax.tasks.squad import metrics as squad_metrics
 from bert_jax.tasks import task as task_lib
-from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import sharding
 from bert_jax.training import train_core

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bert_jax.finetuning import seed_run
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from tests.fixtures import kills
 
 # 32 training rows in batches of 8: 4 steps a seed, 2 seeds; no periodic checkpoint, so the

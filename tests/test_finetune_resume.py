@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from bert_jax import finetune
-from bert_jax.modeling import bundle
-from bert_jax.training import checkpoint as ckpt_lib
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from tests.fixtures.finetuning import glue_config
 from tests.fixtures.finetuning import squad_config
 from tests.fixtures.repo import ROOT
@@ -105,7 +105,7 @@ def test_a_resume_with_other_settings_is_refused_in_one_line_and_nothing_moves(
 
 def test_checkpoint_keys_with_eval_only_are_refused_as_unread():
   from bert_jax import config_help  # pylint: disable=g-import-not-at-top
-  from bert_jax.runtime import config_reads  # pylint: disable=g-import-not-at-top
+  from bert_jax.configuration import reads as config_reads  # pylint: disable=g-import-not-at-top
   module = config_help.load_module(ROOT / "configs" / "glue.py")
   config = module.get_config("task=mrpc")
   config.eval_only = True

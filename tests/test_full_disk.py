@@ -102,7 +102,7 @@ def test_prepare_data_over_a_size_limit_is_one_line_naming_the_part(tmp_path):
 _SAVE = """
 import sys
 import numpy as np
-from bert_jax.training import checkpoint
+from bert_jax.checkpoints import run_checkpoints as checkpoint
 ckpts = checkpoint.TrainCheckpoints(sys.argv[1])
 try:
   ckpts.save(1, {"params": {"w": np.random.default_rng(0).normal(size=100_000)}}, {"step": 1})

@@ -7,7 +7,7 @@ import pytest
 
 from bert_jax.data.tokenizers import tokenizer_base
 from bert_jax.runtime import cpu_tensorflow
-from bert_jax.tasks import glue
+from bert_jax.tasks.glue import data as glue
 
 # A word list small enough to write expected ids by hand: id = position.
 _VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat",

@@ -6,7 +6,7 @@ from ml_collections import config_flags
 import pytest
 
 from bert_jax import config_help
-from bert_jax.tasks import glue
+from bert_jax.tasks.glue import data as glue
 
 _PATH = pathlib.Path(__file__).resolve().parents[1] / "configs" / "glue.py"
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bert_jax.runtime import cpu_tensorflow
-from bert_jax.tasks import glue
+from bert_jax.tasks.glue import data as glue
 
 # Rows per split, from the real-data folder's README.md (test sizes from the files).
 _ROWS = {

@@ -6,7 +6,7 @@ bert_jax.cli, their command-line support; everything else is the library, which
 programs, tests and users import. A library module that needs something a
 program holds means that thing belongs in the library (bert_jax.inference.embedding under
 bert_jax.embed, bert_jax.inference.mask_filling under bert_jax.fill_mask,
-bert_jax.tasks.squad_metrics under bert_jax.squad_eval).
+bert_jax.tasks.squad.metrics under bert_jax.squad_eval).
 """
 import ast
 import pathlib
@@ -114,8 +114,9 @@ def test_the_library_imports_no_program():
 
 # The library's subpackages, lowest first: a module imports only from its own layer or
 # those below it (docs/DESIGN.md, "Layout").
-LAYERS = ("runtime", "data", "members", "modeling", "training", "conversion", "inference",
-          "objectives", "tasks", "finetuning")
+LAYERS = ("configuration", "runtime", "data", "members", "modeling", "batching", "training",
+          "checkpoints", "conversion", "inference", "objectives", "tasks", "finetuning",
+          "pretraining")
 
 
 def _layer(name: str) -> int:
@@ -140,7 +141,7 @@ def test_no_layer_imports_a_layer_above_it():
 
 def test_upward_imports_are_found():
   assert _layer("bert_jax.runtime.startup") < _layer("bert_jax.modeling.model")
-  assert _layer("bert_jax.tasks.glue") < _layer("bert_jax.finetune")
+  assert _layer("bert_jax.tasks.glue.data") < _layer("bert_jax.finetune")
 
 
 # bert_jax.data's wings, lowest first: a source reads text and knows no tokenizer; a tokenizer
@@ -181,13 +182,18 @@ def test_imports_against_the_wings_are_found():
       ("bert_jax.data.tokenizers.wordpiece", "bert_jax.data.stream.rows")]
 
 
+# A run's checkpoints (train state on a mesh) are training's; a bundle is loaded without them.
+RUN_CHECKPOINTS = "bert_jax.checkpoints.run_checkpoints"
+
+
 def _training_imports_of_model_users(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
   """(module, training module) for each import of training by inference/ or the Python API:
-  using a trained model needs nothing from training (loading lives in modeling/loading.py)."""
+  using a trained model needs nothing from training (loading lives in checkpoints/loading.py)."""
   users = [name for name in graph if name == "bert_jax.api" or name == "bert_jax.inference"
            or name.startswith("bert_jax.inference.")]
   return sorted((name, target) for name in users for target in graph[name]
-                if target == "bert_jax.training" or target.startswith("bert_jax.training."))
+                if target in ("bert_jax.training", RUN_CHECKPOINTS)
+                or target.startswith("bert_jax.training."))
 
 
 def test_using_a_trained_model_imports_nothing_from_training():
@@ -196,10 +202,10 @@ def test_using_a_trained_model_imports_nothing_from_training():
 
 
 def test_training_imports_of_model_users_are_found():
-  graph = {"bert_jax.api": {"bert_jax.modeling.loading"},
-           "bert_jax.inference.embedding": {"bert_jax.training.checkpoint", "bert_jax.runtime"},
-           "bert_jax.finetune": {"bert_jax.training.checkpoint"}}
+  graph = {"bert_jax.api": {"bert_jax.checkpoints.loading"},
+           "bert_jax.inference.embedding": {RUN_CHECKPOINTS, "bert_jax.runtime"},
+           "bert_jax.finetune": {"bert_jax.checkpoints.run_checkpoints"}}
   assert _training_imports_of_model_users(graph) == [
-      ("bert_jax.inference.embedding", "bert_jax.training.checkpoint")]
+      ("bert_jax.inference.embedding", "bert_jax.checkpoints.run_checkpoints")]
   graph["bert_jax.api"].add("bert_jax.training")
   assert _training_imports_of_model_users(graph)[0] == ("bert_jax.api", "bert_jax.training")

@@ -31,7 +31,7 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from tests.fixtures.repo import ROOT
 from tests.fixtures.repo import child_env
 

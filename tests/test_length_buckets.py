@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from bert_jax import config_help
-from bert_jax.data.stream import length_buckets
+from bert_jax.batching import length_buckets
 from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.modeling import model as model_lib
@@ -200,13 +200,14 @@ def test_no_shape_cost_keeps_every_needed_length_and_a_large_one_keeps_one():
 def test_a_cpu_run_keeps_several_lengths_where_a_gpu_run_keeps_one():
   """The cost of a shape is compile time in row-tokens: seconds on a CPU are few tokens, on a
   GPU millions, so a short fine-tune there compiles one length."""
-  from bert_jax.modeling import flops  # pylint: disable=g-import-not-at-top
+  from bert_jax.batching import bucket_cost  # pylint: disable=g-import-not-at-top
   minilm = BertConfig(num_layers=6, hidden_size=384, num_heads=12, intermediate_size=1536)
   rng = np.random.default_rng(1)
   cola_like = np.clip(rng.lognormal(2.3, 0.4, size=4000).astype(int) + 2, 3, 64)
   groups = [(cola_like, 1.0), (cola_like[:1000], 1 / 3)]
-  cpu = length_buckets.choose_buckets(groups, 64, flops.shape_cost_row_tokens(minilm, "cpu", 12))
-  gpu = length_buckets.choose_buckets(groups, 64, flops.shape_cost_row_tokens(minilm, "gpu", 12))
+  cost = bucket_cost.shape_cost_row_tokens
+  cpu = length_buckets.choose_buckets(groups, 64, cost(minilm, "cpu", 12))
+  gpu = length_buckets.choose_buckets(groups, 64, cost(minilm, "gpu", 12))
   assert len(cpu) >= 3 and cpu[-1] >= cola_like.max()
   assert gpu == (length_buckets.bucket_of(int(cola_like.max()), length_buckets.bucket_lengths(64)),)
 

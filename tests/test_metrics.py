@@ -1,4 +1,4 @@
-"""bert_jax.tasks.metrics against scikit-learn and scipy."""
+"""bert_jax.tasks.glue.metrics against scikit-learn and scipy."""
 import warnings
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 from scipy import stats
 from sklearn import metrics as skm
 
-from bert_jax.tasks import metrics
+from bert_jax.tasks.glue import metrics
 
 
 def _random_classes(rng, n, k, agreement):

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling import layers
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig, variant

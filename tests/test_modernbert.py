@@ -204,7 +204,7 @@ def test_built_sizes_are_the_released_ones():
       theirs.global_attn_every_n_layers)
   torch.manual_seed(0)
   n_theirs = sum(p.numel() for p in transformers.ModernBertModel(theirs).parameters())
-  from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
   shapes = bundle.pretraining_shapes(base)
   n_ours = sum(int(np.prod(s)) for p, s in shapes.items()
                if p.startswith("bert/") and not p.startswith("bert/pooler/"))
@@ -252,7 +252,7 @@ def test_tokenizer_json_bundle_fills_masks_and_embeds_as_transformers(tmp_path):
   from bert_jax import convert  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
-  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   src, dst, out = (tmp_path / n for n in ("hf", "bundle", "export"))
   src.mkdir()
   n = _tokenizer_json(src)
@@ -344,7 +344,7 @@ def test_recipe_pretrains_exports_and_fills_masks(tmp_path):
   the trapezoidal schedule."""
   from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
-  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from tests.fixtures import pretraining  # pylint: disable=g-import-not-at-top
   config = pretraining.config_module().get_config("tiny,recipe=modernbert")
   assert (config.model_type, config.objective, config.data.mode, config.data.packing,

@@ -11,10 +11,10 @@ import pytest
 
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
-from bert_jax.modeling import bundle
-from bert_jax.modeling import loading
-from bert_jax.tasks import conlleval
-from bert_jax.tasks import ner
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
+from bert_jax.tasks.ner import conlleval
+from bert_jax.tasks.ner import data as ner
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 from tests.fixtures.finetuning import conll

@@ -34,7 +34,8 @@ def test_the_fallback_warning_of_a_truncated_state_file_is_one_line(tmp_path, ca
   """The warning is the cause's first line, without TensorStore's multi-line spec dump."""
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from bert_jax.training import checkpoint as ckpt_lib  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.checkpoints import run_checkpoints as ckpt_lib
   state = {"w": jax.numpy.ones((30522, 128)), "step": jax.numpy.int32(0)}
   ckpts = ckpt_lib.TrainCheckpoints(str(tmp_path / "checkpoints"), async_save=False)
   for step in (1, 2):
@@ -59,7 +60,8 @@ def test_the_fallback_warning_of_a_truncated_state_file_is_one_line(tmp_path, ca
 
 
 def test_one_line_cause_drops_the_tensorstore_dump():
-  from bert_jax.modeling import checkpoint_folder  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.checkpoints import folder as checkpoint_folder
   e = ValueError("Encountered error reading index (0, 1). See full TensorStore details: "
                  "<bound method spec of TensorStore({\n  'driver': 'zarr',\n  ...})>")
   assert checkpoint_folder.one_line_cause(e) == "ValueError: Encountered error reading index (0, 1)."

@@ -163,7 +163,7 @@ def test_every_command_is_valid_as_written(page, argv):
   else:  # as bert_jax.pretrain checks: with the data source it resolved
     source = importlib.import_module("bert_jax.data.sources.registry").get(config.data.source)
     check = functools.partial(
-        importlib.import_module("bert_jax.objectives.pretrain_setup").check_config,
+        importlib.import_module("bert_jax.pretraining.setup").check_config,
         source=source)
   try:
     check(config, mesh)

@@ -28,7 +28,7 @@ import sys
 import numpy as np
 import pytest
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling import model_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from bert_jax import convert
 from bert_jax import embed
 from bert_jax import fill_mask
 from bert_jax import finetune
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax import pretrain
 from tests.fixtures.finetuning import MRPC_HEADER
 from tests.fixtures.finetuning import SENTENCES

@@ -6,7 +6,7 @@ import pytest
 
 from bert_jax.inference import retrieval
 from bert_jax.inference import retrieval_metrics
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax import retrieval_eval
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB

@@ -7,7 +7,7 @@ import pytest
 
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks import glue_task
+from bert_jax.tasks.glue import task as glue_task
 
 CONFIG = BertConfig(vocab_size=64, hidden_size=32, num_layers=3, num_heads=2,
                     intermediate_size=64, max_position_embeddings=32, attention_impl="xla")
@@ -138,7 +138,7 @@ def test_bad_head_config_is_one_clear_error():
 def test_encoder_classifies_with_the_head_the_export_records(tmp_path):
   """A layers_attention export: Encoder.classify builds that head (bundle.json's head)."""
   from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
-  from bert_jax.modeling import bundle
+  from bert_jax.checkpoints import bundle
   from tests.fixtures.tiny_encoder import CONFIG as SMALL  # pylint: disable=g-import-not-at-top
   from tests.fixtures.tiny_encoder import VOCAB, random_params, token_ids  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(3)

@@ -7,11 +7,11 @@ import types
 import numpy as np
 import pytest
 
-from bert_jax.tasks import squad_metrics
-from bert_jax.tasks import squad
+from bert_jax.tasks.squad import metrics as squad_metrics
+from bert_jax.tasks.squad import features as squad
 from tests.fixtures import parity
 
-_BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "assets",
+_BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "..", "assets",
                               "bert-base-uncased-vocab.txt")
 
 

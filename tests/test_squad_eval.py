@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from bert_jax import squad_eval
-from bert_jax.tasks import squad_metrics
+from bert_jax.tasks.squad import metrics as squad_metrics
 from tests.fixtures import parity
 
 

@@ -5,11 +5,11 @@ import pytest
 
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
-from bert_jax.modeling import bundle
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks import squad
-from bert_jax.tasks import squad_offsets
+from bert_jax.tasks.squad import features as squad
+from bert_jax.tasks.squad import offsets as squad_offsets
 from tests.fixtures.finetuning import squad_config
 from tests.fixtures.finetuning import squad_json
 from tests.fixtures.tiny_encoder import random_params

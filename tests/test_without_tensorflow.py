@@ -299,7 +299,7 @@ def stsb(tmp_path_factory):
   """(GLUE data_dir with a tiny STS-B, a random 1-layer uncased bundle with the MLM head)."""
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
-  from bert_jax.modeling import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling.model_config import BertConfig  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp("stsb")

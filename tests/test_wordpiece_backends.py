@@ -20,8 +20,8 @@ import pytest
 
 from bert_jax.data.tokenizers import wordpiece
 from bert_jax.runtime import optional_tensorflow
-from bert_jax.tasks import ner
-from bert_jax.tasks import squad
+from bert_jax.tasks.ner import data as ner
+from bert_jax.tasks.squad import features as squad
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import loading
 from bert_jax import prepare_data
 from bert_jax import tokenize as tokenize_cli
 from bert_jax.conversion import hf
@@ -155,7 +155,7 @@ def test_a_checkpoint_deleted_while_it_is_read_is_read_again_at_the_newest(
 
 _FAILING_SAVE = """
 import sys
-from bert_jax.training import workdir_owner
+from bert_jax.checkpoints import workdir_owner
 workdir_owner._FOLDERS = ()  # past the start's check: the first save fails
 from bert_jax import pretrain
 sys.argv = ["bert_jax.pretrain"] + sys.argv[1:]

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from bert_jax import Encoder
 from bert_jax.modeling import model as model_lib
-from bert_jax.tasks import glue
+from bert_jax.tasks.glue import data as glue
 
 
 def main():

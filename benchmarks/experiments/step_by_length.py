@@ -3,7 +3,7 @@
 A GLUE sequence-classification step at all-MiniLM-L6-v2's size (L6 H384, vocab 30,522; random
 weights), batch 32, AdamW, dropout on, timed over 15 back-to-back steps per length after
 warm-up, with its compile. Prints the FLOP/s each length reaches by DESIGN.md's formula beside
-bert_jax.modeling.flops.STEP_FLOPS_PER_SECOND, the fixed rate `auto` length buckets assume,
+bert_jax.batching.bucket_cost.STEP_FLOPS_PER_SECOND, the fixed rate `auto` length buckets assume,
 and a line through the step times (fixed part + cost per padded token).
 
 What it showed (2-core AMD EPYC Zen 4 CPU, 2026-11-27): 155 ms at length 8 up to 1,121 ms at
@@ -20,9 +20,11 @@ import time
 # The repository root (two levels up), so that bert_jax imports from a plain checkout.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import jax, jax.numpy as jnp, numpy as np, optax
-from bert_jax.data.stream import length_buckets
+from bert_jax.batching import length_buckets
 from bert_jax.modeling import model_config, flops
-from bert_jax.tasks import glue_task, task as task_lib
+from bert_jax.batching import bucket_cost
+from bert_jax.tasks import task as task_lib
+from bert_jax.tasks.glue import task as glue_task
 from bert_jax.training import train_core
 cfg = model_config.BertConfig(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12,
                               intermediate_size=1536, max_position_embeddings=512)
@@ -55,4 +57,4 @@ for L in length_buckets.bucket_lengths(64):  # the fixed lengths a bucket may ta
 L = np.array([r[0] for r in rows], float); S = np.array([r[2] for r in rows])
 b, a = np.polyfit(L * B, S, 1)
 print(f"fit: step = {a*1000:.1f} ms + {b*1e6:.2f} us per padded token (batch {B})")
-print(f"cost model rate (cpu): {flops.STEP_FLOPS_PER_SECOND['cpu']/1e9:.0f} GFLOP/s")
+print(f"cost model rate (cpu): {bucket_cost.STEP_FLOPS_PER_SECOND['cpu']/1e9:.0f} GFLOP/s")

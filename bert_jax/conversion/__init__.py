@@ -7,7 +7,7 @@ from etils import epath
 from flax import traverse_util
 import numpy as np
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 
 
 def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str, *,

@@ -18,7 +18,7 @@ from bert_jax import conversion
 from bert_jax.conversion import name_map
 from bert_jax.conversion import sentence_transformers as st_modules
 from bert_jax.members import registry as members
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling import pooling
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict, to_hf_dict
 from bert_jax.runtime import atomic_files
@@ -354,7 +354,7 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   two models. FileExistsError: `dst` is not empty and not overwrite, or holds other files.
   """
   # Orbax and JAX load on use.
-  from bert_jax.modeling import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
   if out.exists() and any(out.iterdir()):
     if not overwrite:

@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from bert_jax.members import registry as members
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling.model_config import BertConfig
 
 GROUPS = ("encoder", "pooler", "mlm", "nsp", "discriminator")

@@ -5,9 +5,9 @@ from typing import Optional
 import jax
 import numpy as np
 
-from bert_jax.data.stream import length_buckets
-from bert_jax.modeling import flops
-from bert_jax.tasks import packing as packing_lib
+from bert_jax.batching import length_buckets
+from bert_jax.batching import bucket_cost
+from bert_jax.batching import packing as packing_lib
 
 
 def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_lengths,
@@ -15,7 +15,7 @@ def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_len
   """The bucket lengths of a length-bucketed run (None: not bucketed, or packed).
 
   `length_buckets` 'auto' keeps a length only where the padding it saves outweighs its
-  compilations (flops.auto_buckets: length_buckets.choose_buckets at this platform's
+  compilations (bucket_cost.auto_buckets: length_buckets.choose_buckets at this platform's
   cost): training rows count `epochs` times, eval rows a third (a forward pass).
   Train and eval share the lengths, so the run compiles at most one train and one eval
   program per length.
@@ -28,7 +28,7 @@ def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_len
   groups = [(x, 1.0 / 3.0) for x in eval_lengths]
   if train_lengths is not None:
     groups.append((train_lengths, epochs))
-  return flops.auto_buckets(model_cfg, groups, config.max_seq_length)
+  return bucket_cost.auto_buckets(model_cfg, groups, config.max_seq_length)
 
 
 def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,

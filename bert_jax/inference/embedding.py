@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.data.stream import length_buckets
+from bert_jax.batching import length_buckets
 from bert_jax.inference import aggregate
-from bert_jax.modeling import bundle as bundle_lib
-from bert_jax.modeling import flops
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import bundle as bundle_lib
+from bert_jax.batching import bucket_cost
+from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import pooling as pooling_lib
 from bert_jax.runtime import ahead_compile
@@ -269,7 +269,7 @@ def _batches(config, lengths: np.ndarray, batch_size: int, seq_len: int,
   each), or in order at seq_len."""
   if length_bucketing:
     return length_buckets.eval_batches(
-        lengths, batch_size, flops.auto_buckets(config, [(lengths, 1.0 / 3.0)], seq_len))
+        lengths, batch_size, bucket_cost.auto_buckets(config, [(lengths, 1.0 / 3.0)], seq_len))
   return length_buckets.sequential_batches(np.arange(len(lengths)), batch_size, seq_len,
                                            pad_last=True)
 

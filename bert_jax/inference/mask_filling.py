@@ -8,8 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.modeling import bundle as bundle_lib
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import bundle as bundle_lib
+from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.runtime import train_log
 

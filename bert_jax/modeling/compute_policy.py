@@ -65,7 +65,7 @@ def model_config_from(model_section: Any, base: model_config_lib.BertConfig,
   """`base` (a checkpoint's or a variant's architecture) with a run's compute options.
 
   Args:
-    model_section: a config's `model` section (bert_jax.training.config_sections.model()).
+    model_section: a config's `model` section (bert_jax.configuration.sections.model()).
     base: the architecture.
     one_example_per_row: the run's rows are unpacked and right-padded (cuDNN's attention
       then masks by key lengths; BertConfig.one_example_per_row). False for packed rows.

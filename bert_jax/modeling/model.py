@@ -613,7 +613,7 @@ class BertForSequenceClassification(nn.Module):
       LayerAttention (a learned query, softmax over layers; no pooler).
 
   One example per row, or packed rows (several examples to a row,
-  bert_jax.tasks.packing): `position_ids` restart for each example, `input_mask`
+  bert_jax.batching.packing): `position_ids` restart for each example, `input_mask`
   numbers them, and `cls_index` int [examples] gives each example's [CLS] as a
   flat index row * len + column; the logits are then per example.
   """

@@ -13,5 +13,5 @@ trains, whether it reads a teacher or can use DeBERTa's enhanced mask decoder, a
 `build(config, inputs)`, which returns the run's Pretraining pieces (model config,
 train_core.Objective, init, metrics summary, exported params, FLOPs per token).
 bert_jax.objectives.registry finds the SPEC by config.objective; an objective module
-from outside the package registers its own. bert_jax.objectives.pretrain_setup names none of them.
+from outside the package registers its own. bert_jax.pretraining.setup names none of them.
 """

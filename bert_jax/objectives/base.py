@@ -1,6 +1,6 @@
 """What a pretraining objective module declares (its `SPEC`) and what its build returns.
 
-bert_jax.objectives.registry finds a Spec by config.objective; bert_jax.objectives.pretrain_setup
+bert_jax.objectives.registry finds a Spec by config.objective; bert_jax.pretraining.setup
 checks a config and builds the run from it without naming any objective.
 """
 import dataclasses
@@ -11,7 +11,7 @@ import ml_collections
 import optax
 
 from bert_jax.modeling import compute_policy
-from bert_jax.modeling import loading
+from bert_jax.checkpoints import loading
 from bert_jax.modeling import model_config as model_config_lib
 from bert_jax.training import train_core
 

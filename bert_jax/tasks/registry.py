@@ -5,10 +5,10 @@ Built-in families are in FAMILIES; any other name is a GLUE task. An outside mod
 """
 import types
 
-from bert_jax.tasks import glue_task
-from bert_jax.tasks import ner_task
-from bert_jax.tasks import sentence_embedding_task
-from bert_jax.tasks import squad_task
+from bert_jax.tasks.glue import task as glue_task
+from bert_jax.tasks.ner import task as ner_task
+from bert_jax.tasks.sentence_embeddings import task as sentence_embedding_task
+from bert_jax.tasks.squad import task as squad_task
 from bert_jax.tasks import task as task_lib
 
 # config.task -> the module giving model(config, model_cfg) and build(config, tokenizer,

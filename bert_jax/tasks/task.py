@@ -17,7 +17,7 @@ from bert_jax.training import train_core
 
 # Arrays the model consumes; everything else in a feature dict is labels or metadata.
 MODEL_INPUTS = ("input_ids", "input_mask", "segment_ids")
-# What packed batches add (bert_jax.tasks.packing), passed to the model by keyword.
+# What packed batches add (bert_jax.batching.packing), passed to the model by keyword.
 PACKED_INPUTS = ("position_ids", "cls_index")
 # Key of an EvalSet score's list of warnings (e.g. predictions at the majority-class
 # baseline); fine-tuning prints them and records them in eval_results.json.
@@ -98,7 +98,7 @@ class Task:
 
 def objective(task: Task) -> train_core.Objective:
   """The task's loss as a train_core.Objective: sum(loss) / sum(loss_weight) over the batch,
-  microbatched alike; batches may be packed (tasks/packing.py), and examples are counted by the
+  microbatched alike; batches may be packed (batching/packing.py), and examples are counted by the
   first label array (input_ids rows without labels)."""
   model = task.model.model
   count_key = task.label_keys[0] if task.label_keys else "input_ids"

@@ -18,7 +18,7 @@ import optax
 
 from bert_jax.inference import embedding
 from bert_jax.modeling import pooling
-from bert_jax.tasks import glue
+from bert_jax.tasks.glue import data as glue
 
 LOSSES = ("cosent", "cosine", "mnrl", "triplet")
 SCORED_LOSSES = ("cosent", "cosine")  # trained on scored pairs; mnrl / triplet on tuples

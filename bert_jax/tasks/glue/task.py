@@ -8,8 +8,8 @@ import optax
 
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks import glue
-from bert_jax.tasks import metrics as metrics_lib
+from bert_jax.tasks.glue import data as glue
+from bert_jax.tasks.glue import metrics as metrics_lib
 from bert_jax.tasks import task as task_lib
 
 

@@ -13,8 +13,8 @@ import optax
 
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks import conlleval
-from bert_jax.tasks import ner
+from bert_jax.tasks.ner import conlleval
+from bert_jax.tasks.ner import data as ner
 from bert_jax.tasks import task as task_lib
 
 

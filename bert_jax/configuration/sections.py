@@ -11,7 +11,7 @@ import math
 
 import ml_collections
 
-from bert_jax.runtime import config_reads
+from bert_jax.configuration import reads as config_reads
 
 
 def parse_arg(arg: str | None, *, positional: str | None = None, example: str = "",
@@ -228,7 +228,7 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   c.length_bucketing = length_bucketing
   # With length_bucketing, which lengths: 'auto' (a length is kept only where the padding
   # it saves outweighs its compilations, judged from the data's lengths and the run's size:
-  # bert_jax.data.stream.length_buckets.choose_buckets), 'all' (every fixed length), or ascending
+  # bert_jax.batching.length_buckets.choose_buckets), 'all' (every fixed length), or ascending
   # lengths ending at max_seq_length, e.g. '16,32,64'. Train and eval share them.
   c.length_buckets = "auto"
   # Training only: pack each batch's examples several to a row of max_seq_length (block-
@@ -281,7 +281,7 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   c.mesh = mesh()
 
 
-# Keys of every fine-tuning config read only in some settings (bert_jax.runtime.config_reads); each
+# Keys of every fine-tuning config read only in some settings (bert_jax.configuration.reads); each
 # configs/<task>.py adds its own to READ_ONLY_WHEN.
 FINETUNE_READ_ONLY_WHEN = {
     "tfds_data_dir": ("data_source", ("tfds",)),

@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 from etils import epath
 from flax import traverse_util
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import workdir_layout
 from bert_jax.runtime.json_file import read_json

@@ -364,7 +364,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
                                      primary=primary) as tmp:
     if primary:
       tmp.mkdir(parents=True)
-    _sync("bert_jax.modeling.bundle.save.start")
+    _sync("bert_jax.checkpoints.bundle.save.start")
     ckptr = ocp.PyTreeCheckpointer()
     ckptr.save(tmp / PARAMS_DIR, args=ocp.args.PyTreeSave(params))
     if primary:
@@ -377,7 +377,7 @@ def save_bundle(path: str, params: dict, config: BertConfig, vocab: Union[str, S
                   num_params=int(sum(int(np.prod(s)) for s in flat_shapes.values())),
                   created=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
       (tmp / INFO_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-  _sync("bert_jax.modeling.bundle.save.end")
+  _sync("bert_jax.checkpoints.bundle.save.end")
 
 
 _BUNDLE_ENTRIES = (PARAMS_DIR, CONFIG_FILE, VOCAB_FILE, TOKENIZER_DIR, INFO_FILE)

@@ -8,7 +8,7 @@ windowed and scored for max context as WordPiece's features are.
 import collections
 from typing import Sequence
 
-from bert_jax.tasks import squad
+from bert_jax.tasks.squad import features as squad
 
 
 def answer_tokens(spans: Sequence[tuple], start_char: int, end_char: int):

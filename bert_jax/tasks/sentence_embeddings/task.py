@@ -15,15 +15,15 @@ from bert_jax.inference import embedding
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.modeling import pooling
 from bert_jax.runtime import atomic_files
-from bert_jax.tasks import metrics as metrics_lib
-from bert_jax.tasks import sentence_pairs
+from bert_jax.tasks.glue import metrics as metrics_lib
+from bert_jax.tasks.sentence_embeddings import pairs as sentence_pairs
 from bert_jax.tasks import task as task_lib
 
 NAME = "sentence_embeddings"
 DATA_SOURCES = ("tsv", "builtin")
 # The built-in sample's files, in the package beside the bundled vocab.
-BUILTIN_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "assets", "sentence_pairs")
+BUILTIN_DIR = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                            "..", "assets", "sentence_pairs"))
 BUILTIN_FILES = {"train_file": "train.tsv", "eval_file": "eval.tsv"}
 
 

@@ -5,9 +5,9 @@
   DIRECTORY/<step>/meta    JSON: the model description (loading.model_description), the
                            run's config and data position, checksums of the state's arrays
 
-Training writes and resumes it (bert_jax.training.checkpoint.TrainCheckpoints, a
+Training writes and resumes it (bert_jax.checkpoints.run_checkpoints.TrainCheckpoints, a
 CheckpointFolder that also saves); loading a trained model reads one step of it
-(bert_jax.modeling.loading), so reading needs nothing from training. A reader of a folder
+(bert_jax.checkpoints.loading), so reading needs nothing from training. A reader of a folder
 that a run is still saving into takes its steps from committed_steps.
 """
 import asyncio
@@ -19,7 +19,7 @@ import jax
 import orbax.checkpoint as ocp
 from orbax.checkpoint._src import asyncio_utils
 
-from bert_jax.modeling import bundle
+from bert_jax.checkpoints import bundle
 from bert_jax.modeling.model_config import BertConfig
 
 def _run_on_new_loop_finishing_its_reads(coro: Coroutine) -> Any:

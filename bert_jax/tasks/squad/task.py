@@ -7,9 +7,9 @@ import optax
 
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks import squad
-from bert_jax.tasks import squad_metrics
-from bert_jax.tasks import squad_offsets
+from bert_jax.tasks.squad import features as squad
+from bert_jax.tasks.squad import metrics as squad_metrics
+from bert_jax.tasks.squad import offsets as squad_offsets
 from bert_jax.tasks import task as task_lib
 
 

@@ -8,7 +8,7 @@ sequence head's loss and metrics are exactly those unpacked.
 """
 import numpy as np
 
-from bert_jax.data.stream import length_buckets
+from bert_jax.batching import length_buckets
 from bert_jax.data.stream import rows as rows_lib
 
 # Per-token inputs the packed model reads besides input_mask (which packing renumbers).

@@ -17,7 +17,7 @@ from bert_jax.data.sources import registry as source_registry
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import layers
 from bert_jax.objectives import base as objective_base
-from bert_jax.objectives import pretrain_setup
+from bert_jax.pretraining import setup as pretrain_setup
 from bert_jax.training import sharding
 
 

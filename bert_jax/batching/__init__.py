@@ -1,0 +1,1 @@
+"""Batch shapes: length buckets, packing rows, and the bucket cost model."""

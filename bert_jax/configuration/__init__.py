@@ -1,0 +1,1 @@
+"""The config sections every program shares, and which keys a run reads."""

@@ -1,0 +1,1 @@
+"""GLUE: the tasks' data, the task module and their metrics."""

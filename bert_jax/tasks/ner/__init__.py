@@ -1,0 +1,1 @@
+"""Token classification on CoNLL files, scored by conlleval."""

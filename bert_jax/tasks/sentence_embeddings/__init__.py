@@ -1,0 +1,1 @@
+"""Sentence-embedding training on text pairs."""

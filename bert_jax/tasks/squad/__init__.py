@@ -1,0 +1,1 @@
+"""SQuAD: features, offsets, the task module and the official metrics."""
