@@ -202,7 +202,7 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   from bert_jax.finetuning import batches as finetune_batches  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import compute_policy  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
-  from bert_jax.tasks import registry as task_registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.finetuning import setup as finetune_setup  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import task as task_lib  # pylint: disable=g-import-not-at-top
   # pylint: disable-next=g-import-not-at-top
   from bert_jax.checkpoints import run_checkpoints as ckpt_lib
@@ -220,7 +220,7 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   mesh, rules = sharding.mesh_from_config(c.mesh), sharding.logical_rules(c.mesh.preset)
   pretrained = loading.load_pretrained(c.init_checkpoint)
   model_cfg = compute_policy.model_config_from(c.model, pretrained.config)
-  task = task_registry.build(c, tokenizer_lib.for_checkpoint(pretrained), model_cfg)
+  task = finetune_setup.build_task(c, tokenizer_lib.for_checkpoint(pretrained), model_cfg)
   n = len(task.train_arrays["input_ids"])
   total = int(n // c.batch_size * c.num_epochs)
   tx, schedule = opt_lib.make_optimizer(c.optimizer, c.learning_rate,

@@ -82,9 +82,9 @@ def summarize(sums):
   return out
 
 
-def build(config, inputs):
+def build(options, inputs):
   model = model_lib.BertForPreTraining(inputs.model_config, with_nsp=False)
-  init = mlm_nsp.init_fn(model, config.seq_len, config.data.max_predictions_per_seq)
+  init = mlm_nsp.init_fn(model, options.seq_len, options.data.max_predictions_per_seq)
   return base.Pretraining(
       inputs.model_config, objective(model), inputs.tx, inputs.schedule,
       functools.partial(train_core.init_state, init, inputs.tx, prng_impl=inputs.prng_impl),
@@ -93,7 +93,8 @@ def build(config, inputs):
       prng_impl=inputs.prng_impl)
 
 
-SPEC = base.Spec(data_modes={"smoothed_mlm": ("full_sentences",)}, build=build,
+SPEC = base.Spec(data_modes={"smoothed_mlm": ("full_sentences",)}, options=("seq_len", "data"),
+                 build=build,
                  console_metrics=("smoothed_mlm_loss", "mlm_accuracy"))
 registry.register(SPEC)
 '''
@@ -113,8 +114,10 @@ from bert_jax.tasks.glue import metrics as metrics_lib
 from bert_jax.tasks import registry
 from bert_jax.tasks import task as task_lib
 
+OPTIONS = ("data_dir", "max_seq_length")
 
-def model(config, model_cfg):
+
+def model(options, model_cfg):
   return task_lib.TaskModel("long_sentence",
                             model_lib.BertForSequenceClassification(model_cfg, num_labels=2),
                             "classifier")
@@ -133,9 +136,9 @@ def _encode(tokenizer, path, max_len):
           "label_ids": np.array(labels, np.int32)}
 
 
-def build(config, tokenizer, model_cfg):
-  train = _encode(tokenizer, os.path.join(config.data_dir, "train.tsv"), config.max_seq_length)
-  dev = _encode(tokenizer, os.path.join(config.data_dir, "dev.tsv"), config.max_seq_length)
+def build(options, tokenizer, model_cfg):
+  train = _encode(tokenizer, os.path.join(options.data_dir, "train.tsv"), options.max_seq_length)
+  dev = _encode(tokenizer, os.path.join(options.data_dir, "dev.tsv"), options.max_seq_length)
 
   def loss(logits, batch):
     return optax.softmax_cross_entropy_with_integer_labels(logits, batch["label_ids"])
@@ -145,7 +148,7 @@ def build(config, tokenizer, model_cfg):
     return {"accuracy": accuracy,
             "majority_baseline": metrics_lib.majority_rate(dev["label_ids"])}
 
-  return task_lib.Task(model(config, model_cfg), train, ("label_ids",), loss,
+  return task_lib.Task(model(options, model_cfg), train, ("label_ids",), loss,
                        [task_lib.EvalSet("dev", dev, score)], "accuracy")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import optax
 import pytest
 
+from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.finetuning import evaluation
@@ -23,7 +24,6 @@ from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.tasks.glue import data as glue
-from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks.squad import metrics as squad_metrics
 from bert_jax.tasks import task as task_lib
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
@@ -156,7 +156,7 @@ def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_di
 def test_squad_answer_start_mismatch_is_skipped_and_counted(pretrained, squad_dir, tmp_path):
   init = loading.load_pretrained(pretrained)
   tok = tokenizer_lib.cached_tokenizer("wordpiece", init.vocab, init.lowercase)
-  task = task_registry.build(squad_config(squad_dir, pretrained), tok, init.config)
+  task = finetune_setup.build_task(squad_config(squad_dir, pretrained), tok, init.config)
   assert task.data_stats["train_skipped_answer_mismatch"] == 1
   assert task.data_stats["train_examples"] == 10  # 11 questions, q6 skipped
   assert task.data_stats["eval_examples"] == 5
@@ -220,7 +220,7 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
   with c.unlocked():
     c.task = "mrcp"
   with pytest.raises(ValueError, match=r"unknown GLUE task 'mrcp'; known tasks: \['ax', 'cola'"):
-    task_registry.build(c, tok, init.config)
+    finetune_setup.build_task(c, tok, init.config)
   with pytest.raises(ValueError, match=r"known tasks: \['ax', 'cola'"):
     load_config("glue", "task=mrcp")
   # A malformed row: the error names the file and line.
@@ -234,7 +234,7 @@ def test_bad_task_and_bad_data_fail_before_training(glue_dir, tmp_path):
     finetune.finetune(glue_config(str(bad_dir), good), str(tmp_path / "w"))
   # predict_ax belongs to MNLI.
   with pytest.raises(ValueError, match="predict_ax applies to task mnli only"):
-    task_registry.build(glue_config(glue_dir, good, predict_ax=True), tok, init.config)
+    finetune_setup.build_task(glue_config(glue_dir, good, predict_ax=True), tok, init.config)
   # A negative or zero learning rate: refused (accepted, the loss would climb and the model be
   # exported).
   for lr in (-2e-5, 0.0):
@@ -267,7 +267,7 @@ def test_missing_test_split_is_skipped_and_mnli_predicts_ax(tmp_path, capsys):
   ax.write_text("index\tsentence1\tsentence2\n" + "".join(f"{i}\tw4\tw{i}\n" for i in range(7)))
   c = load_config("glue", "task=mnli")
   c.data_dir, c.init_checkpoint, c.max_seq_length = str(tmp_path / "glue"), good, 16
-  task = task_registry.build(c, tok, init.config)
+  task = finetune_setup.build_task(c, tok, init.config)
   # test_mismatched.tsv is absent: skipped (reported), not an error.
   assert [s.name for s in task.eval_sets] == ["dev_matched", "dev_mismatched", "test_matched",
                                               "ax_test"]

@@ -15,7 +15,7 @@ from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
 from bert_jax.tasks.ner import conlleval
 from bert_jax.tasks.ner import data as ner
-from bert_jax.tasks import registry as task_registry
+from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.tasks import task as task_lib
 from tests.fixtures.finetuning import conll
 from tests.fixtures.finetuning import random_bundle
@@ -153,7 +153,7 @@ def test_iob1_files_train_on_the_closure_and_score_in_iob1(tmp_path, label_schem
   learns label_scheme's targets, and the predictions are written and scored in IOB1."""
   init, loaded, tok = _random_init(tmp_path)
   _twin_files(tmp_path, np.random.default_rng(3))
-  task = task_registry.build(_ner_config(tmp_path, init, test_file="", label_scheme=label_scheme),
+  task = finetune_setup.build_task(_ner_config(tmp_path, init, test_file="", label_scheme=label_scheme),
                         tok, loaded.config)
   labels = task.model.export_info["labels"]
   assert labels == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
@@ -171,7 +171,7 @@ def test_iob1_files_train_on_the_closure_and_score_in_iob1(tmp_path, label_schem
   blocks = (tmp_path / "out" / "predictions" / "valid.txt").read_text().strip().split("\n\n")
   assert [[line.split()[2] for line in b.splitlines()] for b in blocks] == [s.tags for s in valid]
   with pytest.raises(ValueError, match=r"bad config: label_scheme 'BIO' not in \['IOB1', 'IOB2'\]"):
-    task_registry.task_model(_ner_config(tmp_path, init, label_scheme="BIO"), loaded.config)
+    finetune_setup.make_task_model(_ner_config(tmp_path, init, label_scheme="BIO"), loaded.config)
 
 
 def test_training_targets_do_not_depend_on_the_files_scheme(tmp_path):
@@ -180,7 +180,7 @@ def test_training_targets_do_not_depend_on_the_files_scheme(tmp_path):
   about 9 F1 below it), and an IOB2 file's predictions are written in IOB2."""
   init, loaded, tok = _random_init(tmp_path)
   _twin_files(tmp_path, np.random.default_rng(4))
-  tasks = [task_registry.build(_ner_config(d, init, test_file=""), tok, loaded.config)
+  tasks = [finetune_setup.build_task(_ner_config(d, init, test_file=""), tok, loaded.config)
            for d in (tmp_path, tmp_path / "iob2")]
   for key in ("input_ids", "label_ids", "label_weights"):
     np.testing.assert_array_equal(tasks[0].train_arrays[key], tasks[1].train_arrays[key])
@@ -248,17 +248,17 @@ def test_bad_ner_data_fails_before_training_naming_file_and_line(tmp_path):
   with pytest.raises(ValueError, match=r"valid.txt:\d+: tag 'B-ORG' is not in the training "
                                        r"file's labels \['O', 'B-LOC', 'B-PER', 'I-LOC', "
                                        r"'I-PER'\] \(entity type 'ORG' never occurs in it\)"):
-    task_registry.build(_ner_config(tmp_path, init), tok, loaded.config)
+    finetune_setup.build_task(_ner_config(tmp_path, init), tok, loaded.config)
   _write(tmp_path / "valid.txt", "")
   with pytest.raises(ValueError, match="valid.txt: no sentences"):
     finetune.finetune(_ner_config(tmp_path, init), str(tmp_path / "w"))
   assert not (tmp_path / "w" / "eval_results.json").exists()
   with pytest.raises(ValueError, match="data_dir is required for NER"):
-    task_registry.task_model(_ner_config("", init), loaded.config)
+    finetune_setup.make_task_model(_ner_config("", init), loaded.config)
   # An unlabeled test file is predicted, not scored.
   _write(tmp_path / "valid.txt", conll(rng, 4))
   _write(tmp_path / "test.txt", conll(rng, 3, labeled=False))
-  task = task_registry.build(_ner_config(tmp_path, init), tok, loaded.config)
+  task = finetune_setup.build_task(_ner_config(tmp_path, init), tok, loaded.config)
   test = task.eval_sets[1]
   logits = np.zeros(test.arrays["input_ids"].shape + (5,), np.float32)
   assert test.score({"logits": logits}, str(tmp_path / "out")) == {}
@@ -320,7 +320,7 @@ def test_loss_is_the_mean_over_labeled_pieces_of_the_whole_batch(tmp_path):
   rng = np.random.default_rng(2)
   _write(tmp_path / "train.txt", conll(rng, 8))
   _write(tmp_path / "valid.txt", conll(rng, 2))
-  task = task_registry.build(_ner_config(tmp_path, init, test_file=""), tok, loaded.config)
+  task = finetune_setup.build_task(_ner_config(tmp_path, init, test_file=""), tok, loaded.config)
   batch = {k: task.train_arrays[k][:4] for k in task_lib.MODEL_INPUTS + task.label_keys}
   params = nn.unbox(jax.jit(task_lib.init_fn(task.model, 8))(jax.random.PRNGKey(0)))
   logits = np.asarray(jax.jit(task_lib.predict_fn(task.model))(params, batch)["logits"])  # [4, 8, 5]

@@ -17,7 +17,7 @@ from bert_jax.inference import embedding
 from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks import registry as task_registry
+from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.tasks.sentence_embeddings import pairs as sentence_pairs
 from tests.fixtures.repo import load_config
 from tests.fixtures.tiny_encoder import random_params
@@ -113,16 +113,16 @@ def test_bad_config_and_scores_fail_before_training(tmp_path):
   (tmp_path / "eval.tsv").write_text(_scored(rng, 4))
   cfg = _se_config(init, tmp_path / "train.tsv", tmp_path / "eval.tsv")
   with pytest.raises(ValueError, match=r"train.tsv: 1 score\(s\) outside \[0, score_max 5\]"):
-    task_registry.build(cfg, tok, loaded.config)
+    finetune_setup.build_task(cfg, tok, loaded.config)
   with pytest.raises(ValueError, match="bad config: loss 'l2' not in"):
-    task_registry.build(_se_config(init, "t", "e", loss="l2"), tok, loaded.config)
+    finetune_setup.build_task(_se_config(init, "t", "e", loss="l2"), tok, loaded.config)
   cfg = _se_config(init, tmp_path / "train.tsv", tmp_path / "eval.tsv")
   cfg.optimizer.grad_accum_steps, cfg.batch_size = 2, 16
   with pytest.raises(ValueError, match="loss cosent compares the examples of a whole batch"):
     finetune.finetune(cfg, str(tmp_path / "w"))
   # Tuples: anchor / positive / negative rows of [n, 3, len], counted by input_ids.
   (tmp_path / "triplets.tsv").write_text("w1 w2\tw1 w3\tw9\nw4\tw4 w5\tw6 w7 w8\n")
-  task = task_registry.build(_se_config(init, tmp_path / "triplets.tsv", tmp_path / "eval.tsv",
+  task = finetune_setup.build_task(_se_config(init, tmp_path / "triplets.tsv", tmp_path / "eval.tsv",
                                    loss="triplet"), tok, loaded.config)
   assert task.train_arrays["input_ids"].shape == (2, 3, 8) and task.label_keys == ()
   assert task.train_arrays["input_mask"].sum(-1).tolist() == [[4, 4, 3], [3, 4, 5]]

@@ -27,7 +27,6 @@ from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
-from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.training import sharding
@@ -203,7 +202,7 @@ def _task_data(config, pretrained: loading.Pretrained, split: time_split.TimeSpl
   model_cfg, task_model = finetune_setup.task_model_for(config, pretrained)
   with split.phase("data"):
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
-    task = task_registry.build(config, tokenizer, model_cfg)
+    task = finetune_setup.build_task(config, tokenizer, model_cfg)
   counts = finetune_batches.steps(config, task)
   buckets = finetune_batches.run_buckets(
       config, model_cfg, counts[3],

@@ -1,5 +1,6 @@
 """Fine-tuning's setup: its config checks, what a resumed run may change, what a run leaves in
 its workdir, and the header it prints (pretraining's twin: bert_jax.pretraining.setup)."""
+import types
 from typing import Optional
 
 from etils import epath
@@ -19,6 +20,7 @@ from bert_jax.runtime import workdir_layout
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax.configuration import options as options_lib
 from bert_jax.configuration import sections as config_sections
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import train_core
@@ -34,7 +36,9 @@ def check_config(config, mesh) -> None:
         "convert Hugging Face / Google checkpoints with python -m bert_jax.convert)")
   if config.data_source == "tfds":
     optional_tensorflow.require_tfds("bad config: data_source='tfds'")
-  train_core.check_batch_config(config, mesh, ("batch_size", "eval_batch_size"))
+  train_core.check_batch_config(
+      {k: config[k] for k in ("batch_size", "eval_batch_size")},
+      config.optimizer.grad_accum_steps, mesh)
   compute_policy.check(config.model, trains_fp8=False)
   if config.model.hidden_act != compute_policy.AS_BUILT:  # the checkpoint's config.json only
     stored = loading.read_model_config(config.init_checkpoint)
@@ -60,7 +64,31 @@ def check_config(config, mesh) -> None:
   if config.packing and config.optimizer.grad_accum_steps != 1:
     bad(f"packing needs optimizer.grad_accum_steps 1 (got {config.optimizer.grad_accum_steps}): "
         "packed rows do not split into microbatches; --config.packing=False to accumulate")
-  task_registry.check_config(config)
+  family, options = task_family(config)
+  if hasattr(family, "check_config"):
+    family.check_config(options)
+
+
+def task_family(config) -> tuple[types.ModuleType, options_lib.Options]:
+  """The task module serving `config.task`, and the values of the config keys it reads."""
+  family = task_registry.family(config.task)
+  return family, options_lib.select(config, family.OPTIONS, family.__name__)
+
+
+def make_task_model(config, model_cfg) -> task_lib.TaskModel:
+  """The TaskModel of a fine-tuning config (reads no data)."""
+  family, options = task_family(config)
+  return family.model(options, model_cfg)
+
+
+def build_task(config, tokenizer, model_cfg) -> task_lib.Task:
+  """The Task of a fine-tuning config, every split read and encoded up front.
+
+  ValueError: an unknown GLUE task, malformed data (file and line), or a config that does not
+  apply; FileNotFoundError: a missing training or dev file (test files are optional).
+  """
+  family, options = task_family(config)
+  return family.build(options, tokenizer, model_cfg)
 
 
 def check_eval_head(task_model: task_lib.TaskModel, pretrained: loading.Pretrained,
@@ -190,7 +218,7 @@ def task_model_for(config, pretrained: loading.Pretrained):
     raise ValueError(f"bad config: max_seq_length {config.max_seq_length} does not fit "
                      f"{pretrained.source}: its position table has "
                      f"{model_cfg.max_position_embeddings} entries")
-  task_model = task_registry.task_model(config, model_cfg)
+  task_model = make_task_model(config, model_cfg)
   if config.eval_only:
     check_eval_head(task_model, pretrained, config.max_seq_length)
   return model_cfg, task_model

@@ -7,7 +7,6 @@ import dataclasses
 from typing import Any, Callable, Optional, Sequence
 
 import jax
-import ml_collections
 import optax
 
 from bert_jax.modeling import compute_policy
@@ -81,8 +80,11 @@ class Spec:
   Attributes:
     data_modes: objective name -> the data modes it trains on (one module may serve
       several names: mlm_nsp serves mlm_nsp, mlm_sop and mlm).
-    build: (config, BuildInputs) -> Pretraining.
-    check_config: (config, bad) -> None: the objective's own config checks; `bad(msg)`
+    options: the config keys (top-level; a section by its name) the objective reads;
+      pretraining hands `build` and `check_config` their values alone
+      (bert_jax.configuration.options.Options).
+    build: (options, BuildInputs) -> Pretraining.
+    check_config: (options, bad) -> None: the objective's own config checks; `bad(msg)`
       raises the one-line error.
     owns_model_types: model types only this objective trains (ELECTRA's).
     reads_teacher: whether it reads config.teacher_checkpoint.
@@ -93,9 +95,9 @@ class Spec:
       line shows after the loss; all of them go to metrics.jsonl and TensorBoard.
   """
   data_modes: dict
-  build: Callable[[ml_collections.ConfigDict, BuildInputs], Pretraining]
-  check_config: Callable[[ml_collections.ConfigDict, Callable[[str], None]], None] = (
-      lambda config, bad: None)
+  options: tuple
+  build: Callable[[Any, BuildInputs], Pretraining]
+  check_config: Callable[[Any, Callable[[str], None]], None] = lambda options, bad: None
   owns_model_types: tuple = ()
   reads_teacher: bool = False
   emd: bool = False

@@ -194,13 +194,13 @@ def place_teacher(teacher: loading.Pretrained, init_params: Callable[[jax.Array]
   return jax.tree.map(put, merged, target), shardings
 
 
-def check_config(config, bad) -> None:
+def check_config(options, bad) -> None:
   """What objective='distill' needs of a pretraining config (the teacher read, not loaded)."""
-  d = config.distill
-  if not config.teacher_checkpoint:
+  d = options.distill
+  if not options.teacher_checkpoint:
     bad("objective='distill' needs teacher_checkpoint (a bundle, converted checkpoint or "
         "pretraining workdir with an MLM head)")
-  if config.init_checkpoint:
+  if options.init_checkpoint:
     bad("init_checkpoint is not used with objective='distill' (the student starts from the "
         "teacher's layers)")
   if d.temperature <= 0 or d.student_layers < 0:
@@ -209,28 +209,28 @@ def check_config(config, bad) -> None:
   if min(d.alpha_ce, d.alpha_mlm, d.alpha_cos) < 0 or d.alpha_ce + d.alpha_mlm + d.alpha_cos <= 0:
     bad(f"distill.alpha_ce/alpha_mlm/alpha_cos ({d.alpha_ce}, {d.alpha_mlm}, {d.alpha_cos}) "
         "must be >= 0 and not all 0")
-  if not epath.Path(config.teacher_checkpoint).exists():
-    bad(f"teacher_checkpoint {config.teacher_checkpoint} does not exist")
-  loading.read_model_config(config.teacher_checkpoint)  # a checkpoint at all, before the data
+  if not epath.Path(options.teacher_checkpoint).exists():
+    bad(f"teacher_checkpoint {options.teacher_checkpoint} does not exist")
+  loading.read_model_config(options.teacher_checkpoint)  # a checkpoint at all, before the data
 
 
-def build(config, inputs: base.BuildInputs) -> base.Pretraining:
+def build(options, inputs: base.BuildInputs) -> base.Pretraining:
   """The student of config.teacher_checkpoint; the teacher is the step's frozen input."""
-  d = config.distill
-  stored = loading.read_model_config(config.teacher_checkpoint)
+  d = options.distill
+  stored = loading.read_model_config(options.teacher_checkpoint)
   layers = student_layers(stored.num_layers, d.student_layers)
-  teacher = load_teacher(config.teacher_checkpoint, layers, inputs.vocab)
+  teacher = load_teacher(options.teacher_checkpoint, layers, inputs.vocab)
   if teacher.config.vocab_size != inputs.vocab_size:
-    raise ValueError(f"teacher_checkpoint {config.teacher_checkpoint}: vocab_size "
+    raise ValueError(f"teacher_checkpoint {options.teacher_checkpoint}: vocab_size "
                      f"{teacher.config.vocab_size}, the data's tokenizer has {inputs.vocab_size};"
                      " set data.vocab_file / data.tokenizer to the teacher's vocab")
-  compute_policy.check_activation(config.model, teacher.config, config.teacher_checkpoint)
-  teacher_cfg = compute_policy.model_config_from(config.model, teacher.config,
-                                             one_example_per_row=not config.data.packing)
+  compute_policy.check_activation(options.model, teacher.config, options.teacher_checkpoint)
+  teacher_cfg = compute_policy.model_config_from(options.model, teacher.config,
+                                             one_example_per_row=not options.data.packing)
   student_cfg = student_config(teacher_cfg, layers)
   teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
   student = model_lib.BertForPreTraining(student_cfg, with_nsp=False)
-  seq_len, num_predictions = config.seq_len, config.data.max_predictions_per_seq
+  seq_len, num_predictions = options.seq_len, options.data.max_predictions_per_seq
   teacher_init = mlm_nsp.init_fn(teacher_model, seq_len, num_predictions)
   weights = dict(temperature=d.temperature, alpha_ce=d.alpha_ce, alpha_mlm=d.alpha_mlm,
                  alpha_cos=d.alpha_cos)
@@ -248,6 +248,9 @@ def build(config, inputs: base.BuildInputs) -> base.Pretraining:
       frozen_init=teacher_init, prng_impl=inputs.prng_impl)
 
 
-SPEC = base.Spec(data_modes={"distill": ("nsp", "sop", "full_sentences")}, build=build,
+SPEC = base.Spec(data_modes={"distill": ("nsp", "sop", "full_sentences")},
+                 options=("seq_len", "init_checkpoint", "teacher_checkpoint", "distill", "model",
+                          "data"),
+                 build=build,
                  check_config=check_config, reads_teacher=True,
                  console_metrics=("student_mlm_accuracy",))

@@ -218,26 +218,26 @@ def summarize(sums: dict[str, Any], disc_weight: float) -> dict[str, float]:
   return out
 
 
-def check_config(config, bad) -> None:
+def check_config(options, bad) -> None:
   """What objective='electra' needs of a pretraining config."""
-  if config.model_type not in ("electra", "bert"):
-    bad(f"objective 'electra' trains ELECTRA's own encoders; model_type {config.model_type!r} "
+  if options.model_type not in ("electra", "bert"):
+    bad(f"objective 'electra' trains ELECTRA's own encoders; model_type {options.model_type!r} "
         "is not supported with it")
-  e = config.electra
+  e = options.electra
   if not 0.0 < e.generator_hidden_fraction <= 1.0:
     bad(f"electra.generator_hidden_fraction {e.generator_hidden_fraction} must be in (0, 1]")
   if e.disc_weight <= 0:
     bad(f"electra.disc_weight must be positive, got {e.disc_weight}")
-  if config.init_checkpoint:
+  if options.init_checkpoint:
     bad("init_checkpoint is not supported with objective='electra' yet (the state holds a "
         "generator and a discriminator)")
 
 
-def build(config, inputs: base.BuildInputs) -> base.Pretraining:
+def build(options, inputs: base.BuildInputs) -> base.Pretraining:
   """The generator and the discriminator in one state; the discriminator is exported."""
   models = Models(inputs.model_config.replace(model_type="electra"),
-                  config.electra.generator_hidden_fraction)
-  init_params = init_fn(models, config.seq_len, config.data.max_predictions_per_seq)
+                  options.electra.generator_hidden_fraction)
+  init_params = init_fn(models, options.seq_len, options.data.max_predictions_per_seq)
 
   def flops(length, masked_fraction):  # both encoders; the generator's MLM head; the
     h = models.discriminator_config.hidden_size  # discriminator's head at every token
@@ -245,14 +245,16 @@ def build(config, inputs: base.BuildInputs) -> base.Pretraining:
             + flops_lib.train_flops_per_token(models.generator_config, length, masked_fraction)
             + 6.0 * (h * h + h))
   return base.Pretraining(
-      models.discriminator_config, objective(models, config.electra.disc_weight), inputs.tx,
+      models.discriminator_config, objective(models, options.electra.disc_weight), inputs.tx,
       inputs.schedule,
       functools.partial(train_core.init_state, init_params, inputs.tx,
                         prng_impl=inputs.prng_impl),
-      functools.partial(summarize, disc_weight=config.electra.disc_weight),
+      functools.partial(summarize, disc_weight=options.electra.disc_weight),
       lambda params: params["discriminator"], flops, prng_impl=inputs.prng_impl)
 
 
-SPEC = base.Spec(data_modes={"electra": ("nsp", "sop", "full_sentences")}, build=build,
+SPEC = base.Spec(data_modes={"electra": ("nsp", "sop", "full_sentences")},
+                 options=("model_type", "seq_len", "init_checkpoint", "electra", "data"),
+                 build=build,
                  check_config=check_config, owns_model_types=("electra",),
                  console_metrics=("mlm_accuracy", "rtd_accuracy", "rtd_replaced_recall"))

@@ -123,28 +123,29 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
   return out
 
 
-def check_config(config, bad) -> None:
+def check_config(options, bad) -> None:
   """What mlm_nsp / mlm_sop / mlm need of a pretraining config."""
-  if not members.get(config.model_type).has_pooler and config.objective in PAIR_TASKS:
-    bad(f"model_type {config.model_type!r} has no pooler for objective {config.objective!r}'s sentence "
+  if not members.get(options.model_type).has_pooler and options.objective in PAIR_TASKS:
+    bad(f"model_type {options.model_type!r} has no pooler for objective {options.objective!r}'s sentence "
         "task; use objective='mlm' or 'distill'")
 
 
-def build(config, inputs: base.BuildInputs) -> base.Pretraining:
+def build(options, inputs: base.BuildInputs) -> base.Pretraining:
   """BertForPreTraining with the pair head of config.objective (none for 'mlm')."""
   model_cfg, impl = inputs.model_config, inputs.prng_impl
-  pair_task = PAIR_TASKS.get(config.objective)
-  model = model_lib.BertForPreTraining(model_cfg, with_nsp=pair_task is not None, emd=config.emd)
-  init_params = init_fn(model, config.seq_len, config.data.max_predictions_per_seq)
+  pair_task = PAIR_TASKS.get(options.objective)
+  model = model_lib.BertForPreTraining(model_cfg, with_nsp=pair_task is not None, emd=options.emd)
+  init_params = init_fn(model, options.seq_len, options.data.max_predictions_per_seq)
   return base.Pretraining(
       model_cfg, objective(model, pair_task or "nsp"), inputs.tx, inputs.schedule,
       functools.partial(train_core.init_state, init_params, inputs.tx, prng_impl=impl), summarize,
       lambda params: fp8.split(params)[0],  # exports carry no FP8 state
-      functools.partial(flops_lib.train_flops_per_token, model_cfg, emd=config.emd),
+      functools.partial(flops_lib.train_flops_per_token, model_cfg, emd=options.emd),
       prng_impl=impl)
 
 
 SPEC = base.Spec(data_modes={"mlm_nsp": ("nsp",), "mlm_sop": ("sop",),
                              "mlm": ("nsp", "sop", "full_sentences")},
+                 options=("objective", "model_type", "seq_len", "emd", "data"),
                  build=build, check_config=check_config, emd=True, fp8=True,
                  console_metrics=("mlm_accuracy", "nsp_accuracy", "sop_accuracy"))

@@ -21,6 +21,7 @@ from bert_jax.modeling import model_config as model_config_lib
 from bert_jax.objectives import base as objective_base
 from bert_jax.objectives import registry as objective_registry
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax.configuration import options as options_lib
 from bert_jax.configuration import sections as config_sections
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import train_core
@@ -62,6 +63,12 @@ def resume_check(config: ml_collections.ConfigDict, config_record: dict,
 # Members whose transformers MLM head hard-codes the exact GELU (RobertaLMHead), so a model
 # trained with the tanh form does not export to what it computed.
 _EXACT_GELU_MLM_HEADS = ("roberta",)
+
+
+def objective_options(config) -> options_lib.Options:
+  """The values of the config keys `config.objective` reads."""
+  spec = objective_registry.get(config.objective)
+  return options_lib.select(config, spec.options, f"objective {config.objective!r}")
 
 
 def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.Source) -> None:
@@ -121,7 +128,7 @@ def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.So
     bad(f"objective {config.objective!r} needs data.mode in {list(modes)}, got "
         f"{config.data.mode!r}"
         + (" (MLM alone is objective='mlm')" if config.data.mode == "full_sentences" else ""))
-  spec.check_config(config, bad)
+  spec.check_config(objective_options(config), bad)
   if config.teacher_checkpoint and not spec.reads_teacher:
     readers = [n for n in names if objective_registry.get(n).reads_teacher]
     bad(f"teacher_checkpoint is only read by objective={' or '.join(map(repr, readers))}, not "
@@ -138,7 +145,8 @@ def check_config(config: ml_collections.ConfigDict, mesh, source: source_base.So
   train_core.LossSpikeCheck(config.divergence_factor)  # validates the factor
   if config.warmup_steps < 0:
     bad(f"warmup_steps must be >= 0, got {config.warmup_steps}")
-  train_core.check_batch_config(config, mesh)
+  train_core.check_batch_config({"batch_size": config.batch_size},
+                                config.optimizer.grad_accum_steps, mesh)
   compute_policy.check(config.model, mesh.devices.flat[0].platform)
   known = set(traverse_util.flatten_dict(config.to_dict(), sep=".")) | {"mesh."}
   unknown = [k for k in _allowed_changes(config) if k not in known]
@@ -189,4 +197,4 @@ def build(config: ml_collections.ConfigDict, vocab_size: int,
                                         config.warmup_steps, config.total_steps)
   inputs = objective_base.BuildInputs(variant_model_config(config, vocab_size, pad_id), vocab_size,
                                       vocab, tx, schedule, compute_policy.prng_impl(config.model))
-  return objective_registry.get(config.objective).build(config, inputs)
+  return objective_registry.get(config.objective).build(objective_options(config), inputs)

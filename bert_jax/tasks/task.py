@@ -1,10 +1,12 @@
 """The interface between fine-tuning and its tasks.
 
-A task module gives `model(config, model_cfg) -> TaskModel` (cheap, reads no data, so checks
-against a checkpoint run first), `build(config, tokenizer, model_cfg) -> Task` (every split
-read and encoded up front, so bad data fails before training), and optionally
-`check_config(config)`, run before anything loads. Adding a task is one module, its config
-and its tests, named in registry.FAMILIES or registered (`registry.register`).
+A task module declares the config keys it reads (`OPTIONS`) and gets their values alone (a
+bert_jax.configuration.options.Options, never the whole config). It gives
+`model(options, model_cfg) -> TaskModel` (cheap, reads no data, so checks against a checkpoint
+run first), `build(options, tokenizer, model_cfg) -> Task` (every split read and encoded up
+front, so bad data fails before training), and optionally `check_config(options)`, run before
+anything loads. Adding a task is one module, its config and its tests, named in
+registry.FAMILIES or registered (`registry.register`).
 """
 import dataclasses
 from typing import Any, Callable, Optional
@@ -28,12 +30,12 @@ WARNINGS = "warnings"
 BASELINE_KEYS = ("majority_baseline", "all_o_baseline", "zero_shot_")
 
 
-def refuse_shaped_batches(config, why: str) -> None:
+def refuse_shaped_batches(options, why: str) -> None:
   """For a task whose batches keep one shape: length_bucketing and packing are refused."""
   for key in ("length_bucketing", "packing"):
-    if config[key]:
+    if options[key]:
       raise ValueError(f"bad config: {key} applies to sequence-level tasks (GLUE), not "
-                       f"{config.task}: {why}")
+                       f"{options.task}: {why}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -217,29 +217,30 @@ def step_means(sums: dict[str, Any]) -> dict[str, float]:
   return {k: float(sums[k]) / steps for k in ("loss", "grad_norm", "learning_rate")}
 
 
-def check_batch_config(config: Any, mesh, batch_keys: tuple[str, ...] = ("batch_size",)) -> None:
+def check_batch_config(batches: dict[str, int], grad_accum_steps: int, mesh) -> None:
   """Batch sizes must split into microbatches, over the mesh's batch shards and processes.
 
   Args:
-    config: a run config with `optimizer.grad_accum_steps` and the keys named.
+    batches: global batch size by config key; the first is the training batch (split into
+      `grad_accum_steps` microbatches), the others are used whole (eval).
+    grad_accum_steps: the config's optimizer.grad_accum_steps.
     mesh: the device mesh.
-    batch_keys: global batch-size keys; the first is the training batch (split
-      into grad_accum_steps microbatches), the others are used whole (eval).
 
   Raises:
     ValueError: naming the key, its value and what it must divide by.
   """
-  k = config.optimizer.grad_accum_steps
-  if k <= 0 or config[batch_keys[0]] % k:
-    raise ValueError(f"bad config: {batch_keys[0]} {config[batch_keys[0]]} is not divisible by "
+  k = grad_accum_steps
+  keys = list(batches)
+  if k <= 0 or batches[keys[0]] % k:
+    raise ValueError(f"bad config: {keys[0]} {batches[keys[0]]} is not divisible by "
                      f"optimizer.grad_accum_steps {k}")
   shards = mesh.shape["data"] * mesh.shape["fsdp"]
-  for i, key in enumerate(batch_keys):
-    per_step = config[key] // k if i == 0 else config[key]
-    if per_step <= 0 or per_step % shards or config[key] % jax.process_count():
+  for i, key in enumerate(keys):
+    per_step = batches[key] // k if i == 0 else batches[key]
+    if per_step <= 0 or per_step % shards or batches[key] % jax.process_count():
       raise ValueError(
-          f"bad config: {key} {config[key]} (per step {per_step}) must be positive and divisible "
-          f"over the {shards} batch shards of mesh {dict(mesh.shape)} and "
+          f"bad config: {key} {batches[key]} (per step {per_step}) must be positive and "
+          f"divisible over the {shards} batch shards of mesh {dict(mesh.shape)} and "
           f"{jax.process_count()} processes")
 
 

@@ -13,6 +13,11 @@ from bert_jax.tasks.glue import metrics as metrics_lib
 from bert_jax.tasks import task as task_lib
 
 
+# The config keys this task reads; fine-tuning hands it their values alone.
+OPTIONS = ("task", "data_source", "data_dir", "tfds_data_dir", "head", "head_layers",
+           "max_seq_length", "max_train_examples", "eval_only", "predict_test", "predict_ax")
+
+
 def sequence_model(model_cfg: BertConfig, num_labels: int, head: str = "cls",
                    head_layers: int = 4) -> model_lib.BertForSequenceClassification:
   """BertForSequenceClassification with `head`; ValueError for an unknown head, or head_layers
@@ -26,41 +31,41 @@ def sequence_model(model_cfg: BertConfig, num_labels: int, head: str = "cls",
                                                  head_layers=head_layers)
 
 
-def check_config(config) -> None:
-  if config.data_source == "tsv" and not config.data_dir:
+def check_config(options) -> None:
+  if options.data_source == "tsv" and not options.data_dir:
     raise ValueError("bad config: data_dir is required with data_source='tsv' (the GLUE "
                      "folder holding MRPC/, RTE/, ...)")
 
 
-def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
+def model(options, model_cfg: BertConfig) -> task_lib.TaskModel:
   """BertForSequenceClassification with the task's number of labels (1: regression) and
   the config's head; the export records the head."""
-  task = glue.get_task(config.task)
+  task = glue.get_task(options.task)
   return task_lib.TaskModel(
-      task.name, sequence_model(model_cfg, task.num_labels, config.head, config.head_layers),
-      "classifier", export_info={"head": config.head, "head_layers": config.head_layers})
+      task.name, sequence_model(model_cfg, task.num_labels, options.head, options.head_layers),
+      "classifier", export_info={"head": options.head, "head_layers": options.head_layers})
 
 
-def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
+def build(options, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   """A GLUE task from the TSV layout or TFDS."""
-  task = glue.get_task(config.task)
-  if config.predict_ax and task.name != "mnli":
+  task = glue.get_task(options.task)
+  if options.predict_ax and task.name != "mnli":
     raise ValueError(f"bad config: predict_ax applies to task mnli only (AX is predicted by an "
                      f"MNLI model), not {task.name}")
   read = lambda split: glue.read_split(  # noqa: E731
-      task, split, source=config.data_source, data_dir=config.data_dir,
-      tfds_data_dir=config.tfds_data_dir)
+      task, split, source=options.data_source, data_dir=options.data_dir,
+      tfds_data_dir=options.tfds_data_dir)
   train_arrays = {}
-  if not config.eval_only:
+  if not options.eval_only:
     if task.train_split is None:
       raise ValueError(f"GLUE task {task.name} has no training data; use eval_only with a "
                        "fine-tuned checkpoint (AX: an MNLI model)")
     examples = read(task.train_split)
-    if config.max_train_examples:
-      examples = examples[:config.max_train_examples]
+    if options.max_train_examples:
+      examples = examples[:options.max_train_examples]
     if not examples:
       raise ValueError(f"GLUE {task.name}: the training split is empty")
-    train_arrays = glue.encode_examples(tokenizer, examples, config.max_seq_length,
+    train_arrays = glue.encode_examples(tokenizer, examples, options.max_seq_length,
                                         task.is_regression)
   label_key = "labels" if task.is_regression else "label_ids"
 
@@ -75,7 +80,7 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   eval_sets = []
   for split in task.dev_splits:
     examples = read(split)
-    arrays = glue.encode_examples(tokenizer, examples, config.max_seq_length, task.is_regression)
+    arrays = glue.encode_examples(tokenizer, examples, options.max_seq_length, task.is_regression)
 
     def score(outputs, workdir, split=split, arrays=arrays):
       preds = predictions_of(outputs["logits"])
@@ -92,18 +97,18 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   stats = {"train_examples": len(train_arrays.get("input_ids", ()))}
   stats.update({f"{es.name}_examples": len(es.arrays["input_ids"]) for es in eval_sets})
   predicted = []
-  if config.predict_test:
+  if options.predict_test:
     predicted += [(task, split) for split in task.test_splits]
-  if config.predict_ax:
+  if options.predict_ax:
     predicted.append((glue.TASKS["ax"], "test"))
   for pred_task, split in predicted:
     try:
-      examples = glue.read_split(pred_task, split, source=config.data_source,
-                                 data_dir=config.data_dir, tfds_data_dir=config.tfds_data_dir)
+      examples = glue.read_split(pred_task, split, source=options.data_source,
+                                 data_dir=options.data_dir, tfds_data_dir=options.tfds_data_dir)
     except FileNotFoundError as e:
       print(f"GLUE {pred_task.name} {split}: not predicted, no data ({e})", flush=True)
       continue
-    arrays = glue.encode_examples(tokenizer, examples, config.max_seq_length, task.is_regression)
+    arrays = glue.encode_examples(tokenizer, examples, options.max_seq_length, task.is_regression)
 
     def write_test_predictions(outputs, workdir, pred_task=pred_task, split=split, examples=examples):
       if workdir is not None:
@@ -119,5 +124,5 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   primary = task.result_name(task.metrics[0], task.dev_splits[0]) if task.dev_splits else ""
   # A regression task (STS-B) has no majority class: its baseline is the untrained head's
   # scores, taken before the first step.
-  return task_lib.Task(model(config, model_cfg), train_arrays, (label_key,), loss, eval_sets,
+  return task_lib.Task(model(options, model_cfg), train_arrays, (label_key,), loss, eval_sets,
                        primary, data_stats=stats, zero_shot=task.is_regression)

@@ -18,26 +18,32 @@ from bert_jax.tasks.ner import data as ner
 from bert_jax.tasks import task as task_lib
 
 
-def _path(config, name: str) -> str:
+# The config keys this task reads; fine-tuning hands it their values alone.
+OPTIONS = ("task", "data_source", "data_dir", "train_file", "valid_file", "test_file",
+           "label_scheme", "max_seq_length", "max_train_examples", "eval_only",
+           "length_bucketing", "packing")
+
+
+def _path(options, name: str) -> str:
   if "://" in name or os.path.isabs(name):
     return name
-  if not config.data_dir:
+  if not options.data_dir:
     raise ValueError("bad config: data_dir is required for NER (the folder holding "
-                     f"{config.train_file}, {config.valid_file}, {config.test_file})")
-  return str(epath.Path(config.data_dir) / name)
+                     f"{options.train_file}, {options.valid_file}, {options.test_file})")
+  return str(epath.Path(options.data_dir) / name)
 
 
-def _check(config) -> None:
-  if config.label_scheme not in ner.SCHEMES:
-    raise ValueError(f"bad config: label_scheme {config.label_scheme!r} not in "
+def _check(options) -> None:
+  if options.label_scheme not in ner.SCHEMES:
+    raise ValueError(f"bad config: label_scheme {options.label_scheme!r} not in "
                      f"{list(ner.SCHEMES)}")
 
 
-def check_config(config) -> None:
-  _check(config)
-  for name in (config.train_file, config.valid_file):
-    _path(config, name)  # a relative file needs data_dir
-  task_lib.refuse_shaped_batches(config, "token-level heads are not bucketed or packed yet")
+def check_config(options) -> None:
+  _check(options)
+  for name in (options.train_file, options.valid_file):
+    _path(options, name)  # a relative file needs data_dir
+  task_lib.refuse_shaped_batches(options, "token-level heads are not bucketed or packed yet")
 
 
 def _labels_and_scheme(sentences: list, path: str) -> tuple[list[str], str]:
@@ -45,35 +51,35 @@ def _labels_and_scheme(sentences: list, path: str) -> tuple[list[str], str]:
   return ner.label_list(sentences, path), ner.scheme_of(sentences) or "IOB2"
 
 
-def _task_model(config, model_cfg: BertConfig, labels: list[str],
+def _task_model(options, model_cfg: BertConfig, labels: list[str],
                 train_scheme: str) -> task_lib.TaskModel:
   """The export records the labels, both schemes and the window length, so that
   bert_jax.Encoder.tag predicts tags from the bundle alone."""
   return task_lib.TaskModel(
       "ner", model_lib.BertForTokenClassification(model_cfg, num_labels=len(labels)),
       "token_classifier",
-      export_info={"labels": list(labels), "scheme": config.label_scheme,
-                   "train_scheme": train_scheme, "max_seq_length": config.max_seq_length})
+      export_info={"labels": list(labels), "scheme": options.label_scheme,
+                   "train_scheme": train_scheme, "max_seq_length": options.max_seq_length})
 
 
-def model(config, model_cfg: BertConfig) -> task_lib.TaskModel:
+def model(options, model_cfg: BertConfig) -> task_lib.TaskModel:
   """BertForTokenClassification with one output per training-file label."""
-  _check(config)
-  path = _path(config, config.train_file)
-  return _task_model(config, model_cfg, *_labels_and_scheme(ner.read_conll(path), path))
+  _check(options)
+  path = _path(options, options.train_file)
+  return _task_model(options, model_cfg, *_labels_and_scheme(ner.read_conll(path), path))
 
 
-def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
+def build(options, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   """NER from CoNLL files in data_dir (train, valid, optional test)."""
-  _check(config)
-  if config.data_source != "conll":
+  _check(options)
+  if options.data_source != "conll":
     raise ValueError(f"bad config: NER reads CoNLL files (data_source='conll'), "
-                     f"not {config.data_source!r}")
-  train_path = _path(config, config.train_file)
+                     f"not {options.data_source!r}")
+  train_path = _path(options, options.train_file)
   train = ner.read_conll(train_path)
   labels, train_scheme = _labels_and_scheme(train, train_path)
-  splits = [("valid", _path(config, config.valid_file))]
-  test_path = _path(config, config.test_file) if config.test_file else ""
+  splits = [("valid", _path(options, options.valid_file))]
+  test_path = _path(options, options.test_file) if options.test_file else ""
   if test_path and epath.Path(test_path).exists():
     splits.append(("test", test_path))
   elif test_path:
@@ -85,11 +91,11 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
 
   stats = {"labels": len(labels), "train_scheme": train_scheme}
   train_arrays = {}
-  if not config.eval_only:
-    if config.max_train_examples:
-      train = train[:config.max_train_examples]
-    train_arrays = ner.encode(tokenizer, ner.in_scheme(train, config.label_scheme), labels,
-                              config.max_seq_length)
+  if not options.eval_only:
+    if options.max_train_examples:
+      train = train[:options.max_train_examples]
+    train_arrays = ner.encode(tokenizer, ner.in_scheme(train, options.label_scheme), labels,
+                              options.max_seq_length)
     stats.update(train_sentences=len(train), train_windows=len(train_arrays["input_ids"]))
 
   def loss(logits, batch):  # logits [b, len, labels]: summed cross-entropy per window [b]
@@ -102,8 +108,8 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   eval_sets = []
   for split, path in splits:
     sentences = read[split]
-    arrays = ner.encode(tokenizer, ner.in_scheme(sentences, config.label_scheme), labels,
-                        config.max_seq_length)
+    arrays = ner.encode(tokenizer, ner.in_scheme(sentences, options.label_scheme), labels,
+                        options.max_seq_length)
     scheme = ner.scheme_of(sentences) or train_scheme  # no entity or no tags: the training file's
     stats.update({f"{split}_sentences": len(sentences), f"{split}_scheme": scheme,
                   f"{split}_windows": len(arrays["input_ids"])})
@@ -131,6 +137,6 @@ def build(config, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       return results
     eval_sets.append(task_lib.EvalSet(split, arrays, score))
 
-  return task_lib.Task(_task_model(config, model_cfg, labels, train_scheme), train_arrays,
+  return task_lib.Task(_task_model(options, model_cfg, labels, train_scheme), train_arrays,
                        ("label_ids", "label_weights"),
                        loss, eval_sets, "f1", data_stats=stats, loss_weight=loss_weight)
