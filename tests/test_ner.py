@@ -153,8 +153,8 @@ def test_iob1_files_train_on_the_closure_and_score_in_iob1(tmp_path, label_schem
   learns label_scheme's targets, and the predictions are written and scored in IOB1."""
   init, loaded, tok = _random_init(tmp_path)
   _twin_files(tmp_path, np.random.default_rng(3))
-  task = finetune_setup.build_task(_ner_config(tmp_path, init, test_file="", label_scheme=label_scheme),
-                        tok, loaded.config)
+  task = finetune_setup.build_task(
+      _ner_config(tmp_path, init, test_file="", label_scheme=label_scheme), tok, loaded.config)
   labels = task.model.export_info["labels"]
   assert labels == ["O", "B-LOC", "B-PER", "I-LOC", "I-PER"]
   assert task.data_stats["train_scheme"] == task.data_stats["valid_scheme"] == "IOB1"

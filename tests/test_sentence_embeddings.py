@@ -122,8 +122,9 @@ def test_bad_config_and_scores_fail_before_training(tmp_path):
     finetune.finetune(cfg, str(tmp_path / "w"))
   # Tuples: anchor / positive / negative rows of [n, 3, len], counted by input_ids.
   (tmp_path / "triplets.tsv").write_text("w1 w2\tw1 w3\tw9\nw4\tw4 w5\tw6 w7 w8\n")
-  task = finetune_setup.build_task(_se_config(init, tmp_path / "triplets.tsv", tmp_path / "eval.tsv",
-                                   loss="triplet"), tok, loaded.config)
+  task = finetune_setup.build_task(
+      _se_config(init, tmp_path / "triplets.tsv", tmp_path / "eval.tsv", loss="triplet"), tok,
+      loaded.config)
   assert task.train_arrays["input_ids"].shape == (2, 3, 8) and task.label_keys == ()
   assert task.train_arrays["input_mask"].sum(-1).tolist() == [[4, 4, 3], [3, 4, 5]]
 

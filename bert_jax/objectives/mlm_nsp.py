@@ -126,8 +126,8 @@ def summarize(sums: dict[str, float]) -> dict[str, float]:
 def check_config(options, bad) -> None:
   """What mlm_nsp / mlm_sop / mlm need of a pretraining config."""
   if not members.get(options.model_type).has_pooler and options.objective in PAIR_TASKS:
-    bad(f"model_type {options.model_type!r} has no pooler for objective {options.objective!r}'s sentence "
-        "task; use objective='mlm' or 'distill'")
+    bad(f"model_type {options.model_type!r} has no pooler for objective "
+        f"{options.objective!r}'s sentence task; use objective='mlm' or 'distill'")
 
 
 def build(options, inputs: base.BuildInputs) -> base.Pretraining:

@@ -135,8 +135,8 @@ def _train_arrays(options, tokenizer) -> tuple[dict, dict]:
     scaled = rows.scores / options.score_max
     outside = np.flatnonzero((scaled < 0) | (scaled > 1))
     if len(outside):
-      raise ValueError(f"{path}: {len(outside)} score(s) outside [0, score_max {options.score_max:g}]"
-                       f" (first: pair {outside[0] + 1}, {rows.scores[outside[0]]:g}); set "
+      raise ValueError(f"{path}: {len(outside)} score(s) outside "
+                       f"[0, score_max {options.score_max:g}] (first: pair {outside[0] + 1}, {rows.scores[outside[0]]:g}); set "
                        "--config.score_max to the top of the file's scale")
     rows.scores = scaled
   else:

@@ -81,8 +81,8 @@ def build(options, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
     if not examples:
       raise ValueError("SQuAD: no training examples")
     train_arrays, _ = convert(
-        tokenizer, examples, options.max_seq_length, options.doc_stride, options.max_query_length,
-        is_training=True)
+        tokenizer, examples, options.max_seq_length, options.doc_stride,
+        options.max_query_length, is_training=True)
     stats["train_examples"] = len(examples)
     stats["train_windows"] = len(train_arrays["input_ids"])
 
@@ -93,8 +93,8 @@ def build(options, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
 
   eval_examples, _ = read(options.eval_file, "validation", False)
   eval_arrays, eval_features = convert(
-      tokenizer, eval_examples, options.max_seq_length, options.doc_stride, options.max_query_length,
-      is_training=False)
+      tokenizer, eval_examples, options.max_seq_length, options.doc_stride,
+      options.max_query_length, is_training=False)
   stats["eval_examples"] = len(eval_examples)
   stats["eval_windows"] = len(eval_arrays["input_ids"])
   if options.data_source == "tfds":
