@@ -167,8 +167,8 @@ def main(argv=None) -> int:
                os.path.join(args.bundle, "model_config.json"), args.texts or args.sts_train):
     if not os.path.isfile(path):
       sys.exit(f"missing {path} (see the module docstring)")
-  from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
 
   if args.texts:
     with open(args.texts, encoding="utf-8") as f:

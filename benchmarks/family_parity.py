@@ -191,9 +191,9 @@ def main() -> int:
   if args.head == "discriminator" and args.model_type != "electra":
     sys.exit("--head discriminator is ELECTRA's")
   import jax  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
-  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
 
   files = _tokenizer_files(args.model_type, args.data_dir)

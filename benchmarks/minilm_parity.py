@@ -93,8 +93,8 @@ def main() -> int:
     subprocess.run(cmd, check=True, env=env)
 
   ref = reference(args.model_dir, sentences, args.max_length)
-  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   b = bundle.load_bundle(bundle_dir, with_params=False)
   tok = tokenizer_lib.WordPieceTokenizer(b.vocab_file, lowercase=b.lowercase)
   ours_ids = [[tok.cls_id] + x[:args.max_length - 2] + [tok.sep_id]

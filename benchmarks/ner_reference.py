@@ -198,11 +198,11 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
   # pylint: disable-next=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
   from bert_jax.finetuning import batches as finetune_batches  # pylint: disable=g-import-not-at-top
-  from bert_jax.modeling import compute_policy  # pylint: disable=g-import-not-at-top
-  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from bert_jax.finetuning import setup as finetune_setup  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import compute_policy  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks import task as task_lib  # pylint: disable=g-import-not-at-top
   # pylint: disable-next=g-import-not-at-top
   from bert_jax.checkpoints import run_checkpoints as ckpt_lib

@@ -23,9 +23,9 @@ import time
 
 import numpy as np
 
+from bert_jax.checkpoints import loading
 from bert_jax.inference import retrieval
 from bert_jax.inference import retrieval_metrics
-from bert_jax.checkpoints import loading
 
 
 def reference_embed(model_dir, texts, max_length, batch_size):

@@ -47,13 +47,13 @@ import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
+from bert_jax.checkpoints import checksum  # noqa: E402
 from bert_jax import config_help  # noqa: E402
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
 from bert_jax.modeling import model as model_lib  # noqa: E402
 from bert_jax.objectives import mlm_nsp  # noqa: E402
 from bert_jax.pretraining import setup as pretrain_setup  # noqa: E402
-from bert_jax.checkpoints import checksum  # noqa: E402
 from bert_jax.runtime import xla_flags  # noqa: E402
 from bert_jax.training import optimizer as opt_lib  # noqa: E402
 from bert_jax.training import sharding  # noqa: E402

@@ -24,13 +24,13 @@ from etils import epath
 import jax
 import numpy as np
 
+from bert_jax.batching import bucket_cost
 from bert_jax.batching import length_buckets
+from bert_jax.checkpoints import bundle as bundle_lib
+from bert_jax.checkpoints import loading
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
-from bert_jax.checkpoints import bundle as bundle_lib
-from bert_jax.batching import bucket_cost
-from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.runtime.json_file import read_json
 

@@ -50,10 +50,10 @@ if __name__ == "__main__":
 from absl import flags  # noqa: E402  pylint: disable=g-import-not-at-top
 from flax import traverse_util  # noqa: E402  pylint: disable=g-import-not-at-top
 
+from bert_jax.checkpoints import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax import cli  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import hf  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import tf1  # noqa: E402  pylint: disable=g-import-not-at-top
-from bert_jax.checkpoints import bundle  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.runtime import train_log  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.runtime import write_errors  # noqa: E402  pylint: disable=g-import-not-at-top
 

@@ -52,11 +52,11 @@ from absl import flags
 from etils import epath
 import numpy as np
 
+from bert_jax.checkpoints import bundle as bundle_lib
+from bert_jax.checkpoints import loading
 from bert_jax import cli
 from bert_jax.inference import aggregate
 from bert_jax.inference import embedding
-from bert_jax.checkpoints import bundle as bundle_lib
-from bert_jax.checkpoints import loading
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import compile_cache
 from bert_jax.runtime import train_log

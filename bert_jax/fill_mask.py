@@ -20,11 +20,11 @@ from typing import Optional, Sequence
 
 from absl import flags
 
-from bert_jax import cli
-from bert_jax.inference import mask_filling
 from bert_jax.checkpoints import bundle as bundle_lib
 from bert_jax.checkpoints import folder as checkpoint_folder
 from bert_jax.checkpoints import loading
+from bert_jax import cli
+from bert_jax.inference import mask_filling
 from bert_jax.runtime import train_log
 
 

@@ -40,8 +40,8 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   """
   from etils import epath  # pylint: disable=g-import-not-at-top
   from bert_jax.data.sources import prepared_data  # pylint: disable=g-import-not-at-top
-  from bert_jax.data.stream import shard_tokens  # pylint: disable=g-import-not-at-top
   from bert_jax.data.sources import registry as source_registry  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.stream import shard_tokens  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import optional_tensorflow  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top

@@ -30,11 +30,11 @@ from typing import Optional, Sequence
 
 from absl import flags
 
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from bert_jax import cli
 from bert_jax.inference import embedding
 from bert_jax.inference import retrieval
-from bert_jax.checkpoints import bundle
-from bert_jax.checkpoints import loading
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import train_log
 

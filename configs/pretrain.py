@@ -83,10 +83,10 @@ import math
 
 import ml_collections
 
-from bert_jax.data.sources import raw_docs
-from bert_jax.members import registry as member_registry
 from bert_jax.configuration import reads as config_reads
 from bert_jax.configuration import sections as config_sections
+from bert_jax.data.sources import raw_docs
+from bert_jax.members import registry as member_registry
 
 # Per-variant sizes; model shapes come from bert_jax.modeling.model_config.VARIANTS.
 _RECIPES = {

@@ -9,14 +9,14 @@ from absl import flags
 import numpy as np
 import pytest
 
-from bert_jax import cli
-from bert_jax import finetune
-from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
-from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.checkpoints import bundle
+from bert_jax import cli
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
+from bert_jax import finetune
+from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks.sentence_embeddings import task as sentence_embedding_task
 from bert_jax.tasks.sentence_embeddings import pairs as sentence_pairs
+from bert_jax.tasks.sentence_embeddings import task as sentence_embedding_task
 from bert_jax.training import sharding
 from tests.fixtures.repo import load_config
 from tests.fixtures.tiny_encoder import random_params

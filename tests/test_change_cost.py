@@ -17,12 +17,12 @@ from flax import traverse_util
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import loading
 from bert_jax import config_help
 from bert_jax.conversion import hf as hf_conversion
 from bert_jax.data.sources import registry as source_registry
 from bert_jax import finetune
 from bert_jax.members import registry as member_registry
-from bert_jax.checkpoints import loading
 from bert_jax.objectives import registry as objective_registry
 from bert_jax import pretrain
 from bert_jax.tasks import registry as task_registry
@@ -217,9 +217,9 @@ import json
 import os
 
 from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import registry as source_registry
 from bert_jax.data.sources import shard_spec
 from bert_jax.data.sources import source_base
-from bert_jax.data.sources import registry as source_registry
 from bert_jax.runtime.optional_tensorflow import tf
 
 READS = []  # the shards read, for the test

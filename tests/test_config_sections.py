@@ -7,10 +7,10 @@ import ml_collections
 import pytest
 
 from bert_jax import config_help
-from bert_jax import pretrain
+from bert_jax.configuration import sections as config_sections
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.configuration import sections as config_sections
+from bert_jax import pretrain
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Config file, an argument of get_config.

@@ -5,8 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.data.sources import registry as source_registry
 from bert_jax.checkpoints import loading
+from bert_jax.data.sources import registry as source_registry
 from bert_jax.pretraining import setup as pretrain_setup
 from bert_jax.training import sharding
 from tests.fixtures import pretraining

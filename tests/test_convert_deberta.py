@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from bert_jax.conversion import hf
 from bert_jax import convert
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
-from bert_jax.checkpoints import bundle
 from bert_jax.modeling import disentangled
-from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import from_hf_dict
 from bert_jax.modeling import pooling

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from bert_jax.checkpoints import bundle
 from bert_jax.conversion import hf
 from bert_jax.conversion import name_map
 from bert_jax import convert
-from bert_jax.checkpoints import bundle
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import from_hf_dict
 from bert_jax.modeling import pooling
@@ -273,9 +273,9 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
   """RoBERTa (byte-level BPE) and ALBERT (SentencePiece) end to end: HF directory with its
   tokenizer files -> `bert_jax.convert` -> bundle (tokenizer/ copied) -> fill_mask gives
   transformers' ids, top tokens and probabilities; `--to hf` gives the files back."""
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
-  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   tok_dir = bpe_dir if model_type == "roberta" else albert_dir
   names = ["merges.txt", "vocab.json"] if model_type == "roberta" else ["spiece.model"]
   fast = (transformers.RobertaTokenizerFast if model_type == "roberta"
@@ -310,8 +310,8 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
 
 
 def test_a_bundle_tokenizer_that_does_not_match_is_named(bpe_dir, albert_dir, tmp_path):
-  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   src = str(tmp_path / "hf")
   ref = Reference(transformers.FlaxRobertaModel, CONFIGS["roberta"](), seed=1)
   ref.model.save_pretrained(src, params=ref.params, safe_serialization=True)

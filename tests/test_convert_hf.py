@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
+from bert_jax.checkpoints import bundle
 from bert_jax import cli
 from bert_jax.conversion import hf
 from bert_jax.conversion import name_map
 from bert_jax import convert
-from bert_jax.checkpoints import bundle
 from bert_jax.modeling import model as model_lib
 from tests.hf_reference import Reference
 from tests.fixtures import parity

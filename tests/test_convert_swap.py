@@ -17,9 +17,9 @@ from flax import traverse_util
 import numpy as np
 import pytest
 
-from bert_jax import convert
-from bert_jax.conversion import hf
 from bert_jax.checkpoints import bundle
+from bert_jax.conversion import hf
+from bert_jax import convert
 from bert_jax.runtime import atomic_files
 from tests.fixtures import tiny_encoder
 from tests.fixtures import write_faults

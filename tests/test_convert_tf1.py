@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bert_jax.checkpoints import bundle
 from bert_jax.conversion import name_map
 from bert_jax.conversion import tf1
 from bert_jax import convert
-from bert_jax.checkpoints import bundle
 from bert_jax.modeling import model as model_lib
 from tests.fixtures import parity
 

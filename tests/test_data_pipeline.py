@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bert_jax.data.sources import builtin_corpus
-from bert_jax.data.stream import pretrain_data
 from bert_jax.data.sources import raw_docs
 from bert_jax.data.sources import registry as source_registry
+from bert_jax.data.stream import pretrain_data
 from bert_jax import prepare_data
 from bert_jax.runtime.cpu_tensorflow import tf
 from configs import pretrain as pretrain_config

@@ -4,8 +4,8 @@ import collections
 import numpy as np
 import pytest
 
-from bert_jax.data.stream import pretrain_data
 from bert_jax.data.sources import registry as source_registry
+from bert_jax.data.stream import pretrain_data
 from configs import pretrain as pretrain_config
 
 tfds = pytest.importorskip("tensorflow_datasets")

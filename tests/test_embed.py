@@ -11,13 +11,13 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.data.tokenizers import tokenizer_base
 from bert_jax import embed
 from bert_jax.inference import embedding
-from bert_jax.checkpoints import bundle
-from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB
 from tests.fixtures.tiny_encoder import random_params

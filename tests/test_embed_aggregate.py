@@ -7,11 +7,11 @@ text of its words, so chunking is checked window by window.
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from bert_jax import embed
 from bert_jax.inference import aggregate
 from bert_jax.inference import embedding
-from bert_jax.checkpoints import bundle
-from bert_jax.checkpoints import loading
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB
 from tests.fixtures.tiny_encoder import WORDS

@@ -13,11 +13,11 @@ import jax
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
 from bert_jax import config_help
 from bert_jax.data.tokenizers import wordpiece
 from bert_jax import finetune
-from bert_jax.checkpoints import bundle
-from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
 from bert_jax import pretrain

@@ -17,9 +17,9 @@ import sys
 import pytest
 
 from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax import pretrain
 from bert_jax.runtime import train_log
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from tests.fixtures.pretraining import small_config
 from tests.fixtures.repo import ROOT
 from tests.fixtures.repo import child_env
@@ -65,9 +65,9 @@ def _damage(workdir, *steps):
 _DRIVER = r"""
 import errno, resource, sys
 from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import run_checkpoints as checkpoint
 from bert_jax import pretrain
 from bert_jax.runtime import train_log
-from bert_jax.checkpoints import run_checkpoints as checkpoint
 import tensorboardX.record_writer
 
 def full_disk(limit):

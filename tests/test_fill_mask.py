@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
-from bert_jax import fill_mask
-from bert_jax.inference import mask_filling
 from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax import fill_mask
+from bert_jax.inference import mask_filling
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 
 WORDS = ["the", "capital", "of", "france", "is", "paris", "london", ".", "a", "city", "big"]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS

@@ -16,17 +16,17 @@ import numpy as np
 import optax
 import pytest
 
-from bert_jax.finetuning import setup as finetune_setup
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.finetuning import evaluation
-from bert_jax.checkpoints import bundle
-from bert_jax.checkpoints import loading
+from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.modeling import model as model_lib
 from bert_jax.tasks.glue import data as glue
 from bert_jax.tasks.squad import metrics as squad_metrics
 from bert_jax.tasks import task as task_lib
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import sharding
 from bert_jax.training import train_core

@@ -11,8 +11,8 @@ from flax import traverse_util
 import numpy as np
 import pytest
 
-from bert_jax.finetuning import seed_run
 from bert_jax.checkpoints import bundle
+from bert_jax.finetuning import seed_run
 from tests.fixtures import kills
 
 # 32 training rows in batches of 8: 4 steps a seed, 2 seeds; no periodic checkpoint, so the

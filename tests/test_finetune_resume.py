@@ -8,9 +8,9 @@ from flax import traverse_util
 import numpy as np
 import pytest
 
-from bert_jax import finetune
 from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax import finetune
 from tests.fixtures.finetuning import glue_config
 from tests.fixtures.finetuning import squad_config
 from tests.fixtures.repo import ROOT

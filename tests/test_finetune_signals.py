@@ -9,10 +9,10 @@ from flax import traverse_util
 import numpy as np
 import pytest
 
-from bert_jax import finetune
-from bert_jax.finetuning import evaluation
 from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
+from bert_jax import finetune
+from bert_jax.finetuning import evaluation
 from bert_jax.runtime import stop_signals
 from tests.fixtures.finetuning import glue_config
 from tests.fixtures.finetuning import squad_config

@@ -16,15 +16,15 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from bert_jax import pretrain
+from bert_jax.checkpoints import loading
+from bert_jax.configuration import sections as config_sections
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import fp8
 from bert_jax.modeling import layers
-from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config as model_config_lib
 from bert_jax.objectives import mlm_nsp
-from bert_jax.configuration import sections as config_sections
+from bert_jax import pretrain
 from bert_jax.training import train_core
 from tests.fixtures.pretraining import logged_losses
 from tests.fixtures.pretraining import small_config

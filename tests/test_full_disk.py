@@ -13,8 +13,8 @@ import sys
 
 import pytest
 
-from bert_jax import convert
 from bert_jax.conversion import hf
+from bert_jax import convert
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import write_errors
 from tests.fixtures import tiny_encoder

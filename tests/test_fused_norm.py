@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax.configuration import sections as config_sections
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import fused_norm
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.configuration import sections as config_sections
 from bert_jax.training import sharding
 
 # the batch-mesh test shards over 4 devices; the other tests run on one

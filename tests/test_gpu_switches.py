@@ -13,14 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import bundle
+from bert_jax.configuration import sections as config_sections
 from bert_jax.data.sources import registry as source_registry
 from bert_jax.finetuning import setup as finetune_setup
-from bert_jax.checkpoints import bundle
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.pretraining import setup as pretrain_setup
-from bert_jax.configuration import sections as config_sections
 from bert_jax.training import sharding
 from tests.fixtures import finetuning
 from tests.fixtures import pretraining

@@ -5,10 +5,10 @@ import sys
 
 import pytest
 
+from bert_jax.configuration import sections as config_sections
 from bert_jax.data.tokenizers import wordpiece
 from bert_jax.tasks.glue import data as glue
 from bert_jax.tasks.ner import data as ner
-from bert_jax.configuration import sections as config_sections
 from tests.fixtures.repo import ROOT
 from tests.fixtures.repo import load_config
 

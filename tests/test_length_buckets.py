@@ -3,8 +3,8 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax import config_help
 from bert_jax.batching import length_buckets
+from bert_jax import config_help
 from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.modeling import model as model_lib

@@ -249,10 +249,10 @@ def test_tokenizer_json_bundle_fills_masks_and_embeds_as_transformers(tmp_path):
   gives the tokenizer back."""
   import jax  # pylint: disable=g-import-not-at-top
   from bert_jax import api  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   from bert_jax import convert  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
-  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
   src, dst, out = (tmp_path / n for n in ("hf", "bundle", "export"))
   src.mkdir()
   n = _tokenizer_json(src)
@@ -342,9 +342,9 @@ def test_recipe_pretrains_exports_and_fills_masks(tmp_path):
   """configs/pretrain.py:tiny,recipe=modernbert (shrunk): MLM alone at 30 % on packed rows
   trains ModernBERT, exports it, and fill-mask reads the export; base takes StableAdamW and
   the trapezoidal schedule."""
-  from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
-  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
+  from bert_jax import pretrain  # pylint: disable=g-import-not-at-top
   from tests.fixtures import pretraining  # pylint: disable=g-import-not-at-top
   config = pretraining.config_module().get_config("tiny,recipe=modernbert")
   assert (config.model_type, config.objective, config.data.mode, config.data.packing,

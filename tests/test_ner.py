@@ -9,13 +9,13 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
-from bert_jax import finetune
 from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
+from bert_jax import finetune
+from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.tasks.ner import conlleval
 from bert_jax.tasks.ner import data as ner
-from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.tasks import task as task_lib
 from tests.fixtures.finetuning import conll
 from tests.fixtures.finetuning import random_bundle

@@ -5,9 +5,9 @@ import numpy as np
 import optax
 import pytest
 
+from bert_jax.batching import packing
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.batching import packing
 from bert_jax.tasks import task as task_lib
 
 CLS, SEP = 2, 3

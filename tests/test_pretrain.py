@@ -15,13 +15,13 @@ import jax
 import numpy as np
 import pytest
 
-from bert_jax.inference import mask_filling
 from bert_jax.checkpoints import bundle
-from bert_jax.checkpoints import loading
-from bert_jax import pretrain
 from bert_jax.checkpoints import checksum
-from bert_jax.runtime import train_log
+from bert_jax.checkpoints import loading
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax.inference import mask_filling
+from bert_jax import pretrain
+from bert_jax.runtime import train_log
 from bert_jax.training import train_core
 from tests.fixtures.pretraining import OBJECTIVES
 from tests.fixtures.pretraining import WORDS
@@ -384,8 +384,8 @@ def test_convert_to_hf_takes_a_pretraining_workdir_and_its_checkpoints(straight_
   """`convert --to hf` takes a pretraining workdir and its checkpoints folder, as every other
   tool does, not only a bundle."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-  from bert_jax import convert  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax import convert  # pylint: disable=g-import-not-at-top
   workdir = straight_run[0]
   tensors = []
   for src in (workdir, os.path.join(workdir, "checkpoints")):

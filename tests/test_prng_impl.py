@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from bert_jax import pretrain
 from bert_jax.modeling import compute_policy
+from bert_jax import pretrain
 from tests.fixtures.pretraining import logged_losses
 from tests.fixtures.pretraining import small_config
 

@@ -11,12 +11,12 @@ import os
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import bundle
 from bert_jax import cli
 from bert_jax import convert
 from bert_jax import embed
 from bert_jax import fill_mask
 from bert_jax import finetune
-from bert_jax.checkpoints import bundle
 from bert_jax import pretrain
 from tests.fixtures.finetuning import MRPC_HEADER
 from tests.fixtures.finetuning import SENTENCES

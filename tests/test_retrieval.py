@@ -4,9 +4,9 @@ import json
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import bundle
 from bert_jax.inference import retrieval
 from bert_jax.inference import retrieval_metrics
-from bert_jax.checkpoints import bundle
 from bert_jax import retrieval_eval
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
-from bert_jax import finetune
-from bert_jax.inference import embedding
 from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
-from bert_jax.modeling.model_config import BertConfig
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
+from bert_jax import finetune
 from bert_jax.finetuning import setup as finetune_setup
+from bert_jax.inference import embedding
+from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks.sentence_embeddings import pairs as sentence_pairs
 from tests.fixtures.repo import load_config
 from tests.fixtures.tiny_encoder import random_params

@@ -15,11 +15,11 @@ import sys
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import bundle
+from bert_jax.conversion import sentence_transformers as st_modules
 from bert_jax import convert
 from bert_jax import embed
 from bert_jax import retrieval_eval
-from bert_jax.conversion import sentence_transformers as st_modules
-from bert_jax.checkpoints import bundle
 from tests.fixtures import parity
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB
@@ -178,8 +178,8 @@ def test_fine_tuning_takes_the_checkpoints_pooling_and_trains_its_dense_layers(m
   """Sentence-embedding fine-tuning from a converted folder with Dense layers: pooling and
   normalisation from the checkpoint (said in the header), the Dense layers trained with the
   encoder and exported with what the checkpoint records."""
-  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
   from tests.fixtures.repo import load_config  # pylint: disable=g-import-not-at-top
   rng = np.random.default_rng(0)
   words = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "far", "big", "red"]

@@ -11,16 +11,16 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import model_config
 from bert_jax.objectives import distill
 from bert_jax.objectives import mlm_nsp
+from bert_jax import pretrain
 from bert_jax.pretraining import setup as pretrain_setup
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.training import optimizer
 from bert_jax.training import sharding
 from bert_jax.training import train_core
-from bert_jax import pretrain
 from configs import pretrain as pretrain_config
 from tests.fixtures.pretraining import small_config
 

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
-from bert_jax import finetune
 from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
+from bert_jax import finetune
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.tasks.squad import features as squad
 from bert_jax.tasks.squad import offsets as squad_offsets

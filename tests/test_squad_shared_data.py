@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from bert_jax import squad_eval
-from bert_jax.tasks.squad import metrics as squad_metrics
 from bert_jax.tasks.squad import features as squad
+from bert_jax.tasks.squad import metrics as squad_metrics
 from tests.fixtures import parity
 
 _BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "..", "assets",

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from bert_jax import build_vocab
-from bert_jax import tokenize as tokenize_cli
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.data.tokenizers import vocab_builder
+from bert_jax import tokenize as tokenize_cli
 
 _SPECIALS = ["[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 _WORDS = ["hello", "world", "un", "##aff", "##able", "x", "##x", "e", "##e", "é", "##é", "中",

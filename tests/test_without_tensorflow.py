@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 
 from bert_jax.data.sources import prepared_data
-from bert_jax.data.stream import pretrain_data
 from bert_jax.data.sources import shard_spec
+from bert_jax.data.stream import pretrain_data
 from bert_jax import prepare_data
 from bert_jax import pretrain
-from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime.cpu_tensorflow import tf
+from bert_jax.runtime import optional_tensorflow
 from configs import pretrain as pretrain_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -298,8 +298,8 @@ _STSB_TEXTS = ["The Old Man walked to the river.", "A man walks to the RIVER.",
 def stsb(tmp_path_factory):
   """(GLUE data_dir with a tiny STS-B, a random 1-layer uncased bundle with the MLM head)."""
   import jax  # pylint: disable=g-import-not-at-top
-  from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling import model as model_lib  # pylint: disable=g-import-not-at-top
   from bert_jax.modeling.model_config import BertConfig  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp("stsb")

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import workdir_owner
 from bert_jax import cli
 from bert_jax import config_help
 from bert_jax import convert
 from bert_jax import finetune
-from bert_jax.checkpoints import bundle
 from bert_jax import pretrain
-from bert_jax.checkpoints import workdir_owner
 from tests.fixtures.repo import ROOT
 from tests.fixtures.tiny_encoder import BUNDLE_CONFIG as CONFIG
 

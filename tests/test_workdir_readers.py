@@ -15,9 +15,9 @@ import pytest
 
 from bert_jax.checkpoints import folder as checkpoint_folder
 from bert_jax.checkpoints import loading
-from bert_jax.modeling import model as model_lib
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.checkpoints import workdir_owner
+from bert_jax.modeling import model as model_lib
 from tests.fixtures.repo import ROOT, child_env
 from tests.fixtures.tiny_encoder import CONFIG, VOCAB, random_params
 
@@ -26,9 +26,9 @@ from tests.fixtures.tiny_encoder import CONFIG, VOCAB, random_params
 _SAVER = """
 import os, sys
 import jax
-from bert_jax.modeling import model as model_lib
 from bert_jax.checkpoints import loading
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax.modeling import model as model_lib
 from tests.fixtures.tiny_encoder import CONFIG, VOCAB, random_params
 workdir, stop = sys.argv[1], sys.argv[2]
 base = random_params(CONFIG)

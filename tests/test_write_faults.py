@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from bert_jax.checkpoints import loading
-from bert_jax import prepare_data
-from bert_jax import tokenize as tokenize_cli
 from bert_jax.conversion import hf
+from bert_jax import prepare_data
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import workdir_lock
 from bert_jax.runtime import write_errors
+from bert_jax import tokenize as tokenize_cli
 from tests.fixtures.finetuning import squad_config
 from tests.fixtures.repo import ROOT
 from tests.fixtures import write_faults

@@ -20,11 +20,11 @@ import time
 # The repository root (two levels up), so that bert_jax imports from a plain checkout.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import jax, jax.numpy as jnp, numpy as np, optax
+from bert_jax.batching import bucket_cost
 from bert_jax.batching import length_buckets
 from bert_jax.modeling import model_config, flops
-from bert_jax.batching import bucket_cost
-from bert_jax.tasks import task as task_lib
 from bert_jax.tasks.glue import task as glue_task
+from bert_jax.tasks import task as task_lib
 from bert_jax.training import train_core
 cfg = model_config.BertConfig(vocab_size=30522, hidden_size=384, num_layers=6, num_heads=12,
                               intermediate_size=1536, max_position_embeddings=512)

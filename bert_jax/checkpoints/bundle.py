@@ -31,8 +31,8 @@ import orbax.checkpoint as ocp
 
 from bert_jax.members import registry as members
 from bert_jax.modeling import model as model_lib
-from bert_jax.modeling import pooling
 from bert_jax.modeling.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
+from bert_jax.modeling import pooling
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime.json_file import read_json
 

@@ -20,11 +20,11 @@ import jax
 import numpy as np
 
 from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import checksum
+from bert_jax.checkpoints.folder import CheckpointFolder, committed_steps
 from bert_jax.modeling import fp8
 from bert_jax.modeling import model as model_lib
-from bert_jax.checkpoints.folder import CheckpointFolder, committed_steps
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.checkpoints import checksum
 from bert_jax.runtime.json_file import read_json
 from bert_jax.runtime import workdir_layout
 

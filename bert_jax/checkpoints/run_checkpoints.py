@@ -26,11 +26,11 @@ import optax
 import orbax.checkpoint as ocp
 
 from bert_jax.checkpoints import bundle
-from bert_jax.modeling import fp8
-from bert_jax.checkpoints import loading
-from bert_jax.modeling import model as model_lib
-from bert_jax.checkpoints.folder import CheckpointFolder, one_line_cause
 from bert_jax.checkpoints import checksum
+from bert_jax.checkpoints.folder import CheckpointFolder, one_line_cause
+from bert_jax.checkpoints import loading
+from bert_jax.modeling import fp8
+from bert_jax.modeling import model as model_lib
 from bert_jax.runtime import write_errors
 from bert_jax.training import sharding
 

@@ -22,8 +22,8 @@ from flax import traverse_util
 
 from bert_jax.checkpoints import bundle
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import workdir_layout
 from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime import workdir_layout
 
 PROGRAMS = {"pretrain": "a pretraining run", "finetune": "a fine-tuning run"}
 # Folders a run writes into: one that is a file would fail the first save (or the export).

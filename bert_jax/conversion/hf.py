@@ -14,16 +14,16 @@ from typing import Any, Optional
 from etils import epath
 import numpy as np
 
+from bert_jax.checkpoints import bundle
 from bert_jax import conversion
 from bert_jax.conversion import name_map
 from bert_jax.conversion import sentence_transformers as st_modules
 from bert_jax.members import registry as members
-from bert_jax.checkpoints import bundle
-from bert_jax.modeling import pooling
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict, to_hf_dict
+from bert_jax.modeling import pooling
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import write_errors
 from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime import write_errors
 
 SAFETENSORS = "model.safetensors"
 SAFETENSORS_INDEX = "model.safetensors.index.json"

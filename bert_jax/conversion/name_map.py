@@ -14,8 +14,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import jax
 import numpy as np
 
-from bert_jax.members import registry as members
 from bert_jax.checkpoints import bundle
+from bert_jax.members import registry as members
 from bert_jax.modeling.model_config import BertConfig
 
 GROUPS = ("encoder", "pooler", "mlm", "nsp", "discriminator")

@@ -15,8 +15,8 @@ import numpy as np
 
 from bert_jax.modeling import pooling
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import write_errors
 from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime import write_errors
 
 MODULES_FILE = "modules.json"
 SETTINGS_FILE = "sentence_bert_config.json"

@@ -6,9 +6,9 @@ from typing import Any, Optional
 
 from etils import epath
 
+from bert_jax.checkpoints import bundle
 from bert_jax import conversion
 from bert_jax.conversion import name_map
-from bert_jax.checkpoints import bundle
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict
 from bert_jax.runtime.json_file import read_json
 

@@ -5,8 +5,8 @@ from typing import Optional
 import jax
 import numpy as np
 
-from bert_jax.batching import length_buckets
 from bert_jax.batching import bucket_cost
+from bert_jax.batching import length_buckets
 from bert_jax.batching import packing as packing_lib
 
 

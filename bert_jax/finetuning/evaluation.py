@@ -11,8 +11,8 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from bert_jax.batching import length_buckets
-from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.checkpoints import bundle
+from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.modeling import model as model_lib
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import json_file

@@ -15,22 +15,22 @@ import jax
 import ml_collections
 
 from bert_jax.batching import length_buckets
+from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax.checkpoints import workdir_owner
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import seed_run
 from bert_jax.finetuning import setup as finetune_setup
-from bert_jax.checkpoints import bundle
-from bert_jax.checkpoints import loading
 from bert_jax.runtime import compile_cache
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
 from bert_jax.tasks import task as task_lib
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.training import sharding
-from bert_jax.checkpoints import workdir_owner
 
 time_split.compile_clock()  # compilations from here on count in the run's time split
 

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from bert_jax.batching import length_buckets
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.finetuning import evaluation
 from bert_jax.runtime import ahead_compile
@@ -22,7 +23,6 @@ from bert_jax.runtime import stop_signals
 from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
 from bert_jax.tasks import task as task_lib
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.training import loop as training_loop
 from bert_jax.training import sharding
 from bert_jax.training import train_core

@@ -12,19 +12,19 @@ import optax
 
 from bert_jax.batching import length_buckets
 from bert_jax.checkpoints import bundle
-from bert_jax.modeling import compute_policy
 from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax.checkpoints import workdir_owner
+from bert_jax.configuration import options as options_lib
+from bert_jax.configuration import sections as config_sections
+from bert_jax.modeling import compute_policy
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
-from bert_jax.configuration import options as options_lib
-from bert_jax.configuration import sections as config_sections
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import train_core
-from bert_jax.checkpoints import workdir_owner
 
 
 def check_config(config, mesh) -> None:

@@ -10,11 +10,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bert_jax.batching import length_buckets
-from bert_jax.inference import aggregate
-from bert_jax.checkpoints import bundle as bundle_lib
 from bert_jax.batching import bucket_cost
+from bert_jax.batching import length_buckets
+from bert_jax.checkpoints import bundle as bundle_lib
 from bert_jax.checkpoints import loading
+from bert_jax.inference import aggregate
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import pooling as pooling_lib
 from bert_jax.runtime import ahead_compile

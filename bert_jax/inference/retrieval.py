@@ -7,9 +7,9 @@ from typing import Optional, Sequence
 from etils import epath
 import numpy as np
 
+from bert_jax.checkpoints import loading
 from bert_jax.inference import embedding
 from bert_jax.inference import retrieval_metrics
-from bert_jax.checkpoints import loading
 
 
 # Nearest-neighbour search: exact matmul top-k, or faiss's HNSW graph (approximate).

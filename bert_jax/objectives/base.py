@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import optax
 
-from bert_jax.modeling import compute_policy
 from bert_jax.checkpoints import loading
+from bert_jax.modeling import compute_policy
 from bert_jax.modeling import model_config as model_config_lib
 from bert_jax.training import train_core
 

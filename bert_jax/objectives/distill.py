@@ -28,14 +28,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
-from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
 from bert_jax.objectives import base
 from bert_jax.objectives import mlm_nsp
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.training import sharding
 from bert_jax.training import train_core
 

@@ -16,14 +16,16 @@ from etils import epath
 import jax
 import ml_collections
 
+from bert_jax.checkpoints import loading
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax.checkpoints import workdir_owner
 from bert_jax.data.sources import registry as source_registry
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib
 from bert_jax.modeling import fp8
-from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
-from bert_jax.pretraining import setup as pretrain_setup
 from bert_jax.objectives import registry as objective_registry
+from bert_jax.pretraining import setup as pretrain_setup
 from bert_jax.runtime import compile_cache
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import stop_signals
@@ -31,11 +33,9 @@ from bert_jax.runtime import train_log
 from bert_jax.runtime import workdir_layout
 from bert_jax.runtime import write_errors
 from bert_jax.runtime import xla_flags
-from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.training import loop as training_loop
 from bert_jax.training import sharding
 from bert_jax.training import train_core
-from bert_jax.checkpoints import workdir_owner
 
 
 @dataclasses.dataclass(frozen=True)
@@ -325,8 +325,8 @@ def _load_init_checkpoint(config, model_cfg, vocab):
 
 def _print_header(config, workdir: str, model_cfg, params, data, start_step: int) -> None:
   """What the run will do: model, parameters, data, steps, where it writes."""
-  from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import wordpiece  # pylint: disable=g-import-not-at-top
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads"))
   d, tokenizer = config.data, data.tokenizer
   default_vocab = wordpiece.default_vocab_file()
@@ -374,8 +374,8 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
   """Writes the params-only bundle for fine-tuning and runs the fill-mask example."""
   if summary["step"] < config.total_steps:
     return None
-  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
   from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
   path = str(epath.Path(workdir) / workdir_layout.EXPORT)
   params = model_lib.unstack_layers(summary["export_params"])
   primary = jax.process_index() == 0

@@ -10,19 +10,19 @@ from flax import traverse_util
 import jax
 import ml_collections
 
-from bert_jax.data.stream import batch_schema
-from bert_jax.data.sources import source_base
-from bert_jax.inference import mask_filling
-from bert_jax.members import registry as members
 from bert_jax.checkpoints import bundle
-from bert_jax.modeling import compute_policy
 from bert_jax.checkpoints import loading
-from bert_jax.modeling import model_config as model_config_lib
-from bert_jax.objectives import base as objective_base
-from bert_jax.objectives import registry as objective_registry
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.configuration import options as options_lib
 from bert_jax.configuration import sections as config_sections
+from bert_jax.data.sources import source_base
+from bert_jax.data.stream import batch_schema
+from bert_jax.inference import mask_filling
+from bert_jax.members import registry as members
+from bert_jax.modeling import compute_policy
+from bert_jax.modeling import model_config as model_config_lib
+from bert_jax.objectives import base as objective_base
+from bert_jax.objectives import registry as objective_registry
 from bert_jax.training import optimizer as opt_lib
 from bert_jax.training import train_core
 

@@ -24,18 +24,18 @@ from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
+from bert_jax.data.sources import raw_docs
+from bert_jax.data.sources import registry as source_registry
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.sources import source_base
 from bert_jax.data.stream import batch_schema
 from bert_jax.data.stream import example_pools
 from bert_jax.data.stream import held_out
 from bert_jax.data.stream import masking
 from bert_jax.data.stream import python_stream
-from bert_jax.data.sources import raw_docs
-from bert_jax.data.sources import source_base
 from bert_jax.data.stream import rows as rows_lib
 from bert_jax.data.stream import segments
-from bert_jax.data.sources import shard_spec
 from bert_jax.data.stream import shard_tokens
-from bert_jax.data.sources import registry as source_registry
 from bert_jax.data.stream import stateless_random
 from bert_jax.data.stream import stream_plan
 from bert_jax.data.stream import stream_stages

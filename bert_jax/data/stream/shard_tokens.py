@@ -10,9 +10,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from bert_jax.data.stream import segments
-from bert_jax.data.sources import shard_spec
 from bert_jax.data.sources import registry as source_registry
+from bert_jax.data.sources import shard_spec
+from bert_jax.data.stream import segments
 from bert_jax.runtime.optional_tensorflow import tf
 
 # Sentences per tf-text call while tokenizing a shard, and the threads making the calls (and
