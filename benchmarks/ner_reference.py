@@ -236,7 +236,8 @@ def loss_check(b: ref.Budget, args, steps: int) -> list[tuple[float, float]]:
   step = jax.jit(train_core.make_train_step(task_lib.objective(task), tx, schedule))
   keys = task_lib.MODEL_INPUTS + task.label_keys
   ours = []
-  for global_batch in finetune_batches.epoch_batches(c, None, n, b.seed, 0)[:steps]:
+  plan = finetune_batches.BatchPlan.from_config(c)
+  for global_batch in finetune_batches.epoch_batches(plan, None, n, b.seed, 0)[:steps]:
     batch, _ = finetune_batches.train_batch(task.train_arrays, keys, global_batch, None)
     with sharding.mesh_context(mesh, rules):
       state, metrics = step(state, sharding.host_to_global(batch, mesh))

@@ -1,6 +1,7 @@
 """Fine-tuning's batches: the bucket lengths of a run, each epoch's training batches, a
 process's share of one, and the batches an evaluation runs over."""
-from typing import Optional
+import dataclasses
+from typing import Optional, Union
 
 import jax
 import numpy as np
@@ -10,7 +11,37 @@ from bert_jax.batching import length_buckets
 from bert_jax.batching import packing as packing_lib
 
 
-def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_lengths,
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+  """How a fine-tuning run cuts its batches, read once from its config.
+
+  Attributes:
+    seq_len: max_seq_length, the longest row (every row when neither bucketed nor packed).
+    batch_size: the global training batch.
+    packing: several examples to a row.
+    length_bucketing: batches cut to bucket lengths (not with packing).
+    buckets: length_buckets parsed: 'auto', 'all' or the lengths.
+  """
+  seq_len: int
+  batch_size: int
+  packing: bool
+  length_bucketing: bool
+  buckets: Union[str, tuple[int, ...]]
+
+  @classmethod
+  def from_config(cls, config) -> "BatchPlan":
+    """The plan of a fine-tuning config; ValueError: length_buckets malformed."""
+    seq_len = config.max_seq_length
+    return cls(seq_len, config.batch_size, config.packing, config.length_bucketing,
+               length_buckets.parse_buckets(config.length_buckets, seq_len))
+
+  @property
+  def bucketed(self) -> bool:
+    """Batches cut to bucket lengths (length_bucketing without packing)."""
+    return self.length_bucketing and not self.packing
+
+
+def run_buckets(plan: BatchPlan, model_cfg, train_lengths: Optional[np.ndarray], eval_lengths,
                 epochs: float) -> Optional[tuple[int, ...]]:
   """The bucket lengths of a length-bucketed run (None: not bucketed, or packed).
 
@@ -20,18 +51,17 @@ def run_buckets(config, model_cfg, train_lengths: Optional[np.ndarray], eval_len
   Train and eval share the lengths, so the run compiles at most one train and one eval
   program per length.
   """
-  if config.packing or not config.length_bucketing:
+  if not plan.bucketed:
     return None
-  setting = length_buckets.parse_buckets(config.length_buckets, config.max_seq_length)
-  if setting != "auto":
-    return setting
+  if plan.buckets != "auto":
+    return plan.buckets
   groups = [(x, 1.0 / 3.0) for x in eval_lengths]
   if train_lengths is not None:
     groups.append((train_lengths, epochs))
-  return bucket_cost.auto_buckets(model_cfg, groups, config.max_seq_length)
+  return bucket_cost.auto_buckets(model_cfg, groups, plan.seq_len)
 
 
-def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,
+def epoch_batches(plan: BatchPlan, lengths: np.ndarray, n_train: int, seed: int,
                   epoch: int, sort_by_length: bool = True,
                   buckets: Optional[tuple[int, ...]] = None) -> list[length_buckets.Batch]:
   """The training batches of one epoch: a permutation seeded by (seed, epoch), remainder
@@ -39,12 +69,12 @@ def epoch_batches(config, lengths: np.ndarray, n_train: int, seed: int,
   batch only, when not `sort_by_length`: the task's loss compares a batch's examples)
   and cut to bucket lengths (`buckets`; default every fixed length)."""
   order = np.random.default_rng([seed, epoch]).permutation(n_train)
-  if config.packing or not config.length_bucketing:  # packed rows are max_seq_length long
-    return length_buckets.sequential_batches(order, config.batch_size, config.max_seq_length,
+  if not plan.bucketed:  # packed rows are max_seq_length long
+    return length_buckets.sequential_batches(order, plan.batch_size, plan.seq_len,
                                              pad_last=False)
   return length_buckets.train_batches(
-      lengths, order, config.batch_size,
-      buckets or length_buckets.bucket_lengths(config.max_seq_length),
+      lengths, order, plan.batch_size,
+      buckets or length_buckets.bucket_lengths(plan.seq_len),
       np.random.default_rng([seed, epoch, 1]),
       length_buckets.WINDOW_BATCHES if sort_by_length else 1)
 
@@ -84,16 +114,16 @@ def predict_batches(arrays: dict, batch_size: int, bucketing: bool,
   return length_buckets.sequential_batches(np.arange(n), batch_size, seq_len, pad_last=True)
 
 
-def packing(config, mesh, tokenizer, model_cfg,
+def packing(plan: BatchPlan, mesh, tokenizer, model_cfg,
             buckets: Optional[tuple[int, ...]]) -> tuple[Optional[dict], int]:
   """(pack, shape_limit): packing_lib.pack_batch's keyword arguments (None: not packed), and the
   most training batch shapes the run compiles (packed row counts, or bucket lengths)."""
-  if config.packing:
+  if plan.packing:
     shards = mesh.shape["data"] * mesh.shape["fsdp"]
-    pack = dict(seq_len=config.max_seq_length, step=packing_lib.row_step(config.batch_size, shards),
+    pack = dict(seq_len=plan.seq_len, step=packing_lib.row_step(plan.batch_size, shards),
                 pad_id=tokenizer.pad_id, position_offset=model_cfg.position_offset)
-    return pack, -(-config.batch_size // pack["step"])
-  return None, len(buckets) if config.length_bucketing else 1
+    return pack, -(-plan.batch_size // pack["step"])
+  return None, len(buckets) if plan.length_bucketing else 1
 
 
 def steps(config, task) -> tuple[int, int, int, Optional[np.ndarray]]:

@@ -53,12 +53,14 @@ class _Place:
 class _TaskData:
   """The task on the checkpoint's model: model config, task model, tokenizer, the task with
   every split read and encoded, its step counts (finetune_batches.steps: train examples, steps
-  per epoch, total steps, train lengths) and the lengths its batches are cut to."""
+  per epoch, total steps, train lengths), how its batches are cut (`plan`) and the lengths
+  they are cut to."""
   model_cfg: Any
   task_model: Any
   tokenizer: Any
   task: Any
   counts: tuple
+  plan: finetune_batches.BatchPlan
   buckets: Optional[tuple[int, ...]]
 
 
@@ -127,10 +129,10 @@ def _start_and_run(config, place: _Place, where: list, starting, stop) -> dict[s
     where[0] = "reading and encoding the task data"
     data = _task_data(config, pretrained, split)
     task, model_cfg = data.task, data.model_cfg
-    n_train, steps_per_epoch, total_steps, train_lengths = data.counts
+    n_train, _, total_steps, train_lengths = data.counts
     if is_writer:
-      finetune_setup.print_header(config, pretrained, model_cfg, task, total_steps,
-                                  steps_per_epoch, workdir, data.buckets)
+      finetune_setup.print_header(config, pretrained, model_cfg, task, data.counts, data.plan,
+                                  data.buckets, workdir)
       starting.touch()
     where[0] = "making the initial state"
     # -- Optimizer, initial state (this workdir's checkpoint, else the init checkpoint's
@@ -147,8 +149,8 @@ def _start_and_run(config, place: _Place, where: list, starting, stop) -> dict[s
                              config.length_bucketing, data.buckets, place.mesh, place.rules)
 
   # -- One run per seed: epochs, a checkpoint at the end of training, evaluation -----------
-  pack, shape_limit = finetune_batches.packing(config, place.mesh, data.tokenizer, model_cfg,
-                                               data.buckets)
+  pack, shape_limit = finetune_batches.packing(data.plan, place.mesh, data.tokenizer,
+                                               model_cfg, data.buckets)
   stop.started()
   failed = True
   try:
@@ -162,7 +164,7 @@ def _start_and_run(config, place: _Place, where: list, starting, stop) -> dict[s
         config=config, train_step=start.train_step, schedule=jax.jit(start.optimizer[1]),
         ckpts=start.ckpts, scorer=scorer, out=out,
         data=seed_run.TrainData(task_lib.MODEL_INPUTS + task.label_keys, train_lengths,
-                                n_train, total_steps, pack, shape_limit),
+                                n_train, total_steps, data.plan, pack, shape_limit),
         meta=dict(description, config=place.config_record, zero_shot=baselines),
         preempt_at=place.preempt_at)
     if is_writer:  # from before the first step to after the export: what the workdir holds
@@ -199,16 +201,17 @@ def _start_and_run(config, place: _Place, where: list, starting, stop) -> dict[s
 def _task_data(config, pretrained: loading.Pretrained, split: time_split.TimeSplit) -> _TaskData:
   """The task's model on the checkpoint's, every split read and encoded, its step counts and
   the lengths its batches are cut to."""
-  model_cfg, task_model = finetune_setup.task_model_for(config, pretrained)
+  plan = finetune_batches.BatchPlan.from_config(config)
+  model_cfg, task_model = finetune_setup.task_model_for(config, pretrained, plan)
   with split.phase("data"):
     tokenizer = tokenizer_lib.for_checkpoint(pretrained)
     task = finetune_setup.build_task(config, tokenizer, model_cfg)
   counts = finetune_batches.steps(config, task)
   buckets = finetune_batches.run_buckets(
-      config, model_cfg, counts[3],
+      plan, model_cfg, counts[3],
       [length_buckets.row_lengths(es.arrays["input_mask"]) for es in task.eval_sets],
       0.0 if config.eval_only else config.num_epochs)
-  return _TaskData(model_cfg, task_model, tokenizer, task, counts, buckets)
+  return _TaskData(model_cfg, task_model, tokenizer, task, counts, plan, buckets)
 
 
 def _state_and_steps(config, place: _Place, pretrained: loading.Pretrained,
@@ -216,7 +219,8 @@ def _state_and_steps(config, place: _Place, pretrained: loading.Pretrained,
   """The optimizer (AdamW, warmup_fraction linear warmup, linear decay, layer-wise decay),
   the first seed's state (this workdir's checkpoint, else the init checkpoint's params) and
   the jitted steps (compiled once per batch shape, shared by every seed)."""
-  optimizer = finetune_setup.optimizer(config, data.task_model, data.model_cfg, data.counts[2])
+  optimizer = finetune_setup.optimizer(config, data.task_model, data.model_cfg, data.counts[2],
+                                       data.plan.seq_len)
   tx, _, init_fn, _ = optimizer
   ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
       str(epath.Path(place.workdir) / workdir_layout.FINETUNE_CHECKPOINTS),

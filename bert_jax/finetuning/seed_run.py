@@ -31,12 +31,14 @@ from bert_jax.training import train_core
 @dataclasses.dataclass(frozen=True)
 class TrainData:
   """What a seed's epochs are cut from: the arrays a batch carries (`keys` of the task's
-  training arrays), each row's length, the row count and the steps of a seed; with packing,
-  how rows are packed (`pack`) and the most packed-row counts the step compiles for."""
+  training arrays), each row's length, the row count, the steps of a seed and how batches
+  are cut (`plan`); with packing, how rows are packed (`pack`) and the most packed-row counts
+  the step compiles for."""
   keys: tuple
   lengths: Optional[np.ndarray]
   n_train: int
   total_steps: int
+  plan: finetune_batches.BatchPlan
   pack: Optional[dict] = None
   shape_limit: Optional[int] = None
 
@@ -130,7 +132,7 @@ class SeedRun:
         for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
           epoch_start, epoch_first_step = time.time(), step
           batches = list(finetune_batches.epoch_batches(
-              c, data.lengths, data.n_train, seed, epoch, task.sort_by_length,
+              data.plan, data.lengths, data.n_train, seed, epoch, task.sort_by_length,
               self.scorer.buckets))
           start = skip if epoch == first_epoch else 0
           # The later shapes are queued once the first step's program is lowered (see

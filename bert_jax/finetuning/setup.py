@@ -10,13 +10,13 @@ from jax.experimental import multihost_utils
 import numpy as np
 import optax
 
-from bert_jax.batching import length_buckets
 from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.checkpoints import workdir_owner
 from bert_jax.configuration import options as options_lib
 from bert_jax.configuration import sections as config_sections
+from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.modeling import compute_policy
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import train_log
@@ -58,7 +58,7 @@ def check_config(config, mesh) -> None:
   if config.log_every < 1:
     bad(f"log_every must be >= 1 (steps between metrics lines), got {config.log_every}")
   try:
-    length_buckets.parse_buckets(config.length_buckets, config.max_seq_length)
+    finetune_batches.BatchPlan.from_config(config)
   except ValueError as e:
     bad(str(e))
   if config.packing and config.optimizer.grad_accum_steps != 1:
@@ -134,9 +134,12 @@ RUN_FILES = (workdir_layout.RESULTS, workdir_layout.RESULTS_PER_SEED, "predictio
              workdir_layout.FINETUNE_CHECKPOINTS, workdir_layout.RUN_FILE)
 
 
-def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_per_epoch: int,
-                 workdir: str, buckets: Optional[tuple[int, ...]] = None) -> None:
-  """What the run will do: model, parameters, data, steps, where it writes."""
+def print_header(config, pretrained, model_cfg, task, counts: tuple,
+                 plan: finetune_batches.BatchPlan, buckets: Optional[tuple[int, ...]],
+                 workdir: str) -> None:
+  """What the run will do: model, parameters, data, steps (`counts`: finetune_batches.steps),
+  where it writes."""
+  steps_per_epoch, total_steps = counts[1], counts[2]
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads", "vocab_size"))
   params = train_log.count_params(pretrained.params)
   source = (f"TFDS in {config.tfds_data_dir}" if config.data_source == "tfds"
@@ -145,12 +148,12 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
   if config.eval_only:
     steps = "none (eval_only: the checkpoint's own head is evaluated)"
   else:
-    how = "chosen from the data" if config.length_buckets == "auto" else "length_buckets"
-    rows = ("packed several to a row" if config.packing
+    how = "chosen from the data" if plan.buckets == "auto" else "length_buckets"
+    rows = ("packed several to a row" if plan.packing
             else f"length-bucketed to {', '.join(map(str, buckets or ()))} ({how})"
-            if config.length_bucketing else "padded to max_seq_length")
+            if plan.length_bucketing else "padded to max_seq_length")
     steps = (f"{total_steps} ({config.num_epochs:g} epochs of {steps_per_epoch} steps of batch "
-             f"{config.batch_size}, {rows}), learning rate {config.learning_rate:g}"
+             f"{plan.batch_size}, {rows}), learning rate {config.learning_rate:g}"
              + (f", {config.seeds} seeds" if config.seeds > 1 else ""))
   train_log.print_header(
       "bert_jax.finetune", f"{'evaluate' if config.eval_only else 'fine-tune and evaluate'} "
@@ -159,12 +162,13 @@ def print_header(config, pretrained, model_cfg, task, total_steps: int, steps_pe
                  f"{list(bundle.heads_of(pretrained.params))})"),
        ("attention", compute_policy.describe_attention(model_cfg, training=not config.eval_only)),
        ("data", f"{task.name}{f' from {source}' if source else ''}: {data}; max_seq_length "
-                f"{config.max_seq_length}"),
+                f"{plan.seq_len}"),
        ("steps", steps),
        ("workdir", workdir)])
 
 
-def optimizer(config, task_model: task_lib.TaskModel, model_cfg, total_steps: int):
+def optimizer(config, task_model: task_lib.TaskModel, model_cfg, total_steps: int,
+              seq_len: int):
   """The run's optimizer, its schedule and its state's init function.
 
   AdamW (or the configured optimizer) with warmup_fraction linear warmup and linear
@@ -178,7 +182,7 @@ def optimizer(config, task_model: task_lib.TaskModel, model_cfg, total_steps: in
   else:
     tx, schedule = opt_lib.make_optimizer(config.optimizer, config.learning_rate,
                                           int(config.warmup_fraction * total_steps), total_steps)
-  params_init = task_lib.init_fn(task_model, config.max_seq_length)
+  params_init = task_lib.init_fn(task_model, seq_len)
   if config.layerwise_lr_decay != 1.0 and not config.eval_only:
     shapes = nn.unbox(jax.eval_shape(params_init, jax.random.PRNGKey(0)))
     tx = optax.chain(tx, opt_lib.scale_updates(opt_lib.layerwise_scales(
@@ -209,18 +213,18 @@ def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) 
   return "run"
 
 
-def task_model_for(config, pretrained: loading.Pretrained):
+def task_model_for(config, pretrained: loading.Pretrained, plan: finetune_batches.BatchPlan):
   """(model config, task model) of the run on `pretrained`; its sequences must fit the
   checkpoint's position table, and eval_only needs the task's own head in it."""
   model_cfg = compute_policy.model_config_from(  # eval is never packed; training is as it says
-      config.model, pretrained.config, one_example_per_row=not config.packing)
-  if config.max_seq_length > model_cfg.max_position_embeddings:
-    raise ValueError(f"bad config: max_seq_length {config.max_seq_length} does not fit "
+      config.model, pretrained.config, one_example_per_row=not plan.packing)
+  if plan.seq_len > model_cfg.max_position_embeddings:
+    raise ValueError(f"bad config: max_seq_length {plan.seq_len} does not fit "
                      f"{pretrained.source}: its position table has "
                      f"{model_cfg.max_position_embeddings} entries")
   task_model = make_task_model(config, model_cfg)
   if config.eval_only:
-    check_eval_head(task_model, pretrained, config.max_seq_length)
+    check_eval_head(task_model, pretrained, plan.seq_len)
   return model_cfg, task_model
 
 
