@@ -42,8 +42,8 @@ from bert_jax import cli  # noqa: E402
 from bert_jax.modeling import compute_policy
 from bert_jax.modeling import flops as flops_lib  # noqa: E402
 from bert_jax.pretraining import topology_compile  # noqa: E402
+from bert_jax.runtime import console  # noqa: E402
 from bert_jax.runtime import stop_signals  # noqa: E402
-from bert_jax.runtime import train_log  # noqa: E402
 from bert_jax.training import sharding  # noqa: E402
 
 
@@ -113,7 +113,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   # A line within every 9 s while the compiler works (base on v5e:4x4: minutes), and Ctrl-C
   # ends it at once (Python's own handler would wait for the compiler to return).
   try:
-    with train_log.Heartbeat(f"compiling {config.variant} for {fv.topology}",
+    with console.Heartbeat(f"compiling {config.variant} for {fv.topology}",
                              at_start=False), stop_signals.first_compile(
                                  f"{config.variant} for {fv.topology}",
                                  lost="before its report: nothing written; exiting"):

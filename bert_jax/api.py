@@ -32,7 +32,7 @@ from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import embedding
 from bert_jax.inference import mask_filling
 from bert_jax.modeling import model as model_lib
-from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime.text_files import read_json
 
 Text = Union[str, tuple[str, str]]
 

@@ -64,18 +64,18 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if args.input != "builtin":  # a glob that matches nothing: one line before TensorFlow loads
       from bert_jax.data.sources import source_files  # pylint: disable=g-import-not-at-top
       source_files.check_local_globs(args.input)
+    from bert_jax.runtime import console  # pylint: disable=g-import-not-at-top
     from bert_jax.runtime import optional_tensorflow  # pylint: disable=g-import-not-at-top
-    from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
     optional_tensorflow.require("bert_jax.build_vocab (reading and normalising raw text)")
     if not args.quiet:
-      train_log.print_header("bert_jax.build_vocab", f"build a {args.type} vocab", [
+      console.print_header("bert_jax.build_vocab", f"build a {args.type} vocab", [
           ("data", f"{args.input} ({args.format}, {'cased' if args.cased else 'uncased'}), at "
                    f"most {args.max_sentences:,} sentences"),
           ("steps", f"read and clean the text, then learn {args.vocab_size:,} tokens"),
           ("output", args.output)], file=sys.stderr)
     sentences = vocab_builder.read_sentences(args.input, args.format, not args.cased,
                                              args.max_sentences, quiet=args.quiet)
-    learning = train_log.Heartbeat(f"learning the vocab from {int(sentences.shape[0]):,} "
+    learning = console.Heartbeat(f"learning the vocab from {int(sentences.shape[0]):,} "
                                    "sentences", enabled=not args.quiet)
     if args.type == "wordpiece":
       with learning:

@@ -31,8 +31,8 @@ import ml_collections
 from ml_collections import config_flags
 
 from bert_jax.runtime import distributed
+from bert_jax.runtime import host_memory
 from bert_jax.runtime import peer_processes
-from bert_jax.runtime import python_gc
 from bert_jax.runtime import startup  # first: quiet start-up  # pylint: disable=g-bad-import-order
 
 _HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
@@ -285,18 +285,18 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
     raise SystemExit(f"{prog}: error: {e}") from None
   # jax and orbax come with these: imported here, not by every tool that uses this module.
   import jax  # pylint: disable=g-import-not-at-top
-  from bert_jax.runtime import workdir_lock  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import workdirs  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import write_errors  # pylint: disable=g-import-not-at-top
   # pylint: disable-next=g-import-not-at-top
   from bert_jax.checkpoints import run_checkpoints as checkpoint
   from bert_jax.training import train_core  # pylint: disable=g-import-not-at-top
   writer = jax.process_index() == 0
   try:
-    with workdir_lock.hold(workdir_path) if writer else contextlib.nullcontext():
-      with python_gc.tuned():
+    with workdirs.hold(workdir_path) if writer else contextlib.nullcontext():
+      with host_memory.tuned_gc():
         return run(config.value, workdir_path)
   except (checkpoint.ResumeMismatchError, checkpoint.CheckpointSaveError,
-          workdir_lock.WorkdirInUseError, train_core.NonFiniteLossError,
+          workdirs.WorkdirInUseError, train_core.NonFiniteLossError,
           write_errors.OutputWriteError, checkpoint.UnreadableCheckpointsError) as e:
     # The user's mistake or a diverged run: one line, no traceback.
     raise SystemExit(f"{prog}: {e}") from None

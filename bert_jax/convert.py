@@ -54,7 +54,7 @@ from bert_jax.checkpoints import bundle  # noqa: E402  pylint: disable=g-import-
 from bert_jax import cli  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import hf  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.conversion import tf1  # noqa: E402  pylint: disable=g-import-not-at-top
-from bert_jax.runtime import train_log  # noqa: E402  pylint: disable=g-import-not-at-top
+from bert_jax.runtime import console  # noqa: E402  pylint: disable=g-import-not-at-top
 from bert_jax.runtime import write_errors  # noqa: E402  pylint: disable=g-import-not-at-top
 
 
@@ -93,7 +93,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _convert(args: flags.FlagValues) -> int:
   lowercase = False if args.cased else True if args.uncased else None
-  working = train_log.Heartbeat(f"bert_jax.convert: converting {args.src} to {args.dst}",
+  working = console.Heartbeat(f"bert_jax.convert: converting {args.src} to {args.dst}",
                                 enabled=not args.quiet, at_start=False)
   if args.to:
     if lowercase is not None:

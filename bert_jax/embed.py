@@ -59,7 +59,7 @@ from bert_jax.inference import aggregate
 from bert_jax.inference import embedding
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import compile_cache
-from bert_jax.runtime import train_log
+from bert_jax.runtime import console
 from bert_jax.runtime import write_errors
 
 
@@ -128,7 +128,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   compile_cache.enable(args.compile_cache)
   # Everything that can be wrong is checked before the input is read. A line within seconds
   # while a large checkpoint loads; a bad path fails in one line before it.
-  with train_log.Heartbeat("bert_jax.embed", at_start=False, first=train_log.LOADING_SECONDS,
+  with console.Heartbeat("bert_jax.embed", at_start=False, first=console.LOADING_SECONDS,
                            status=f"loading {', '.join(args.checkpoint)}"):
     checkpoints = [loading.load_pretrained(path) for path in args.checkpoint]
   weights = _weights(args.weights)
@@ -154,9 +154,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   kind = "pairs" if args.pairs else "texts"
   how = [c.describe() if len(checkpoints) == 1 else f"{p.source}: {c.describe()}"
          for p, c in zip(checkpoints, chosen)]
-  train_log.print_header("bert_jax.embed", f"embed {len(inp.texts):,} {kind}", [
+  console.print_header("bert_jax.embed", f"embed {len(inp.texts):,} {kind}", [
       ("model", "; ".join(f"{bundle_lib.describe_arch(p.config)}, "
-                          f"{train_log.count_params(p.params) / 1e6:.1f}M params, from "
+                          f"{console.count_params(p.params) / 1e6:.1f}M params, from "
                           f"{p.source}" for p in checkpoints)),
       ("data", f"{args.input}: {len(inp.texts):,} {kind}"
                + (f", windows every {args.chunk_stride} tokens" if args.chunk_stride else "")),

@@ -25,7 +25,7 @@ from bert_jax.checkpoints import folder as checkpoint_folder
 from bert_jax.checkpoints import loading
 from bert_jax import cli
 from bert_jax.inference import mask_filling
-from bert_jax.runtime import train_log
+from bert_jax.runtime import console
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -58,8 +58,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       raise ValueError(f"text {n} ({text!r}) has no {mask_filling.MASK}")
   # A line within every 9 s (none when it all takes less) while the checkpoint loads, and
   # while a run of one batch tokenizes and compiles: its progress lines need two batches.
-  with train_log.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet, at_start=False,
-                           first=train_log.LOADING_SECONDS,
+  with console.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet, at_start=False,
+                           first=console.LOADING_SECONDS,
                            status=f"loading {args.checkpoint}"):
     pretrained = loading.load_pretrained(args.checkpoint)
   mask_filling.require_mlm(pretrained, args.checkpoint)
@@ -67,14 +67,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     raise ValueError(f"--top_k {args.top_k} must be in [1, {pretrained.config.vocab_size}]")
   if not args.quiet:
     what = f"top {args.top_k} tokens for each {mask_filling.MASK}"
-    train_log.print_header("bert_jax.fill_mask", what, [
+    console.print_header("bert_jax.fill_mask", what, [
         ("model", f"{bundle_lib.describe_arch(pretrained.config)}, "
-                  f"{train_log.count_params(pretrained.params) / 1e6:.1f}M params, from "
+                  f"{console.count_params(pretrained.params) / 1e6:.1f}M params, from "
                   f"{pretrained.source}"),
         ("data", f"{len(texts)} text(s)" + (f" ({args.input})" if args.input else "")
                  + f", batches of {args.batch_size}")], file=sys.stderr)
   one_batch = len(texts) <= args.batch_size
-  with train_log.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet and one_batch,
+  with console.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet and one_batch,
                            at_start=False,
                            status="tokenizing, compiling the model and filling the masks"):
     result = mask_filling.fill_mask(pretrained, texts, args.top_k, batch_size=args.batch_size,

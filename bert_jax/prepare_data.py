@@ -28,7 +28,7 @@ from absl import flags
 
 from bert_jax import cli
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import workdir_lock
+from bert_jax.runtime import workdirs
 from bert_jax.runtime import write_errors
 
 
@@ -43,14 +43,14 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   from bert_jax.data.sources import registry as source_registry  # pylint: disable=g-import-not-at-top
   from bert_jax.data.stream import shard_tokens  # pylint: disable=g-import-not-at-top
   from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import console  # pylint: disable=g-import-not-at-top
   from bert_jax.runtime import optional_tensorflow  # pylint: disable=g-import-not-at-top
-  from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
   source = source_registry.get(data_config.source)
   if source.tokenized:
     raise ValueError(f"config.data.source={data_config.source!r} is already tokenized; give "
                      "the text source")
   # Importing TensorFlow takes seconds (more on a busy machine): said before, not after.
-  with train_log.Heartbeat("bert_jax.prepare_data: loading TensorFlow and the tokenizer",
+  with console.Heartbeat("bert_jax.prepare_data: loading TensorFlow and the tokenizer",
                            enabled=not quiet, file=sys.stdout):
     optional_tensorflow.require("bert_jax.prepare_data (tokenizing raw text)")
     tokenizer = tokenizer_lib.load_tokenizer(data_config)
@@ -59,16 +59,16 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
     raise ValueError(f"--out {out_dir} already holds a prepared corpus; give an empty directory")
   epath.Path(out_dir).mkdir(parents=True, exist_ok=True)
   if not quiet:
-    train_log.print_header("bert_jax.prepare_data", "tokenize a corpus into numpy parts", [
+    console.print_header("bert_jax.prepare_data", "tokenize a corpus into numpy parts", [
         ("data", f"{source.describe(data_config)}, {len(shards):,} shard(s)"),
         ("vocab", f"{tokenizer.kind} {tokenizer.vocab_file}, {tokenizer.vocab_size:,} pieces"),
         ("out", f"{out_dir} (a part per shard, then {prepared_data.INFO_FILE})")])
   kib = [max(1, (shard.size or 0) // 1024) for shard in shards]
-  progress = train_log.Progress("preparing", sum(kib), "KiB", enabled=not quiet, file=sys.stdout)
+  progress = console.Progress("preparing", sum(kib), "KiB", enabled=not quiet, file=sys.stdout)
   parts, t0, total = [], time.time(), 0
   # A shard (a block of block_mb, or the whole built-in corpus) may take longer to tokenize
   # than a reader waits for a line: one says which shard is being read in the meantime.
-  beat = train_log.Heartbeat("preparing", enabled=not quiet, file=sys.stdout, at_start=False,
+  beat = console.Heartbeat("preparing", enabled=not quiet, file=sys.stdout, at_start=False,
                              status=lambda: f"shard {len(parts) + 1} of {len(shards)}")
   with beat:
     for shard, shard_kib in zip(shards, kib):
@@ -120,9 +120,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   cli.check_config_reads(config.value, argv, "bert_jax.prepare_data")
   cli.absolute_config_paths(config.value)
   try:  # two runs into one directory would write the same parts at once
-    with workdir_lock.hold(out.value, "--out"):
+    with workdirs.hold(out.value, "--out"):
       prepare(config.value.data, out.value, quiet=quiet.value)
-  except (ValueError, FileNotFoundError, workdir_lock.WorkdirInUseError,
+  except (ValueError, FileNotFoundError, workdirs.WorkdirInUseError,
           write_errors.OutputWriteError) as e:
     raise SystemExit(f"bert_jax.prepare_data: {e}") from None
 

@@ -36,7 +36,7 @@ from bert_jax import cli
 from bert_jax.inference import embedding
 from bert_jax.inference import retrieval
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import train_log
+from bert_jax.runtime import console
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
@@ -74,8 +74,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     raise ValueError(f"--top_k {args.top_k} must be >= 1")
   if args.index == "hnsw":
     retrieval._faiss()  # a missing library fails before the long embedding
-  with train_log.Heartbeat("bert_jax.retrieval_eval", at_start=False,
-                           first=train_log.LOADING_SECONDS, status=f"loading {args.checkpoint}"):
+  with console.Heartbeat("bert_jax.retrieval_eval", at_start=False,
+                           first=console.LOADING_SECONDS, status=f"loading {args.checkpoint}"):
     pretrained = loading.load_pretrained(args.checkpoint)
   chosen = retrieval.settings(pretrained, pooling=args.pooling, normalize=args.normalize,
                               max_length=args.max_length)
@@ -84,7 +84,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   data = retrieval.read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
   if not args.quiet:
     corpus, _, qrels = data
-    train_log.print_header("bert_jax.retrieval_eval", f"retrieval on {args.beir_dir}", [
+    console.print_header("bert_jax.retrieval_eval", f"retrieval on {args.beir_dir}", [
         ("model", f"{bundle.describe_arch(pretrained.config)}, from {pretrained.source}"),
         ("data", f"{len(corpus):,} documents, {len(qrels):,} judged queries of split "
                  f"{args.split}, batch {args.batch_size}"),

@@ -117,7 +117,7 @@ _FREED_PAGES = (
 @pytest.mark.parametrize("setting", [None, "default"])
 def test_freed_step_buffers_keep_their_pages_on_a_cpu_machine(setting):
   """On a machine with no accelerator programs run one-device computations on the calling
-  thread and set glibc's malloc to keep freed memory (bert_jax.runtime.host_malloc): 64 MiB
+  thread and set glibc's malloc to keep freed memory (bert_jax.runtime.host_memory): 64 MiB
   freed and taken again five times touches no new page. With BERT_JAX_HOST_MALLOC=default,
   JAX's and glibc's defaults: each time a fresh mapping, 16,384 page faults."""
   env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS",

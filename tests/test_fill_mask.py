@@ -165,19 +165,19 @@ def test_an_input_file_runs_in_batches_with_progress_and_the_same_predictions(ck
 def test_a_slow_single_batch_says_what_it_does_while_it_runs(ckpt, monkeypatch, capsys):
   """One batch has no progress lines: a slow one (here a tokenizer and compile made slow)
   prints a beat within every BEAT_SECONDS, and nothing when it is quick."""
-  from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import console  # pylint: disable=g-import-not-at-top
   slow = mask_filling.fill_mask
 
   def fill_slowly(*args, **kwargs):
     time.sleep(0.5)
     return slow(*args, **kwargs)
 
-  monkeypatch.setattr(train_log, "BEAT_SECONDS", 0.1)
+  monkeypatch.setattr(console, "BEAT_SECONDS", 0.1)
   monkeypatch.setattr(mask_filling, "fill_mask", fill_slowly)
   assert fill_mask.main(["--checkpoint", ckpt, "the [MASK] ."]) == 0
   beats = [l for l in capsys.readouterr().err.splitlines() if "filling the masks" in l]
   assert beats and beats[0].startswith("bert_jax.fill_mask: tokenizing, compiling"), beats
   monkeypatch.setattr(mask_filling, "fill_mask", slow)
-  monkeypatch.setattr(train_log, "BEAT_SECONDS", 30.0)
+  monkeypatch.setattr(console, "BEAT_SECONDS", 30.0)
   assert fill_mask.main(["--checkpoint", ckpt, "the [MASK] ."]) == 0
   assert "filling the masks" not in capsys.readouterr().err

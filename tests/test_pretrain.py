@@ -21,7 +21,7 @@ from bert_jax.checkpoints import loading
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.inference import mask_filling
 from bert_jax import pretrain
-from bert_jax.runtime import train_log
+from bert_jax.runtime import console
 from bert_jax.training import train_core
 from tests.fixtures.pretraining import OBJECTIVES
 from tests.fixtures.pretraining import WORDS
@@ -212,7 +212,7 @@ def test_resume_with_a_changed_config_is_an_error_that_moves_nothing(
 def test_every_phase_of_a_run_says_what_it_is_doing_within_a_beat(corpus, tmp_path, monkeypatch,
                                                                  capsys):
   # A beat every 0.02 s instead of every 9: each phase lasts longer, so each is named.
-  monkeypatch.setattr(train_log, "BEAT_SECONDS", 0.02)
+  monkeypatch.setattr(console, "BEAT_SECONDS", 0.02)
   workdir = str(tmp_path / "run")
   config = small_config(corpus, total_steps=3, checkpoint_every=3, log_every=3)
   config.fill_mask_example = "the old [MASK] walked to the river ."
@@ -232,7 +232,7 @@ def test_every_phase_of_a_run_says_what_it_is_doing_within_a_beat(corpus, tmp_pa
 def test_nothing_follows_the_line_saying_a_stopped_run_exits(corpus, tmp_path, monkeypatch,
                                                               capsys):
   # Beats every 0.02 s: closing the writers after the stop would print one if it could.
-  monkeypatch.setattr(train_log, "BEAT_SECONDS", 0.02)
+  monkeypatch.setattr(console, "BEAT_SECONDS", 0.02)
   summary = pretrain.train(small_config(corpus, total_steps=8), str(tmp_path / "run"),
                            preempt_at_step=2)
   assert summary["stopped_by"] == "SIGTERM"

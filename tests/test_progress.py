@@ -1,13 +1,14 @@
-"""train_log.Progress: what long programs print while they work."""
+"""console.Progress: what long programs print while they work."""
 import io
 import re
 
+from bert_jax.runtime import console
 from bert_jax.runtime import train_log
 
 
 def test_progress_prints_at_once_then_with_rate_and_eta_then_the_total():
   f = io.StringIO()
-  p = train_log.Progress("encoding", 10, "texts", every=0.0, file=f)
+  p = console.Progress("encoding", 10, "texts", every=0.0, file=f)
   p.update(4)
   p.close()
   lines = f.getvalue().splitlines()
@@ -19,11 +20,11 @@ def test_progress_prints_at_once_then_with_rate_and_eta_then_the_total():
 
 def test_progress_waits_between_lines_and_is_silent_when_disabled():
   f = io.StringIO()
-  p = train_log.Progress("x", 0, "lines", every=3600.0, file=f)
+  p = console.Progress("x", 0, "lines", every=3600.0, file=f)
   p.update(5)
   assert f.getvalue() == "x: 0 lines\n"  # the next line only after `every` seconds
   quiet = io.StringIO()
-  q = train_log.Progress("x", 3, "texts", enabled=False, file=quiet)
+  q = console.Progress("x", 3, "texts", enabled=False, file=quiet)
   q.update(3)
   q.close()
   assert quiet.getvalue() == ""
@@ -32,17 +33,17 @@ def test_progress_waits_between_lines_and_is_silent_when_disabled():
 def test_a_heartbeat_beats_until_the_step_ends_and_at_start_false_is_silent_when_quick():
   import time  # pylint: disable=g-import-not-at-top
   out = io.StringIO()
-  with train_log.Heartbeat("converting", every=0.05, file=out):
+  with console.Heartbeat("converting", every=0.05, file=out):
     time.sleep(0.2)
   lines = out.getvalue().splitlines()
   assert lines[0] == "converting ..." and len(lines) >= 2
   assert all(re.fullmatch(r"converting: 0:00:00 so far", x) for x in lines[1:])
   quick = io.StringIO()  # ends (or fails in one line) before its first beat: nothing printed
-  with train_log.Heartbeat("converting", every=5.0, file=quick, at_start=False):
+  with console.Heartbeat("converting", every=5.0, file=quick, at_start=False):
     pass
   assert quick.getvalue() == ""
   slow = io.StringIO()
-  with train_log.Heartbeat("converting", every=0.05, file=slow, at_start=False):
+  with console.Heartbeat("converting", every=0.05, file=slow, at_start=False):
     time.sleep(0.2)
   assert slow.getvalue().startswith("converting: 0:00:00 so far\n")
 
@@ -51,7 +52,7 @@ def test_a_heartbeat_says_its_status_and_waits_while_the_program_prints_its_own_
   import time  # pylint: disable=g-import-not-at-top
   done = []
   out = io.StringIO()
-  with train_log.Heartbeat("evaluating dev", every=0.05, file=out, at_start=False,
+  with console.Heartbeat("evaluating dev", every=0.05, file=out, at_start=False,
                            status=lambda: f"{len(done)} of 4 batches"):
     for _ in range(4):
       time.sleep(0.08)
@@ -60,22 +61,22 @@ def test_a_heartbeat_says_its_status_and_waits_while_the_program_prints_its_own_
   assert lines and all(re.fullmatch(r"evaluating dev: [0-3] of 4 batches \(0 s\)", x)
                        for x in lines), lines
   touched = io.StringIO()  # a line of the program's own every 0.02 s: no beat comes between
-  with train_log.Heartbeat("training", every=0.5, file=touched, at_start=False) as beat:
+  with console.Heartbeat("training", every=0.5, file=touched, at_start=False) as beat:
     for _ in range(100):
       time.sleep(0.02)
       beat.touch()
   assert touched.getvalue() == ""
   early = io.StringIO()  # the first beat sooner than the next ones
-  with train_log.Heartbeat("loading", every=5.0, first=0.05, file=early, at_start=False):
+  with console.Heartbeat("loading", every=5.0, first=0.05, file=early, at_start=False):
     time.sleep(0.3)
   assert early.getvalue() == "loading: 0:00:00 so far\n"
-  assert train_log.BEAT_SECONDS < 10  # a beat late by a busy second still lands within 10 s
+  assert console.BEAT_SECONDS < 10  # a beat late by a busy second still lands within 10 s
 
 
 def test_progress_as_a_context_beats_while_a_unit_takes_long_and_closes_unless_it_failed():
   import time  # pylint: disable=g-import-not-at-top
   out = io.StringIO()
-  with train_log.Progress("embedding", 10, "texts", every=0.05, file=out) as shown:
+  with console.Progress("embedding", 10, "texts", every=0.05, file=out) as shown:
     time.sleep(0.2)  # the first batch compiles
     shown.update(10)
   lines = out.getvalue().splitlines()
@@ -84,7 +85,7 @@ def test_progress_as_a_context_beats_while_a_unit_takes_long_and_closes_unless_i
   assert re.fullmatch(r"embedding: 10 texts in \d:\d\d:\d\d \([\d,.]+ texts/s\)", lines[-1])
   failed = io.StringIO()
   try:
-    with train_log.Progress("embedding", 10, "texts", every=0.05, file=failed):
+    with console.Progress("embedding", 10, "texts", every=0.05, file=failed):
       raise ValueError("a bad batch")
   except ValueError:
     pass
@@ -93,10 +94,10 @@ def test_progress_as_a_context_beats_while_a_unit_takes_long_and_closes_unless_i
 
 
 def test_eta_arithmetic():
-  assert train_log.eta_seconds(80, 5.0) == 16.0
-  assert train_log.eta_seconds(80, 5.0, later_seconds=30.0) == 46.0
-  assert train_log.eta_seconds(80, None) is None  # no pace to trust yet
-  assert train_log.eta_seconds(0, None, later_seconds=12.0) == 12.0  # only the evaluation left
+  assert console.eta_seconds(80, 5.0) == 16.0
+  assert console.eta_seconds(80, 5.0, later_seconds=30.0) == 46.0
+  assert console.eta_seconds(80, None) is None  # no pace to trust yet
+  assert console.eta_seconds(0, None, later_seconds=12.0) == 12.0  # only the evaluation left
 
 
 def _log_lines(tmp_path, monkeypatch, capsys, windows, total, plan=None):

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bert_jax.runtime import workdir_lock
+from bert_jax.runtime import workdirs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -21,34 +21,34 @@ def _dead_pid() -> int:
 
 
 def _write_lock(workdir: pathlib.Path, host: str, pid: int) -> pathlib.Path:
-  path = workdir / workdir_lock.LOCK_FILE
+  path = workdir / workdirs.LOCK_FILE
   path.write_text(json.dumps({"host": host, "pid": pid, "started": "2026-11-23 10:00:00"}))
   return path
 
 
 def test_a_second_holder_is_refused_and_the_lock_is_released(tmp_path):
-  with workdir_lock.hold(str(tmp_path)):
-    holder = json.loads((tmp_path / workdir_lock.LOCK_FILE).read_text())
+  with workdirs.hold(str(tmp_path)):
+    holder = json.loads((tmp_path / workdirs.LOCK_FILE).read_text())
     assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
-    with pytest.raises(workdir_lock.WorkdirInUseError, match=f"pid {os.getpid()}"):
-      with workdir_lock.hold(str(tmp_path)):
+    with pytest.raises(workdirs.WorkdirInUseError, match=f"pid {os.getpid()}"):
+      with workdirs.hold(str(tmp_path)):
         pass
-    assert (tmp_path / workdir_lock.LOCK_FILE).exists()  # the refused run removed nothing
-  assert not (tmp_path / workdir_lock.LOCK_FILE).exists()
+    assert (tmp_path / workdirs.LOCK_FILE).exists()  # the refused run removed nothing
+  assert not (tmp_path / workdirs.LOCK_FILE).exists()
 
 
 def test_a_lock_of_a_dead_process_on_this_host_is_taken_over(tmp_path):
   _write_lock(tmp_path, socket.gethostname(), _dead_pid())
-  with workdir_lock.hold(str(tmp_path)):
-    assert json.loads((tmp_path / workdir_lock.LOCK_FILE).read_text())["pid"] == os.getpid()
+  with workdirs.hold(str(tmp_path)):
+    assert json.loads((tmp_path / workdirs.LOCK_FILE).read_text())["pid"] == os.getpid()
   assert sorted(os.listdir(tmp_path)) == []
 
 
 def test_a_lock_from_another_host_is_refused_with_the_file_to_delete(tmp_path):
   path = _write_lock(tmp_path, "other-host", 4242)
-  with pytest.raises(workdir_lock.WorkdirInUseError,
+  with pytest.raises(workdirs.WorkdirInUseError,
                      match=r"host other-host, pid 4242.*delete .*bert_jax.lock"):
-    with workdir_lock.hold(str(tmp_path)):
+    with workdirs.hold(str(tmp_path)):
       pass
   assert path.exists()
 
@@ -66,18 +66,18 @@ def test_pretrain_on_a_workdir_in_use_stops_at_once_with_one_line(tmp_path):
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("bert_jax.pretrain: ") and f"pid {os.getpid()}" in last, proc.stderr[-2000:]
   assert "Traceback" not in proc.stderr
-  assert sorted(os.listdir(workdir)) == [workdir_lock.LOCK_FILE]  # nothing started, nothing moved
+  assert sorted(os.listdir(workdir)) == [workdirs.LOCK_FILE]  # nothing started, nothing moved
 
 
 def test_the_folders_made_for_a_run_that_wrote_nothing_are_removed(tmp_path):
-  with workdir_lock.hold(str(tmp_path / "runs" / "new")):
-    assert (tmp_path / "runs" / "new" / workdir_lock.LOCK_FILE).exists()
+  with workdirs.hold(str(tmp_path / "runs" / "new")):
+    assert (tmp_path / "runs" / "new" / workdirs.LOCK_FILE).exists()
   assert os.listdir(tmp_path) == []  # both folders it made, empty again, are gone
-  with workdir_lock.hold(str(tmp_path / "runs" / "kept")):
+  with workdirs.hold(str(tmp_path / "runs" / "kept")):
     (tmp_path / "runs" / "kept" / "metrics.jsonl").write_text("{}\n")
   assert os.listdir(tmp_path / "runs" / "kept") == ["metrics.jsonl"]
   (tmp_path / "mine").mkdir()  # a folder the user made stays, even empty
-  with workdir_lock.hold(str(tmp_path / "mine")):
+  with workdirs.hold(str(tmp_path / "mine")):
     pass
   assert (tmp_path / "mine").is_dir()
 
@@ -97,18 +97,18 @@ def test_a_config_refused_in_one_line_leaves_no_empty_workdir(tmp_path):
 def test_a_workdir_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
   """A read-only workdir (fresh, or holding a finished run) is one line, not an OSError traceback."""
   (tmp_path / "file").write_text("")
-  with pytest.raises(workdir_lock.WorkdirNotWritableError,
+  with pytest.raises(workdirs.WorkdirNotWritableError,
                      match=r"--workdir .*/file/run cannot be written: Not a directory"):
-    with workdir_lock.hold(str(tmp_path / "file" / "run")):
+    with workdirs.hold(str(tmp_path / "file" / "run")):
       pass
   finished = tmp_path / "finished"
   finished.mkdir()
 
   def read_only(path, *args):
     raise OSError(errno.EROFS, "Read-only file system", str(path))
-  monkeypatch.setattr(workdir_lock.os, "open", read_only)
-  with pytest.raises(workdir_lock.WorkdirNotWritableError,
+  monkeypatch.setattr(workdirs.os, "open", read_only)
+  with pytest.raises(workdirs.WorkdirNotWritableError,
                      match=r"finished cannot be written: Read-only file system \(.*bert_jax.lock\)"):
-    with workdir_lock.hold(str(finished)):
+    with workdirs.hold(str(finished)):
       pass
-  assert isinstance(workdir_lock.WorkdirNotWritableError("x"), ValueError)  # cli: one line
+  assert isinstance(workdirs.WorkdirNotWritableError("x"), ValueError)  # cli: one line

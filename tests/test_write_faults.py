@@ -16,7 +16,7 @@ from bert_jax.checkpoints import loading
 from bert_jax.conversion import hf
 from bert_jax import prepare_data
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import workdir_lock
+from bert_jax.runtime import workdirs
 from bert_jax.runtime import write_errors
 from bert_jax import tokenize as tokenize_cli
 from tests.fixtures.finetuning import squad_config
@@ -96,12 +96,12 @@ def test_a_prepared_part_cut_short_is_refused_before_the_run_starts(tmp_path):
 
 def test_two_prepare_data_runs_into_one_directory_are_refused(tmp_path, capsys):
   out = tmp_path / "prepared"
-  with workdir_lock.hold(str(out), "--out"):
+  with workdirs.hold(str(out), "--out"):
     with pytest.raises(SystemExit, match=r"prepared is in use by another run \(host .*pid "
                                          rf"{os.getpid()}.*use another --out"):
       prepare_data.main(["--config", str(ROOT / "configs" / "pretrain.py") + ":tiny",
                          "--out", str(out), "--quiet"])
-    assert sorted(p.name for p in out.iterdir()) == [workdir_lock.LOCK_FILE]  # nothing written
+    assert sorted(p.name for p in out.iterdir()) == [workdirs.LOCK_FILE]  # nothing written
   assert not out.exists()  # the holder made the folder: empty at the end, it is removed
 
 

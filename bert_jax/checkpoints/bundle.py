@@ -34,7 +34,7 @@ from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import ARCH_FIELDS, FAMILY_FIELDS, BertConfig
 from bert_jax.modeling import pooling
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime.text_files import read_json
 
 FORMAT_VERSION = 1
 PARAMS_DIR = "params"

@@ -25,8 +25,8 @@ from bert_jax.checkpoints.folder import CheckpointFolder, committed_steps
 from bert_jax.modeling import fp8
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.runtime.json_file import read_json
-from bert_jax.runtime import workdir_layout
+from bert_jax.runtime.text_files import read_json
+from bert_jax.runtime import workdirs
 
 T = TypeVar("T")
 
@@ -90,8 +90,8 @@ class Pretrained:
 
 def _checkpoints_dir(path: epath.Path) -> Optional[epath.Path]:
   """`path/checkpoints`, or `path` itself when it holds step directories (finished or not)."""
-  if (path / workdir_layout.CHECKPOINTS).is_dir():
-    return path / workdir_layout.CHECKPOINTS
+  if (path / workdirs.CHECKPOINTS).is_dir():
+    return path / workdirs.CHECKPOINTS
   if path.is_dir() and any(p.name.split(".")[0].isdigit() for p in path.iterdir()):
     return path
   return None
@@ -110,18 +110,18 @@ def _locate(path: str) -> tuple[Optional[epath.Path], Optional[epath.Path], int]
   if bundle.is_bundle(str(root)):
     return root, None, -1
   ckpt_dir = _checkpoints_dir(root)
-  export = root / workdir_layout.EXPORT
+  export = root / workdirs.EXPORT
   if bundle.is_bundle(str(export)):
     newer = _newer_than_export(export, ckpt_dir)
     if newer is None:
       return export, None, -1
     return None, *newer
-  if ckpt_dir is None and ((root / workdir_layout.RUN_FILE).exists()
-                           or (root / workdir_layout.FINETUNE_CHECKPOINTS).is_dir()):
+  if ckpt_dir is None and ((root / workdirs.RUN_FILE).exists()
+                           or (root / workdirs.FINETUNE_CHECKPOINTS).is_dir()):
     raise ValueError(f"checkpoint {path} is a fine-tuning run that has not finished (its "
-                     f"{workdir_layout.EXPORT}/ is written at the end): finish it with the same "
+                     f"{workdirs.EXPORT}/ is written at the end): finish it with the same "
                      f"python -m bert_jax.finetune command (--workdir {path}), then use "
-                     f"{root / workdir_layout.EXPORT}")
+                     f"{root / workdirs.EXPORT}")
   if ckpt_dir is None:
     raise ValueError(f"checkpoint {path} is neither a bert_jax bundle (no model_config.json), "
                      "a pretraining workdir, nor a checkpoints directory; convert Hugging Face or "
@@ -221,7 +221,7 @@ def _read_newest(path: str, from_bundle: Callable[[epath.Path], T],
   raise RuntimeError(
       f"checkpoint {path}: the run saving into {ckpt_dir} deleted each checkpoint while it was "
       f"read (steps {', '.join(map(str, tried))}); read it again, or once the run has "
-      f"finished (its {workdir_layout.EXPORT}/), or have it keep more (keep_checkpoints)") from None
+      f"finished (its {workdirs.EXPORT}/), or have it keep more (keep_checkpoints)") from None
 
 
 def _load_checkpoint(ckpts: CheckpointFolder, step: int,

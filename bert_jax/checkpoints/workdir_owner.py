@@ -22,13 +22,13 @@ from flax import traverse_util
 
 from bert_jax.checkpoints import bundle
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime.json_file import read_json
-from bert_jax.runtime import workdir_layout
+from bert_jax.runtime.text_files import read_json
+from bert_jax.runtime import workdirs
 
 PROGRAMS = {"pretrain": "a pretraining run", "finetune": "a fine-tuning run"}
 # Folders a run writes into: one that is a file would fail the first save (or the export).
-_FOLDERS = (workdir_layout.CHECKPOINTS, workdir_layout.FINETUNE_CHECKPOINTS,
-            workdir_layout.EXPORT, workdir_layout.TENSORBOARD)
+_FOLDERS = (workdirs.CHECKPOINTS, workdirs.FINETUNE_CHECKPOINTS,
+            workdirs.EXPORT, workdirs.TENSORBOARD)
 
 
 def owner(workdir: str) -> Optional[str]:
@@ -38,17 +38,17 @@ def owner(workdir: str) -> Optional[str]:
     return None
   if bundle.is_bundle(str(p)):
     return "bundle"
-  info = p / workdir_layout.EXPORT / bundle.INFO_FILE
+  info = p / workdirs.EXPORT / bundle.INFO_FILE
   if info.exists():
     source = _read_record(info, "an export record", object_only=False)
     source = source.get("source") if isinstance(source, dict) else None
     if source in PROGRAMS:
       return source
-  if (p / workdir_layout.FINETUNE_CHECKPOINTS).is_dir():
+  if (p / workdirs.FINETUNE_CHECKPOINTS).is_dir():
     return "finetune"
-  if (p / workdir_layout.CHECKPOINTS).is_dir():
+  if (p / workdirs.CHECKPOINTS).is_dir():
     return "pretrain"
-  if (p / workdir_layout.RESULTS).exists() or (p / workdir_layout.RESULTS_PER_SEED).exists():
+  if (p / workdirs.RESULTS).exists() or (p / workdirs.RESULTS_PER_SEED).exists():
     return "finetune"
   return None
 
@@ -80,7 +80,7 @@ def check(workdir: str, program: str) -> None:
 
 def read_run(workdir: str) -> Optional[dict]:
   """The workdir's run record (run.json), or None."""
-  path = epath.Path(workdir) / workdir_layout.RUN_FILE
+  path = epath.Path(workdir) / workdirs.RUN_FILE
   if not path.exists():
     return None
   return _read_record(path, "a run record")
@@ -112,7 +112,7 @@ def record_run(workdir: str, program: str, state: str, config_record: dict,
                **fields: Any) -> None:
   """Writes run.json: the program, its state ('training' / 'finished'), its config."""
   record = dict(fields, program=program, state=state, config=config_record)
-  atomic_files.write_text(epath.Path(workdir) / workdir_layout.RUN_FILE,
+  atomic_files.write_text(epath.Path(workdir) / workdirs.RUN_FILE,
                           json.dumps(record, indent=2, sort_keys=True) + "\n")
 
 
@@ -145,7 +145,7 @@ def finished_run(workdir: str, config_record: dict, may_change: Sequence[str],
   """
   root = epath.Path(workdir)
   record = read_run(workdir)
-  legacy = record is None and (root / workdir_layout.RESULTS).exists()
+  legacy = record is None and (root / workdirs.RESULTS).exists()
   if start_over or not (legacy or (record and record.get("state") == "finished")):
     return None
   if legacy:

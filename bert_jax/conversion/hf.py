@@ -22,7 +22,7 @@ from bert_jax.members import registry as members
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict, to_hf_dict
 from bert_jax.modeling import pooling
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime.text_files import read_json
 from bert_jax.runtime import write_errors
 
 SAFETENSORS = "model.safetensors"

@@ -15,7 +15,7 @@ import numpy as np
 
 from bert_jax.modeling import pooling
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime.text_files import read_json
 from bert_jax.runtime import write_errors
 
 MODULES_FILE = "modules.json"

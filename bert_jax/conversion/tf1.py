@@ -10,7 +10,7 @@ from bert_jax.checkpoints import bundle
 from bert_jax import conversion
 from bert_jax.conversion import name_map
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict
-from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime.text_files import read_json
 
 # Optimizer state and counters found in Google's and NVIDIA's checkpoints.
 IGNORE = (r".*/adam_[mv]", r".*/(Adam|Adam_1|Momentum)", r"global_step", r"good_steps",

@@ -15,17 +15,18 @@ from bert_jax.checkpoints import bundle
 from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.modeling import model as model_lib
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import json_file
+from bert_jax.runtime import console
 from bert_jax.runtime import stop_signals
+from bert_jax.runtime import text_files
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
-from bert_jax.runtime import workdir_layout
+from bert_jax.runtime import workdirs
 from bert_jax.tasks import task as task_lib
 from bert_jax.training import sharding
 
 
 # An evaluation says how far it is every this many seconds (a long one is never silent).
-PROGRESS_SECONDS = train_log.BEAT_SECONDS
+PROGRESS_SECONDS = console.BEAT_SECONDS
 
 
 class EvaluationStopped(Exception):
@@ -99,7 +100,7 @@ class Scorer:
     # A line every PROGRESS_SECONDS from a thread: the first batch compiles the program, and
     # scoring (SQuAD's answers, NER's entities) and writing the predictions take a while too.
     where = ["0 batches"]
-    beat = train_log.Heartbeat(progress, every=PROGRESS_SECONDS, enabled=bool(progress),
+    beat = console.Heartbeat(progress, every=PROGRESS_SECONDS, enabled=bool(progress),
                                file=sys.stdout, at_start=False, status=lambda: where[0])
 
     def on_batch(done, total):
@@ -233,17 +234,17 @@ def write_results(out: RunOutput, per_seed: list, params, task, export: Optional
   runs = len(per_seed)
   summary = dict(mean_over_seeds(per_seed), **(baselines or {}))
   if is_writer:
-    text, undefined = json_file.dumps_defined(summary, indent=2, sort_keys=True)
+    text, undefined = text_files.dumps_defined(summary, indent=2, sort_keys=True)
     if undefined:
       print(f"WARNING: {', '.join(undefined)} undefined (NaN: constant predictions or labels?); "
             "written as null", flush=True)
-    atomic_files.write_text(out_dir / workdir_layout.RESULTS, text)
+    atomic_files.write_text(out_dir / workdirs.RESULTS, text)
     if runs > 1:
-      atomic_files.write_text(out_dir / workdir_layout.RESULTS_PER_SEED,
-                              json_file.dumps_defined(per_seed, indent=2)[0])
+      atomic_files.write_text(out_dir / workdirs.RESULTS_PER_SEED,
+                              text_files.dumps_defined(per_seed, indent=2)[0])
   if export is not None:
     model_cfg, pretrained = export.model_cfg, export.pretrained
-    bundle.save_bundle(str(out_dir / workdir_layout.EXPORT), model_lib.unstack_layers(params),
+    bundle.save_bundle(str(out_dir / workdirs.EXPORT), model_lib.unstack_layers(params),
                        model_cfg.replace(scan_layers=False), pretrained.vocab,
                        pretrained.lowercase, overwrite=True,
                        info={"source": "finetune", "task": task.name,
@@ -261,9 +262,9 @@ def write_results(out: RunOutput, per_seed: list, params, task, export: Optional
     against = task_lib.baseline_line(summary, task.primary_metric)
     if against:
       print(against, flush=True)
-    bundle_dir = out_dir / workdir_layout.EXPORT
+    bundle_dir = out_dir / workdirs.EXPORT
     written = "" if export is None else f" and the fine-tuned bundle {bundle_dir}"
-    print(f"wrote {out_dir / workdir_layout.RESULTS}{written}", flush=True)
+    print(f"wrote {out_dir / workdirs.RESULTS}{written}", flush=True)
   return summary
 
 
@@ -283,7 +284,7 @@ def stopped_in_evaluation(signal_name: str, ckpts, seed: int, step: int,
 
 def already_finished(out_dir: epath.Path, is_writer: bool) -> dict:
   """The results of the workdir's finished run of this config (nothing is run again)."""
-  summary = json_file.read_json(out_dir / workdir_layout.RESULTS,
+  summary = text_files.read_json(out_dir / workdirs.RESULTS,
                                 missing=f"{out_dir} says its run finished but holds no "
                                         "eval_results.json; --config.start_over=True runs it "
                                         "anew (the earlier files are set aside)")

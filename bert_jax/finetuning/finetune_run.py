@@ -25,10 +25,11 @@ from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import seed_run
 from bert_jax.finetuning import setup as finetune_setup
 from bert_jax.runtime import compile_cache
+from bert_jax.runtime import console
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import time_split
 from bert_jax.runtime import train_log
-from bert_jax.runtime import workdir_layout
+from bert_jax.runtime import workdirs
 from bert_jax.tasks import task as task_lib
 from bert_jax.training import sharding
 
@@ -108,7 +109,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   # Until the first step: a line within every 9 s while the checkpoint loads, the task data
   # is encoded (SQuAD: seconds) and the initial state is made (its program compiles).
   where = ["loading the init checkpoint"]
-  starting = train_log.Heartbeat("bert_jax.finetune", enabled=is_writer, file=sys.stdout,
+  starting = console.Heartbeat("bert_jax.finetune", enabled=is_writer, file=sys.stdout,
                                  at_start=False, status=lambda: where[0])
   # From here a signal ends the program at once (nothing is trained yet); from the first step
   # on it stops the run after a save.
@@ -223,7 +224,7 @@ def _state_and_steps(config, place: _Place, pretrained: loading.Pretrained,
                                        data.plan.seq_len)
   tx, _, init_fn, _ = optimizer
   ckpts = None if config.eval_only else ckpt_lib.TrainCheckpoints(
-      str(epath.Path(place.workdir) / workdir_layout.FINETUNE_CHECKPOINTS),
+      str(epath.Path(place.workdir) / workdirs.FINETUNE_CHECKPOINTS),
       max_to_keep=config.keep_checkpoints)
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       init_fn, tx, jax.random.PRNGKey(config.seed), place.mesh, place.rules, checkpoints=ckpts,

@@ -19,9 +19,9 @@ from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.finetuning import evaluation
 from bert_jax.runtime import ahead_compile
 from bert_jax.runtime import atomic_files
+from bert_jax.runtime import console
 from bert_jax.runtime import stop_signals
-from bert_jax.runtime import train_log
-from bert_jax.runtime import workdir_layout
+from bert_jax.runtime import workdirs
 from bert_jax.tasks import task as task_lib
 from bert_jax.training import loop as training_loop
 from bert_jax.training import sharding
@@ -125,7 +125,7 @@ class SeedRun:
       if step < self.total_steps:
         return f"training, step {step} of {self.total_steps}"
       return f"step {step} of {self.total_steps}, saving the end of training"
-    beat = train_log.Heartbeat(f"seed {seed}", enabled=self.is_writer, file=sys.stdout,
+    beat = console.Heartbeat(f"seed {seed}", enabled=self.is_writer, file=sys.stdout,
                                at_start=False, status=status)
     with beat:
       with out.split.phase("train"):
@@ -254,7 +254,7 @@ def drop_records_after(workdir: str, seed: int, step: int, batch: int) -> None:
   among them: a save within the epoch comes before that epoch's record), its evaluation never
   (it follows the end of training's save). A torn last line is dropped.
   """
-  path = epath.Path(workdir) / workdir_layout.METRICS
+  path = epath.Path(workdir) / workdirs.METRICS
   if not path.exists():
     return
   text = path.read_text()

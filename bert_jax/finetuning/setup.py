@@ -18,9 +18,9 @@ from bert_jax.configuration import options as options_lib
 from bert_jax.configuration import sections as config_sections
 from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.modeling import compute_policy
+from bert_jax.runtime import console
 from bert_jax.runtime import optional_tensorflow
-from bert_jax.runtime import train_log
-from bert_jax.runtime import workdir_layout
+from bert_jax.runtime import workdirs
 from bert_jax.tasks import registry as task_registry
 from bert_jax.tasks import task as task_lib
 from bert_jax.training import optimizer as opt_lib
@@ -128,10 +128,10 @@ RESUME_MAY_CHANGE = ("log_every", "checkpoint_every", "keep_checkpoints", "eval_
 
 
 # What a fine-tuning run leaves in its workdir (set aside whole by --config.start_over).
-RUN_FILES = (workdir_layout.RESULTS, workdir_layout.RESULTS_PER_SEED, "predictions",
+RUN_FILES = (workdirs.RESULTS, workdirs.RESULTS_PER_SEED, "predictions",
              "predictions.json", "nbest_predictions.json", "null_odds.json",
-             workdir_layout.METRICS, workdir_layout.TENSORBOARD, workdir_layout.EXPORT,
-             workdir_layout.FINETUNE_CHECKPOINTS, workdir_layout.RUN_FILE)
+             workdirs.METRICS, workdirs.TENSORBOARD, workdirs.EXPORT,
+             workdirs.FINETUNE_CHECKPOINTS, workdirs.RUN_FILE)
 
 
 def print_header(config, pretrained, model_cfg, task, counts: tuple,
@@ -141,7 +141,7 @@ def print_header(config, pretrained, model_cfg, task, counts: tuple,
   where it writes."""
   steps_per_epoch, total_steps = counts[1], counts[2]
   arch = bundle.describe_arch(model_cfg, ("num_layers", "hidden_size", "num_heads", "vocab_size"))
-  params = train_log.count_params(pretrained.params)
+  params = console.count_params(pretrained.params)
   source = (f"TFDS in {config.tfds_data_dir}" if config.data_source == "tfds"
             else config.data_dir)
   data = ", ".join(f"{k} {v}" for k, v in task.data_stats.items())
@@ -155,7 +155,7 @@ def print_header(config, pretrained, model_cfg, task, counts: tuple,
     steps = (f"{total_steps} ({config.num_epochs:g} epochs of {steps_per_epoch} steps of batch "
              f"{plan.batch_size}, {rows}), learning rate {config.learning_rate:g}"
              + (f", {config.seeds} seeds" if config.seeds > 1 else ""))
-  train_log.print_header(
+  console.print_header(
       "bert_jax.finetune", f"{'evaluate' if config.eval_only else 'fine-tune and evaluate'} "
       f"{task.name}",
       [("model", f"{arch}, {params / 1e6:.1f}M params, from {pretrained.source} (heads "

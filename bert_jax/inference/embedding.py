@@ -18,9 +18,9 @@ from bert_jax.inference import aggregate
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import pooling as pooling_lib
 from bert_jax.runtime import ahead_compile
-from bert_jax.runtime.json_file import read_json
-from bert_jax.runtime import train_log
-from bert_jax.runtime import workdir_layout
+from bert_jax.runtime import console
+from bert_jax.runtime.text_files import read_json
+from bert_jax.runtime import workdirs
 
 POOLINGS = ("cls", "pooler") + pooling_lib.POOL_MODES[1:]
 # The longest input of a checkpoint that records none (a sentence-transformers model records
@@ -153,7 +153,7 @@ def recorded_at(path: str) -> dict:
   """`bundle_defaults` of the bundle at `path` (a workdir: its export/), params not loaded."""
   defaults = {"pooling": "mean", "normalize": False, "max_seq_length": None, "dense": (),
               "prompts": {}, "default_prompt_name": None, "recorded": ()}
-  found = [epath.Path(path) / name / bundle_lib.INFO_FILE for name in ("", workdir_layout.EXPORT)
+  found = [epath.Path(path) / name / bundle_lib.INFO_FILE for name in ("", workdirs.EXPORT)
            if bundle_lib.is_bundle(str(epath.Path(path) / name))] if path else []
   found = [info for info in found if info.is_file()]
   if found:
@@ -329,7 +329,7 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
   out = []
   precision = "float32" if dtype == "float32" else "default"  # as make_embed_fn traces
   # Beats while a batch takes long, such as the first with its compile.
-  with train_log.Progress(progress, n, "sequences" if chunk_stride else "texts",
+  with console.Progress(progress, n, "sequences" if chunk_stride else "texts",
                           enabled=bool(progress)) as shown, jax.default_matmul_precision(precision):
     for batch in batches:
       cut = length_buckets.cut(arrays, batch, keys)

@@ -11,7 +11,7 @@ import numpy as np
 from bert_jax.checkpoints import bundle as bundle_lib
 from bert_jax.checkpoints import loading
 from bert_jax.modeling import model as model_lib
-from bert_jax.runtime import train_log
+from bert_jax.runtime import console
 
 
 MASK = "[MASK]"
@@ -89,7 +89,7 @@ def fill_mask(pretrained: loading.Pretrained, texts: Sequence[str], top_k: int =
   predict = _predict_fn(config, with_nsp, top_k, "emd" in heads)
   rows = batch_size if len(ids) > batch_size else len(ids)
   result = []
-  with train_log.Progress(progress, len(ids), "texts",
+  with console.Progress(progress, len(ids), "texts",
                           enabled=bool(progress) and rows < len(ids)) as shown:
     for start in range(0, len(ids), rows):
       chunk_ids, chunk_pos = ids[start:start + rows], positions[start:start + rows]

@@ -6,7 +6,7 @@ from typing import Any
 from etils import epath
 
 from bert_jax.members import registry as members
-from bert_jax.runtime.json_file import read_json
+from bert_jax.runtime.text_files import read_json
 
 # name: (layers, hidden, heads); intermediate size is 4 x hidden.
 VARIANTS = {

@@ -27,10 +27,11 @@ from bert_jax.modeling import model as model_lib
 from bert_jax.objectives import registry as objective_registry
 from bert_jax.pretraining import setup as pretrain_setup
 from bert_jax.runtime import compile_cache
+from bert_jax.runtime import console
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime import stop_signals
 from bert_jax.runtime import train_log
-from bert_jax.runtime import workdir_layout
+from bert_jax.runtime import workdirs
 from bert_jax.runtime import write_errors
 from bert_jax.runtime import xla_flags
 from bert_jax.training import loop as training_loop
@@ -88,7 +89,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   stop = stop_signals.StopSignals(starting=True)
   try:
     # Until the end of training, a line within every 9 s in every phase, saying which.
-    with train_log.Heartbeat("bert_jax.pretrain", enabled=is_writer, file=sys.stdout,
+    with console.Heartbeat("bert_jax.pretrain", enabled=is_writer, file=sys.stdout,
                              at_start=False, status="loading the input pipeline") as beat:
       return _train(config, _Place(workdir, is_writer, mesh, rules, preempt_at_step), source,
                     beat, stop)
@@ -96,7 +97,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     stop.restore()  # (again, for a run that failed before its loop)
 
 
-def _train(config, place: _Place, source, beat: train_log.Heartbeat,
+def _train(config, place: _Place, source, beat: console.Heartbeat,
            stop: stop_signals.StopSignals) -> dict[str, Any]:
   """train() from the input pipeline on; `beat` says which phase the run is in."""
   # -- Data ------------------------------------------------------------------
@@ -110,7 +111,7 @@ def _train(config, place: _Place, source, beat: train_log.Heartbeat,
   # -- State: resume this workdir, or start from init_checkpoint (or the params the
   # objective starts from: a distillation student from its teacher), or scratch -----
   ckpts = ckpt_lib.TrainCheckpoints(
-      str(epath.Path(place.workdir) / workdir_layout.CHECKPOINTS),
+      str(epath.Path(place.workdir) / workdirs.CHECKPOINTS),
       max_to_keep=config.keep_checkpoints)
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
   state, state_shardings, data_position = _initial_state(config, place, setup, data, ckpts,
@@ -122,7 +123,7 @@ def _train(config, place: _Place, source, beat: train_log.Heartbeat,
                            beat, stop)
 
 
-def _compile_and_loop(config, place: _Place, start: _Start, beat: train_log.Heartbeat,
+def _compile_and_loop(config, place: _Place, start: _Start, beat: console.Heartbeat,
                       stop: stop_signals.StopSignals) -> dict[str, Any]:
   """_train from the first compile on: the steps compiled, the loop, the last checkpoint."""
   workdir, is_writer, mesh, rules = place.workdir, place.is_writer, place.mesh, place.rules
@@ -298,12 +299,12 @@ def _window_metrics(window, setup, seq_len: int, peak_flops: float,
   return last
 
 
-_EARLIER_RUN = (workdir_layout.EXPORT, workdir_layout.METRICS, workdir_layout.TENSORBOARD)
+_EARLIER_RUN = (workdirs.EXPORT, workdirs.METRICS, workdirs.TENSORBOARD)
 
 
 def _check_export_has_checkpoints(config, workdir: str, ckpts) -> None:
   """A workdir with an export/ and no checkpoint would be overwritten by a new model: refused."""
-  export = epath.Path(workdir) / workdir_layout.EXPORT
+  export = epath.Path(workdir) / workdirs.EXPORT
   if ckpts.latest_step() is None and export.exists() and not config.start_over:
     raise ValueError(
         f"{workdir} holds {export} but no checkpoint to continue it from (a new run would "
@@ -333,10 +334,10 @@ def _print_header(config, workdir: str, model_cfg, params, data, start_step: int
   vocab = (f"{tokenizer.kind} {tokenizer.vocab_file}" if tokenizer.vocab_file != default_vocab
            else "bert-base-uncased's")
   resumed = f", resuming at step {start_step}" if start_step else ""
-  train_log.print_header("bert_jax.pretrain", f"pretrain {config.variant}", [
+  console.print_header("bert_jax.pretrain", f"pretrain {config.variant}", [
       ("model", f"{config.variant} {model_cfg.model_type}: {arch}, "
                 f"vocab {tokenizer.vocab_size:,}{_decoder_padding(model_cfg)}, "
-                f"{train_log.count_params(fp8.split(params)[0]) / 1e6:.1f}M params with the "
+                f"{console.count_params(fp8.split(params)[0]) / 1e6:.1f}M params with the "
                 f"pretraining heads{'; FP8 encoder matmuls (model.fp8)' if model_cfg.fp8 else ''}"),
       ("attention", compute_policy.describe_attention(model_cfg)),
       ("data", f"{data.source.describe(d)}, {d.mode}, {vocab} vocab"),
@@ -376,10 +377,10 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
     return None
   from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
   from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
-  path = str(epath.Path(workdir) / workdir_layout.EXPORT)
+  path = str(epath.Path(workdir) / workdirs.EXPORT)
   params = model_lib.unstack_layers(summary["export_params"])
   primary = jax.process_index() == 0
-  with write_errors.writing(f"the export to {path}"), train_log.Heartbeat(
+  with write_errors.writing(f"the export to {path}"), console.Heartbeat(
       "bert_jax.pretrain", enabled=primary, file=sys.stdout, at_start=False,
       status=f"writing the export to {path}"):
     bundle.save_bundle(path, params, summary["model_config"].replace(scan_layers=False),
@@ -392,7 +393,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
     # Every process loads the bundle and runs the example: Orbax's restore is collective,
     # so a process that skipped it would leave the others waiting for ever.
     try:
-      with train_log.Heartbeat("bert_jax.pretrain", enabled=primary, file=sys.stdout,
+      with console.Heartbeat("bert_jax.pretrain", enabled=primary, file=sys.stdout,
                                at_start=False, status="running the fill-mask example"):
         result = mask_filling.fill_mask(loading.load_pretrained(path),
                                         [config.fill_mask_example], top_k=5)

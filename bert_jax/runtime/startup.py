@@ -18,7 +18,7 @@ from typing import Sequence
 
 from absl import logging
 
-from bert_jax.runtime import host_malloc
+from bert_jax.runtime import host_memory
 from bert_jax.runtime import xla_flags
 
 def verbose_requested(argv: Sequence[str]) -> bool:
@@ -137,4 +137,4 @@ def _quiet_failed_saves() -> None:
 _quiet_start_up()
 xla_flags.apply()  # before any backend starts: XLA reads XLA_FLAGS once
 # before the backend starts: it reads jax_cpu_enable_async_dispatch once
-HOST_MALLOC = host_malloc.apply(xla_flags.cpu_only_machine())
+HOST_MALLOC = host_memory.apply_malloc(xla_flags.cpu_only_machine())

@@ -21,10 +21,10 @@ def read_sentences(pattern: str, fmt: str, lowercase: bool, max_sentences: int,
   cfg = ml_collections.ConfigDict({"source": "builtin" if pattern == "builtin" else "files",
                                    "files": pattern, "format": fmt,
                                    "block_mb": raw_docs.DEFAULT_BLOCK_MB})
-  from bert_jax.runtime import train_log  # pylint: disable=g-import-not-at-top
+  from bert_jax.runtime import console  # pylint: disable=g-import-not-at-top
   parts, total = [], 0
   shards = source_registry.list_shards(source_registry.get(cfg.source), cfg)
-  progress = train_log.Progress("reading", len(shards), "shards", enabled=not quiet)
+  progress = console.Progress("reading", len(shards), "shards", enabled=not quiet)
   for shard in shards:
     progress.update()
     sentences = source_registry.read_documents(shard, cfg).sentences[:max_sentences - total]

@@ -15,7 +15,7 @@ from etils import epath
 import numpy as np
 
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import text_file
+from bert_jax.runtime import text_files
 
 Label = Union[int, float, None]
 
@@ -194,7 +194,7 @@ def tsv_path(task: GlueTask, data_dir: str, split: str) -> str:
 def read_lines(path):
   """Yields (1-based line number, text) of the non-blank lines, split on '\\n' only."""
   # Split on '\n' only: a stray '\r' inside a sentence does not end the row.
-  text = text_file.read_utf8(path, "GLUE file")
+  text = text_files.read_utf8(path, "GLUE file")
   for number, line in enumerate(text.split("\n"), start=1):
     if line.endswith("\r"):
       line = line[:-1]

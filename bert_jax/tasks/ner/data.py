@@ -16,7 +16,7 @@ from etils import epath
 import numpy as np
 
 from bert_jax.runtime import atomic_files
-from bert_jax.runtime import text_file
+from bert_jax.runtime import text_files
 
 # Tags read: O, B-TYPE, I-TYPE (IOB1 and IOB2).
 _TAG = re.compile(r"^(O|[BI]-\S+)$")
@@ -39,7 +39,7 @@ def read_conll(path: str) -> list[Sentence]:
   ValueError `path:line: ...` for a line with another column count than the first, a tag not
   O / B-X / I-X, or a file without sentences.
   """
-  text = text_file.read_utf8(path, "CoNLL file")
+  text = text_files.read_utf8(path, "CoNLL file")
   sentences, words, tags, lines, columns = [], [], [], [], None
 
   def close():

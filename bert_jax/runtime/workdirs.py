@@ -1,6 +1,7 @@
-"""One run per workdir: a lock file held by the process that writes the workdir.
+"""A run's workdir: the names of what it keeps there, and one run per workdir.
 
-A second run stops at once naming the holder's host and pid. A lock left by a dead process on
+The names below are the one place that spells them. The lock is a file held by the process
+that writes the workdir (`hold`): a second run stops at once naming the holder's host and pid. A lock left by a dead process on
 this host is taken over atomically; one from another host cannot be checked (the message says
 which file to delete). gs:// workdirs are not locked: no exclusive create, and a preempted
 pod must be able to go on.
@@ -17,6 +18,14 @@ from etils import epath
 
 from bert_jax.runtime import write_errors
 
+CHECKPOINTS = "checkpoints"
+FINETUNE_CHECKPOINTS = "finetune_checkpoints"
+EXPORT = "export"
+METRICS = "metrics.jsonl"
+TENSORBOARD = "tensorboard"
+RESULTS = "eval_results.json"
+RESULTS_PER_SEED = "eval_results_per_seed.json"
+RUN_FILE = "run.json"
 LOCK_FILE = "bert_jax.lock"
 
 

@@ -1,15 +1,15 @@
-"""The garbage collector's settings while a program runs (bert_jax.runtime.python_gc)."""
+"""The garbage collector's settings while a program runs (bert_jax.runtime.host_memory)."""
 import gc
 
-from bert_jax.runtime import python_gc
+from bert_jax.runtime import host_memory
 
 
 def test_tuned_raises_the_young_threshold_freezes_and_restores_both():
   before = gc.get_threshold()
   gc.set_threshold(700, 10, 10)
   try:
-    with python_gc.tuned():
-      assert gc.get_threshold() == (python_gc.YOUNG_THRESHOLD, 10, 10)
+    with host_memory.tuned_gc():
+      assert gc.get_threshold() == (host_memory.YOUNG_THRESHOLD, 10, 10)
       assert gc.get_freeze_count() > 0  # what was alive at the start is frozen
     assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_freeze_count() == 0
@@ -21,7 +21,7 @@ def test_tuned_leaves_automatic_collection_off_when_it_was_off():
   before = gc.get_threshold()
   gc.set_threshold(0)
   try:
-    with python_gc.tuned():
+    with host_memory.tuned_gc():
       assert gc.get_threshold()[0] == 0
     assert gc.get_threshold()[0] == 0
   finally:
@@ -39,7 +39,7 @@ def test_tuned_leaves_a_callers_own_freeze_in_place():
   try:
     frozen = gc.get_freeze_count()
     assert _frozen(probe)
-    with python_gc.tuned():
+    with host_memory.tuned_gc():
       pass
     # Still frozen: gc.unfreeze would have thawed it. (The count itself may drop by a few
     # while the suite's other threads free frozen objects; nothing here thaws a whole freeze.)
