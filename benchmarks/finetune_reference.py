@@ -311,7 +311,8 @@ def run_hf_glue(task_name: str, b: Budget, args, out: str, pad_to_longest: bool 
   import optax  # pylint: disable=g-import-not-at-top
   from sklearn import metrics as skm  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
   from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
 
   task = glue.get_task(task_name)
@@ -366,15 +367,19 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
   """Reference SQuAD fine-tuning on the same run_squad windows; official v1.1 scoring."""
   import optax  # pylint: disable=g-import-not-at-top
   import transformers  # pylint: disable=g-import-not-at-top
-  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
+  from bert_jax.tasks.squad import data as squad_data  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.squad import features as squad  # pylint: disable=g-import-not-at-top
   from bert_jax.tasks.squad import metrics as squad_metrics  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from bert_jax.tasks.squad import predictions as squad_predictions
 
   tok = tokenizer_lib.WordPieceTokenizer(os.path.join(args.bundle, "vocab.txt"), True)
-  train_ex, skipped = squad.read_squad_json(squad_files[0], is_training=True)
+  train_ex, skipped = squad_data.read_squad_json(squad_files[0], is_training=True)
   if b.max_train_examples:
     train_ex = train_ex[:b.max_train_examples]
-  eval_ex, _ = squad.read_squad_json(squad_files[1], is_training=False)
+  eval_ex, _ = squad_data.read_squad_json(squad_files[1], is_training=False)
   kw = dict(max_seq_length=b.max_seq_length, doc_stride=b.doc_stride,
             max_query_length=b.max_query_length)
   train_arrays, _ = squad.convert_examples_to_features(tok, train_ex, is_training=True, **kw)
@@ -401,7 +406,7 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
       model, params, hf_names(train_arrays), {"dev": hf_names(eval_arrays)}, loss_of, b,
       os.path.join(out, "train_log.jsonl"), args.log_every)
   start, end = outputs["dev"]
-  preds, _, _ = squad.postprocess_predictions(eval_ex, eval_features, start, end, tokenizer=tok)
+  preds, _, _ = squad_predictions.postprocess_predictions(eval_ex, eval_features, start, end, tokenizer=tok)
   with open(os.path.join(out, "predictions.json"), "w", encoding="utf-8") as f:
     json.dump(preds, f)
   with open(squad_files[1], encoding="utf-8") as f:

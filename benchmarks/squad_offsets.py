@@ -21,7 +21,7 @@ import os
 import time
 
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
-from bert_jax.tasks.squad import features as squad
+from bert_jax.tasks.squad import data as squad_data
 from bert_jax.tasks.squad import offsets as squad_offsets
 
 
@@ -90,7 +90,7 @@ def main():
   parser.add_argument("tokenizers", nargs="+", metavar="TOKENIZER_DIR",
                       help="tokenizer directories, each loaded by kind from its files")
   args = parser.parse_args()
-  examples, skipped = squad.read_squad_json(args.squad, is_training=True)
+  examples, skipped = squad_data.read_squad_json(args.squad, is_training=True)
   examples = [ex for ex in examples if not ex.is_impossible]
   print(f"{args.squad}: {len(examples)} answerable questions ({len(skipped)} skipped: answer "
         f"not at answer_start)")

@@ -174,25 +174,27 @@ class Encoder:
 
     Returns:
       Per question, the answer text from its context, as fine-tuning's evaluation
-      decodes it (bert_jax.tasks.squad.features.postprocess_predictions, with the run's
+      decodes it (bert_jax.tasks.squad.predictions.postprocess_predictions, with the run's
       windowing and n-best options); '' when a SQuAD 2.0 model predicts no answer.
 
     Raises:
       ValueError: the checkpoint is not a SQuAD export, or the counts differ.
     """
-    from bert_jax.tasks.squad import features as squad  # pylint: disable=g-import-not-at-top
-    from bert_jax.tasks.squad import offsets as squad_offsets
+    from bert_jax.tasks.squad import data as squad_data  # pylint: disable=g-import-not-at-top
+    from bert_jax.tasks.squad import offsets as squad_offsets  # pylint: disable=g-import-not-at-top
+    # pylint: disable-next=g-import-not-at-top
+    from bert_jax.tasks.squad import predictions as squad_predictions
     if "qa_outputs" not in self.heads or "version" not in self.info:
       raise ValueError(f"{self.pretrained.source} is not a SQuAD fine-tuning export (task "
                        f"{self.task!r}, heads {list(self.heads)}); load the export/ of a "
                        "configs/squad.py run")
     info = self.info
-    examples = squad.examples_from_texts(list(questions), list(contexts))
+    examples = squad_data.examples_from_texts(list(questions), list(contexts))
     arrays, features = squad_offsets.converter(self.tokenizer)(
         self.tokenizer, examples, info["max_seq_length"], info["doc_stride"],
         info["max_query_length"], is_training=False)
     start, end = self._outputs(_span_fn(self.config), arrays, batch_size, bucketed=False)
-    predictions, _, _ = squad.postprocess_predictions(
+    predictions, _, _ = squad_predictions.postprocess_predictions(
         examples, features, start, end, tokenizer=self.tokenizer,
         n_best_size=info["n_best_size"], max_answer_length=info["max_answer_length"],
         version_2_with_negative=info["version"] == "2.0",

@@ -137,7 +137,7 @@ def test_bad_head_config_is_one_clear_error():
 
 def test_encoder_classifies_with_the_head_the_export_records(tmp_path):
   """A layers_attention export: Encoder.classify builds that head (bundle.json's head)."""
-  from bert_jax.checkpoints import bundle
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
   from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
   from tests.fixtures.tiny_encoder import CONFIG as SMALL  # pylint: disable=g-import-not-at-top
   from tests.fixtures.tiny_encoder import VOCAB, random_params, token_ids  # pylint: disable=g-import-not-at-top

@@ -7,8 +7,10 @@ import types
 import numpy as np
 import pytest
 
+from bert_jax.tasks.squad import data as squad_data
 from bert_jax.tasks.squad import features as squad
 from bert_jax.tasks.squad import metrics as squad_metrics
+from bert_jax.tasks.squad import predictions as squad_predictions
 from tests.fixtures import parity
 
 _BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "..", "assets",
@@ -71,7 +73,7 @@ def _qa(qid, question, answer=None, context=_CONTEXT, impossible=None, start=Non
 
 
 def test_split_context_like_run_squad():
-  tokens, offsets = squad.split_context(" ab  c\u202fd\te")
+  tokens, offsets = squad_data.split_context(" ab  c\u202fd\te")
   assert tokens == ["ab", "c", "d", "e"]
   assert offsets == [-1, 0, 0, 0, 0, 1, 1, 2, 2, 3]
 
@@ -84,7 +86,7 @@ def test_read_training_positions_and_skips(tmp_path, caplog):
       _qa("q4", "Where?", "Japan", start=len(_CONTEXT) + 5),  # Past the end.
   ])])
   with caplog.at_level(logging.WARNING):
-    examples, skipped = squad.read_squad_json(path, is_training=True)
+    examples, skipped = squad_data.read_squad_json(path, is_training=True)
   assert skipped == ["q3", "q4"]
   assert "skipped 2 of 4 training questions" in caplog.text
   assert "could not find answer 'Japan'" in caplog.text
@@ -93,7 +95,7 @@ def test_read_training_positions_and_skips(tmp_path, caplog):
   assert q2.doc_tokens[q2.start_position] == "(1895-1943)."
   assert q2.start_position == q2.end_position
   # For evaluation nothing is located, so nothing is skipped.
-  examples, skipped = squad.read_squad_json(path, is_training=False)
+  examples, skipped = squad_data.read_squad_json(path, is_training=False)
   assert len(examples) == 4 and skipped == []
   assert examples[2].answers == ["Japan"] and examples[2].start_position is None
 
@@ -102,7 +104,7 @@ def test_read_v2_impossible(tmp_path):
   path = _squad_file(tmp_path, [(_CONTEXT, [
       _qa("a", "Who?", "John Smith", impossible=False), _qa("b", "When?", impossible=True)])],
                      version="v2.0")
-  examples, skipped = squad.read_squad_json(path, is_training=True)
+  examples, skipped = squad_data.read_squad_json(path, is_training=True)
   assert not skipped
   assert [(e.is_impossible, e.start_position, e.orig_answer_text) for e in examples] == [
       (False, 3, "John Smith"), (True, -1, "")]
@@ -116,29 +118,29 @@ def test_article_ranges_split_one_file(tmp_path):
       for i in range(3)]}
   path = tmp_path / "three.json"
   path.write_text(json.dumps(data), encoding="utf-8")
-  first = squad.read_squad_json(str(path), True, squad.article_slice(":2", "train_articles"))[0]
-  rest = squad.read_squad_json(str(path), False, squad.article_slice("2:", "eval_articles"))[0]
+  first = squad_data.read_squad_json(str(path), True, squad_data.article_slice(":2", "train_articles"))[0]
+  rest = squad_data.read_squad_json(str(path), False, squad_data.article_slice("2:", "eval_articles"))[0]
   assert [e.qas_id for e in first] == ["q0", "q1"] and [e.qas_id for e in rest] == ["q2"]
-  assert [a["title"] for a in squad.load_json(str(path), slice(2, None))["data"]] == ["t2"]
-  assert squad.article_slice("", "eval_articles") == slice(None)
+  assert [a["title"] for a in squad_data.load_json(str(path), slice(2, None))["data"]] == ["t2"]
+  assert squad_data.article_slice("", "eval_articles") == slice(None)
   with pytest.raises(ValueError, match=r"config.train_articles='1-2': expected 'start:stop'"):
-    squad.article_slice("1-2", "train_articles")
+    squad_data.article_slice("1-2", "train_articles")
   with pytest.raises(ValueError, match=r"three.json: articles 5:None select none of its 3"):
-    squad.load_json(str(path), squad.article_slice("5:", "eval_articles"))
+    squad_data.load_json(str(path), squad_data.article_slice("5:", "eval_articles"))
 
 
 def test_read_errors(tmp_path):
   bad = tmp_path / "bad.json"
   bad.write_text("{not json", encoding="utf-8")
   with pytest.raises(ValueError, match="bad.json"):
-    squad.read_squad_json(str(bad), is_training=False)
+    squad_data.read_squad_json(str(bad), is_training=False)
   bad.write_text(json.dumps({"data": [{"paragraphs": [{"qas": [{"id": "x", "question": "q"}]}]}]}),
                  encoding="utf-8")
   with pytest.raises(ValueError, match=r"bad.json: malformed SQuAD structure.*context"):
-    squad.read_squad_json(str(bad), is_training=False)
+    squad_data.read_squad_json(str(bad), is_training=False)
   path = _squad_file(tmp_path, [(_CONTEXT, [_qa("q", "Who?")])])
   with pytest.raises(ValueError, match="question 'q' has no answer"):
-    squad.read_squad_json(path, is_training=True)
+    squad_data.read_squad_json(path, is_training=True)
   # A missing or non-integer answer_start: one error naming it (not a bare KeyError or int()
   # traceback).
   for start in ("missing", "12", 3.5, None):
@@ -149,12 +151,12 @@ def test_read_errors(tmp_path):
       qa["answers"][0]["answer_start"] = start
     path = _squad_file(tmp_path, [(_CONTEXT, [_qa("q1", "Born?", "1895"), qa])])
     with pytest.raises(ValueError, match=r"\.json: question 'q7': answer_start must be an integer"):
-      squad.read_squad_json(path, is_training=True)
+      squad_data.read_squad_json(path, is_training=True)
   qa = _qa("q8", "Who led?", "John Smith")
   qa["answers"][0] = {"answer_start": 3}
   path = _squad_file(tmp_path, [(_CONTEXT, [qa])])
   with pytest.raises(ValueError, match=r"question 'q8': an answer needs a 'text' string"):
-    squad.read_squad_json(path, is_training=False)
+    squad_data.read_squad_json(path, is_training=False)
 
 
 def test_read_tfds_records_through_tfds_load(tmp_path):
@@ -179,7 +181,7 @@ def test_read_tfds_records_through_tfds_load(tmp_path):
         lambda: iter(records), output_signature=self.info.features.get_tensor_spec())
 
   with tfds.testing.mock_data(as_dataset_fn=as_dataset, data_dir=str(tmp_path)):
-    examples, skipped = squad.read_squad_tfds("2.0", "validation", str(tmp_path),
+    examples, skipped = squad_data.read_squad_tfds("2.0", "validation", str(tmp_path),
                                               is_training=True)
   assert seen == {"split": "validation", "name": "squad/v2.0"}
   assert not skipped
@@ -189,7 +191,7 @@ def test_read_tfds_records_through_tfds_load(tmp_path):
 
 
 def test_record_from_tfds_and_eval_json():
-  record = squad.record_from_tfds({
+  record = squad_data.record_from_tfds({
       "id": b"x", "question": b"Q?", "context": "caf\u00e9 au lait".encode(),
       "answers": {"text": np.array([b"caf\xc3\xa9", b"lait"], object),
                   "answer_start": np.array([0, 8], np.int32)}})
@@ -197,9 +199,9 @@ def test_record_from_tfds_and_eval_json():
                     "answers": [{"text": "caf\u00e9", "answer_start": 0},
                                 {"text": "lait", "answer_start": 8}],
                     "is_impossible": False}
-  examples, _ = squad._make_examples([record, dict(record, id="y", answers=[],
+  examples, _ = squad_data._make_examples([record, dict(record, id="y", answers=[],
                                                    is_impossible=True)], False, "test")
-  data = squad.to_eval_json(examples, "2.0")
+  data = squad_data.to_eval_json(examples, "2.0")
   assert squad_metrics.dataset_version(data) == "2.0"
   result = squad_metrics.evaluate(data, {"x": "Lait.", "y": ""})
   assert result["exact"] == 100.0 and result["NoAns_total"] == 1
@@ -209,7 +211,7 @@ def test_record_from_tfds_and_eval_json():
 
 
 def test_features_by_hand(tokenizer):
-  example = squad.SquadExample(
+  example = squad_data.SquadExample(
       qas_id="q", question_text="Who led?", doc_tokens=_CONTEXT.split(), answers=["1895"],
       orig_answer_text="1895", start_position=5, end_position=5)
   arrays, features = squad.convert_examples_to_features(
@@ -236,7 +238,7 @@ def test_features_by_hand(tokenizer):
 def test_windows_and_max_context(tokenizer):
   # Google's own example: 12 one-piece words, windows of 5 pieces, stride 3.
   words = "the man went to the store and bought a gallon of milk".split()
-  example = squad.SquadExample(qas_id="q", question_text="milk", doc_tokens=words,
+  example = squad_data.SquadExample(qas_id="q", question_text="milk", doc_tokens=words,
                                answers=[], orig_answer_text="bought", start_position=7,
                                end_position=7)
   # 1 question piece + 3 special tokens + 5 window pieces.
@@ -256,7 +258,7 @@ def test_windows_and_max_context(tokenizer):
 
 
 def test_impossible_and_query_truncation(tokenizer):
-  example = squad.SquadExample(qas_id="q", question_text="one two three four five",
+  example = squad_data.SquadExample(qas_id="q", question_text="one two three four five",
                                doc_tokens=["a", "b"], answers=[], is_impossible=True,
                                orig_answer_text="", start_position=-1, end_position=-1)
   arrays, features = squad.convert_examples_to_features(
@@ -280,7 +282,7 @@ def test_training_targets_spell_the_answers(tokenizer, tmp_path):
              "National Football League", "AFC"]
   path = _squad_file(tmp_path, [(context, [
       _qa(f"q{i}", "What?", a, context=context) for i, a in enumerate(answers)])])
-  examples, skipped = squad.read_squad_json(path, is_training=True)
+  examples, skipped = squad_data.read_squad_json(path, is_training=True)
   assert not skipped
   arrays, features = squad.convert_examples_to_features(
       tokenizer, examples, max_seq_length=48, doc_stride=16, max_query_length=8,
@@ -301,11 +303,11 @@ def test_training_targets_spell_the_answers(tokenizer, tmp_path):
 
 def test_get_final_text_cases(tokenizer):
   basic = tokenizer.basic_tokenize
-  assert squad.get_final_text("steve smith", "Steve Smith's", basic) == "Steve Smith"
-  assert squad.get_final_text("1895", "(1895-1943).", basic) == "1895"
-  assert squad.get_final_text("cafe", "Caf\u00e9!", basic) == "Caf\u00e9"
+  assert squad_predictions.get_final_text("steve smith", "Steve Smith's", basic) == "Steve Smith"
+  assert squad_predictions.get_final_text("1895", "(1895-1943).", basic) == "1895"
+  assert squad_predictions.get_final_text("cafe", "Caf\u00e9!", basic) == "Caf\u00e9"
   # Not found: the whole original span.
-  assert squad.get_final_text("zzz", "Steve Smith's", basic) == "Steve Smith's"
+  assert squad_predictions.get_final_text("zzz", "Steve Smith's", basic) == "Steve Smith's"
 
 
 def test_get_final_text_matches_transformers(tokenizer):
@@ -322,12 +324,12 @@ def test_get_final_text_matches_transformers(tokenizer):
       pred = " ".join(toks[i:j + 1])
       if rng.random() < 0.2:
         pred = pred[: max(1, len(pred) - 2)]
-      assert squad.get_final_text(pred, orig, tokenizer.basic_tokenize) == (
+      assert squad_predictions.get_final_text(pred, orig, tokenizer.basic_tokenize) == (
           hf_squad_metrics.get_final_text(pred, orig, do_lower_case=True)), (pred, orig)
   # Edge cases: empty, leading / trailing spaces, across words, absent.
   for pred in ("", " smith", "smith ", "steve smith '", "h '", "x"):
     orig = "Steve Smith's"
-    assert squad.get_final_text(pred, orig, tokenizer.basic_tokenize) == (
+    assert squad_predictions.get_final_text(pred, orig, tokenizer.basic_tokenize) == (
         hf_squad_metrics.get_final_text(pred, orig, do_lower_case=True)), pred
 
 
@@ -338,8 +340,8 @@ def test_per_context_basic_tokens_equal_direct_calls(tokenizer):
       "non\u00a0breaking\u2009thin x\u0000y " + "a" * 120 + " U.S.-led \u00c5ngstr\u00f6m!",
       "",
   ]
-  examples = [squad.SquadExample(qas_id=str(i), question_text="?",
-                                 doc_tokens=squad.split_context(c)[0], answers=[])
+  examples = [squad_data.SquadExample(qas_id=str(i), question_text="?",
+                                 doc_tokens=squad_data.split_context(c)[0], answers=[])
               for i, c in enumerate(contexts)]
   calls = []
 
@@ -351,7 +353,7 @@ def test_per_context_basic_tokens_equal_direct_calls(tokenizer):
       calls.append(text)
       return tokenizer.basic_tokenize(text)
 
-  spans = squad._SpanBasicTokens(CountingTokenizer(), examples)
+  spans = squad_predictions._SpanBasicTokens(CountingTokenizer(), examples)
   assert len(calls) == len(contexts)  # One call per context, none per span.
   for ex in examples:
     for first in range(len(ex.doc_tokens)):
@@ -365,7 +367,7 @@ def test_per_context_basic_tokens_equal_direct_calls(tokenizer):
       return ["##?" for _ in ids]
 
   calls.clear()
-  spans = squad._SpanBasicTokens(OddPiecesTokenizer(), examples[:1])
+  spans = squad_predictions._SpanBasicTokens(OddPiecesTokenizer(), examples[:1])
   assert spans(examples[0], 1, 3) == " ".join(
       tokenizer.basic_tokenize(" ".join(examples[0].doc_tokens[1:4])))
   assert len(calls) == 2  # The context, then the span directly.
@@ -405,7 +407,7 @@ def test_postprocess_matches_reference_on_random_logits(tokenizer, tmp_path, ver
       else _qa(f"q{i}", q, context.split()[i * 3], context=context)
       for i, q in enumerate(questions)])],
                      version="v2.0" if version_2 else "1.1")
-  examples, _ = squad.read_squad_json(path, is_training=False)
+  examples, _ = squad_data.read_squad_json(path, is_training=False)
   _, features = squad.convert_examples_to_features(
       tokenizer, examples, max_seq_length=40, doc_stride=12, max_query_length=8)
   assert len(features) > len(examples)  # Several windows per question.
@@ -413,7 +415,7 @@ def test_postprocess_matches_reference_on_random_logits(tokenizer, tmp_path, ver
   for trial in range(3):
     start_logits = rng.normal(0, 3, (len(features), 40)).astype(np.float32)
     end_logits = rng.normal(0, 3, (len(features), 40)).astype(np.float32)
-    predictions, nbest, null_odds = squad.postprocess_predictions(
+    predictions, nbest, null_odds = squad_predictions.postprocess_predictions(
         examples, features, start_logits, end_logits, tokenizer=tokenizer,
         version_2_with_negative=version_2)
     reference = _reference_predictions(examples, features, start_logits, end_logits,
@@ -430,7 +432,7 @@ def test_postprocess_matches_reference_on_random_logits(tokenizer, tmp_path, ver
 
 
 def test_v2_null_threshold_and_files(tokenizer, tmp_path):
-  example = squad.SquadExample(qas_id="q", question_text="Who?",
+  example = squad_data.SquadExample(qas_id="q", question_text="Who?",
                                doc_tokens="John Smith was here".split(), answers=[])
   _, features = squad.convert_examples_to_features(tokenizer, [example], max_seq_length=16,
                                                    max_query_length=4)
@@ -440,23 +442,23 @@ def test_v2_null_threshold_and_files(tokenizer, tmp_path):
   start[0, john], end[0, john + 1] = 2.0, 2.0  # "john smith" scores 4.
   start[0, 0], end[0, 0] = 3.0, 2.0  # null scores 5.
   for threshold, expected in ((0.0, ""), (1.5, "John Smith")):
-    predictions, nbest, null_odds = squad.postprocess_predictions(
+    predictions, nbest, null_odds = squad_predictions.postprocess_predictions(
         [example], features, start, end, tokenizer=tokenizer, version_2_with_negative=True,
         null_score_diff_threshold=threshold)
     assert null_odds == {"q": pytest.approx(1.0)}
     assert predictions == {"q": expected}
   assert nbest["q"][0]["text"] == ""  # Best first: the null answer.
   assert nbest["q"][1]["text"] == "John Smith"
-  paths = squad.write_prediction_files(str(tmp_path / "out"), predictions, nbest, null_odds)
+  paths = squad_predictions.write_prediction_files(str(tmp_path / "out"), predictions, nbest, null_odds)
   assert sorted(os.path.basename(p) for p in paths.values()) == [
       "nbest_predictions.json", "null_odds.json", "predictions.json"]
   assert json.load(open(paths["predictions"])) == {"q": "John Smith"}
   assert json.load(open(paths["null_odds"]))["q"] == pytest.approx(1.0)
-  v1_predictions, _, v1_odds = squad.postprocess_predictions(
+  v1_predictions, _, v1_odds = squad_predictions.postprocess_predictions(
       [example], features, start, end, tokenizer=tokenizer)
   assert v1_predictions == {"q": "John Smith"} and v1_odds == {}
   with pytest.raises(ValueError, match="1 features but logits"):
-    squad.postprocess_predictions([example], features, start[:, :4].repeat(2, 0), end,
+    squad_predictions.postprocess_predictions([example], features, start[:, :4].repeat(2, 0), end,
                                   tokenizer=tokenizer)
 
 
@@ -469,7 +471,7 @@ def test_oracle_logits_recover_the_answers(tokenizer, tmp_path):
              "New York City", "Austrian Empire"]
   path = _squad_file(tmp_path, [(context, [
       _qa(f"q{i}", "What?", a, context=context) for i, a in enumerate(answers)])])
-  examples, _ = squad.read_squad_json(path, is_training=True)
+  examples, _ = squad_data.read_squad_json(path, is_training=True)
   arrays, features = squad.convert_examples_to_features(
       tokenizer, examples, max_seq_length=32, doc_stride=8, max_query_length=8,
       is_training=True)
@@ -478,7 +480,7 @@ def test_oracle_logits_recover_the_answers(tokenizer, tmp_path):
   end = start.copy()
   start[rows, arrays["start_positions"]] = 5.0
   end[rows, arrays["end_positions"]] = 5.0
-  predictions, _, _ = squad.postprocess_predictions(examples, features, start, end,
+  predictions, _, _ = squad_predictions.postprocess_predictions(examples, features, start, end,
                                                     tokenizer=tokenizer)
   assert predictions["q4"] == "Thomas Edison"  # Not "Edison's": get_final_text trims.
   data = json.load(open(path))

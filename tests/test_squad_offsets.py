@@ -8,8 +8,9 @@ from bert_jax.checkpoints import loading
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax import finetune
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks.squad import features as squad
+from bert_jax.tasks.squad import data as squad_data
 from bert_jax.tasks.squad import offsets as squad_offsets
+from bert_jax.tasks.squad import predictions as squad_predictions
 from tests.fixtures.finetuning import squad_config
 from tests.fixtures.finetuning import squad_json
 from tests.fixtures.tiny_encoder import random_params
@@ -25,7 +26,7 @@ def _examples():
   records = [{"id": f"q{i}", "question": q, "context": _CONTEXT,
               "answers": [{"text": a, "answer_start": _CONTEXT.index(a)}]}
              for i, (q, a) in enumerate(_QAS)]
-  return squad._make_examples(records, True, "test")[0]  # pylint: disable=protected-access
+  return squad_data._make_examples(records, True, "test")[0]  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("kind", ["roberta", "albert"])
@@ -68,7 +69,7 @@ def test_roberta_offsets_equal_transformers_next_to_tabs_newlines_and_no_break_s
   records = [{"id": f"q{i}", "question": "what?", "context": context,
               "answers": [{"text": a, "answer_start": context.index(a)}]}
              for i, a in enumerate(["wizards", "seven", "jazzy tunes", "1,000 towns"])]
-  examples = squad._make_examples(records, True, "test")[0]  # pylint: disable=protected-access
+  examples = squad_data._make_examples(records, True, "test")[0]  # pylint: disable=protected-access
   arrays, features = squad_offsets.convert_examples_to_features(
       tok, examples, max_seq_length=64, doc_stride=32, max_query_length=16, is_training=True)
   for row, (ex, f) in enumerate(zip(examples, features)):
@@ -91,7 +92,7 @@ def test_offset_windows_hold_the_answer_where_it_fits_and_predictions_cut_the_co
   for i, ex in enumerate(examples):
     rows = [r for r, f in enumerate(features) if f.example_index == i]
     assert any(arrays["start_positions"][r] > 0 for r in rows)  # some window holds it
-  preds, _, _ = squad.postprocess_predictions(
+  preds, _, _ = squad_predictions.postprocess_predictions(
       examples, features, start_logits * 10.0, end_logits * 10.0, tokenizer=tok,
       n_best_size=5, max_answer_length=10)
   assert preds == {ex.qas_id: ex.orig_answer_text for ex in examples}

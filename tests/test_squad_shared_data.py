@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from bert_jax import squad_eval
+from bert_jax.tasks.squad import data as squad_data
 from bert_jax.tasks.squad import features as squad
 from bert_jax.tasks.squad import metrics as squad_metrics
+from bert_jax.tasks.squad import predictions as squad_predictions
 from tests.fixtures import parity
 
 _BUNDLED_VOCAB = os.path.join(os.path.dirname(squad.__file__), "..", "..", "assets",
@@ -111,7 +113,7 @@ def test_oracle_logits_through_features_and_postprocessing(shared_data, tmp_path
   part = tmp_path / "part.json"
   part.write_text(json.dumps(data))
   tokenizer = Tokenizer()
-  examples, skipped = squad.read_squad_json(str(part), is_training=True)
+  examples, skipped = squad_data.read_squad_json(str(part), is_training=True)
   assert not skipped
   arrays, features = squad.convert_examples_to_features(tokenizer, examples, is_training=True)
   rows = np.arange(len(features))
@@ -119,7 +121,7 @@ def test_oracle_logits_through_features_and_postprocessing(shared_data, tmp_path
   end = start.copy()
   start[rows, arrays["start_positions"]] = 5.0
   end[rows, arrays["end_positions"]] = 5.0
-  predictions, _, _ = squad.postprocess_predictions(examples, features, start, end,
+  predictions, _, _ = squad_predictions.postprocess_predictions(examples, features, start, end,
                                                     tokenizer=tokenizer)
   result = squad_metrics.evaluate(data, predictions)
   assert result["exact_match"] >= 98.0, result

@@ -21,7 +21,7 @@ import pytest
 from bert_jax.data.tokenizers import wordpiece
 from bert_jax.runtime import optional_tensorflow
 from bert_jax.tasks.ner import data as ner
-from bert_jax.tasks.squad import features as squad
+from bert_jax.tasks.squad import data as squad_data
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -120,7 +120,7 @@ def _shared_text(data_dir):
     for article in json.loads(path.read_text(encoding="utf-8"))["data"][:6]:
       for para in article["paragraphs"]:
         contexts.append(para["context"])
-        lines += squad.split_context(para["context"])[0]  # the pieces of each doc token
+        lines += squad_data.split_context(para["context"])[0]  # the pieces of each doc token
         lines += [qa["question"] for qa in para["qas"]]
   lines += contexts
   lines += [w for s in ner.read_conll(str(data_dir / "ner" / "conll2003" / "valid.txt"))

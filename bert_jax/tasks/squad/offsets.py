@@ -8,6 +8,7 @@ windowed and scored for max context as WordPiece's features are.
 import collections
 from typing import Sequence
 
+from bert_jax.tasks.squad import data as squad_data
 from bert_jax.tasks.squad import features as squad
 
 
@@ -17,7 +18,7 @@ def answer_tokens(spans: Sequence[tuple], start_char: int, end_char: int):
   return (hits[0], hits[-1]) if hits else None
 
 
-def convert_examples_to_features(tokenizer, examples: Sequence[squad.SquadExample],
+def convert_examples_to_features(tokenizer, examples: Sequence[squad_data.SquadExample],
                                  max_seq_length: int = 384, doc_stride: int = 128,
                                  max_query_length: int = 64, is_training: bool = False):
   """As `squad.convert_examples_to_features`; each SquadFeature also has `offsets`."""

@@ -7,9 +7,10 @@ import optax
 
 from bert_jax.modeling import model as model_lib
 from bert_jax.modeling.model_config import BertConfig
-from bert_jax.tasks.squad import features as squad
+from bert_jax.tasks.squad import data as squad_data
 from bert_jax.tasks.squad import metrics as squad_metrics
 from bert_jax.tasks.squad import offsets as squad_offsets
+from bert_jax.tasks.squad import predictions as squad_predictions
 from bert_jax.tasks import task as task_lib
 
 
@@ -53,14 +54,14 @@ def build(options, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   # WordPiece: Google's run_squad features; BPE / SentencePiece: character offsets (run_qa.py).
   convert = squad_offsets.converter(tokenizer)
   v2 = options.version == "2.0"
-  articles = {key: squad.article_slice(options[key], key)
+  articles = {key: squad_data.article_slice(options[key], key)
               for key in ("train_articles", "eval_articles")}
 
   def read(name, split, is_training):
     if options.data_source == "tfds":
-      return squad.read_squad_tfds(options.version, split, options.tfds_data_dir, is_training)
+      return squad_data.read_squad_tfds(options.version, split, options.tfds_data_dir, is_training)
     path = _squad_path(options, name)
-    examples, skipped = squad.read_squad_json(
+    examples, skipped = squad_data.read_squad_json(
         path, is_training, articles["train_articles" if is_training else "eval_articles"])
     unanswerable = sum(ex.is_impossible for ex in examples)
     if unanswerable and not v2:  # v1.1 would train them toward [CLS] and never predict them
@@ -98,18 +99,18 @@ def build(options, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
   stats["eval_examples"] = len(eval_examples)
   stats["eval_windows"] = len(eval_arrays["input_ids"])
   if options.data_source == "tfds":
-    gold = squad.to_eval_json(eval_examples, options.version)
+    gold = squad_data.to_eval_json(eval_examples, options.version)
   else:
-    gold = squad.load_json(_squad_path(options, options.eval_file), articles["eval_articles"])
+    gold = squad_data.load_json(_squad_path(options, options.eval_file), articles["eval_articles"])
 
   def score(outputs, workdir):
     start, end = outputs["logits"]
-    preds, nbest, null_odds = squad.postprocess_predictions(
+    preds, nbest, null_odds = squad_predictions.postprocess_predictions(
         eval_examples, eval_features, start, end, tokenizer=tokenizer,
         n_best_size=options.n_best_size, max_answer_length=options.max_answer_length,
         version_2_with_negative=v2, null_score_diff_threshold=options.null_score_diff_threshold)
     if workdir is not None:
-      squad.write_prediction_files(workdir, preds, nbest, null_odds if v2 else None)
+      squad_predictions.write_prediction_files(workdir, preds, nbest, null_odds if v2 else None)
     return squad_metrics.evaluate(gold, preds, null_odds if v2 else None)
 
   primary = "f1"
