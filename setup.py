@@ -35,7 +35,7 @@ EXTRAS = {
         "pytest-timeout>=2.3,<3",
         "scipy>=1.10",
         "scikit-learn>=1.3",
-        # trec_eval's C code: the reference for bert_jax.inference.retrieval_metrics.
+        # trec_eval's C code: the reference for bert_jax.tasks.retrieval.metrics.
         "pytrec-eval-terrier>=0.5.6,<0.6",
         # NER entity scores are compared with seqeval's (conlleval's definition).
         "seqeval>=1.2,<2",

@@ -13,7 +13,7 @@ queries) with transformers' BertTokenizerFast + FlaxBertModel, mean pooling over
 the attention mask and L2 normalisation (sentence-transformers' recipe for
 MiniLM), searches exactly with numpy, drops a query's own id, and scores with
 pytrec_eval (trec_eval's C code, as BEIR does). Prints both metric sets, their
-differences and, as a check of the metric code alone, bert_jax.inference.retrieval_metrics
+differences and, as a check of the metric code alone, bert_jax.tasks.retrieval.metrics
 on the reference's own results.
 """
 import argparse
@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 from bert_jax.checkpoints import loading
-from bert_jax.inference import retrieval
-from bert_jax.inference import retrieval_metrics
+from bert_jax.tasks.retrieval import beir as retrieval
+from bert_jax.tasks.retrieval import metrics as retrieval_metrics
 
 
 def reference_embed(model_dir, texts, max_length, batch_size):

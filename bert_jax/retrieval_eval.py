@@ -34,9 +34,9 @@ from bert_jax.checkpoints import bundle
 from bert_jax.checkpoints import loading
 from bert_jax import cli
 from bert_jax.inference import embedding
-from bert_jax.inference import retrieval
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import console
+from bert_jax.tasks.retrieval import beir as retrieval
 
 
 def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from bert_jax.checkpoints import bundle
-from bert_jax.inference import retrieval
-from bert_jax.inference import retrieval_metrics
 from bert_jax import retrieval_eval
+from bert_jax.tasks.retrieval import beir as retrieval
+from bert_jax.tasks.retrieval import metrics as retrieval_metrics
 from tests.fixtures.tiny_encoder import CONFIG
 from tests.fixtures.tiny_encoder import VOCAB
 from tests.fixtures.tiny_encoder import random_params

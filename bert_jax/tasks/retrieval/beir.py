@@ -9,7 +9,7 @@ import numpy as np
 
 from bert_jax.checkpoints import loading
 from bert_jax.inference import embedding
-from bert_jax.inference import retrieval_metrics
+from bert_jax.tasks.retrieval import metrics as retrieval_metrics
 
 
 # Nearest-neighbour search: exact matmul top-k, or faiss's HNSW graph (approximate).
