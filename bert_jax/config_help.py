@@ -30,7 +30,7 @@ from bert_jax.configuration import sections as config_sections
 _ASSIGN = re.compile(r"\s+\w+\.([\w.]+) = (.*)$")
 # A section call, as a whole value (`model()`) or as a statement that fills `c`.
 _SECTION_CALL = re.compile(r"\s*(?:config_sections\.)?(\w+)\((c\b)?")
-# The functions of config_sections.py that build or fill config sections.
+# The functions of configuration/sections.py that build or fill config sections.
 SECTIONS = ("model", "optimizer", "mesh", "finetune", "compile_cache")
 
 
@@ -96,7 +96,7 @@ def documented(lines: list[str], where: str, first: int = 1,
 def section_comments(name: str) -> dict[str, str]:
   """Key -> comment of the keys config_sections.`name` declares."""
   lines, first = inspect.getsourcelines(getattr(config_sections, name))
-  return documented(lines, "config_sections.py", first)
+  return documented(lines, "bert_jax/configuration/sections.py", first)
 
 
 @dataclasses.dataclass
