@@ -67,24 +67,30 @@ class Encoder:
 
   def embed(self, texts: Sequence[Text], *, pooling: Optional[str] = None,
             normalize: Optional[bool] = None, layers: Sequence[int] = (-1,), combine: str = "mean",
-            max_length: Optional[int] = None, batch_size: int = 32) -> np.ndarray:
+            max_length: Optional[int] = None, batch_size: int = 32,
+            prompt_name: Optional[str] = None, prompt: Optional[str] = None) -> np.ndarray:
     """float32 [len(texts), dim] embeddings of texts or (a, b) pairs (see bert_jax.embed).
 
     pooling, normalize and max_length default to what the checkpoint records (a
     sentence-embedding fine-tuning export, a converted sentence-transformers model, whose
-    Dense layers are applied too), else mean pooling, not normalised, 128 tokens;
-    `embed_settings` says which and where each came from."""
+    Dense layers are applied too), else mean pooling, not normalised, 128 tokens; a checkpoint
+    that names a default prompt has it prepended unless prompt_name or prompt say otherwise
+    (prompt_name='' for none), as sentence-transformers' encode does; `embed_settings` says
+    which and where each came from."""
     emb, _ = embedding.embed(self.pretrained, list(texts), pooling=pooling, layers=layers,
                              combine=combine, normalize=normalize, max_length=max_length,
-                             batch_size=batch_size, tokenizer=self.tokenizer)
+                             batch_size=batch_size, tokenizer=self.tokenizer,
+                             prompt_name=prompt_name, prompt=prompt)
     return emb
 
   def embed_settings(self, *, pooling: Optional[str] = None, normalize: Optional[bool] = None,
-                     max_length: Optional[int] = None) -> embedding.Settings:
+                     max_length: Optional[int] = None, prompt_name: Optional[str] = None,
+                     prompt: Optional[str] = None) -> embedding.Settings:
     """What `embed` with these arguments uses, and where each came from (`.describe()`:
     'pooling mean (from the checkpoint), L2-normalised (from the checkpoint), ...')."""
     return embedding.settings(self.pretrained, pooling=pooling, normalize=normalize,
-                              max_length=max_length, flag="")
+                              max_length=max_length, prompt_name=prompt_name, prompt=prompt,
+                              flag="")
 
   def fill_mask(self, texts: Union[str, Sequence[str]],
                 top_k: int = 5) -> list:

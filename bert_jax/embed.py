@@ -88,6 +88,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                        "max_length tokens starting every this many tokens (0: truncate)",
                        flag_values=fv)
   flags.DEFINE_boolean("pairs", False, "lines are text_a<TAB>text_b", flag_values=fv)
+  flags.DEFINE_string("prompt_name", None, "the checkpoint's prompt to prepend to every text, "
+                      "by name ('' none; default: the prompt the checkpoint names its default, "
+                      "as sentence-transformers' encode)", flag_values=fv)
+  flags.DEFINE_string("prompt", None, "a text to prepend to every text, instead of "
+                      "--prompt_name", flag_values=fv)
   flags.DEFINE_integer("max_length", None,
                        "tokens per text incl. [CLS]/[SEP] (default: the checkpoint's "
                        f"max_seq_length, else {embedding.DEFAULT_MAX_LENGTH}; at most the "
@@ -143,7 +148,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   for pretrained in checkpoints:
     layers = embedding.parse_layers(args.layers, pretrained.config.num_layers)
     chosen.append(embedding.settings(pretrained, pooling=args.pooling, normalize=args.normalize,
-                                     max_length=args.max_length))
+                                     max_length=args.max_length, prompt_name=args.prompt_name,
+                                     prompt=args.prompt))
     embedding.check_options(pretrained, chosen[-1].pooling, layers, args.combine,
                             chosen[-1].max_length, args.batch_size, args.pairs, args.chunk_stride)
   max_length = chosen[0].max_length
@@ -168,6 +174,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   emb, all_stats = embedding.embed_ensemble(
       checkpoints, inp.texts, combine=args.combine, weights=weights, normalize=args.normalize,
       pooling=args.pooling, layers=layers, max_length=args.max_length, batch_size=args.batch_size,
+      prompt_name=args.prompt_name, prompt=args.prompt,
       dtype=args.dtype, length_bucketing=args.length_bucketing, chunk_stride=args.chunk_stride,
       progress="" if args.quiet else "embedding")
   # Exactly this path (np.save would add .npy), written whole or not at all; a disk that

@@ -56,6 +56,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                        "--nonormalize for dot product (default: the checkpoint's, else "
                        "normalised)", flag_values=fv)
   flags.DEFINE_integer("batch_size", 32, "texts per forward pass", flag_values=fv)
+  flags.DEFINE_string("query_prompt_name", None, "the checkpoint's prompt prepended to each "
+                      "query ('' none; default: its 'query' prompt, else its default prompt, as "
+                      "sentence-transformers' encode_query)", flag_values=fv)
+  flags.DEFINE_string("document_prompt_name", None, "the checkpoint's prompt prepended to each "
+                      "document ('' none; default: its 'document', 'passage' or 'corpus' "
+                      "prompt, else its default prompt, as sentence-transformers' "
+                      "encode_document)", flag_values=fv)
   flags.DEFINE_integer("top_k", 100, "results kept per query", flag_values=fv)
   flags.DEFINE_enum("index", "exact", retrieval.INDEXES, "exact matmul top-k, or an approximate "
                     "faiss HNSW graph (needs faiss-cpu)", flag_values=fv)
@@ -68,6 +75,11 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   return fv
 
 
+def _prompt_said(chosen: embedding.Settings) -> str:
+  """'prompt 'passage: ' (...)' or 'no prompt'."""
+  return f"prompt {chosen.prompt!r} ({chosen.origin['prompt']})" if chosen.prompt else "no prompt"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   if args.top_k < 1:
@@ -77,8 +89,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   with console.Heartbeat("bert_jax.retrieval_eval", at_start=False,
                            first=console.LOADING_SECONDS, status=f"loading {args.checkpoint}"):
     pretrained = loading.load_pretrained(args.checkpoint)
+  prompts = retrieval.prompt_names(pretrained, args.query_prompt_name,
+                                   args.document_prompt_name)
   chosen = retrieval.settings(pretrained, pooling=args.pooling, normalize=args.normalize,
-                              max_length=args.max_length)
+                              max_length=args.max_length, prompt_name=prompts["query"],
+                              given_by="--query_prompt_name" if args.query_prompt_name is not None
+                              else "")
+  # The documents' prompt, checked before the long embedding (an unknown name is one line).
+  documents = retrieval.settings(pretrained, prompt_name=prompts["document"],
+                                 given_by="--document_prompt_name"
+                                 if args.document_prompt_name is not None else "")
   embedding.check_options(pretrained, chosen.pooling, (-1,), "mean", chosen.max_length,
                           args.batch_size, pairs=False)
   data = retrieval.read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
@@ -88,14 +108,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ("model", f"{bundle.describe_arch(pretrained.config)}, from {pretrained.source}"),
         ("data", f"{len(corpus):,} documents, {len(qrels):,} judged queries of split "
                  f"{args.split}, batch {args.batch_size}"),
-        ("steps", f"encode the corpus and the queries ({chosen.describe()}), then find each "
+        ("steps", f"encode the corpus and the queries ({chosen.describe()}; documents: "
+                  f"{_prompt_said(documents)}), then find each "
                   f"query's {args.top_k} best documents "
                   + ("exactly (every document scored)" if args.index == "exact" else
                      "approximately (a faiss HNSW graph)")),
         ("output", args.output or "stdout")], file=sys.stderr)
   metrics = retrieval.evaluate(pretrained, data, max_length=chosen.max_length,
                      pooling=chosen.pooling, normalize=chosen.normalize,
-                     batch_size=args.batch_size, top_k=args.top_k, index=args.index,
+                     batch_size=args.batch_size, prompts=prompts, top_k=args.top_k,
+                     index=args.index,
                      hnsw_ef_search=args.hnsw_ef_search, quiet=args.quiet)
   if args.output:
     atomic_files.write_text(args.output, json.dumps(metrics, indent=2, sort_keys=True) + "\n")

@@ -199,3 +199,16 @@ def test_qrels_header_coverage_and_duplicate_ids(tmp_path, capsys):
     f.write(json.dumps({"_id": "d0", "text": "another text"}) + "\n")
   with pytest.raises(ValueError, match=r"corpus.jsonl:3: _id 'd0' again \(first on line 1\)"):
     retrieval.read_beir(beir, "test")
+
+
+def test_each_side_takes_its_prompt_as_sentence_transformers_does(monkeypatch):
+  """Queries take the checkpoint's 'query' prompt, documents its 'document', 'passage' or
+  'corpus' prompt (the first it has), as encode_query and encode_document choose; a name given
+  wins; with none of them (None) embedding falls back to the checkpoint's default prompt."""
+  prompts = {}
+  monkeypatch.setattr(retrieval.embedding, "bundle_defaults", lambda _: {"prompts": prompts})
+  assert retrieval.prompt_names(None) == {"query": None, "document": None}
+  prompts.update({"query": "q: ", "passage": "p: ", "corpus": "c: "})
+  assert retrieval.prompt_names(None) == {"query": "query", "document": "passage"}
+  assert retrieval.prompt_names(None, query="", document="corpus") == {"query": "",
+                                                                       "document": "corpus"}

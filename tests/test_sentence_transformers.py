@@ -37,7 +37,11 @@ FOLDERS = {"mean": ("mean", [], True, 256), "cls": ("cls", [], False, 256),
            "dense": ("mean", [(12, "tanh"), (8, "identity")], True, 256),
            "max": ("max", [], False, 200), "mean_sqrt_len": ("mean_sqrt_len_tokens", [], False, 200),
            "weightedmean": ("weightedmean", [], False, 200),
-           "lasttoken": ("lasttoken", [], True, 200)}
+           "lasttoken": ("lasttoken", [], True, 200),
+           "prompted": ("mean", [], True, 256)}
+# name: (prompts, default_prompt_name) of the folders that have them; "prompted" is "mean"
+# with prompts, so without one it embeds as "mean" does.
+PROMPTS = {"prompted": ({"query": "query: ", "passage": "passage: "}, "query")}
 
 
 def _child(*args):
@@ -73,7 +77,8 @@ def models(tmp_path_factory):
   assert convert.main(["--to", "hf", "--src", str(tmp / "random"), "--dst", str(tmp / "hf"),
                        "--quiet"]) == 0
   specs = [{"dst": str(tmp / name), "pooling": mode, "dense": dense, "normalize": normalize,
-            "max_seq_length": length}
+            "max_seq_length": length, "prompts": PROMPTS.get(name, (None,))[0],
+            "default_prompt_name": PROMPTS.get(name, (None, None))[1]}
            for name, (mode, dense, normalize, length) in FOLDERS.items()]
   (tmp / "specs.json").write_text(json.dumps(specs))
   _child("build", str(tmp / "hf"), str(tmp / "specs.json"))
@@ -92,13 +97,14 @@ def models(tmp_path_factory):
     bundles[name] = str(tmp / f"{name}_bundle")
     assert convert.main(["--from", "hf", "--src", folder, "--dst", bundles[name], "--quiet"]) == 0
   exports = {}
-  for name in ("mean", "cls", "dense", "lasttoken", "finetuned") + (
+  for name in ("mean", "cls", "dense", "lasttoken", "finetuned", "prompted") + (
       ("minilm",) if "minilm" in folders else ()):
     exports[name] = str(tmp / f"{name}_export")
     assert convert.main(["--to", "hf", "--src", bundles[name], "--dst", exports[name],
                          "--quiet"]) == 0
   (tmp / "texts.json").write_text(json.dumps(TEXTS))
-  order = list(folders.items()) + [(f"{n}_export", p) for n, p in exports.items()]
+  order = (list(folders.items()) + [(f"{n}_export", p) for n, p in exports.items()]
+           + [("prompted@passage", f"{folders['prompted']}@passage")])
   _child("encode", str(tmp / "ref.npz"), str(tmp / "texts.json"), *(p for _, p in order))
   found = np.load(tmp / "ref.npz")
   refs = {name: found[str(i)] for i, (name, _) in enumerate(order)}
@@ -132,7 +138,8 @@ def test_a_converted_folder_embeds_as_sentence_transformers_encodes(models, name
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["mean", "cls", "dense", "lasttoken", "finetuned", "minilm"])
+@pytest.mark.parametrize("name", ["mean", "cls", "dense", "lasttoken", "finetuned", "prompted",
+                                  "minilm"])
 def test_an_export_loads_in_sentence_transformers_and_encodes_the_same(models, name):
   if f"{name}_export" not in models["refs"]:
     pytest.skip(f"set {MINILM_ENV} (see the test above)")
@@ -144,6 +151,25 @@ def test_an_export_loads_in_sentence_transformers_and_encodes_the_same(models, n
   modules = json.loads((export / "modules.json").read_text())
   assert [m["type"].rsplit(".", 1)[-1] for m in modules][:2] == ["Transformer", "Pooling"]
   assert (name == "dense") == any(m["type"].endswith("Dense") for m in modules)
+
+
+@pytest.mark.slow
+def test_prompts_are_prepended_as_sentence_transformers_prepends_them(models, capsys):
+  """The folder's default prompt without a flag, another by --prompt_name, none with '': each
+  equal to sentence-transformers' encode of the same choice, and the header says which."""
+  ckpt, tmp, refs = models["bundles"]["prompted"], models["tmp"], models["refs"]
+  for flags, ref, said in (([], "prompted", "prompt 'query: ' ('query', the checkpoint's default)"),
+                           (["--prompt_name", "passage"], "prompted@passage",
+                            "prompt 'passage: ' ('passage' from --prompt_name)"),
+                           (["--prompt_name", ""], "mean", "no prompt ('' from --prompt_name")):
+    ours = _embed(ckpt, tmp, "prompted_" + "_".join(flags), *flags)
+    diff = float(np.max(np.abs(ours - refs[ref])))
+    print(f"{flags}: max abs difference {diff:.2e}")
+    assert diff <= 1e-5, flags
+    assert said in capsys.readouterr().err
+  with pytest.raises(ValueError, match=r"prompt name 'doc' is not one of the checkpoint's "
+                                       r"prompts \['passage', 'query'\]"):
+    _embed(ckpt, tmp, "bad", "--prompt_name", "doc")
 
 
 @pytest.mark.slow
@@ -258,7 +284,7 @@ def test_a_recorded_embedding_with_a_bad_length_or_dense_layer_is_refused(tmp_pa
 
 def test_prompts_and_max_seq_length_are_recorded(tmp_path):
   """Prompts are recorded (the empty ones sentence-transformers saves for every model left
-  out); embed does not prepend them and its header says so."""
+  out); with no default prompt none is prepended, and the header says so."""
   from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
   src = _folder(tmp_path, [("Transformer", ""), ("Pooling", "1_Pooling"),
                            ("Normalize", "2_Normalize")], {"pooling_mode_cls_token": True,
@@ -270,8 +296,30 @@ def test_prompts_and_max_seq_length_are_recorded(tmp_path):
   assert {k: v for k, v in record.items() if k != "source"} == {
       "pooling": "cls", "normalize": True, "max_seq_length": 64,
       "prompts": {"query": "query: "}, "default_prompt_name": None}
-  settings = embedding.Settings("cls", True, 64, (), record["prompts"],
-                                dict.fromkeys(("pooling", "normalize", "max_length"),
-                                              "from the checkpoint"))
+  recorded = dict(prompts=record["prompts"], default_prompt_name=None, include_prompt=True)
+  text, origin = embedding._prompt(recorded, None, None, "--")  # pylint: disable=protected-access
+  settings = embedding.Settings("cls", True, 64, (), record["prompts"], dict.fromkeys(
+      ("pooling", "normalize", "max_length"), "from the checkpoint") | {"prompt": origin}, text)
   assert settings.describe().endswith(
-      "prompts ['query'] recorded in the checkpoint, not prepended")
+      "no prompt (the checkpoint names no default; the checkpoint's: query)")
+
+
+def test_a_prompt_pooling_leaves_out_is_refused_and_a_bad_default_too(tmp_path):
+  """A Pooling module with include_prompt false is recorded; a prompt chosen for it is refused
+  in one line (bert_jax pools over every token), no prompt is fine; a default prompt name
+  that names no prompt is refused where the record is read."""
+  from bert_jax.inference import embedding  # pylint: disable=g-import-not-at-top
+  from bert_jax.modeling import pooling  # pylint: disable=g-import-not-at-top
+  src = _folder(tmp_path, [("Transformer", ""), ("Pooling", "1_Pooling")],
+                {"pooling_mode_mean_tokens": True, "include_prompt": False})
+  (tmp_path / "config_sentence_transformers.json").write_text(json.dumps(
+      {"prompts": {"query": "Represent the question: "}, "default_prompt_name": "query"}))
+  record = st_modules.read_modules(src, 16)["embedding"]
+  assert record["include_prompt"] is False and record["default_prompt_name"] == "query"
+  recorded = dict(record, include_prompt=False)
+  with pytest.raises(ValueError, match=r"leaves its prompt's tokens out \(include_prompt "
+                                       r"false\), which bert_jax does not compute"):
+    embedding._prompt(recorded, None, None, "--")  # pylint: disable=protected-access
+  assert embedding._prompt(recorded, "", None, "--")[0] == ""  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match="default_prompt_name \"doc\" is not one of its prompts"):
+    pooling.embedding_record({"prompts": {"query": "q: "}, "default_prompt_name": "doc"}, "b.json")

@@ -49,9 +49,8 @@ def _refuse(src: epath.Path, module: dict, why: str) -> None:
                    f"({module.get('path') or 'the model folder'}, {module.get('type')}) {why}")
 
 
-def _pooling_mode(src: epath.Path, module: dict, hidden_size: int) -> str:
-  """The one mode of a Pooling module (its include_prompt matters only to prompts, which
-  bert_jax records and does not prepend)."""
+def _pooling_mode(src: epath.Path, module: dict, hidden_size: int) -> tuple[str, bool]:
+  """(the one mode of a Pooling module, whether it pools over a prompt's tokens too)."""
   path = src / module["path"] / "config.json"
   cfg = read_json(path, missing=f"{path} is missing (the Pooling module's settings)")
   modes = [mode for mode, key in _MODE_KEYS.items() if cfg.get(key)]
@@ -70,7 +69,7 @@ def _pooling_mode(src: epath.Path, module: dict, hidden_size: int) -> str:
   dim = cfg.get("word_embedding_dimension", cfg.get("embedding_dimension", hidden_size))
   if dim != hidden_size:
     _refuse(src, module, f"pools vectors of {dim} but the model's hidden size is {hidden_size}")
-  return modes[0]
+  return modes[0], bool(cfg.get("include_prompt", True))
 
 
 def _dense(src: epath.Path, module: dict, width: int) -> tuple[tuple, dict]:
@@ -138,8 +137,8 @@ def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
     raise ValueError(f"{root / MODULES_FILE}: modules {kinds}; bert_jax computes Transformer, "
                      "Pooling, then Dense layers, then Normalize, in that order")
   record: dict[str, Any] = {"source": f"sentence-transformers modules ({' -> '.join(kinds)})"}
-  record.update(pooling=_pooling_mode(root, modules[1], hidden_size),
-                normalize=kinds[-1] == "Normalize")
+  mode, include_prompt = _pooling_mode(root, modules[1], hidden_size)
+  record.update(pooling=mode, normalize=kinds[-1] == "Normalize")
   params, layers, width = {}, [], hidden_size
   for i, module in enumerate(m for m, k in zip(modules, kinds) if k == "Dense"):
     layer, params[f"layer_{i}"] = _dense(root, module, width)
@@ -159,7 +158,11 @@ def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
     prompts = {k: v for k, v in (found.get("prompts") or {}).items() if v}
     if prompts:
       record["prompts"] = prompts
-      record["default_prompt_name"] = found.get("default_prompt_name")
+      default = found.get("default_prompt_name")
+      # A default naming an empty prompt (left out above) prepends nothing: no default.
+      record["default_prompt_name"] = default if default in prompts else None
+      if not include_prompt:
+        record["include_prompt"] = False
   pooling.embedding_record(record, str(root / MODULES_FILE))
   return dict(embedding=record, params={pooling.DENSE_GROUP: params} if params else {})
 
@@ -181,7 +184,8 @@ def write_modules(dst: epath.Path, record: dict, dense_params: dict, hidden_size
                      "sentence-transformers has no module for; export it with --to hf only")
   modules = [("Transformer", "", None)]
   mode = record.get("pooling", "mean")
-  pooling_cfg = {"word_embedding_dimension": hidden_size, "include_prompt": True,
+  pooling_cfg = {"word_embedding_dimension": hidden_size,
+                 "include_prompt": record.get("include_prompt", True),
                  **{key: m == mode for m, key in _MODE_KEYS.items()}}
   modules.append(("Pooling", "1_Pooling", {"config.json": pooling_cfg}))
   width = hidden_size

@@ -152,7 +152,8 @@ def bundle_defaults(pretrained: loading.Pretrained) -> dict:
 def recorded_at(path: str) -> dict:
   """`bundle_defaults` of the bundle at `path` (a workdir: its export/), params not loaded."""
   defaults = {"pooling": "mean", "normalize": False, "max_seq_length": None, "dense": (),
-              "prompts": {}, "default_prompt_name": None, "recorded": ()}
+              "prompts": {}, "default_prompt_name": None, "include_prompt": True,
+              "recorded": ()}
   found = [epath.Path(path) / name / bundle_lib.INFO_FILE for name in ("", workdirs.EXPORT)
            if bundle_lib.is_bundle(str(epath.Path(path) / name))] if path else []
   found = [info for info in found if info.is_file()]
@@ -166,15 +167,16 @@ def recorded_at(path: str) -> dict:
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """How texts are embedded: the values used, the checkpoint's Dense layers and prompts
-  (recorded, not prepended), and `origin` of each choice ('from the checkpoint', 'from --FLAG',
-  'the default')."""
+  """How texts are embedded: the values used, the checkpoint's Dense layers and prompts, the
+  prompt prepended to every text ('' none), and `origin` of each choice ('from the checkpoint',
+  'from --FLAG', 'the default')."""
   pooling: str
   normalize: bool
   max_length: int
   dense: tuple
   prompts: dict
   origin: dict
+  prompt: str = ""
 
   def describe(self) -> str:
     """'pooling mean (from the checkpoint), L2-normalised (...), max_length 256 (...)', plus the
@@ -186,17 +188,48 @@ class Settings:
     if self.dense:
       parts.append("Dense " + " -> ".join(f"{f} {a}" for f, _, a in self.dense)
                    + " (from the checkpoint)")
-    if self.prompts:
-      parts.append(f"prompts {sorted(self.prompts)} recorded in the checkpoint, not prepended")
+    if self.prompt:
+      parts.append(f"prompt {self.prompt!r} ({self.origin['prompt']})")
+    elif self.prompts:
+      parts.append(f"no prompt ({self.origin['prompt']}; the checkpoint's: "
+                   f"{', '.join(sorted(self.prompts))})")
     return ", ".join(parts)
+
+
+def _prompt(recorded: dict, prompt_name: Optional[str], prompt: Optional[str],
+            flag: str) -> tuple[str, str]:
+  """(the text prepended to every text, where it came from), as sentence-transformers' encode
+  chooses: `prompt` as given, else the checkpoint's prompt named `prompt_name` ('' none), else
+  its default prompt."""
+  name = lambda option: f"from {flag}{option}" if flag else f"from the {option} argument"  # noqa: E731
+  prompts = recorded["prompts"]
+  if prompt is not None:
+    text, origin = prompt, name("prompt")
+  elif prompt_name is not None:
+    if prompt_name and prompt_name not in prompts:
+      raise ValueError(f"prompt name {prompt_name!r} is not one of the checkpoint's prompts "
+                       f"{sorted(prompts)} ('' for none)")
+    text, origin = prompts.get(prompt_name, ""), f"{prompt_name!r} {name('prompt_name')}"
+  elif recorded["default_prompt_name"]:
+    default = recorded["default_prompt_name"]
+    text, origin = prompts.get(default, ""), f"{default!r}, the checkpoint's default"
+  else:
+    text, origin = "", "the checkpoint names no default"
+  if text and not recorded["include_prompt"]:
+    raise ValueError("the checkpoint's pooling leaves its prompt's tokens out "
+                     "(include_prompt false), which bert_jax does not compute; the prompt "
+                     "name '' embeds without a prompt")
+  return text, origin
 
 
 def settings(pretrained: loading.Pretrained, *, pooling: Optional[str] = None,
              normalize: Optional[bool] = None, max_length: Optional[int] = None,
+             prompt_name: Optional[str] = None, prompt: Optional[str] = None,
              default_normalize: bool = False, default_max_length: int = DEFAULT_MAX_LENGTH,
              flag: str = "--") -> Settings:
   """Each option as given, else as the checkpoint records it, else the program's default;
-  `flag` prefixes names in `origin` ('--' for the programs, '' for the Python API)."""
+  `flag` prefixes names in `origin` ('--' for the programs, '' for the Python API). The prompt
+  is chosen as sentence-transformers' encode chooses it (`_prompt`)."""
   recorded = bundle_defaults(pretrained)
   longest = pretrained.config.max_position_embeddings
   fallback = {"pooling": "mean", "normalize": default_normalize,
@@ -214,8 +247,9 @@ def settings(pretrained: loading.Pretrained, *, pooling: Optional[str] = None,
       values[name], origin[name] = fallback[name], "the default"
   if max_length is None:
     values["max_length"] = min(values["max_length"], longest)
+  text, origin["prompt"] = _prompt(recorded, prompt_name, prompt, flag)
   return Settings(values["pooling"], bool(values["normalize"]), int(values["max_length"]),
-                  recorded["dense"], dict(recorded["prompts"]), origin)
+                  recorded["dense"], dict(recorded["prompts"]), origin, text)
 
 
 @dataclasses.dataclass
@@ -279,19 +313,27 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
           normalize: Optional[bool] = None,
           max_length: Optional[int] = None, batch_size: int = 32, dtype: str = "float32",
           tokenizer=None, length_bucketing: bool = True, chunk_stride: int = 0,
-          weights: Optional[Sequence[float]] = None,
-          progress: str = "") -> tuple[np.ndarray, EmbedStats]:
+          weights: Optional[Sequence[float]] = None, prompt_name: Optional[str] = None,
+          prompt: Optional[str] = None, progress: str = "") -> tuple[np.ndarray, EmbedStats]:
   """Embeds texts (or (a, b) pairs) with a loaded checkpoint: (float32 [n, dim], EmbedStats).
 
   pooling, normalize and max_length None: the checkpoint's (`bundle_defaults`), else mean,
   not normalised, 128. layers index hidden states (0 = embeddings, -1 = last), merged (with
   chunks) by `combine`. length_bucketing gives the same embeddings up to float rounding.
   chunk_stride > 0 embeds a longer text in windows of max_length, else it is truncated.
+  prompt_name and prompt None: the checkpoint's default prompt, if it names one, is prepended
+  to every text (`settings`).
   """
   config = pretrained.config
-  chosen = settings(pretrained, pooling=pooling, normalize=normalize, max_length=max_length)
+  chosen = settings(pretrained, pooling=pooling, normalize=normalize, max_length=max_length,
+                    prompt_name=prompt_name, prompt=prompt)
   pooling, normalize, max_length = chosen.pooling, chosen.normalize, chosen.max_length
   pairs = bool(texts) and isinstance(texts[0], tuple)
+  if chosen.prompt:
+    if pairs:
+      raise ValueError(f"a prompt ({chosen.origin['prompt']}) is prepended to single texts, "
+                       "not pairs; pass prompt_name '' to embed pairs without one")
+    texts = [chosen.prompt + text for text in texts]
   check_options(pretrained, pooling, layers, combine, max_length, batch_size, pairs, chunk_stride)
   layer_weights = (tuple(aggregate.check_weights(weights, len(layers), "--layers"))
                    if combine == "weighted_mean" and len(layers) > 1 else None)

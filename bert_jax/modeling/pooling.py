@@ -116,10 +116,11 @@ class SentenceEncoder(nn.Module):
 
 # What bundle.json's `embedding` may hold, each optional: {"pooling": one of POOL_MODES or
 # "pooler", "normalize": bool, "max_seq_length": int, "dense": [{"features", "bias",
-# "activation"}, ...], "prompts": {name: text}, "default_prompt_name": str or null, "source":
-# where the record came from}.
+# "activation"}, ...], "prompts": {name: text}, "default_prompt_name": str or null,
+# "include_prompt": false when pooling leaves the prompt's tokens out, "source": where the
+# record came from}.
 RECORD_KEYS = ("pooling", "normalize", "max_seq_length", "dense", "prompts",
-               "default_prompt_name", "source")
+               "default_prompt_name", "include_prompt", "source")
 
 
 def embedding_record(recorded, where: str) -> dict:
@@ -162,6 +163,13 @@ def embedding_record(recorded, where: str) -> dict:
   if not isinstance(prompts, dict) or not all(isinstance(v, str) for v in prompts.values()):
     raise ValueError(f"{where}: 'embedding' prompts must be {{name: text}}, got "
                      f"{json.dumps(prompts)}")
+  default = out.get("default_prompt_name")
+  if default is not None and default not in prompts:
+    raise ValueError(f"{where}: 'embedding' default_prompt_name {json.dumps(default)} is not one "
+                     f"of its prompts {sorted(prompts)}")
+  if not isinstance(out.get("include_prompt", True), bool):
+    raise ValueError(f"{where}: 'embedding' include_prompt must be true or false, got "
+                     f"{json.dumps(out['include_prompt'])}")
   return out
 
 

@@ -1,5 +1,6 @@
 """Dense retrieval on a BEIR dataset: reading its files, exact and HNSW search, and the
 evaluation of a checkpoint (the library of bert_jax.retrieval_eval)."""
+import dataclasses
 import json
 import sys
 from typing import Optional, Sequence
@@ -22,13 +23,36 @@ DEFAULT_NORMALIZE = True
 DEFAULT_MAX_LENGTH = 256
 
 
+# The checkpoint's prompts each side takes, first found first, as sentence-transformers'
+# encode_query and encode_document choose them; with none of them, its default prompt.
+SIDE_PROMPTS = {"query": ("query",), "document": ("document", "passage", "corpus")}
+
+
+def prompt_names(pretrained: loading.Pretrained, query: Optional[str] = None,
+                 document: Optional[str] = None) -> dict[str, Optional[str]]:
+  """{'query', 'document'} -> the prompt name each side is embedded with (as given, else the
+  first of SIDE_PROMPTS the checkpoint records, else None: its default prompt)."""
+  recorded = embedding.bundle_defaults(pretrained)["prompts"]
+  given = {"query": query, "document": document}
+  return {side: given[side] if given[side] is not None
+          else next((n for n in names if n in recorded), None)
+          for side, names in SIDE_PROMPTS.items()}
+
+
 def settings(pretrained: loading.Pretrained, *, pooling: Optional[str] = None,
-             normalize: Optional[bool] = None,
-             max_length: Optional[int] = None) -> embedding.Settings:
-  """The options as given, else the checkpoint's, else BEIR's (embedding.settings)."""
-  return embedding.settings(pretrained, pooling=pooling, normalize=normalize,
-                            max_length=max_length, default_normalize=DEFAULT_NORMALIZE,
-                            default_max_length=DEFAULT_MAX_LENGTH)
+             normalize: Optional[bool] = None, max_length: Optional[int] = None,
+             prompt_name: Optional[str] = None, given_by: str = "") -> embedding.Settings:
+  """The options as given, else the checkpoint's, else BEIR's (embedding.settings); the prompt
+  name as the flag `given_by` gave it, else the one its side takes (SIDE_PROMPTS)."""
+  chosen = embedding.settings(pretrained, pooling=pooling, normalize=normalize,
+                              max_length=max_length, prompt_name=prompt_name,
+                              default_normalize=DEFAULT_NORMALIZE,
+                              default_max_length=DEFAULT_MAX_LENGTH)
+  if prompt_name is not None:
+    said = (f"{prompt_name!r} from {given_by}" if given_by
+            else f"the checkpoint's {prompt_name!r} prompt")
+    chosen = dataclasses.replace(chosen, origin=dict(chosen.origin, prompt=said))
+  return chosen
 
 
 REPORTED = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "ndcg@100", "map@10", "recall@10",
@@ -155,23 +179,26 @@ def search_hnsw(query_emb: np.ndarray, doc_emb: np.ndarray, top_k: int, *, m: in
 
 def evaluate(pretrained: loading.Pretrained, data: tuple, *, max_length: Optional[int] = None,
              pooling: Optional[str] = None, normalize: Optional[bool] = None,
-             batch_size: int = 32,
+             batch_size: int = 32, prompts: Optional[dict] = None,
              top_k: int = 100, index: str = "exact", hnsw_ef_search: int = 128,
              quiet: bool = True) -> dict:
   """Embeds, searches ('exact' or 'hnsw') and scores one BEIR split: REPORTED metrics plus
   queries, documents, truncated_documents and seconds. Options None: the checkpoint's, else
-  256 tokens, mean pooling, normalised."""
+  256 tokens, mean pooling, normalised. prompts: {'query', 'document'} -> prompt name
+  (`prompt_names`; None: `prompt_names` of the checkpoint)."""
   corpus, queries, qrels = data
+  prompts = prompts or prompt_names(pretrained)
   doc_ids = list(corpus)
   query_ids = list(qrels)
   chosen = settings(pretrained, pooling=pooling, normalize=normalize, max_length=max_length)
   options = dict(pooling=chosen.pooling, normalize=chosen.normalize, batch_size=batch_size,
                  max_length=min(chosen.max_length, pretrained.config.max_position_embeddings))
   doc_emb, doc_stats = embedding.embed(pretrained, [document_text(corpus[d]) for d in doc_ids],
-                                       progress="" if quiet else "encoding the corpus", **options)
+                                       progress="" if quiet else "encoding the corpus",
+                                       prompt_name=prompts["document"], **options)
   query_emb, query_stats = embedding.embed(pretrained, [queries[q]["text"] for q in query_ids],
                                            progress="" if quiet else "encoding the queries",
-                                           **options)
+                                           prompt_name=prompts["query"], **options)
   if not quiet:
     print(f"searching: {len(query_ids):,} queries over {len(doc_ids):,} documents ({index})",
           file=sys.stderr, flush=True)

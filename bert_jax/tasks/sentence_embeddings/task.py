@@ -103,7 +103,7 @@ def settings(options) -> tuple[dict, str]:
   if out["pooling"] not in pooling.TRAIN_POOLINGS:
     _bad(f"the init checkpoint embeds with pooling {out['pooling']!r}, which training does not "
          f"compute: set --config.pooling to one of {pooling.TRAIN_POOLINGS}")
-  for key in ("max_seq_length", "prompts", "default_prompt_name"):
+  for key in ("max_seq_length", "prompts", "default_prompt_name", "include_prompt"):
     if key in recorded["recorded"]:
       out[key] = recorded[key]
   if recorded["dense"]:
