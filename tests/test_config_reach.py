@@ -80,20 +80,20 @@ def test_a_whole_config_call_is_caught():
                    "bert_jax.tasks.some_family.check(named)"]
 
 
-@pytest.mark.slow
-def test_glue_fine_tuning_keeps_the_config_above_the_rooms(glue_dir, pretrained, tmp_path):
-  config = glue_config(glue_dir, pretrained, max_train_examples=16)
+def _run_keeps_the_config_above_the_rooms(run, config, workdir) -> None:
   with whole_config_calls(config) as found:
-    finetune.finetune(config, str(tmp_path / "glue"))
+    run(config, str(workdir))
   assert not found, "the whole config reached: " + ", ".join(sorted(set(found)))
 
 
 @pytest.mark.slow
-def test_squad_fine_tuning_keeps_the_config_above_the_rooms(squad_dir, pretrained, tmp_path):
-  config = squad_config(squad_dir, pretrained, num_epochs=1.0)
-  with whole_config_calls(config) as found:
-    finetune.finetune(config, str(tmp_path / "squad"))
-  assert not found, "the whole config reached: " + ", ".join(sorted(set(found)))
+def test_glue_and_squad_fine_tuning_keep_the_config_above_the_rooms(glue_dir, squad_dir,
+                                                                     pretrained, tmp_path):
+  _run_keeps_the_config_above_the_rooms(
+      finetune.finetune, glue_config(glue_dir, pretrained, max_train_examples=16),
+      tmp_path / "glue")
+  _run_keeps_the_config_above_the_rooms(
+      finetune.finetune, squad_config(squad_dir, pretrained, num_epochs=1.0), tmp_path / "squad")
 
 
 @pytest.mark.slow
@@ -101,9 +101,7 @@ def test_pretraining_keeps_the_config_above_the_rooms(tmp_path):
   config = load_config("pretrain", "tiny")
   config.seq_len, config.batch_size, config.total_steps, config.warmup_steps = 32, 8, 2, 1
   config.fill_mask_example = ""
-  with whole_config_calls(config) as found:
-    pretrain.train(config, str(tmp_path / "run"))
-  assert not found, "the whole config reached: " + ", ".join(sorted(set(found)))
+  _run_keeps_the_config_above_the_rooms(pretrain.train, config, tmp_path / "run")
 
 
 @pytest.mark.slow
@@ -122,6 +120,4 @@ def test_ner_and_sentence_embeddings_keep_the_config_above_the_rooms(tmp_path):
   pairs.batch_size, pairs.eval_batch_size, pairs.max_seq_length = 8, 64, 16
   pairs.num_epochs, pairs.length_bucketing = 1.0, False
   for config in (ner, pairs):
-    with whole_config_calls(config) as found:
-      finetune.finetune(config, str(tmp_path / config.task))
-    assert not found, "the whole config reached: " + ", ".join(sorted(set(found)))
+    _run_keeps_the_config_above_the_rooms(finetune.finetune, config, tmp_path / config.task)
