@@ -323,3 +323,26 @@ def test_a_prompt_pooling_leaves_out_is_refused_and_a_bad_default_too(tmp_path):
   assert embedding._prompt(recorded, "", None, "--")[0] == ""  # pylint: disable=protected-access
   with pytest.raises(ValueError, match="default_prompt_name \"doc\" is not one of its prompts"):
     pooling.embedding_record({"prompts": {"query": "q: "}, "default_prompt_name": "doc"}, "b.json")
+
+
+def test_a_folder_that_lowercases_before_a_cased_tokenizer_is_refused(tmp_path):
+  """sentence_bert_config.json's do_lower_case lowercases the text before the tokenizer; with a
+  cased tokenizer bert_jax would embed other tokens, so the conversion says so in one line. With
+  a lowercasing tokenizer it changes nothing and converts."""
+  from bert_jax.conversion import hf  # pylint: disable=g-import-not-at-top
+  config = CONFIG.replace(max_position_embeddings=64)
+  for lowercase in (False, True):
+    src = tmp_path / f"lowercase_{lowercase}"
+    bundle.save_bundle(str(tmp_path / f"b_{lowercase}"), random_params(config), config, VOCAB,
+                       lowercase=lowercase)
+    assert convert.main(["--to", "hf", "--src", str(tmp_path / f"b_{lowercase}"), "--dst",
+                         str(src), "--quiet"]) == 0
+    _folder(src, [("Transformer", ""), ("Pooling", "1_Pooling")],
+            {"pooling_mode_mean_tokens": True})
+    (src / "sentence_bert_config.json").write_text('{"max_seq_length": 64, "do_lower_case": true}')
+    if lowercase:
+      assert hf.load_hf_with_modules(str(src))["lowercase"]
+    else:
+      with pytest.raises(ValueError, match=r"do_lower_case true lowercases the text before a "
+                                           r"cased tokenizer, which bert_jax does not do"):
+        hf.load_hf_with_modules(str(src))

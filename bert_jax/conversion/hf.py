@@ -272,6 +272,10 @@ def load_hf_with_modules(src: str, **options) -> dict[str, Any]:
   out = load_hf(model_dir, **options)
   if not modules:
     return out
+  if modules["lowercases_text"] and not out["lowercase"]:
+    raise ValueError(f"{st_modules.SETTINGS_FILE} in {src}: do_lower_case true lowercases the "
+                     "text before a cased tokenizer, which bert_jax does not do (its lowercasing "
+                     "tokenizer also strips accents)")
   return dict(out, params={**out["params"], **modules["params"]},
               heads=bundle.heads_of({**out["params"], **modules["params"]}),
               info={"embedding": modules["embedding"]})

@@ -112,7 +112,8 @@ def model_dir(src: str) -> str:
 
 
 def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
-  """dict(embedding record, Dense params under pooling.DENSE_GROUP) of a sentence-transformers
+  """dict(embedding record, Dense params under pooling.DENSE_GROUP, lowercases_text: whether
+  its Transformer module lowercases the text before the tokenizer) of a sentence-transformers
   folder, None without modules.json; hidden_size is what Pooling and the first Dense take."""
   root = epath.Path(src)
   if not is_folder(src):
@@ -147,10 +148,13 @@ def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
   if layers:
     record["dense"] = pooling.dense_record(layers)
   settings = root / SETTINGS_FILE
+  lowercases = False
   if settings.is_file():
-    length = read_json(settings, missing=str(settings)).get("max_seq_length")
+    found = read_json(settings, missing=str(settings))
+    length = found.get("max_seq_length")
     if length:
       record["max_seq_length"] = int(length)
+    lowercases = bool(found.get("do_lower_case"))
   prompts_file = root / PROMPTS_FILE
   if prompts_file.is_file():
     found = read_json(prompts_file, missing=str(prompts_file))
@@ -164,7 +168,8 @@ def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
       if not include_prompt:
         record["include_prompt"] = False
   pooling.embedding_record(record, str(root / MODULES_FILE))
-  return dict(embedding=record, params={pooling.DENSE_GROUP: params} if params else {})
+  return dict(embedding=record, params={pooling.DENSE_GROUP: params} if params else {},
+              lowercases_text=lowercases)
 
 
 def written_names(name: str) -> bool:
