@@ -346,3 +346,27 @@ def test_a_folder_that_lowercases_before_a_cased_tokenizer_is_refused(tmp_path):
       with pytest.raises(ValueError, match=r"do_lower_case true lowercases the text before a "
                                            r"cased tokenizer, which bert_jax does not do"):
         hf.load_hf_with_modules(str(src))
+
+
+@pytest.mark.slow
+def test_a_roberta_folder_converts_embeds_and_exports_as_sentence_transformers(bpe_dir, tmp_path):
+  """A RoBERTa (byte-level BPE, positions offset past the padding id) under mean pooling and
+  Normalize: converted, it embeds as sentence-transformers encodes; exported back, the folder
+  sentence-transformers loads encodes the same."""
+  _require_sentence_transformers()
+  _child("roberta", str(tmp_path / "hf"), str(bpe_dir))
+  (tmp_path / "specs.json").write_text(json.dumps([
+      {"dst": str(tmp_path / "st"), "pooling": "mean", "dense": [], "normalize": True,
+       "max_seq_length": 64}]))
+  _child("build", str(tmp_path / "hf"), str(tmp_path / "specs.json"))
+  ckpt, export = str(tmp_path / "bundle"), str(tmp_path / "export")
+  assert convert.main(["--from", "hf", "--src", str(tmp_path / "st"), "--dst", ckpt,
+                       "--quiet"]) == 0
+  assert convert.main(["--to", "hf", "--src", ckpt, "--dst", export, "--quiet"]) == 0
+  (tmp_path / "texts.json").write_text(json.dumps(TEXTS))
+  _child("encode", str(tmp_path / "ref.npz"), str(tmp_path / "texts.json"),
+         str(tmp_path / "st"), export)
+  refs = np.load(tmp_path / "ref.npz")
+  ours = _embed(ckpt, tmp_path, "roberta")
+  for key in ("0", "1"):  # the folder, then the export
+    assert float(np.max(np.abs(ours - refs[key]))) <= 1e-5, key

@@ -201,7 +201,8 @@ def _prompt(recorded: dict, prompt_name: Optional[str], prompt: Optional[str],
   """(the text prepended to every text, where it came from), as sentence-transformers' encode
   chooses: `prompt` as given, else the checkpoint's prompt named `prompt_name` ('' none), else
   its default prompt."""
-  name = lambda option: f"from {flag}{option}" if flag else f"from the {option} argument"  # noqa: E731
+  def name(option: str) -> str:
+    return f"from {flag}{option}" if flag else f"from the {option} argument"
   prompts = recorded["prompts"]
   if prompt is not None:
     text, origin = prompt, name("prompt")
