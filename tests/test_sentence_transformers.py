@@ -370,3 +370,14 @@ def test_a_roberta_folder_converts_embeds_and_exports_as_sentence_transformers(b
   ours = _embed(ckpt, tmp_path, "roberta")
   for key in ("0", "1"):  # the folder, then the export
     assert float(np.max(np.abs(ours - refs[key]))) <= 1e-5, key
+
+
+def test_a_length_kept_by_the_tokenizer_alone_is_recorded(tmp_path):
+  """Later sentence-transformers releases save no max_seq_length in sentence_bert_config.json:
+  the tokenizer's model_max_length is the length; transformers' stand-in for none is no length."""
+  src = _folder(tmp_path, [("Transformer", ""), ("Pooling", "1_Pooling")],
+                {"pooling_mode": "mean", "include_prompt": True})
+  (tmp_path / "sentence_bert_config.json").write_text('{"transformer_task": "feature-extraction"}')
+  for given, recorded in ((256, 256), (int(1e30), None)):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"model_max_length": given}))
+    assert st_modules.read_modules(src, 16)["embedding"].get("max_seq_length") == recorded

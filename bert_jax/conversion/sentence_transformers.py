@@ -49,6 +49,10 @@ def _refuse(src: epath.Path, module: dict, why: str) -> None:
                    f"({module.get('path') or 'the model folder'}, {module.get('type')}) {why}")
 
 
+# transformers' model_max_length for a tokenizer that sets none (int(1e30)): no length at all.
+_NO_LENGTH = 10**9
+
+
 def _pooling_mode(src: epath.Path, module: dict, hidden_size: int) -> tuple[str, bool]:
   """(the one mode of a Pooling module, whether it pools over a prompt's tokens too)."""
   path = src / module["path"] / "config.json"
@@ -155,6 +159,13 @@ def read_modules(src: str, hidden_size: int) -> Optional[dict[str, Any]]:
     if length:
       record["max_seq_length"] = int(length)
     lowercases = bool(found.get("do_lower_case"))
+  if "max_seq_length" not in record:
+    # Later releases keep the length as the tokenizer's model_max_length only.
+    tok_cfg = root / modules[0].get("path", "") / "tokenizer_config.json"
+    length = read_json(tok_cfg, missing=str(tok_cfg)).get("model_max_length") if (
+        tok_cfg.is_file()) else None
+    if isinstance(length, int) and 2 <= length < _NO_LENGTH:
+      record["max_seq_length"] = length
   prompts_file = root / PROMPTS_FILE
   if prompts_file.is_file():
     found = read_json(prompts_file, missing=str(prompts_file))
