@@ -227,6 +227,11 @@ def test_the_header_names_the_kernel_and_its_dropout():
   assert compute_policy.describe_attention(c, training=False).startswith("XLA fused (no attention")
   c = c.replace(attention_dropout_rate=0.0, attention_impl="xla")
   assert "no attention dropout; model.attention_impl='xla'" in compute_policy.describe_attention(c)
+  # ModernBERT's sliding-window layers run by blocks whatever kernel the global ones take.
+  local = c.replace(attention_impl="cudnn", local_window=128, global_every=3)
+  assert compute_policy.describe_attention(local).startswith(
+      "cuDNN fused flash, masked by a dense bias; the sliding-window layers (128 tokens) by "
+      "blocks of the keys near each query (XLA) (no attention dropout")
 
 
 def test_the_fused_attention_recipe_states_no_attention_dropout_and_keeps_hidden_dropout():

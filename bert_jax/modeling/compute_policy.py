@@ -222,5 +222,10 @@ def describe_attention(model_cfg: model_config_lib.BertConfig, training: bool = 
   if kernel == "splash":
     words += (", masked by segment ids where the length is a multiple of 128, XLA fused "
               "elsewhere")
+  if c.local_window >= 2:  # layers.local_attention: splash's local mask, else the blocks
+    words += (f"; the sliding-window layers ({c.local_window} tokens) "
+              + ("by splash with its local mask where the length is a multiple of 128, "
+                 "elsewhere " if kernel == "splash" else "")
+              + "by blocks of the keys near each query (XLA)")
   rate = f"attention dropout {c.attention_dropout_rate:g}" if dropout else "no attention dropout"
   return f"{words} ({rate}; model.attention_impl={c.attention_impl!r})"
