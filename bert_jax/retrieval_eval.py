@@ -75,11 +75,6 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   return fv
 
 
-def _prompt_said(chosen: embedding.Settings) -> str:
-  """'prompt 'passage: ' (...)' or 'no prompt'."""
-  return f"prompt {chosen.prompt!r} ({chosen.origin['prompt']})" if chosen.prompt else "no prompt"
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = parse_args(argv)
   if args.top_k < 1:
@@ -109,7 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ("data", f"{len(corpus):,} documents, {len(qrels):,} judged queries of split "
                  f"{args.split}, batch {args.batch_size}"),
         ("steps", f"encode the corpus and the queries ({chosen.describe()}; documents: "
-                  f"{_prompt_said(documents)}), then find each "
+                  f"{documents.describe_prompt()}), then find each "
                   f"query's {args.top_k} best documents "
                   + ("exactly (every document scored)" if args.index == "exact" else
                      "approximately (a faiss HNSW graph)")),

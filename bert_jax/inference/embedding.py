@@ -188,12 +188,16 @@ class Settings:
     if self.dense:
       parts.append("Dense " + " -> ".join(f"{f} {a}" for f, _, a in self.dense)
                    + " (from the checkpoint)")
-    if self.prompt:
-      parts.append(f"prompt {self.prompt!r} ({self.origin['prompt']})")
-    elif self.prompts:
-      parts.append(f"no prompt ({self.origin['prompt']}; the checkpoint's: "
-                   f"{', '.join(sorted(self.prompts))})")
+    if self.prompt or self.prompts:
+      parts.append(self.describe_prompt())
     return ", ".join(parts)
+
+  def describe_prompt(self) -> str:
+    """"prompt 'query: ' (where it came from)", or 'no prompt (...)'."""
+    if self.prompt:
+      return f"prompt {self.prompt!r} ({self.origin['prompt']})"
+    return (f"no prompt ({self.origin['prompt']}; the checkpoint's: "
+            f"{', '.join(sorted(self.prompts)) or 'none'})")
 
 
 def _prompt(recorded: dict, prompt_name: Optional[str], prompt: Optional[str],
