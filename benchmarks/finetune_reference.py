@@ -268,8 +268,8 @@ def hf_train_and_predict(model, params, train: dict, evals: dict, loss_of, b: Bu
     return optax.apply_updates(params, updates), opt_state, loss
 
   eval_step = jax.jit(lambda p, batch: model(batch["input_ids"], batch["attention_mask"],
-                                          batch["token_type_ids"], params=p,
-                                          train=False).to_tuple())
+                                             batch["token_type_ids"], params=p,
+                                             train=False).to_tuple())
   dropout_key = jax.random.PRNGKey(b.seed + 1)
   window, logged, t0 = [], [], time.time()
   with open(log_path, "w", encoding="utf-8") as log:
@@ -398,7 +398,7 @@ def run_hf_squad(b: Budget, args, out: str, squad_files) -> dict:
 
   def loss_of(out, batch):  # run_qa.py: mean of the start and end cross-entropies
     start = optax.softmax_cross_entropy_with_integer_labels(out.start_logits,
-                                                             batch["start_positions"])
+                                                            batch["start_positions"])
     end = optax.softmax_cross_entropy_with_integer_labels(out.end_logits, batch["end_positions"])
     return (start.mean() + end.mean()) / 2
 

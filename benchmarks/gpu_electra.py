@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -92,7 +91,7 @@ def main(argv=None) -> int:
     if part == "electra":
       _, _, last = _pretrain(args, "electra", electra_cfg, args.steps, data_dir, log)
       out = {k: last.get(f"eval_{k}") for k in ("rtd_auc", "rtd_replaced_recall",
-                                                 "rtd_accuracy", "mlm_accuracy")}
+                                                "rtd_accuracy", "mlm_accuracy")}
       out.update(steps=args.steps, batch=args.batch, config=electra_cfg)
     elif part == "mlm":
       ratio = (_flops_per_token(electra_cfg, [])

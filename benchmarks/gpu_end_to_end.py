@@ -31,7 +31,6 @@ otherwise reordered by atomics, and bitwise equality would not hold); the step-o
 measured with the same flags, and once more without them.
 """
 import argparse
-import glob
 import json
 import os
 import shutil

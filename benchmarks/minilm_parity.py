@@ -56,7 +56,7 @@ def reference(model_dir: str, sentences: list[str], max_length: int) -> dict:
   m = enc["attention_mask"][..., None].astype(np.float32)
   return dict(mean=(h * m).sum(1) / m.sum(1), cls=h[:, 0],
               ids=[list(r[:int(k.sum())]) for r, k in zip(enc["input_ids"],
-                                                         enc["attention_mask"])])
+                                                          enc["attention_mask"])])
 
 
 def main() -> int:

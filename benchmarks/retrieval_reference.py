@@ -84,8 +84,8 @@ def main():
       ours = json.load(f)
   else:
     ours = retrieval.evaluate(loading.load_pretrained(args.bundle), data,
-                                   max_length=args.max_length, batch_size=args.batch_size,
-                                   top_k=args.top_k)
+                              max_length=args.max_length, batch_size=args.batch_size,
+                              top_k=args.top_k)
     if args.results:
       with open(args.results, "w") as f:
         json.dump(ours, f)

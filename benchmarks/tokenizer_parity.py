@@ -291,7 +291,7 @@ def _wordpiece(args, sources):
       n, bad = _unicode_check(cased, args.backend)
       print(f"unicode {'cased' if cased else 'uncased'}: {len(bad)} of {n} code points differ"
             + (": " + " ".join(f"U+{c:04X}" for c in bad[:40]) + (" ..." if len(bad) > 40
-                                                                   else "") if bad else ""))
+                                                                  else "") if bad else ""))
   return total, bad_total
 
 

@@ -114,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   # ends it at once (Python's own handler would wait for the compiler to return).
   try:
     with console.Heartbeat(f"compiling {config.variant} for {fv.topology}",
-                             at_start=False), stop_signals.first_compile(
+                           at_start=False), stop_signals.first_compile(
                                  f"{config.variant} for {fv.topology}",
                                  lost="before its report: nothing written; exiting"):
       out = topology_compile.compile_train_step(config, devices, dcn)

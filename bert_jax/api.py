@@ -98,7 +98,7 @@ class Encoder:
     texts a list of those."""
     one = isinstance(texts, str)
     result = mask_filling.fill_mask(self.pretrained, [texts] if one else list(texts), top_k=top_k,
-                                     tokenizer=self.tokenizer)
+                                    tokenizer=self.tokenizer)
     return result[0] if one else result
 
   def classify(self, texts: Sequence[Text], *, max_length: int = 128,

@@ -76,7 +76,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     sentences = vocab_builder.read_sentences(args.input, args.format, not args.cased,
                                              args.max_sentences, quiet=args.quiet)
     learning = console.Heartbeat(f"learning the vocab from {int(sentences.shape[0]):,} "
-                                   "sentences", enabled=not args.quiet)
+                                 "sentences", enabled=not args.quiet)
     if args.type == "wordpiece":
       with learning:
         vocab = vocab_builder.build_wordpiece(sentences, args.vocab_size, args.num_unused,

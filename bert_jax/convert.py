@@ -94,7 +94,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _convert(args: flags.FlagValues) -> int:
   lowercase = False if args.cased else True if args.uncased else None
   working = console.Heartbeat(f"bert_jax.convert: converting {args.src} to {args.dst}",
-                                enabled=not args.quiet, at_start=False)
+                              enabled=not args.quiet, at_start=False)
   if args.to:
     if lowercase is not None:
       print("note: --cased/--uncased are ignored with --to (the bundle records its casing)",

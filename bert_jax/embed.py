@@ -134,7 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   # Everything that can be wrong is checked before the input is read. A line within seconds
   # while a large checkpoint loads; a bad path fails in one line before it.
   with console.Heartbeat("bert_jax.embed", at_start=False, first=console.LOADING_SECONDS,
-                           status=f"loading {', '.join(args.checkpoint)}"):
+                         status=f"loading {', '.join(args.checkpoint)}"):
     checkpoints = [loading.load_pretrained(path) for path in args.checkpoint]
   weights = _weights(args.weights)
   members = (len(checkpoints), "--checkpoint") if len(checkpoints) > 1 else (

@@ -59,8 +59,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   # A line within every 9 s (none when it all takes less) while the checkpoint loads, and
   # while a run of one batch tokenizes and compiles: its progress lines need two batches.
   with console.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet, at_start=False,
-                           first=console.LOADING_SECONDS,
-                           status=f"loading {args.checkpoint}"):
+                         first=console.LOADING_SECONDS,
+                         status=f"loading {args.checkpoint}"):
     pretrained = loading.load_pretrained(args.checkpoint)
   mask_filling.require_mlm(pretrained, args.checkpoint)
   if not 1 <= args.top_k <= pretrained.config.vocab_size:
@@ -75,8 +75,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                  + f", batches of {args.batch_size}")], file=sys.stderr)
   one_batch = len(texts) <= args.batch_size
   with console.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet and one_batch,
-                           at_start=False,
-                           status="tokenizing, compiling the model and filling the masks"):
+                         at_start=False,
+                         status="tokenizing, compiling the model and filling the masks"):
     result = mask_filling.fill_mask(pretrained, texts, args.top_k, batch_size=args.batch_size,
                                     progress="" if args.quiet else "filling masks")
   if args.json:

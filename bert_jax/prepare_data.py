@@ -51,7 +51,7 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
                      "the text source")
   # Importing TensorFlow takes seconds (more on a busy machine): said before, not after.
   with console.Heartbeat("bert_jax.prepare_data: loading TensorFlow and the tokenizer",
-                           enabled=not quiet, file=sys.stdout):
+                         enabled=not quiet, file=sys.stdout):
     optional_tensorflow.require("bert_jax.prepare_data (tokenizing raw text)")
     tokenizer = tokenizer_lib.load_tokenizer(data_config)
     shards = source_registry.list_shards(source, data_config)
@@ -69,7 +69,7 @@ def prepare(data_config, out_dir: str, quiet: bool = True) -> dict:
   # A shard (a block of block_mb, or the whole built-in corpus) may take longer to tokenize
   # than a reader waits for a line: one says which shard is being read in the meantime.
   beat = console.Heartbeat("preparing", enabled=not quiet, file=sys.stdout, at_start=False,
-                             status=lambda: f"shard {len(parts) + 1} of {len(shards)}")
+                           status=lambda: f"shard {len(parts) + 1} of {len(shards)}")
   with beat:
     for shard, shard_kib in zip(shards, kib):
       raw = source_registry.read_documents(shard, data_config)

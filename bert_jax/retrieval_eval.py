@@ -82,7 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.index == "hnsw":
     retrieval._faiss()  # a missing library fails before the long embedding
   with console.Heartbeat("bert_jax.retrieval_eval", at_start=False,
-                           first=console.LOADING_SECONDS, status=f"loading {args.checkpoint}"):
+                         first=console.LOADING_SECONDS, status=f"loading {args.checkpoint}"):
     pretrained = loading.load_pretrained(args.checkpoint)
   prompts = retrieval.prompt_names(pretrained, args.query_prompt_name,
                                    args.document_prompt_name)
@@ -110,10 +110,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      "approximately (a faiss HNSW graph)")),
         ("output", args.output or "stdout")], file=sys.stderr)
   metrics = retrieval.evaluate(pretrained, data, max_length=chosen.max_length,
-                     pooling=chosen.pooling, normalize=chosen.normalize,
-                     batch_size=args.batch_size, prompts=prompts, top_k=args.top_k,
-                     index=args.index,
-                     hnsw_ef_search=args.hnsw_ef_search, quiet=args.quiet)
+                               pooling=chosen.pooling, normalize=chosen.normalize,
+                               batch_size=args.batch_size, prompts=prompts, top_k=args.top_k,
+                               index=args.index,
+                               hnsw_ef_search=args.hnsw_ef_search, quiet=args.quiet)
   if args.output:
     atomic_files.write_text(args.output, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
   print(f"{metrics['queries']} queries, {metrics['documents']} documents "

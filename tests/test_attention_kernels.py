@@ -121,7 +121,7 @@ def _segments(length, packed):
     pytest.param(192, 384, marks=pytest.mark.slow), pytest.param(192, 512, marks=pytest.mark.slow),
 ])
 def test_splash_local_window_computes_the_xla_paths_attention(half, length, packed,
-                                                               monkeypatch):
+                                                              monkeypatch):
   """The local layers' splash kernel (its local mask, Pallas's interpreter on the CPU):
   values and gradients of the real tokens as the blocked path that runs off a TPU and as
   the dense mask cut to the window (|q - k| <= half, transformers' ModernBERT convention)
@@ -223,7 +223,7 @@ def test_the_header_names_the_kernel_and_its_dropout():
   c = model_config.BertConfig(vocab_size=10, hidden_size=16, num_layers=1, num_heads=2,
                               intermediate_size=32, attention_dropout_rate=0.1)
   assert compute_policy.describe_attention(c).startswith("einsum (explicit softmax) (attention "
-                                                     "dropout 0.1;")
+                                                         "dropout 0.1;")
   assert compute_policy.describe_attention(c, training=False).startswith("XLA fused (no attention")
   c = c.replace(attention_dropout_rate=0.0, attention_impl="xla")
   assert "no attention dropout; model.attention_impl='xla'" in compute_policy.describe_attention(c)

@@ -11,7 +11,6 @@ import pytest
 
 from bert_jax.checkpoints import bundle
 from bert_jax.modeling import model as model_lib
-from bert_jax.runtime import atomic_files
 from tests.fixtures import tiny_encoder
 from tests.fixtures import write_faults
 from tests.fixtures.tiny_encoder import BUNDLE_CONFIG as CONFIG
@@ -28,8 +27,9 @@ def vocab_file(tmp_path_factory):
 @pytest.fixture(scope="module")
 def params():
   rng = np.random.default_rng(0)
-  return traverse_util.unflatten_dict({k: rng.normal(size=s).astype(np.float32)
-                           for k, s in bundle.pretraining_shapes(CONFIG).items()}, sep="/")
+  shapes = bundle.pretraining_shapes(CONFIG)
+  return traverse_util.unflatten_dict(
+      {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}, sep="/")
 
 
 @pytest.fixture(scope="module")

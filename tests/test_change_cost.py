@@ -272,7 +272,7 @@ def test_a_new_objective_is_one_module(tmp_path, monkeypatch, capsys):
   _import_from(tmp_path, "toy_smoothed_mlm", TOY_OBJECTIVE)
   corpus = _corpus(tmp_path)
   config = pretraining.small_config(str(corpus), objective="smoothed_mlm",
-                                      total_steps=3, checkpoint_every=3)
+                                    total_steps=3, checkpoint_every=3)
   config.data.mode = "full_sentences"
   workdir = tmp_path / "run"
   pretrain.train_and_export(config, str(workdir))
@@ -328,7 +328,7 @@ def test_a_new_member_is_one_module(tmp_path, monkeypatch):
   corpus = _corpus(tmp_path)
   # Pretraining builds the member from the variant's sizes.
   config = pretraining.small_config(str(corpus), model_type="toy-relu-bert", total_steps=3,
-                                      checkpoint_every=3)
+                                    checkpoint_every=3)
   workdir = tmp_path / "run"
   pretrain.train_and_export(config, str(workdir))
   trained = loading.load_pretrained(str(workdir / "export"))

@@ -88,7 +88,7 @@ def _run_keeps_the_config_above_the_rooms(run, config, workdir) -> None:
 
 @pytest.mark.slow
 def test_glue_and_squad_fine_tuning_keep_the_config_above_the_rooms(glue_dir, squad_dir,
-                                                                     pretrained, tmp_path):
+                                                                    pretrained, tmp_path):
   _run_keeps_the_config_above_the_rooms(
       finetune.finetune, glue_config(glue_dir, pretrained, max_train_examples=16),
       tmp_path / "glue")

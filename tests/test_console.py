@@ -121,7 +121,7 @@ def test_freed_step_buffers_keep_their_pages_on_a_cpu_machine(setting):
   freed and taken again five times touches no new page. With BERT_JAX_HOST_MALLOC=default,
   JAX's and glibc's defaults: each time a fresh mapping, 16,384 page faults."""
   env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS",
-                                                            "BERT_JAX_HOST_MALLOC")}
+                                                          "BERT_JAX_HOST_MALLOC")}
   if setting:
     env["BERT_JAX_HOST_MALLOC"] = setting
   proc = subprocess.run([sys.executable, "-c", _FREED_PAGES], cwd=ROOT, capture_output=True,

@@ -126,7 +126,7 @@ def test_parity_with_transformers(case):
   diffs["mlm"] = _max_diff(logits, np.take_along_axis(out.logits.numpy(), positions[..., None], 1))
   # Scanned layers (the relative embeddings stay beside the stacked layers).
   scanned = jax.jit(lambda p: model_lib.BertModel(config.replace(scan_layers=True),
-                                                   add_pooler=False).apply(
+                                                  add_pooler=False).apply(
       {"params": p}, ids, mask, seg)["sequence_output"])(model_lib.stack_layers(params)["bert"])
   diffs["scan"] = _max_diff(scanned, want)
   print("deberta-v2 max abs diffs: " + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()))
@@ -146,7 +146,7 @@ def test_embed_and_fill_mask_through_the_bundle_as_transformers(case):
   m = enc["attention_mask"].numpy()[..., None]
   pooling = "mean" if pretrained.config.type_vocab_size else "cls"  # one compilation per case
   ours, _ = embedding.embed(pretrained, TEXTS, pooling=pooling, layers=(0, 1, 2), combine="concat",
-                        length_bucketing=False)
+                            length_bucketing=False)
   want = np.concatenate([(h.numpy() * m).sum(1) / m.sum(1) if pooling == "mean" else
                          h.numpy()[:, 0] for h in out.hidden_states], axis=-1)
   assert ours.shape == want.shape == (2, 3 * 32) and _max_diff(ours, want) <= 1e-4, pooling
@@ -275,11 +275,12 @@ def test_glue_finetuning_from_the_converted_bundle(deberta_dir, tmp_path_factory
   for split, rows in (("train", mrpc_rows(8, 0)), ("dev", mrpc_rows(8, 1))):
     (glue_dir / "MRPC" / f"{split}.tsv").write_text("\n".join([MRPC_HEADER] + rows) + "\n")
   workdir = str(tmp_path / "run")
-  results = finetune.finetune(glue_config(str(glue_dir), dst, length_bucketing=False,
-                                           packing=False, eval_batch_size=8, max_seq_length=48), workdir)
+  config = glue_config(str(glue_dir), dst, length_bucketing=False, packing=False,
+                       eval_batch_size=8, max_seq_length=48)
+  results = finetune.finetune(config, workdir)
   assert 0.0 <= results["accuracy"] <= 1.0 and np.isfinite(results["f1"])
   losses = [json.loads(line)["seed0_train_loss"] for line in open(os.path.join(workdir,
-                                                                                "metrics.jsonl"))
+                                                                               "metrics.jsonl"))
             if "seed0_train_loss" in line]
   assert losses and all(np.isfinite(losses))
   exported = bundle.load_bundle(os.path.join(workdir, "export"))

@@ -17,7 +17,7 @@ from tests.objective_batches import LEN, P, VOCAB, masked_batch
 @functools.lru_cache
 def _teacher(layers=4):
   config = model_config.BertConfig(vocab_size=VOCAB, hidden_size=32, num_layers=layers,
-                                  num_heads=2, intermediate_size=64, max_position_embeddings=LEN)
+                                   num_heads=2, intermediate_size=64, max_position_embeddings=LEN)
   model = model_lib.BertForPreTraining(config, with_nsp=False)
   params = jax.jit(lambda rng: model_lib.init_params(model, rng, seq_len=LEN, num_predictions=P))(
       jax.random.PRNGKey(0))

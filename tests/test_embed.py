@@ -79,7 +79,7 @@ def test_layers_combine_and_normalize(loaded, alone):
   got, _ = embedding.embed(loaded, TEXTS, pooling="cls", layers=layers, combine="max")
   np.testing.assert_allclose(got, np.max(per_layer, 0), atol=2e-5)
   got, _ = embedding.embed(loaded, TEXTS, pooling="cls", layers=layers, combine="mean",
-                       normalize=True)
+                           normalize=True)
   want = np.mean(per_layer, 0)
   np.testing.assert_allclose(got, want / np.linalg.norm(want, axis=1, keepdims=True), atol=2e-5)
 

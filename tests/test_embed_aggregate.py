@@ -56,10 +56,10 @@ def test_ensemble_of_a_checkpoint_with_itself(loaded):
   one = _embed(loaded[0], TEXTS)
   for how, weights in (("mean", None), ("max", None), ("weighted_mean", (1.0, 3.0))):
     got, _ = embedding.embed_ensemble([loaded[0], loaded[0]], TEXTS, combine=how, weights=weights,
-                                  pooling="mean", normalize=False, max_length=8)
+                                      pooling="mean", normalize=False, max_length=8)
     np.testing.assert_allclose(got, one, atol=1e-6)
   got, _ = embedding.embed_ensemble([loaded[0], loaded[0]], TEXTS, combine="concat",
-                                pooling="mean", normalize=False, max_length=8)
+                                    pooling="mean", normalize=False, max_length=8)
   assert got.shape == (3, 2 * CONFIG.hidden_size)
   np.testing.assert_allclose(got, np.concatenate([one, one], -1), atol=1e-6)
 
@@ -68,10 +68,10 @@ def test_ensemble_of_two_checkpoints_weighted_and_normalised(loaded):
   a, b = (_embed(p, TEXTS) for p in loaded)
   assert np.abs(a - b).max() > 0.1  # different models
   got, _ = embedding.embed_ensemble(loaded, TEXTS, combine="weighted_mean", weights=(1.0, 3.0),
-                                pooling="mean", normalize=False, max_length=8)
+                                    pooling="mean", normalize=False, max_length=8)
   np.testing.assert_allclose(got, 0.25 * a + 0.75 * b, atol=1e-5)
   got, _ = embedding.embed_ensemble(loaded, TEXTS, combine="mean", pooling="mean", normalize=True,
-                                max_length=8)
+                                    max_length=8)
   unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
   np.testing.assert_allclose(got, unit(unit(a) + unit(b)), atol=1e-5)
   with pytest.raises(ValueError, match="--weights has 1 value"):
@@ -89,7 +89,7 @@ def test_chunks_are_windows_of_max_length_combined(loaded):
   for how, want in (("mean", per_window.mean(0)), ("max", per_window.max(0)),
                     ("weighted_mean", (per_window * tokens[:, None]).sum(0) / tokens.sum())):
     got, stats = embedding.embed(p, TEXTS, pooling="mean", normalize=False, max_length=8,
-                             chunk_stride=4, combine=how)
+                                 chunk_stride=4, combine=how)
     assert stats.chunks == 7 and stats.num_texts == 3
     np.testing.assert_allclose(got[1], want, atol=1e-5)
     # Texts that fit in one window keep their unchunked vectors.

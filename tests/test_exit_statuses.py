@@ -140,7 +140,7 @@ def test_each_status_of_the_table(pretrained, glue_dir, corpus, tmp_path):
 
 @pytest.mark.slow  # a fine-tune of 32 MRPC rows (about 40 s on 2 cores), then the same command
 def test_a_finished_finetune_given_again_prints_its_results_and_exits_0(pretrained, glue_dir,
-                                                                          tmp_path):
+                                                                        tmp_path):
   command = ["bert_jax.finetune", "--config", "configs/glue.py:task=mrpc", "--workdir",
              str(tmp_path / "mrpc"), f"--config.data_dir={glue_dir}",
              f"--config.init_checkpoint={pretrained}", "--config.max_seq_length=32",

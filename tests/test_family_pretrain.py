@@ -97,7 +97,7 @@ def _pretrain_config(recipe, overrides, corpus, tokenizer):
 @pytest.mark.slow
 @pytest.mark.parametrize("member", list(MEMBERS))
 def test_member_pretrains_50_steps_and_finetunes_glue(member, corpus, vocab_file, glue_dir,
-                                                        tmp_path, request):
+                                                      tmp_path, request):
   recipe, overrides, fixture = MEMBERS[member]
   if fixture:
     tokenizer = str(request.getfixturevalue(fixture))

@@ -135,7 +135,7 @@ def test_a_crafted_config_in_a_workdir_is_refused_in_one_line(ckpt, tmp_path, ca
 
 
 def test_an_input_file_runs_in_batches_with_progress_and_the_same_predictions(ckpt, tmp_path,
-                                                                             capsys):
+                                                                              capsys):
   """Many lines from --input, in batches of --batch_size (the last padded), progress
   on stderr, predictions equal to one batch of all of them; --quiet prints nothing there."""
   texts = [f"the [MASK] of {w} ." for w in ("paris", "the city", "france", "capital", "big")]

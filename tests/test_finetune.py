@@ -91,7 +91,7 @@ def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_di
   with open(os.path.join(workdir, "eval_results_per_seed.json")) as f:
     last_seed = json.load(f)[-1]  # the export holds the last seed's params
   c = glue_config(glue_dir, os.path.join(workdir, "export"), eval_only=True,
-                   predict_test=False, seeds=3)
+                  predict_test=False, seeds=3)
   again = finetune.finetune(c, str(tmp_path))
   assert set(again) == set(last_seed)  # one run (no _std): seeds do not apply to eval_only
   for key, value in last_seed.items():
@@ -128,7 +128,7 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
   assert answers == [preds[r[0]] for r in records]
   # SQuAD 2.0 keys, evaluating the exported bundle (its qa_outputs head) without training.
   c2 = squad_config(squad_dir, str(tmp_path / "export"), version="2.0",
-                     eval_file="dev-v2.0.json", eval_only=True)
+                    eval_file="dev-v2.0.json", eval_only=True)
   results2 = finetune.finetune(c2, str(tmp_path / "v2"))
   assert {"exact", "f1", "total", "HasAns_exact", "HasAns_f1", "NoAns_exact", "NoAns_f1",
           "best_exact", "best_exact_thresh", "best_f1", "best_f1_thresh"} <= set(results2)
@@ -139,7 +139,7 @@ def test_squad_v1_end_to_end_from_checkpoints_dir(pretrained, squad_dir, tmp_pat
 
 @pytest.mark.slow
 def test_squad_zero_shot_baseline_scores_the_untrained_head(pretrained, squad_dir, tmp_path,
-                                                             capsys):
+                                                            capsys):
   # With a learning rate of 1e-30 training changes no prediction: the end scores are the
   # zero-shot ones.
   c = squad_config(squad_dir, pretrained, learning_rate=1e-30, num_epochs=1.0)
@@ -293,7 +293,7 @@ def test_constant_predictions_are_flagged_printed_and_recorded(mrpc_run, glue_di
   constant = str(tmp_path / "constant")
   bundle.save_bundle(constant, params, exported.config, exported.vocab_file, exported.lowercase)
   results = finetune.finetune(glue_config(glue_dir, constant, eval_only=True,
-                                           predict_test=False), str(tmp_path / "eval"))
+                                          predict_test=False), str(tmp_path / "eval"))
   dev_labels = [int(row[0]) for row in mrpc_rows(13, 1)]
   assert results["accuracy"] == pytest.approx(dev_labels.count(1) / 13)
   assert results["constant_prediction"] is True
@@ -345,13 +345,13 @@ def test_layerwise_scales_agree_between_layouts():
 
 @pytest.mark.slow
 def test_finetuning_step_is_the_shared_core_accumulation_and_scan_agree(pretrained, glue_dir,
-                                                                       tmp_path):
+                                                                        tmp_path):
   """2 microbatches = 1 batch, scanned layers = unrolled, and packed rows = one example per
   row, on a task objective (no dropout; the same batches: no length bucketing, no packing
   but in the packed run)."""
   def configured(name, **nested):
     c = glue_config(glue_dir, pretrained, predict_test=False, batch_size=16,  # 2 microbatches of 8
-                     length_bucketing=False, packing=False)
+                    length_bucketing=False, packing=False)
     c.model.dropout_rate = c.model.attention_dropout_rate = 0.0
     for key, value in nested.items():
       if "__" in key:

@@ -108,7 +108,7 @@ def test_sigterm_exits_143_after_saving(pretrained, glue_dir, tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_a_finished_workdir_is_never_replaced_by_another_run(pretrained, glue_dir, squad_dir,
-                                                              tmp_path, capsys):
+                                                             tmp_path, capsys):
   workdir = tmp_path / "mrpc"
   want = finetune.finetune(glue_config(glue_dir, pretrained), str(workdir))
   before = _snapshot(workdir)

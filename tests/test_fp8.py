@@ -230,7 +230,7 @@ def test_fp8_is_refused_in_one_line_where_it_cannot_run(backend, capability, wor
     ({"objective": "electra", "data.mode": "full_sentences"}, "not 'electra'"),
 ])
 def test_combinations_fp8_cannot_honour_are_refused_in_one_line(corpus, tmp_path, override,
-                                                                 words):
+                                                                words):
   config = small_config(corpus, **{"model.fp8": True, **override})
   with pytest.raises(ValueError, match=words) as e:
     pretrain.train(config, str(tmp_path))
@@ -283,7 +283,7 @@ def test_the_gpu_sweep_lowers_the_fp8_step_for_cuda_with_fp8_types():
   setup = train_step.Setup(train_step_args(train_step))
   runner = train_step.ours(setup.config, setup.model_cfg, setup.batch)
   text = jax.export.export(runner.step_fn, platforms=["cuda"])(runner.state,
-                                                                 runner.batch).mlir_module()
+                                                               runner.batch).mlir_module()
   assert "f8E4M3FN" in text and "f8E5M2" in text
 
 

@@ -250,18 +250,18 @@ def test_tfds_field_and_label_mapping():
     assert cola.labels[ex.label] == str(tfds_id) and ex.text_b is None
   wnli = glue.get_task("wnli")
   ex = glue.example_from_tfds(wnli, "train", {"sentence1": b"a", "sentence2": b"b",
-                                               "label": 1, "idx": 0})
+                                              "label": 1, "idx": 0})
   assert wnli.labels[ex.label] == "1"  # TFDS 'entailment' is the TSV's 1.
   stsb = glue.get_task("stsb")
   ex = glue.example_from_tfds(stsb, "dev", {"sentence1": b"a", "sentence2": b"b",
-                                             "label": np.float32(3.2), "idx": 0})
+                                            "label": np.float32(3.2), "idx": 0})
   assert ex.label == pytest.approx(3.2)
   ex = glue.example_from_tfds(stsb, "test", {"sentence1": b"a", "sentence2": b"b",
-                                              "label": np.float32(-1), "idx": 0})
+                                             "label": np.float32(-1), "idx": 0})
   assert ex.label is None
   qnli = glue.get_task("qnli")
   ex = glue.example_from_tfds(qnli, "train", {"question": b"q", "sentence": b"s",
-                                               "label": 1, "idx": 0})
+                                              "label": 1, "idx": 0})
   assert (ex.text_a, ex.text_b, qnli.labels[ex.label]) == ("q", "s", "not_entailment")
 
 

@@ -22,7 +22,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tarfile
 import tempfile
 import textwrap
 import time

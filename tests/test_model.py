@@ -59,8 +59,9 @@ def setup():
                       intermediate_size=128, max_position_embeddings=32, attention_impl="xla")
   # Random params (no init to compile): N(0, 0.05), LayerNorm scales around 1.
   rng = np.random.default_rng(1)
-  params = traverse_util.unflatten_dict({k: (rng.normal(0, 0.05, s) + k.endswith("scale")).astype(np.float32)
-                             for k, s in bundle.pretraining_shapes(config).items()}, sep="/")
+  params = traverse_util.unflatten_dict(
+      {k: (rng.normal(0, 0.05, s) + k.endswith("scale")).astype(np.float32)
+       for k, s in bundle.pretraining_shapes(config).items()}, sep="/")
   return config, params
 
 

@@ -10,7 +10,6 @@ job, bert_jax.data.stream.pretrain_data), which isolates the runtime
 checkpointing, logging) from the data split.
 """
 import json
-import os
 import pathlib
 import socket
 import subprocess

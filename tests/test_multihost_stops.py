@@ -95,9 +95,9 @@ def _stopped_then_resumed(job: Job, cache, status: int, want: dict[int, float],
 
 
 @pytest.mark.parametrize("who, at", [(1, 2), (0, STEPS - 5)], ids=["process1-early",
-                                                                      "process0-late"])
+                                                                   "process0-late"])
 def test_sigterm_to_one_process_stops_every_process_at_one_step(tmp_path, cache, uninterrupted,
-                                                                  who, at):
+                                                                who, at):
   job = Job(2, tmp_path / "run", cache)
   job.wait_for(f"step {at}/")
   job.signal(signal.SIGTERM, who)
@@ -106,7 +106,7 @@ def test_sigterm_to_one_process_stops_every_process_at_one_step(tmp_path, cache,
 
 
 def test_signals_to_two_processes_a_step_apart_agree_on_the_first(tmp_path, cache,
-                                                                   uninterrupted):
+                                                                  uninterrupted):
   job = Job(2, tmp_path / "run", cache)
   job.wait_for("step 3/")
   job.signal(signal.SIGINT, 1)
@@ -117,7 +117,7 @@ def test_signals_to_two_processes_a_step_apart_agree_on_the_first(tmp_path, cach
 
 
 @pytest.mark.parametrize("who, at", [(1, 4), (0, 6)], ids=["during-a-save",
-                                                            "during-an-evaluation"])
+                                                           "during-an-evaluation"])
 def test_sigterm_during_a_save_or_an_evaluation(tmp_path, cache, uninterrupted, who, at):
   # A checkpoint every 4 steps is saved in the background while step 5 runs; an evaluation
   # of 20 held-out batches follows step 6.

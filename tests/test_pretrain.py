@@ -210,7 +210,7 @@ def test_resume_with_a_changed_config_is_an_error_that_moves_nothing(
 
 @pytest.mark.slow
 def test_every_phase_of_a_run_says_what_it_is_doing_within_a_beat(corpus, tmp_path, monkeypatch,
-                                                                 capsys):
+                                                                  capsys):
   # A beat every 0.02 s instead of every 9: each phase lasts longer, so each is named.
   monkeypatch.setattr(console, "BEAT_SECONDS", 0.02)
   workdir = str(tmp_path / "run")
@@ -230,7 +230,7 @@ def test_every_phase_of_a_run_says_what_it_is_doing_within_a_beat(corpus, tmp_pa
 
 @pytest.mark.slow
 def test_nothing_follows_the_line_saying_a_stopped_run_exits(corpus, tmp_path, monkeypatch,
-                                                              capsys):
+                                                             capsys):
   # Beats every 0.02 s: closing the writers after the stop would print one if it could.
   monkeypatch.setattr(console, "BEAT_SECONDS", 0.02)
   summary = pretrain.train(small_config(corpus, total_steps=8), str(tmp_path / "run"),

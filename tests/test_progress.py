@@ -53,7 +53,7 @@ def test_a_heartbeat_says_its_status_and_waits_while_the_program_prints_its_own_
   done = []
   out = io.StringIO()
   with console.Heartbeat("evaluating dev", every=0.05, file=out, at_start=False,
-                           status=lambda: f"{len(done)} of 4 batches"):
+                         status=lambda: f"{len(done)} of 4 batches"):
     for _ in range(4):
       time.sleep(0.08)
       done.append(1)

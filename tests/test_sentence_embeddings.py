@@ -154,7 +154,7 @@ def test_cosent_end_to_end_and_embed_uses_the_bundle(tmp_path):
   np.testing.assert_allclose(written, cos, atol=1e-5)
   # The baseline: the init checkpoint's scores before training (zero-shot), the same pooling.
   before, _ = embedding.embed(loading.load_pretrained(str(init)), flat, max_length=8,
-                          pooling="cls", normalize=True)
+                              pooling="cls", normalize=True)
   cos_before = (before[0::2] * before[1::2]).sum(-1)
   assert results["zero_shot_spearman"] == pytest.approx(
       stats.spearmanr(cos_before, rows.scores)[0], abs=1e-5)

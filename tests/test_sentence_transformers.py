@@ -87,7 +87,7 @@ def models(tmp_path_factory):
   if os.path.isfile(os.path.join(minilm, "modules.json")):
     folders["minilm"] = minilm
   # A sentence-embedding fine-tuning export records its pooling like this (tasks/
-  # sentence_embedding_task.py); exported, it becomes a sentence-transformers folder too.
+  # sentence_embeddings/task.py); exported, it becomes a sentence-transformers folder too.
   bundle.save_bundle(str(tmp / "finetuned"), random_params(config, seed=1, heads=()), config,
                      VOCAB, lowercase=True,
                      info={"embedding": {"pooling": "cls", "normalize": True,
@@ -200,7 +200,7 @@ def test_retrieval_eval_takes_the_checkpoints_pooling(models, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_fine_tuning_takes_the_checkpoints_pooling_and_trains_its_dense_layers(models, tmp_path,
-                                                                              capsys):
+                                                                               capsys):
   """Sentence-embedding fine-tuning from a converted folder with Dense layers: pooling and
   normalisation from the checkpoint (said in the header), the Dense layers trained with the
   encoder and exported with what the checkpoint records."""

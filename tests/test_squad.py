@@ -182,7 +182,7 @@ def test_read_tfds_records_through_tfds_load(tmp_path):
 
   with tfds.testing.mock_data(as_dataset_fn=as_dataset, data_dir=str(tmp_path)):
     examples, skipped = squad_data.read_squad_tfds("2.0", "validation", str(tmp_path),
-                                              is_training=True)
+                                                   is_training=True)
   assert seen == {"split": "validation", "name": "squad/v2.0"}
   assert not skipped
   assert [(e.qas_id, e.question_text, e.is_impossible) for e in examples] == [
@@ -200,7 +200,7 @@ def test_record_from_tfds_and_eval_json():
                                 {"text": "lait", "answer_start": 8}],
                     "is_impossible": False}
   examples, _ = squad_data._make_examples([record, dict(record, id="y", answers=[],
-                                                   is_impossible=True)], False, "test")
+                                                        is_impossible=True)], False, "test")
   data = squad_data.to_eval_json(examples, "2.0")
   assert squad_metrics.dataset_version(data) == "2.0"
   result = squad_metrics.evaluate(data, {"x": "Lait.", "y": ""})
@@ -228,7 +228,7 @@ def test_features_by_hand(tokenizer):
   assert feature.token_to_orig_map[start] == 5
   n = len(expected_tokens)
   assert arrays["input_ids"][0, :n].tolist() == [tokenizer._tok.token_to_id(t)
-                                                  for t in expected_tokens]
+                                                 for t in expected_tokens]
   assert arrays["input_ids"][0, n:].tolist() == [0] * (40 - n)
   assert arrays["input_mask"][0].tolist() == [1] * n + [0] * (40 - n)
   assert arrays["segment_ids"][0].tolist() == [0] * 5 + [1] * (n - 5) + [0] * (40 - n)
@@ -239,8 +239,8 @@ def test_windows_and_max_context(tokenizer):
   # Google's own example: 12 one-piece words, windows of 5 pieces, stride 3.
   words = "the man went to the store and bought a gallon of milk".split()
   example = squad_data.SquadExample(qas_id="q", question_text="milk", doc_tokens=words,
-                               answers=[], orig_answer_text="bought", start_position=7,
-                               end_position=7)
+                                    answers=[], orig_answer_text="bought", start_position=7,
+                                    end_position=7)
   # 1 question piece + 3 special tokens + 5 window pieces.
   arrays, features = squad.convert_examples_to_features(
       tokenizer, [example], max_seq_length=9, doc_stride=3, max_query_length=4,
@@ -259,8 +259,8 @@ def test_windows_and_max_context(tokenizer):
 
 def test_impossible_and_query_truncation(tokenizer):
   example = squad_data.SquadExample(qas_id="q", question_text="one two three four five",
-                               doc_tokens=["a", "b"], answers=[], is_impossible=True,
-                               orig_answer_text="", start_position=-1, end_position=-1)
+                                    doc_tokens=["a", "b"], answers=[], is_impossible=True,
+                                    orig_answer_text="", start_position=-1, end_position=-1)
   arrays, features = squad.convert_examples_to_features(
       tokenizer, [example], max_seq_length=16, doc_stride=4, max_query_length=3,
       is_training=True)
@@ -341,7 +341,7 @@ def test_per_context_basic_tokens_equal_direct_calls(tokenizer):
       "",
   ]
   examples = [squad_data.SquadExample(qas_id=str(i), question_text="?",
-                                 doc_tokens=squad_data.split_context(c)[0], answers=[])
+                                      doc_tokens=squad_data.split_context(c)[0], answers=[])
               for i, c in enumerate(contexts)]
   calls = []
 
@@ -433,7 +433,7 @@ def test_postprocess_matches_reference_on_random_logits(tokenizer, tmp_path, ver
 
 def test_v2_null_threshold_and_files(tokenizer, tmp_path):
   example = squad_data.SquadExample(qas_id="q", question_text="Who?",
-                               doc_tokens="John Smith was here".split(), answers=[])
+                                    doc_tokens="John Smith was here".split(), answers=[])
   _, features = squad.convert_examples_to_features(tokenizer, [example], max_seq_length=16,
                                                    max_query_length=4)
   start = np.full((1, 16), -10.0, np.float32)
@@ -459,7 +459,7 @@ def test_v2_null_threshold_and_files(tokenizer, tmp_path):
   assert v1_predictions == {"q": "John Smith"} and v1_odds == {}
   with pytest.raises(ValueError, match="1 features but logits"):
     squad_predictions.postprocess_predictions([example], features, start[:, :4].repeat(2, 0), end,
-                                  tokenizer=tokenizer)
+                                              tokenizer=tokenizer)
 
 
 def test_oracle_logits_recover_the_answers(tokenizer, tmp_path):
@@ -481,7 +481,7 @@ def test_oracle_logits_recover_the_answers(tokenizer, tmp_path):
   start[rows, arrays["start_positions"]] = 5.0
   end[rows, arrays["end_positions"]] = 5.0
   predictions, _, _ = squad_predictions.postprocess_predictions(examples, features, start, end,
-                                                    tokenizer=tokenizer)
+                                                                tokenizer=tokenizer)
   assert predictions["q4"] == "Thomas Edison"  # Not "Edison's": get_final_text trims.
   data = json.load(open(path))
   assert squad_metrics.evaluate(data, predictions) == {"exact_match": 100.0, "f1": 100.0}

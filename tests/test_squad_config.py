@@ -17,7 +17,7 @@ def _module(path=_PATH):
 def test_versions_and_run_squad_defaults():
   module = _module()
   for arg, version in (("version=1.1", "1.1"), ("version=2.0", "2.0"), ("v2.0", "2.0"),
-                        ("1.1", "1.1")):
+                       ("1.1", "1.1")):
     c = module.get_config(arg)
     assert c.version == version and c.task == "squad"
     assert c.eval_file == f"dev-v{version}.json" and c.train_file == f"train-v{version}.json"

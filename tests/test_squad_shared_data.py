@@ -25,7 +25,7 @@ def _questions(data):
 
 
 def test_v1_gold_answers_score_100_and_perturbations_match_reference(shared_data, tmp_path,
-                                                                      capsys):
+                                                                     capsys):
   parity.require("transformers")
   from transformers.data.metrics import squad_metrics as hf_squad_metrics  # pylint: disable=g-import-not-at-top
   path = shared_data / "squad" / "dev-v1.1.part-a.json"
@@ -122,6 +122,6 @@ def test_oracle_logits_through_features_and_postprocessing(shared_data, tmp_path
   start[rows, arrays["start_positions"]] = 5.0
   end[rows, arrays["end_positions"]] = 5.0
   predictions, _, _ = squad_predictions.postprocess_predictions(examples, features, start, end,
-                                                    tokenizer=tokenizer)
+                                                                tokenizer=tokenizer)
   result = squad_metrics.evaluate(data, predictions)
   assert result["exact_match"] >= 98.0, result

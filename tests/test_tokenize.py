@@ -215,7 +215,7 @@ def test_build_vocab_refuses_zero_max_sentences_and_an_input_without_words(tmp_p
 def test_sentencepiece_model_has_the_wordpiece_surface(tmp_path):
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   sentences = vocab_builder.read_sentences(_corpus(tmp_path, n=2000), "sentence_per_line", True,
-                                         10**6)
+                                           10**6)
   model = vocab_builder.build_sentencepiece(sentences, str(tmp_path / "sp.model"), vocab_size=60)
   tok = tokenizer_lib.SentencePieceTokenizer(model, lowercase=True)
   assert (tok.pad_id, tok.unk_id) == (0, 1)

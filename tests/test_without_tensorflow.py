@@ -106,7 +106,7 @@ def test_version_1_tfrecord_parts_still_read_with_tensorflow(prepared, tmp_path)
   info = json.loads(pathlib.Path(out, prepared_data.INFO_FILE).read_text())
   for p in info["parts"]:
     part = prepared_data.read_part(shard_spec.ShardSpec(0, os.path.join(out, p["file"]),
-                                                     "prepared", 0))
+                                                        "prepared", 0))
     p["file"] = p["file"].replace(".npz", ".tfrecord")
     _write_tfrecord_part(str(tmp_path / p["file"]), part)
   info["version"] = 1

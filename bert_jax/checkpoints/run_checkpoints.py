@@ -1,7 +1,7 @@
 """Train checkpoints: where a run's state is saved, and every way a run can start.
 
   TrainCheckpoints  an Orbax CheckpointManager in `workdir/checkpoints`
-                    (modeling.checkpoint_folder's layout): each step holds the full
+                    (checkpoints.folder's layout): each step holds the full
                     train state (`state`, restored straight into its shardings) and a
                     JSON item (`meta`: data position and the model description); an
                     unreadable latest checkpoint is moved to
@@ -10,7 +10,7 @@
   config_resume_check  a resumed checkpoint must have been saved by this run's config
   initial_state     the initialisation policy of every entry point, in one place
 
-What a run starts from (modeling.loading.load_pretrained) is read below training,
+What a run starts from (checkpoints.loading.load_pretrained) is a module of its own,
 so that programs which only use a trained model need nothing from here.
 """
 import contextlib

@@ -101,7 +101,7 @@ class Scorer:
     # scoring (SQuAD's answers, NER's entities) and writing the predictions take a while too.
     where = ["0 batches"]
     beat = console.Heartbeat(progress, every=PROGRESS_SECONDS, enabled=bool(progress),
-                               file=sys.stdout, at_start=False, status=lambda: where[0])
+                             file=sys.stdout, at_start=False, status=lambda: where[0])
 
     def on_batch(done, total):
       where[0] = f"{done} of {total} batches"
@@ -190,7 +190,7 @@ def evaluate_seed(scorer: Scorer, seed: int, state, out: RunOutput, stop=None,
         f"seed {seed}: evaluating" if is_writer else None,
         ckpts.wait if ckpts is not None else None)
   out.logger.log(int(state.step), {k: v for k, v in results.items() if isinstance(v, (int, float))},
-             prefix=f"seed{seed}_eval_")
+                 prefix=f"seed{seed}_eval_")
   if checked:
     results["constant_prediction"] = bool(warnings)
   if warnings:
@@ -285,9 +285,9 @@ def stopped_in_evaluation(signal_name: str, ckpts, seed: int, step: int,
 def already_finished(out_dir: epath.Path, is_writer: bool) -> dict:
   """The results of the workdir's finished run of this config (nothing is run again)."""
   summary = text_files.read_json(out_dir / workdirs.RESULTS,
-                                missing=f"{out_dir} says its run finished but holds no "
-                                        "eval_results.json; --config.start_over=True runs it "
-                                        "anew (the earlier files are set aside)")
+                                 missing=f"{out_dir} says its run finished but holds no "
+                                 "eval_results.json; --config.start_over=True runs it "
+                                 "anew (the earlier files are set aside)")
   if is_writer:
     print(f"{out_dir} holds this run, finished: eval_results: "
           f"{json.dumps(summary, sort_keys=True)}; nothing to do (--config.start_over=True "

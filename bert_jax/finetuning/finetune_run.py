@@ -110,7 +110,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   # is encoded (SQuAD: seconds) and the initial state is made (its program compiles).
   where = ["loading the init checkpoint"]
   starting = console.Heartbeat("bert_jax.finetune", enabled=is_writer, file=sys.stdout,
-                                 at_start=False, status=lambda: where[0])
+                               at_start=False, status=lambda: where[0])
   # From here a signal ends the program at once (nothing is trained yet); from the first step
   # on it stops the run after a save.
   stop = stop_signals.StopSignals(starting=True)

@@ -126,7 +126,7 @@ class SeedRun:
         return f"training, step {step} of {self.total_steps}"
       return f"step {step} of {self.total_steps}, saving the end of training"
     beat = console.Heartbeat(f"seed {seed}", enabled=self.is_writer, file=sys.stdout,
-                               at_start=False, status=status)
+                             at_start=False, status=status)
     with beat:
       with out.split.phase("train"):
         for epoch in range(first_epoch, 0 if c.eval_only else int(np.ceil(c.num_epochs))):
@@ -177,7 +177,7 @@ class SeedRun:
           seconds = time.time() - epoch_start
           examples = (step - epoch_first_step) * c.batch_size
           out.logger.log(step, {"epoch_seconds": seconds, "epoch_examples_per_second":
-                                 examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
+                                examples / max(seconds, 1e-9)}, prefix=f"seed{seed}_train_")
           if self.is_writer:
             print(f"seed {seed}: epoch {epoch + 1} took {seconds:.1f}s ({examples} examples, "
                   f"{examples / max(seconds, 1e-9):.1f} examples/s, compilations included)",

@@ -288,7 +288,7 @@ def encode_chunks(tokenizer, texts: Sequence[str], max_length: int,
 
 
 def _padded_arrays(ids: Sequence, segs: Sequence, pad_id: int,
-                  max_length: int) -> tuple[dict, int]:
+                   max_length: int) -> tuple[dict, int]:
   """Right-padded int32 [sequences, seq_len] arrays; seq_len is the longest sequence rounded up
   to a multiple of 8, at most max_length."""
   longest = max(len(x) for x in ids)
@@ -377,7 +377,7 @@ def embed(pretrained: loading.Pretrained, texts: Sequence, *, pooling: Optional[
   precision = "float32" if dtype == "float32" else "default"  # as make_embed_fn traces
   # Beats while a batch takes long, such as the first with its compile.
   with console.Progress(progress, n, "sequences" if chunk_stride else "texts",
-                          enabled=bool(progress)) as shown, jax.default_matmul_precision(precision):
+                        enabled=bool(progress)) as shown, jax.default_matmul_precision(precision):
     for batch in batches:
       cut = length_buckets.cut(arrays, batch, keys)
       cut["input_mask"][batch.rows < 0, 0] = 1  # padding rows: one "real" token, no 0 / 0

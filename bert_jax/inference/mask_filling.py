@@ -90,7 +90,7 @@ def fill_mask(pretrained: loading.Pretrained, texts: Sequence[str], top_k: int =
   rows = batch_size if len(ids) > batch_size else len(ids)
   result = []
   with console.Progress(progress, len(ids), "texts",
-                          enabled=bool(progress) and rows < len(ids)) as shown:
+                        enabled=bool(progress) and rows < len(ids)) as shown:
     for start in range(0, len(ids), rows):
       chunk_ids, chunk_pos = ids[start:start + rows], positions[start:start + rows]
       length = max(len(x) for x in chunk_ids)

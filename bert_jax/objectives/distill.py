@@ -226,7 +226,7 @@ def build(options, inputs: base.BuildInputs) -> base.Pretraining:
                      " set data.vocab_file / data.tokenizer to the teacher's vocab")
   compute_policy.check_activation(options.model, teacher.config, options.teacher_checkpoint)
   teacher_cfg = compute_policy.model_config_from(options.model, teacher.config,
-                                             one_example_per_row=not options.data.packing)
+                                                 one_example_per_row=not options.data.packing)
   student_cfg = student_config(teacher_cfg, layers)
   teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
   student = model_lib.BertForPreTraining(student_cfg, with_nsp=False)

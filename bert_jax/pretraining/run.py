@@ -90,7 +90,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   try:
     # Until the end of training, a line within every 9 s in every phase, saying which.
     with console.Heartbeat("bert_jax.pretrain", enabled=is_writer, file=sys.stdout,
-                             at_start=False, status="loading the input pipeline") as beat:
+                           at_start=False, status="loading the input pipeline") as beat:
       return _train(config, _Place(workdir, is_writer, mesh, rules, preempt_at_step), source,
                     beat, stop)
   finally:
@@ -267,7 +267,7 @@ def _jitted_steps(config, setup, state, state_shardings, mesh, rules,
     # pipeline's first pools do not add up (peak RSS of tiny on War and Peace: 2.17 -> 1.91
     # GB, benchmarks/README). A batch of another shape is then an error, never a recompile.
     with sharding.mesh_context(mesh, rules), stop_signals.first_compile("the train step",
-                                                                       stop=stop):
+                                                                        stop=stop):
       train_step = train_step.lower(
           state, pretrain_setup.abstract_batch(config, batch_shard), *frozen).compile()
   return train_step, eval_step, frozen
@@ -394,7 +394,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
     # so a process that skipped it would leave the others waiting for ever.
     try:
       with console.Heartbeat("bert_jax.pretrain", enabled=primary, file=sys.stdout,
-                               at_start=False, status="running the fill-mask example"):
+                             at_start=False, status="running the fill-mask example"):
         result = mask_filling.fill_mask(loading.load_pretrained(path),
                                         [config.fill_mask_example], top_k=5)
     except optional_tensorflow.MissingTensorFlowError as e:  # a host that trained on prepared data

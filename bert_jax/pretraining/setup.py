@@ -172,12 +172,12 @@ def abstract_batch(config: ml_collections.ConfigDict,
 
 
 def variant_model_config(config: ml_collections.ConfigDict, vocab_size: int,
-                      pad_id: int = 0) -> model_config_lib.BertConfig:
+                         pad_id: int = 0) -> model_config_lib.BertConfig:
   """The BertConfig of a pretraining config and the tokenizer's vocab size and padding id."""
   base = model_config_lib.for_pretraining(model_config_lib.variant(config.variant, vocab_size),
                                           config.model_type, pad_id)
   return compute_policy.model_config_from(config.model, base,
-                                      one_example_per_row=not config.data.packing)
+                                          one_example_per_row=not config.data.packing)
 
 
 def build(config: ml_collections.ConfigDict, vocab_size: int,

@@ -150,8 +150,9 @@ class RunLogger:
 
   def _eta(self, prefix: str, step: int, steps_per_sec: float) -> str:
     later_steps, later_seconds, unknown = self._later
-    seconds = console_lib.eta_seconds(self.total_steps - step + later_steps,
-                          self._pace(prefix, step, time.time(), steps_per_sec), later_seconds)
+    pace = self._pace(prefix, step, time.time(), steps_per_sec)
+    seconds = console_lib.eta_seconds(self.total_steps - step + later_steps, pace,
+                                      later_seconds)
     if seconds is None:
       return "eta at the next line"
     return f"eta {console_lib.format_eta(seconds)}" + (f" + {unknown}" if unknown else "")

@@ -97,8 +97,9 @@ def _listed(data_config) -> list[shard_spec.ShardSpec]:
       continue
     n = 1 if path.endswith(".gz") else -(-size // block)
     for i in range(n):
-      shards.append(shard_spec.ShardSpec(len(shards), path, "file", size if n == 1 else
-                              min(block, size - i * block), block=(i, block, n) if n > 1 else ()))
+      length = size if n == 1 else min(block, size - i * block)
+      shards.append(shard_spec.ShardSpec(len(shards), path, "file", length,
+                                         block=(i, block, n) if n > 1 else ()))
   if not shards:
     raise ValueError(f"config.data.files={data_config.files!r}: every matched file is empty")
   return shards

@@ -36,7 +36,7 @@ def list_shards(data_config) -> list[shard_spec.ShardSpec]:
     raise ValueError(f"TFDS {data_config.tfds_name} split {split!r} is empty")
   per = max(1, int(data_config.tfds_docs_per_shard))
   return [shard_spec.ShardSpec(i, f"tfds:{data_config.tfds_name}/{split}[{a}:{min(a + per, n)}]", "tfds",
-                    min(a + per, n) - a, f"{split}[{a}:{min(a + per, n)}]")
+                               min(a + per, n) - a, f"{split}[{a}:{min(a + per, n)}]")
           for i, a in enumerate(range(0, n, per))]
 
 

@@ -129,7 +129,7 @@ def build(options, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
       results = {prefix + k: v for k, v in conlleval.evaluate(gold, predicted).items()}
       # The baseline: every word tagged O (entity f1 0).
       results[prefix + "all_o_baseline_accuracy"] = (sum(t == "O" for g in gold for t in g)
-                                                    / max(sum(len(g) for g in gold), 1))
+                                                     / max(sum(len(g) for g in gold), 1))
       no_entity = not any(t != "O" for p in predicted for t in p)
       has_entity = any(t != "O" for g in gold for t in g)
       results[task_lib.WARNINGS] = ([f"ner {split}: no entity predicted (every word O)"]

@@ -61,18 +61,19 @@ def _check_options(options) -> None:
          "checkpoint's)")
   if options.data_source not in DATA_SOURCES:
     _bad(f"sentence embeddings read TSV files (data_source='tsv') or the built-in sample "
-        f"('builtin'), not {options.data_source!r}")
+         f"('builtin'), not {options.data_source!r}")
   if options.data_source == "builtin" and options.loss not in sentence_pairs.SCORED_LOSSES:
     _bad(f"the built-in sample is scored pairs: loss {' or '.join(sentence_pairs.SCORED_LOSSES)}, "
-        f"not {options.loss}")
+         f"not {options.loss}")
   if options.packing:
     _bad("packing applies to GLUE's sequence heads, not to sentence embeddings")
   if options.loss in sentence_pairs.IN_BATCH_LOSSES and options.optimizer.grad_accum_steps != 1:
     _bad(f"loss {options.loss} compares the examples of a whole batch; microbatches "
-        f"(optimizer.grad_accum_steps {options.optimizer.grad_accum_steps}) would change it: use 1")
+         f"(optimizer.grad_accum_steps {options.optimizer.grad_accum_steps}) would change it: "
+         "use 1")
   if options.score_max <= 0:
     _bad(f"score_max must be positive (the top of the score scale, 5 for STS), got "
-        f"{options.score_max}")
+         f"{options.score_max}")
 
 
 def check_config(options) -> None:
