@@ -17,12 +17,13 @@ and any prompts are recorded in the bundle, and `embed`, `retrieval_eval`,
 or pooling mode bert_jax cannot compute is refused in one line naming it. `--from tf1`
 reads original Google BERT checkpoints (bert_model.ckpt.* + bert_config.json +
 vocab.txt). Casing defaults to tokenizer_config.json's do_lower_case, else a
-guess from the vocab (printed). `--to hf` reads anything a run starts from (a
-bundle such as a workdir's export/, a pretraining workdir, its checkpoints/) and writes
-safetensors + config.json +
-vocab.txt that transformers loads as the architecture in config.json
-(BertForPreTraining, DistilBertForMaskedLM, ElectraForPreTraining,
-DebertaV2ForMaskedLM, ...). A bundle that records how it embeds (a
+guess from the vocab (printed). A WordPiece folder saved by transformers 5 has a
+tokenizer.json and no vocab.txt: its vocab and casing (the normalizer's lowercase)
+are read from that file, which must be BERT's pipeline. `--to hf` reads anything
+a run starts from (a bundle such as a workdir's export/, a pretraining workdir, its
+checkpoints/) and writes safetensors + config.json + vocab.txt that transformers
+loads as the architecture in config.json (BertForPreTraining, DistilBertForMaskedLM,
+ElectraForPreTraining, DebertaV2ForMaskedLM, ...). A bundle that records how it embeds (a
 sentence-embedding fine-tuning export, a converted sentence-transformers model)
 is also written as a sentence-transformers folder: modules.json, 1_Pooling/,
 its Dense layers (2_Dense/, ...), Normalize and sentence_bert_config.json, which
@@ -38,6 +39,7 @@ it (a tokenizer.json of another model, notes) is named and nothing is touched.
 A conversion that takes longer than 10 s prints a line every 10 s until it is
 done (--quiet: only the result; a mistake is one line).
 """
+import json
 import os
 import sys
 from typing import Optional, Sequence
@@ -125,7 +127,8 @@ def _convert(args: flags.FlagValues) -> int:
     print(f"embeds as recorded from its {record['source']}: pooling {record['pooling']}"
           + (", normalised" if record["normalize"] else "")
           + (f", max_seq_length {record['max_seq_length']}" if "max_seq_length" in record else "")
-          + (f", prompts {sorted(record['prompts'])} (recorded, not prepended)"
+          + (f", prompts {sorted(record['prompts'])} (default "
+             f"{json.dumps(record.get('default_prompt_name'))}; prepended as encode does)"
              if record.get("prompts") else ""))
   return 0
 

@@ -18,7 +18,8 @@ default the checkpoint's own: a sentence-embedding fine-tuning export
 (configs/sentence_embeddings.py) and a converted sentence-transformers model
 record their pooling, normalisation and max_seq_length in bundle.json (a
 converted one also its Dense layers after pooling, always applied, and its
-prompts, recorded and not prepended); other checkpoints get mean, not
+prompts, the default one prepended unless --prompt_name or --prompt says
+otherwise); other checkpoints get mean, not
 normalised, 128 tokens. The header says which each option is and where it came
 from ("from the checkpoint", "from --pooling", "the default"). `--layers` pools
 several hidden layers (0 = embedding output, -1 = last layer; the

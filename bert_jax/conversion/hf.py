@@ -201,16 +201,25 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   other_tokenizer = members.get(config.model_type).hf.other_tokenizer
   if other_tokenizer:
     return _load_hf_other_tokenizer(src, config, other_tokenizer, drop_unexpected, lowercase)
-  vocab = root / "vocab.txt"
-  if not vocab.exists():
-    raise FileNotFoundError(f"{src} has no vocab.txt (the WordPiece vocab travels with the "
-                            "bert_jax checkpoint)")
-  n = bundle.count_vocab(str(vocab))
+  vocab, saved_whole = root / "vocab.txt", root / "tokenizer.json"
+  if vocab.exists():
+    tokens, n = None, bundle.count_vocab(str(vocab))
+  elif saved_whole.exists():  # transformers 5 saves the WordPiece pipeline whole, no vocab.txt
+    from bert_jax.data.tokenizers import wordpiece_rust  # pylint: disable=g-import-not-at-top
+    tokens, saved_lowercase = wordpiece_rust.read_tokenizer_json(str(saved_whole))
+    vocab, n = saved_whole, len(tokens)
+  else:
+    raise FileNotFoundError(f"{src} has neither vocab.txt nor tokenizer.json (the WordPiece "
+                            "vocab travels with the bert_jax checkpoint)")
   if n != config.vocab_size:
     raise ValueError(f"{vocab}: {n} tokens but config.json has vocab_size {config.vocab_size}")
   out = load_hf_params(src, drop_unexpected=drop_unexpected)
-  low, reason = _lowercase(root, vocab, lowercase)
-  return dict(out, vocab_file=str(vocab), lowercase=low, lowercase_reason=reason)
+  if tokens is None:
+    low, reason = _lowercase(root, vocab, lowercase)
+    return dict(out, vocab_file=str(vocab), lowercase=low, lowercase_reason=reason)
+  low, reason = ((lowercase, "given on the command line") if lowercase is not None else
+                 (saved_lowercase, "lowercase in tokenizer.json's normalizer"))
+  return dict(out, vocab_file=None, vocab=tokens, lowercase=low, lowercase_reason=reason)
 
 
 def _load_hf_other_tokenizer(src: str, config: BertConfig, other_tokenizer: str,

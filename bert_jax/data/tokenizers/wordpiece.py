@@ -29,7 +29,7 @@ from bert_jax.runtime import optional_tensorflow
 from bert_jax.runtime.optional_tensorflow import tf
 from bert_jax.runtime.optional_tensorflow import tf_text
 
-SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+SPECIAL_TOKENS = wordpiece_rust.SPECIAL_TOKENS
 # BERT's WordPiece turns a longer word (in characters) into one [UNK].
 MAX_CHARS_PER_WORD = wordpiece_rust.MAX_CHARS_PER_WORD
 BACKENDS = ("tf-text", "tokenizers")

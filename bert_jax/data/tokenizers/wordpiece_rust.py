@@ -3,11 +3,17 @@
 The pipeline is transformers' BertTokenizerFast built from the vocab (BertNormalizer,
 BertPreTokenizer, WordPiece), whose ids equal the tf-text ops' on all shared real text. The
 special-token literals are matched in the raw text, before normalisation.
+
+`read_tokenizer_json` reads the vocab and casing of that pipeline saved whole as one
+tokenizer.json, which is how transformers 5 saves a BERT-family tokenizer (no vocab.txt).
 """
+import json
 from typing import Sequence
 
+from etils import epath
 import tokenizers
 
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")  # as wordpiece.SPECIAL_TOKENS
 MAX_CHARS_PER_WORD = 100  # as wordpiece.MAX_CHARS_PER_WORD (that module imports this one)
 
 
@@ -37,3 +43,54 @@ class RustWordPiece:
     """The normalised words WordPiece sees (special literals are not matched here)."""
     norm = self._tok.normalizer.normalize_str(text)
     return [w for w, _ in self._tok.pre_tokenizer.pre_tokenize_str(norm)]
+
+
+def read_tokenizer_json(path: str) -> tuple[list[str], bool]:
+  """(tokens in id order, lowercase) of a tokenizer.json that is BERT's WordPiece pipeline.
+
+  That pipeline is what this module builds from a vocab and a casing, so the two are the whole
+  tokenizer. ValueError, naming the file and the part: anything else (another model,
+  normalizer or pre-tokenizer, accents stripped other than with lowercasing, added tokens
+  beyond BERT's special ones), which bert_jax's WordPiece would not tokenize the same.
+  """
+  try:
+    saved = json.loads(epath.Path(path).read_text())
+    model = saved["model"]
+    kind = model.get("type")
+  except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+    raise ValueError(f"{path} is not a tokenizer.json: {e}") from None
+  if kind != "WordPiece":
+    raise ValueError(f"{path} is a {kind} tokenizer; a WordPiece model needs a WordPiece "
+                     "tokenizer.json (or vocab.txt)")
+
+  def refuse(part: str, found) -> None:
+    raise ValueError(f"{path}: {part} is {json.dumps(found)}, not BERT's WordPiece pipeline, "
+                     "which bert_jax's WordPiece tokenizes as saved")
+
+  norm = saved.get("normalizer") or {}
+  lowercase = norm.get("lowercase")
+  if (norm.get("type") != "BertNormalizer" or not norm.get("clean_text")
+      or not norm.get("handle_chinese_chars") or not isinstance(lowercase, bool)):
+    refuse("the normalizer", norm)
+  if norm.get("strip_accents") not in (None, lowercase):
+    # bert_jax's lowercasing strips accents and its cased tokenizer keeps them, as BERT's do.
+    refuse("the normalizer", norm)
+  if (saved.get("pre_tokenizer") or {}).get("type") != "BertPreTokenizer":
+    refuse("the pre-tokenizer", saved.get("pre_tokenizer"))
+  shape = {k: model.get(k) for k in ("continuing_subword_prefix", "max_input_chars_per_word",
+                                      "unk_token")}
+  if shape != {"continuing_subword_prefix": "##", "max_input_chars_per_word": MAX_CHARS_PER_WORD,
+               "unk_token": "[UNK]"}:
+    refuse("the WordPiece model", shape)
+  vocab = dict(model.get("vocab") or {})
+  added = {t["content"]: t["id"] for t in saved.get("added_tokens") or ()}
+  others = sorted(t for t in added if t not in SPECIAL_TOKENS)
+  if others:
+    raise ValueError(f"{path} adds the token(s) {others[:5]}, which bert_jax's WordPiece would "
+                     f"split; it matches {', '.join(SPECIAL_TOKENS)} alone")
+  if any(vocab.get(t, i) != i for t, i in added.items()):
+    raise ValueError(f"{path}: its special tokens' ids differ from the vocab's")
+  vocab.update(added)
+  if sorted(vocab.values()) != list(range(len(vocab))):
+    raise ValueError(f"{path}: the WordPiece vocab must map its tokens to the ids 0..n-1")
+  return sorted(vocab, key=vocab.get), lowercase
