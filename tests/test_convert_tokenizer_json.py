@@ -130,3 +130,20 @@ def test_vocab_txt_is_read_before_a_tokenizer_json_beside_it(tmp_path):
   (src / "vocab.txt").write_text("".join(t + "\n" for t in VOCAB))
   out = hf.hf_to_bundle(str(src), str(tmp_path / "bundle"))
   assert out["vocab_file"] == str(src / "vocab.txt")
+
+
+def test_a_sentencepiece_model_with_tokenizer_json_alone_is_refused_naming_the_file_it_needs(
+    tmp_path):
+  src = tmp_path / "albert"
+  src.mkdir()
+  (src / "config.json").write_text(json.dumps(
+      {"model_type": "albert", "vocab_size": 3, "hidden_size": 16, "embedding_size": 8,
+       "num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 32,
+       "max_position_embeddings": 32}))
+  unigram = tokenizers.Tokenizer(tokenizers.models.Unigram(
+      [("<unk>", 0.0), ("\u2581a", -1.0), ("b", -2.0)], unk_id=0))
+  unigram.save(str(src / "tokenizer.json"))
+  with pytest.raises(ValueError) as e:
+    hf.hf_to_bundle(str(src), str(tmp_path / "bundle"))
+  assert "needs a SentencePiece tokenizer (spiece.model)" in str(e.value)
+  assert "only a tokenizer.json" in str(e.value) and "\n" not in str(e.value)

@@ -233,6 +233,12 @@ def _load_hf_other_tokenizer(src: str, config: BertConfig, other_tokenizer: str,
   except ValueError as e:
     raise ValueError(f"{src}: model_type {config.model_type!r} needs {other_tokenizer} "
                      f"beside its weights ({e})") from None
+  if files.kind != kind and files.path.endswith("tokenizer.json"):
+    # transformers 5 saves every tokenizer this way; a SentencePiece model's is not one file
+    # bert_jax's SentencePiece reads.
+    raise ValueError(f"{src}: model_type {config.model_type!r} needs {other_tokenizer} beside "
+                     "its weights; the folder has only a tokenizer.json (as transformers 5 saves "
+                     "one), which bert_jax reads for BPE models: copy the release's file in")
   if files.kind != kind:
     raise ValueError(f"{src}: model_type {config.model_type!r} needs {other_tokenizer}, found "
                      f"{files.kind} tokenizer files")
