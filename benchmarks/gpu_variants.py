@@ -17,8 +17,8 @@ Variants, each in its own process (XLA reads XLA_FLAGS once, when its backend st
   fused_qkv_norm_cublaslt_gelu_new  fused_qkv, fused_norm and cublaslt_gelu_new
   scan_layers       + model.scan_layers=true (one layer compiled, run in a loop: the compile
                     time against the step time)
-  compile_threads   + XLA_FLAGS --xla_gpu_enable_llvm_module_compilation_parallelism=true
-                    --xla_gpu_force_compilation_parallelism=16 (the first step's compile)
+  compile_threads   + XLA_FLAGS --xla_gpu_force_compilation_parallelism=16 (the first step's
+                    compile)
   autotune_warm_start  the baseline twice, each on a new compilation cache; the first saves
                     XLA's autotuning results (--xla_gpu_dump_autotune_results_to), the second
                     loads them (--xla_gpu_load_autotune_results_from): its compile without
@@ -65,10 +65,11 @@ VARIANTS = {  # name: (train_step.py --set items, XLA flags added, environment a
         ["--xla_gpu_enable_cublaslt=true"], {}, 1),
     "scan_layers": (["model.scan_layers=true"], [], {}, 1),
     # The flags' names are those of the jaxlib this sweep runs with (its XLA's
-    # debug_options_flags.cc; `strings jaxlib/libjax_common.so` lists them), and the dry run
-    # starts a backend with them: XLA aborts on a flag it does not know.
-    "compile_threads": ([], ["--xla_gpu_enable_llvm_module_compilation_parallelism=true",
-                             "--xla_gpu_force_compilation_parallelism=16"], {}, 1),
+    # debug_options_flags.cc; `strings` of jaxlib's .so files lists them), and the dry run
+    # starts a backend with them: XLA aborts on a flag it does not know. jaxlib 0.11 dropped
+    # --xla_gpu_enable_llvm_module_compilation_parallelism (a reserved name in its
+    # DebugOptions); 0.10 and 0.11 both know this one.
+    "compile_threads": ([], ["--xla_gpu_force_compilation_parallelism=16"], {}, 1),
     "autotune_warm_start": ([], [], {}, 2),  # RUN_FLAGS: run 1 saves, run 2 loads
     "warm_start": ([], [], {}, 2),
     "warm_start_xla_caches_all": ([], [], {"JAX_PERSISTENT_CACHE_ENABLE_XLA_CACHES": "all"}, 2),

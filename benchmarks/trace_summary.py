@@ -151,6 +151,9 @@ def _category(opcode: str, ops: set, text: str, line: str, files: str = "",
 
 # A kernel's category from its name, first match wins.
 _NAME_CATEGORIES = (
+    # bert_jax's Pallas dropout + residual + LayerNorm (modeling/fused_norm.py): Triton names
+    # a kernel after its function (`_fused_norm_backward__2`), inside a command buffer.
+    (r"fused_norm", ELEMENTWISE),
     (r"flash|fmha|sdpa|attention|cudnn", ATTENTION),
     (r"gemm|cutlass|xmma|nvjet|cublas|matmul|\bdot\b|dot_|ynn_fusion|onednn", GEMM),
     (r"threefry|philox|rng|random", RNG),

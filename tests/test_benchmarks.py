@@ -62,7 +62,8 @@ def test_gpu_kernel_names_map_to_their_instruction_or_are_named_by_pattern():
                 start_ns=float(start), dur_ns=1.0)
   events = [ev("loop_add_fusion_3", 0), ev("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 1),
             ev("cudnn_generated_fort_native_sdpa_sm90_flash_fprop", 2), ev("MemcpyD2D", 3),
-            ev("input_scatter_fusion", 4), ev("some_custom_kernel", 5)]
+            ev("input_scatter_fusion", 4), ev("some_custom_kernel", 5),
+            ev("_fused_norm_backward__2", 6)]
   s = trace_summary.summarize(trace_summary._own_time(events), "jit_train_step",
                               {"loop_add_fusion.3": trace_summary.ELEMENTWISE}, steps=1)
   got = {k["name"]: k["category"] for k in s["top_kernels"]}
@@ -70,7 +71,8 @@ def test_gpu_kernel_names_map_to_their_instruction_or_are_named_by_pattern():
                  "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n": trace_summary.GEMM,
                  "cudnn_generated_fort_native_sdpa_sm90_flash_fprop": trace_summary.ATTENTION,
                  "MemcpyD2D": trace_summary.COPY, "input_scatter_fusion": trace_summary.SCATTER,
-                 "some_custom_kernel": trace_summary.OTHER}
+                 "some_custom_kernel": trace_summary.OTHER,
+                 "_fused_norm_backward__2": trace_summary.ELEMENTWISE}
 
 
 def test_hlo_categories_of_a_compiled_program():

@@ -50,7 +50,7 @@ MAX_POSITIONAL = 8
 MAX_TUPLE = 4
 # Signatures a library fixes: a Pallas kernel receives its refs by position, a custom_vjp's
 # backward returns one cotangent per primal input.
-FIXED_BY_AN_API = {"bert_jax/modeling/fused_norm.py:_backward_kernel",
+FIXED_BY_AN_API = {"bert_jax/modeling/fused_norm.py:_fused_norm_backward",
                    "bert_jax/modeling/fused_norm.py:_fused_bwd"}
 # Still to be given settings objects (the encoder's inputs, the kernel geometry): listed so that a new one fails, and one fixed must leave the list.
 TO_GROUP = {"bert_jax/modeling/fused_norm.py:_geometry",

@@ -131,8 +131,9 @@ def _tile(seed_ref, x_ref, res_ref, rows, valid, *, rate: float):
   return jnp.where(valid, z + x, 0.0), keep
 
 
-def _forward_kernel(seed_ref, x_ref, res_ref, scale_ref, bias_ref, out_ref, mean_ref, rstd_ref,
-                    *, hidden: int, rate: float, eps: float, block_rows: int, rows_total: int):
+def _fused_norm_forward(seed_ref, x_ref, res_ref, scale_ref, bias_ref, out_ref, mean_ref,
+                        rstd_ref, *, hidden: int, rate: float, eps: float, block_rows: int,
+                        rows_total: int):
   rows, row_ok, col_ok = _masks(block_rows, x_ref.shape[-1], hidden, rows_total)
   valid = row_ok & col_ok
   z, _ = _tile(seed_ref, x_ref, res_ref, rows, valid, rate=rate)
@@ -145,9 +146,9 @@ def _forward_kernel(seed_ref, x_ref, res_ref, scale_ref, bias_ref, out_ref, mean
   _store(rstd_ref, rstd, row_ok[:, 0])
 
 
-def _backward_kernel(seed_ref, x_ref, res_ref, g_ref, scale_ref, mean_ref, rstd_ref,
-                     dx_ref, dres_ref, dscale_ref, dbias_ref,
-                     *, hidden: int, rate: float, block_rows: int, rows_total: int):
+def _fused_norm_backward(seed_ref, x_ref, res_ref, g_ref, scale_ref, mean_ref, rstd_ref,
+                         dx_ref, dres_ref, dscale_ref, dbias_ref,
+                         *, hidden: int, rate: float, block_rows: int, rows_total: int):
   rows, row_ok, col_ok = _masks(block_rows, x_ref.shape[-1], hidden, rows_total)
   valid = row_ok & col_ok
   z, keep = _tile(seed_ref, x_ref, res_ref, rows, valid, rate=rate)
@@ -204,7 +205,7 @@ def _geometry(x, seed, row_offset) -> tuple:
 def _local_forward(x, residual, scale, bias, seed, row_offset, *, rate, eps):
   """The forward kernel on this shard's [..., hidden]: (out, mean [rows], rstd [rows])."""
   hidden, rows, block_rows, grid, seed4 = _geometry(x, seed, row_offset)
-  kernel = functools.partial(_forward_kernel, hidden=hidden, rate=rate, eps=eps,
+  kernel = functools.partial(_fused_norm_forward, hidden=hidden, rate=rate, eps=eps,
                              block_rows=block_rows, rows_total=rows)
   outputs = (jax.ShapeDtypeStruct((rows, hidden), residual.dtype),
              jax.ShapeDtypeStruct((rows,), jnp.float32), jax.ShapeDtypeStruct((rows,), jnp.float32))
@@ -217,7 +218,7 @@ def _local_forward(x, residual, scale, bias, seed, row_offset, *, rate, eps):
 def _local_backward(x, residual, scale, mean, rstd, g, seed, row_offset, *, rate):
   """The backward kernel on this shard: (dx, dresidual, dscale and dbias partials [blocks, H])."""
   hidden, rows, block_rows, grid, seed4 = _geometry(x, seed, row_offset)
-  kernel = functools.partial(_backward_kernel, hidden=hidden, rate=rate, block_rows=block_rows,
+  kernel = functools.partial(_fused_norm_backward, hidden=hidden, rate=rate, block_rows=block_rows,
                              rows_total=rows)
   outputs = (jax.ShapeDtypeStruct((rows, hidden), x.dtype),
              jax.ShapeDtypeStruct((rows, hidden), residual.dtype),
