@@ -134,9 +134,13 @@ def read_config(src: str) -> BertConfig:
   return from_hf_dict(d, source=str(path))
 
 
-def _lowercase(src: epath.Path, vocab: epath.Path, lowercase: Optional[bool]) -> tuple[bool, str]:
+def _lowercase(src: epath.Path, vocab: epath.Path, lowercase: Optional[bool],
+               saved: Optional[bool] = None) -> tuple[bool, str]:
+  """(casing, where it came from); `saved`: a tokenizer.json normalizer's lowercase."""
   if lowercase is not None:
     return lowercase, "given on the command line"
+  if saved is not None:
+    return saved, "lowercase in tokenizer.json's normalizer"
   tok_cfg = src / "tokenizer_config.json"
   if tok_cfg.exists():
     d = json.loads(tok_cfg.read_text())
@@ -192,8 +196,9 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
             lowercase: Optional[bool] = None) -> dict[str, Any]:
   """Reads an HF directory (weights, config and tokenizer files) into our params.
 
-  Returns load_hf_params' dict plus vocab_file, lowercase and lowercase_reason (BPE /
-  SentencePiece: vocab_file None, `vocab` tokens and `tokenizer_file` instead). lowercase None
+  Returns load_hf_params' dict plus vocab_file, vocab, lowercase and lowercase_reason (a
+  WordPiece tokenizer.json, BPE or SentencePiece: vocab_file None and `vocab` tokens; BPE and
+  SentencePiece also `tokenizer_file`). lowercase None
   reads tokenizer_config.json or guesses from the vocab. Errors come before tensors are read.
   """
   root = epath.Path(src)
@@ -202,8 +207,9 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   if other_tokenizer:
     return _load_hf_other_tokenizer(src, config, other_tokenizer, drop_unexpected, lowercase)
   vocab, saved_whole = root / "vocab.txt", root / "tokenizer.json"
+  tokens, saved_lowercase = None, None
   if vocab.exists():
-    tokens, n = None, bundle.count_vocab(str(vocab))
+    n = bundle.count_vocab(str(vocab))
   elif saved_whole.exists():  # transformers 5 saves the WordPiece pipeline whole, no vocab.txt
     from bert_jax.data.tokenizers import wordpiece_rust  # pylint: disable=g-import-not-at-top
     tokens, saved_lowercase = wordpiece_rust.read_tokenizer_json(str(saved_whole))
@@ -214,12 +220,9 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   if n != config.vocab_size:
     raise ValueError(f"{vocab}: {n} tokens but config.json has vocab_size {config.vocab_size}")
   out = load_hf_params(src, drop_unexpected=drop_unexpected)
-  if tokens is None:
-    low, reason = _lowercase(root, vocab, lowercase)
-    return dict(out, vocab_file=str(vocab), lowercase=low, lowercase_reason=reason)
-  low, reason = ((lowercase, "given on the command line") if lowercase is not None else
-                 (saved_lowercase, "lowercase in tokenizer.json's normalizer"))
-  return dict(out, vocab_file=None, vocab=tokens, lowercase=low, lowercase_reason=reason)
+  low, reason = _lowercase(root, vocab, lowercase, saved_lowercase)
+  return dict(out, vocab_file=None if tokens else str(vocab), vocab=tokens, lowercase=low,
+              lowercase_reason=reason)
 
 
 def _load_hf_other_tokenizer(src: str, config: BertConfig, other_tokenizer: str,

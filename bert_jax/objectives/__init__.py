@@ -11,8 +11,8 @@ An objective module declares a `SPEC` (bert_jax.objectives.base.Spec): the objec
 names it serves and their data modes, the config keys it reads (`options`: it is handed their
 values alone), its own config checks, the model types only it trains, whether it reads a
 teacher or can use DeBERTa's enhanced mask decoder, and its `build(options, inputs)`, which
-returns the run's Pretraining pieces (model config,
-train_core.Objective, init, metrics summary, exported params, FLOPs per token).
+returns the run's Pretraining pieces (model config, train_core.Objective, init, metrics
+summary, exported params, FLOPs per token).
 bert_jax.objectives.registry finds the SPEC by config.objective; an objective module
 from outside the package registers its own. bert_jax.pretraining.setup names none of them.
 """

@@ -69,11 +69,10 @@ def read_tokenizer_json(path: str) -> tuple[list[str], bool]:
 
   norm = saved.get("normalizer") or {}
   lowercase = norm.get("lowercase")
+  # bert_jax's lowercasing strips accents and its cased tokenizer keeps them, as BERT's do.
   if (norm.get("type") != "BertNormalizer" or not norm.get("clean_text")
-      or not norm.get("handle_chinese_chars") or not isinstance(lowercase, bool)):
-    refuse("the normalizer", norm)
-  if norm.get("strip_accents") not in (None, lowercase):
-    # bert_jax's lowercasing strips accents and its cased tokenizer keeps them, as BERT's do.
+      or not norm.get("handle_chinese_chars") or not isinstance(lowercase, bool)
+      or norm.get("strip_accents") not in (None, lowercase)):
     refuse("the normalizer", norm)
   if (saved.get("pre_tokenizer") or {}).get("type") != "BertPreTokenizer":
     refuse("the pre-tokenizer", saved.get("pre_tokenizer"))
