@@ -193,7 +193,9 @@ def load_pretrained(path: str, expect: Optional[BertConfig] = None) -> Pretraine
 
 
 # Reads of a checkpoint that a training run deleted meanwhile (its rotation), before giving up.
-READ_ATTEMPTS = 8
+# A small model saved every step with one kept rotates faster than a read on a busy 2-core
+# host: 8 attempts all lost the race there once in about 400 reads; each attempt is one read.
+READ_ATTEMPTS = 32
 
 
 def _read_newest(path: str, from_bundle: Callable[[epath.Path], T],
