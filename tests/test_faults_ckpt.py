@@ -311,6 +311,104 @@ def test_sigint_or_sighup_saves_a_checkpoint_and_exits_with_its_status(
   assert after is handler  # the run restored the handler it found
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("during, sig", [("the last checkpoint", signal.SIGINT),
+                                         ("the export", signal.SIGTERM)])
+def test_a_signal_once_training_is_over_lets_the_last_checkpoint_and_the_export_finish(
+    corpus, tmp_path, monkeypatch, capsys, during, sig):
+  """Training is done: a signal costs neither its last checkpoint nor its export; the fill-mask
+  example is left out, and the run ends in order (status 0, no traceback)."""
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  owner, name = ((ckpt_lib.TrainCheckpoints, "close") if during == "the last checkpoint" else
+                 (bundle, "save_bundle"))
+  original = getattr(owner, name)
+
+  def signalled(*args, **kwargs):
+    os.kill(os.getpid(), sig)
+    return original(*args, **kwargs)
+  monkeypatch.setattr(owner, name, signalled)
+  previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+  workdir = tmp_path / "w"
+  try:
+    pretrain.train_and_export(small_config(corpus, fill_mask_example="the old [MASK] walked ."),
+                              str(workdir))
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  out, err = capsys.readouterr()
+  assert sorted(os.listdir(workdir / "checkpoints")) == ["3", "6"]
+  assert loading.load_pretrained(str(workdir)).source == str(workdir / "export")
+  assert f"{sig.name} arrived while the last checkpoint and the export were written; they are " \
+         "complete" in out
+  assert "fill-mask example" not in out
+  assert f"{sig.name} once training is over: its last writes" in err
+  assert "Traceback" not in err
+
+
+# Pretrains the 6-step config of tests/fixtures/pretraining.py on argv[1] into argv[2]; with
+# argv[3] == "twice", Ctrl-C comes after step 2 and again once the save of step 2 has begun.
+_TWICE = """
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal
+from bert_jax.checkpoints import run_checkpoints as ckpt_lib
+from bert_jax import pretrain
+from bert_jax.runtime import train_log
+from tests.fixtures.pretraining import small_config
+if sys.argv[3] == "twice":
+  log, save = train_log.RunLogger.log, ckpt_lib.TrainCheckpoints.save
+  def logged(self, step, *args, **kwargs):
+    log(self, step, *args, **kwargs)
+    if step == 2:
+      os.kill(os.getpid(), signal.SIGINT)
+  def saved(self, *args, **kwargs):
+    save(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGINT)
+  train_log.RunLogger.log, ckpt_lib.TrainCheckpoints.save = logged, saved
+pretrain.train_and_export(small_config(sys.argv[1], fill_mask_example=""), sys.argv[2])
+"""
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_during_the_save_exits_at_once_and_the_run_goes_on_after(
+    corpus, tmp_path):
+  """Ctrl-C twice: one line, status 130, no traceback; the same command then trains the run
+  to its end, and a save the second Ctrl-C cut short is not left behind."""
+  def run(how):
+    return subprocess.run([sys.executable, "-c", _TWICE, corpus, str(tmp_path / "w"), how],
+                          cwd=ROOT, env=child_env(), capture_output=True, text=True,
+                          timeout=300)
+  proc = run("twice")
+  assert proc.returncode == 130, proc.stdout + proc.stderr
+  assert proc.stdout.endswith("SIGINT again: exiting at once; a checkpoint or export being "
+                              "written is left unfinished, the newest whole checkpoint stays, "
+                              "and the same command goes on from it\n"), proc.stdout
+  assert "Traceback" not in proc.stderr and "KeyboardInterrupt" not in proc.stderr
+  proc = run("once")
+  assert proc.returncode == 0, proc.stdout + proc.stderr
+  assert sorted(os.listdir(tmp_path / "w" / "checkpoints")) == ["3", "6"]
+  assert (tmp_path / "w" / "export").is_dir()
+
+
+def test_a_save_cut_short_is_removed_by_the_next_writer_of_the_folder(tmp_path):
+  """A process that ended during an asynchronous save leaves `<step>.orbax-checkpoint-tmp`;
+  the next run saving into the folder removes it and keeps every whole step."""
+  folder = tmp_path / "checkpoints"
+  cut = ("import os, sys, jax.numpy as jnp\n"
+         "from bert_jax.checkpoints import run_checkpoints as ckpt_lib\n"
+         "c = ckpt_lib.TrainCheckpoints(sys.argv[1])\n"
+         "state = {'params': {f'w{i}': jnp.ones((256, 256)) for i in range(20)}}\n"
+         "c.save(1, state, {'a': 1}); c.wait()\n"
+         "c.save(2, state, {'a': 1})\n"
+         "os._exit(0)\n")
+  subprocess.run([sys.executable, "-c", cut, str(folder)], cwd=ROOT, env=child_env(),
+                 check=True, capture_output=True, timeout=300)
+  assert sorted(os.listdir(folder)) == ["1", "2.orbax-checkpoint-tmp"]
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  ckpts = ckpt_lib.TrainCheckpoints(str(folder))
+  ckpts.save(3, {"params": {"w": jnp.ones((3,))}}, {"a": 1})
+  ckpts.close()
+  assert sorted(os.listdir(folder)) == ["1", "3"]
+
+
 def test_reading_a_step_layout_prints_no_missing_metadata_warning(tmp_path, caplog):
   """An item of a step (checkpoints/N/state) has no step metadata file of its own: orbax
   warned on every resume until the read filtered that one warning (seen on the H200)."""

@@ -22,6 +22,7 @@ from orbax.checkpoint._src import asyncio_utils
 from bert_jax.checkpoints import bundle
 from bert_jax.modeling.model_config import BertConfig
 
+
 def _run_on_new_loop_finishing_its_reads(coro: Coroutine) -> Any:
   """Orbax's runner of a restore (or save) on a fresh event loop, which also lets the reads
   still in flight finish when one of them fails.
@@ -75,8 +76,11 @@ class CheckpointFolder:
     self.directory = path if "://" in str(directory) else path.absolute()
     self._manager = None
     if not read_only:
+      # A save that a kill or a second Ctrl-C cut short leaves `<step>.orbax-checkpoint-tmp*`,
+      # a whole state's size that no one reads: the next writer of the folder removes it.
       options = ocp.CheckpointManagerOptions(
-          max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save)
+          max_to_keep=max_to_keep, create=True, enable_async_checkpointing=async_save,
+          cleanup_tmp_directories=True)
       self._manager = ocp.CheckpointManager(self.directory, options=options,
                                             item_names=("state", "meta"))
 

@@ -177,6 +177,7 @@ def _start_and_run(config, place: _Place, where: list, starting, stop) -> dict[s
     if stopped:
       failed = False
       return stopped
+    stop.training_over()
     # -- Results and the fine-tuned bundle (the stop signals still caught: a signal now
     # lets them finish, so the run ends with its export or with its last checkpoint) ------
     export = (None if config.eval_only else

@@ -64,13 +64,16 @@ class _Start:
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
-          preempt_at_step: Optional[int] = None) -> dict[str, Any]:
+          preempt_at_step: Optional[int] = None,
+          stop: Optional[stop_signals.StopSignals] = None) -> dict[str, Any]:
   """Runs pretraining; returns a summary (final step, last logged metrics, state).
 
   Args:
     config: a configs/pretrain.py ConfigDict.
     workdir: run directory (local or gs://); resumes from its checkpoints.
     preempt_at_step: behave as if SIGTERM arrived before this step (tests).
+    stop: the program's stop signals, when it writes more after training (the export) and
+      restores them itself; by default train's own, restored when it returns.
   """
   # -- Mesh and checks -----------------------------------------------------------
   workdir_owner.check(workdir, "pretrain")
@@ -86,7 +89,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
     print("bert_jax.pretrain: loading the input pipeline ...", flush=True)
   # From here until the end of training a signal stops the run: at once before the first
   # step (nothing is trained yet), after a save once training has begun.
-  stop = stop_signals.StopSignals(starting=True)
+  own = stop is None
+  stop = stop or stop_signals.StopSignals(starting=True)
   try:
     # Until the end of training, a line within every 9 s in every phase, saying which.
     with console.Heartbeat("bert_jax.pretrain", enabled=is_writer, file=sys.stdout,
@@ -94,7 +98,8 @@ def train(config: ml_collections.ConfigDict, workdir: str,
       return _train(config, _Place(workdir, is_writer, mesh, rules, preempt_at_step), source,
                     beat, stop)
   finally:
-    stop.restore()  # (again, for a run that failed before its loop)
+    if own:
+      stop.restore()
 
 
 def _train(config, place: _Place, source, beat: console.Heartbeat,
@@ -190,7 +195,7 @@ def _compile_and_loop(config, place: _Place, start: _Start, beat: console.Heartb
         it.take_wait()  # a window starts here
     failed = False
   finally:
-    stop.restore()
+    stop.training_over()  # a signal now lets the last checkpoint (and export) finish
     beat.doing(f"step {step} of {config.total_steps}, writing the last checkpoint")
     # Every writer is closed; a failed close is the run's error unless one is on its way.
     train_log.close_all((ckpts.close, logger.close), raise_first=not failed)
@@ -364,15 +369,28 @@ def evaluate(eval_step, params, batches, mesh, summarize, *frozen) -> dict[str, 
 
 
 def train_and_export(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """The whole program after start-up: trains, exports and demos."""
-  summary = train(config, workdir)
-  export_and_demo(summary, config, workdir)
+  """The whole program after start-up: trains, exports and demos.
+
+  A signal once training is over lets the last checkpoint and the export finish; the fill-mask
+  example is then left out, and the program says so and ends with status 0: the run is whole.
+  """
+  stop = stop_signals.StopSignals(starting=True)
+  try:
+    summary = train(config, workdir, stop=stop)
+    export_and_demo(summary, config, workdir, stop)
+  finally:
+    stop.restore()
   if summary["stopped_by"]:  # 128 + the signal's number, after the checkpoint line
     raise SystemExit(stop_signals.exit_status(summary["stopped_by"]))
+  if stop.name and jax.process_index() == 0:
+    print(f"{stop.name} arrived while the last checkpoint and the export were written; they are "
+          "complete", flush=True)
 
 
-def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[str]:
-  """Writes the params-only bundle for fine-tuning and runs the fill-mask example."""
+def export_and_demo(summary: dict[str, Any], config, workdir: str,
+                    stop: Optional[stop_signals.StopSignals] = None) -> Optional[str]:
+  """Writes the params-only bundle for fine-tuning and runs the fill-mask example (not after a
+  signal: `stop.name`)."""
   if summary["step"] < config.total_steps:
     return None
   from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
@@ -389,7 +407,9 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str) -> Optional[s
                        tokenizer_file=summary["tokenizer_file"])
   if primary:
     print(f"exported params, model config and vocab to {path}", flush=True)
-  if config.fill_mask_example and "mlm" in params:  # (ELECTRA exports its discriminator)
+  # (Every process of a multi-process run runs it, whatever signal one of them had.)
+  late = stop is not None and stop.name is not None and jax.process_count() == 1
+  if config.fill_mask_example and "mlm" in params and not late:  # (ELECTRA: no MLM head)
     # Every process loads the bundle and runs the example: Orbax's restore is collective,
     # so a process that skipped it would leave the others waiting for ever.
     try:

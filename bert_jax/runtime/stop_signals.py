@@ -5,7 +5,10 @@ a signal they save, print where, and return; the same command resumes. In a mult
 run every process stops at the same check (peer_processes.StopAgreement). The exit status is
 128 + the signal's number, so job controllers (Kubernetes' OnFailure, Slurm's requeue)
 restart a preempted run instead of taking it for finished. During the first compile
-(`first_compile`) nothing has been trained, so the process exits at once.
+(`first_compile`) nothing has been trained, so the process exits at once. Once training is over
+(`training_over`), a signal lets the last writes (checkpoint, export, results) finish and is
+noted; a second Ctrl-C exits at once, in one line, leaving what was being written to the same
+command.
 """
 import itertools
 import os
@@ -34,15 +37,18 @@ class StopSignals:
   """Installs the handlers; `name` is the signal that stops the run, None before one.
 
   In a multi-process run `name` is the first signal any process received, set when `reached()`
-  first says True. A second Ctrl-C during the save interrupts at once. After `restore()`, a
-  multi-process run only notes a signal and finishes: a process that left would strand the
-  others in the last checkpoint's and export's collectives.
+  first says True. A second Ctrl-C during the save exits at once. After `training_over()` a
+  signal is noted in `name` and said in a line, and the last writes go on; a multi-process run
+  never leaves then (a process that left would strand the others in the last checkpoint's and
+  export's collectives), a single process leaves at a second Ctrl-C.
   """
 
   def __init__(self, starting: bool = False):
     self.name = None
     # Until `started()`, a signal ends the program at once: nothing is trained yet.
     self._starting = starting
+    self._over = False
+    self._interrupts = 0  # Ctrl-Cs: the second one exits at once
     self._agreement = None
     if peer_processes.client() is not None:
       self._agreement = peer_processes.StopAgreement(next(_GENERATIONS))
@@ -52,11 +58,17 @@ class StopSignals:
 
   def _handle(self, signum, frame):
     del frame
-    if signum == signal.SIGINT and self.name == "SIGINT":
-      raise KeyboardInterrupt
-    self.name = signal.Signals(signum).name
+    name = signal.Signals(signum).name
+    self._interrupts += name == "SIGINT"
+    if self._interrupts > 1 and not (self._over and self._agreement is not None):
+      _exit_at_once(name, AGAIN, self)
+    if self._over:
+      _say_after_training(name, again_exits=self._agreement is None)
+      self.name = self.name or name
+      return
+    self.name = name
     if self._starting:
-      _exit_before_the_first_step(self.name, "starting the run", NOTHING_TRAINED, self)
+      _exit_at_once(name, f"{name}: stopped while starting the run, {NOTHING_TRAINED}", self)
     if self._agreement is not None:  # (a handler must not wait on the network)
       threading.Thread(target=self._agreement.post, args=(self.name,), daemon=True).start()
 
@@ -73,6 +85,11 @@ class StopSignals:
   def started(self) -> None:
     """Training begins: from now on a signal stops the run after a save."""
     self._starting = False
+
+  def training_over(self) -> None:
+    """Training is over: from now on a signal lets the last writes finish (`name` says it came),
+    and the program ends after them."""
+    self._over = True
 
   def post_exit(self, name: str) -> None:
     """This process ends at once on `name` before its first step: the others end too."""
@@ -91,24 +108,31 @@ class StopSignals:
 
 
 def _after_training(signum, frame) -> None:
-  """A multi-process run's handler once training is over: the run finishes its writes."""
+  """A multi-process run's handler after `restore()`: the run finishes its writes."""
   del frame
-  print(f"{signal.Signals(signum).name} once training is over: its last writes (checkpoint, "
-        "export; collective, seconds) finish, then the program exits", file=sys.stderr,
-        flush=True)
+  _say_after_training(signal.Signals(signum).name, again_exits=False)
+
+
+def _say_after_training(name: str, again_exits: bool) -> None:
+  print(f"{name} once training is over: its last writes (checkpoint, export, results) finish, "
+        "then the program exits" + ("; Ctrl-C again exits at once and leaves them to the same "
+                                    "command" if again_exits else " (collective, seconds)"),
+        file=sys.stderr, flush=True)
 
 
 NOTHING_TRAINED = ("before the first step: nothing trained yet to save; exiting (the same "
                    "command starts again)")
+# What a second Ctrl-C says as it ends the program at once.
+AGAIN = ("SIGINT again: exiting at once; a checkpoint or export being written is left unfinished, "
+         "the newest whole checkpoint stays, and the same command goes on from it")
 
 
-def _exit_before_the_first_step(name: str, doing: str, lost: str,
-                                stop: Optional[StopSignals]) -> None:
-  """Says what a signal before the first step stopped and ends the process with its status;
-  in a multi-process run the others end too (`stop`)."""
+def _exit_at_once(name: str, line: str, stop: Optional[StopSignals]) -> None:
+  """Prints `line` and ends the process with `name`'s status at once; in a multi-process run
+  the others end too (`stop`)."""
   if stop is not None:
     stop.post_exit(name)
-  print(f"{name}: stopped while {doing}, {lost}", flush=True)
+  print(line, flush=True)
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
@@ -173,7 +197,7 @@ class first_compile:  # pylint: disable=invalid-name
       if self._done:
         return
       self._done = True
-      _exit_before_the_first_step(name, self.doing, self.lost, self.stop)
+      _exit_at_once(name, f"{name}: stopped while {self.doing}, {self.lost}", self.stop)
 
   def __exit__(self, *exc):
     if not self._active:
