@@ -59,7 +59,7 @@ def _parse_flags(argv: Optional[Sequence[str]]):
   argv = list(sys.argv[1:] if argv is None else argv)
   fv = flags.FlagValues()
   cli.define_config(fv, "Pretraining config, e.g. configs/pretrain.py:base.", argv,
-                    "bert_jax.aot_compile")
+                    "bert_jax.aot_compile", has="objective")
   flags.DEFINE_string("topology", None, "TPU topology, e.g. v5e:4x4, v4:2x2x4, v4-32.",
                       flag_values=fv)
   flags.DEFINE_integer("num_slices", 1, "Slices joined over DCN (multi-slice).", flag_values=fv)

@@ -188,7 +188,8 @@ def _config_spec(argv: Sequence[str]) -> Optional[str]:
 
 
 def define_config(flag_values: flags.FlagValues, help_string: str,
-                  argv: Sequence[str], prog: str = "bert_jax") -> flags.FlagHolder:
+                  argv: Sequence[str], prog: str = "bert_jax",
+                  has: str = "") -> flags.FlagHolder:
   """Defines --config (a configs/X.py:ARG file, overrides as --config.a.b=v, locked).
 
   The config is checked first: `--config.help` prints every key with its
@@ -202,6 +203,8 @@ def define_config(flag_values: flags.FlagValues, help_string: str,
     argv: the arguments the program will parse (config_flags reads the
       --config.* overrides from them when defining the flag).
     prog: the program's module, for messages.
+    has: a top-level key every config of the program has ('objective': pretraining, 'task':
+      fine-tuning): a config without it is another program's, refused in one line.
   """
   from bert_jax import config_help  # pylint: disable=g-import-not-at-top
   spec = _config_spec(argv)
@@ -210,6 +213,9 @@ def define_config(flag_values: flags.FlagValues, help_string: str,
       loaded = config_help.load(spec)
     except (FileNotFoundError, ValueError) as e:
       raise SystemExit(f"{prog}: --config {spec}: {e}") from None
+    if has and has not in loaded.config:
+      raise SystemExit(f"{prog}: --config {spec}: not a config of this program (it has no "
+                       f"'{has}' key); {prog} takes {help_string.rstrip('.')}")
     if "--config.help" in argv:
       print(config_help.describe(loaded))
       raise SystemExit(0)
@@ -246,7 +252,7 @@ def check_config_reads(config: ml_collections.ConfigDict, argv: Sequence[str], p
 
 def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
                        argv: Optional[Sequence[str]], prog: str, doc: str, config_help: str,
-                       workdir_help: str) -> Any:
+                       workdir_help: str, has: str) -> Any:
   """Runs a `--config FILE:ARG --workdir DIR` program (pretraining, fine-tuning).
 
   Besides --config and --workdir, the program takes absl's --verbosity and
@@ -260,13 +266,14 @@ def run_config_program(run: Callable[[ml_collections.ConfigDict, str], Any],
     doc: its module docstring (for --help).
     config_help: what --config takes.
     workdir_help: what --workdir is.
+    has: a top-level key every config of the program has (define_config).
 
   Returns:
     What `run` returns.
   """
   argv = list(sys.argv[1:] if argv is None else argv)
   flag_values = flags.FlagValues()
-  config = define_config(flag_values, config_help, argv, prog)
+  config = define_config(flag_values, config_help, argv, prog, has)
   workdir = flags.DEFINE_string("workdir", None, workdir_help, flag_values=flag_values)
   verbosity = add_verbosity_flag(flag_values)
   distributed.define_flags(flag_values)

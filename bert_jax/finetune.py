@@ -79,7 +79,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   result = cli.run_config_program(
       _finetune, argv, "bert_jax.finetune", __doc__,
       "configs/glue.py:task=TASK, configs/squad.py:version=V, configs/ner.py or "
-      "configs/sentence_embeddings.py.", "Output directory.")
+      "configs/sentence_embeddings.py.", "Output directory.", has="task")
   if result.get("stopped_by"):  # 128 + the signal's number, after the checkpoint line
     raise SystemExit(stop_signals.exit_status(result["stopped_by"]))
 

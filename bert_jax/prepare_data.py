@@ -108,7 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   argv = list(sys.argv[1:] if argv is None else argv)
   flag_values = flags.FlagValues()
   config = cli.define_config(flag_values, "configs/pretrain.py:VARIANT (its data section)", argv,
-                             "bert_jax.prepare_data")
+                             "bert_jax.prepare_data", has="objective")
   out = flags.DEFINE_string("out", None, "Directory for the numpy parts and prepared.json.",
                             flag_values=flag_values)
   quiet = flags.DEFINE_boolean("quiet", False, "no header or progress, only the last line",

@@ -33,7 +33,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:])."""
   cli.run_config_program(
       _train_and_export, argv, "bert_jax.pretrain", __doc__, "configs/pretrain.py:VARIANT",
-      "Run directory (checkpoints, logs).")
+      "Run directory (checkpoints, logs).", has="objective")
 
 
 def run() -> None:

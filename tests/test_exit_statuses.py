@@ -151,3 +151,19 @@ def test_a_finished_finetune_given_again_prints_its_results_and_exits_0(pretrain
   assert again.returncode == 0, again.stderr
   assert "holds this run, finished" in again.stdout, again.stdout
   assert "Traceback" not in again.stderr
+
+
+@pytest.mark.parametrize("program, spec, key, takes", [
+    ("bert_jax.finetune", "configs/pretrain.py:tiny", "task", "configs/glue.py:task=TASK"),
+    ("bert_jax.pretrain", "configs/glue.py:task=mrpc", "objective", "configs/pretrain.py:VARIANT"),
+    ("bert_jax.prepare_data", "configs/ner.py", "objective", "configs/pretrain.py:VARIANT"),
+])
+def test_another_programs_config_is_one_line_naming_what_the_program_takes(program, spec, key,
+                                                                           takes, tmp_path):
+  where = ["--out", str(tmp_path / "out")] if "prepare" in program else [
+      "--workdir", str(tmp_path / "w")]
+  proc = _run(program, "--config", spec, *where)
+  assert proc.returncode == 1
+  _one_line(proc.stderr, f"{program}: --config {spec}: not a config of this program (it has no "
+                         f"'{key}' key); {program} takes {takes}")
+  assert not any(tmp_path.iterdir())  # nothing written
