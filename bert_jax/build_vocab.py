@@ -22,9 +22,11 @@ many as fit, the most used are kept). --vocab_size is a maximum: learning stops
 early when no pair of adjacent pieces is seen --min_count times or more.
 SentencePiece (unigram): [PAD]=0, [UNK]=1, then [CLS], [SEP], [MASK] as
 control pieces; `--output X.model` writes X.model and X.vocab.
-Use the result with config.data.vocab_file / config.data.spm_model.
+Use the result with config.data.vocab_file / config.data.spm_model. An existing --output
+is refused before any text is read, unless --overwrite is given.
 """
 import logging
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -54,6 +56,9 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
                        "wordpiece: a new piece (two adjacent pieces merged) must be seen at "
                        "least this many times (--vocab_size is a maximum)", flag_values=fv)
   flags.DEFINE_boolean("quiet", False, "no header or progress lines on stderr", flag_values=fv)
+  flags.DEFINE_boolean("overwrite", False, "replace an existing --output (by default it is "
+                       "refused: a prepared corpus or a run may have been built with it)",
+                       flag_values=fv)
   cli.parse(fv, argv, "bert_jax.build_vocab", __doc__, paths=("output",))
   return fv
 
@@ -61,6 +66,12 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parse(argv)
   try:
+    written = ([args.output] if args.type == "wordpiece" else
+               [vocab_builder.sentencepiece_prefix(args.output) + x for x in (".model", ".vocab")])
+    existing = [p for p in written if os.path.exists(p)]
+    if existing and not args.overwrite:
+      raise FileExistsError(f"{existing[0]} exists (a prepared corpus or a run may have been "
+                            "built with it): give another --output, or --overwrite to replace it")
     if args.input != "builtin":  # a glob that matches nothing: one line before TensorFlow loads
       from bert_jax.data.sources import source_files  # pylint: disable=g-import-not-at-top
       source_files.check_local_globs(args.input)

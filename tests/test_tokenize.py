@@ -253,3 +253,24 @@ def test_build_vocab_says_why_it_wrote_fewer_tokens_than_asked(tmp_path, capsys)
   assert written < 300  # the corpus has far fewer distinct pieces than that
   assert line.startswith(f"wrote {written} tokens to {out} (--vocab_size 300 is a maximum: ")
   assert "--min_count 2" in line
+
+
+@pytest.mark.parametrize("kind, output, existing", [
+    ("wordpiece", "vocab.txt", "vocab.txt"),
+    ("sentencepiece", "sp.model", "sp.vocab"),  # either of the two files it writes
+])
+def test_build_vocab_refuses_an_existing_output_unless_told_to_overwrite(tmp_path, capsys, kind,
+                                                                         output, existing):
+  out = tmp_path / output
+  (tmp_path / existing).write_text("[PAD]\nkept\n", encoding="utf-8")
+  args = ["--input", _corpus(tmp_path, n=2000), "--output", str(out), "--vocab_size", "60",
+          "--type", kind, "--num_unused", "3", "--quiet"]
+  with pytest.raises(SystemExit) as e:
+    build_vocab.main(args)
+  assert str(e.value.code) == (
+      f"error: {tmp_path / existing} exists (a prepared corpus or a run may have been built with "
+      "it): give another --output, or --overwrite to replace it")
+  assert (tmp_path / existing).read_text(encoding="utf-8") == "[PAD]\nkept\n"
+  build_vocab.main(args + ["--overwrite"])
+  assert "kept" not in (tmp_path / existing).read_text(encoding="utf-8").split("\n")
+  assert capsys.readouterr().out.startswith("wrote ")

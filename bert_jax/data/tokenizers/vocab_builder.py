@@ -105,10 +105,16 @@ def _train_wordpiece(texts: list[str], vocab_size: int, first: list[str], min_co
   return tok
 
 
+def sentencepiece_prefix(output: str) -> str:
+  """The path a SentencePiece model `output` (X or X.model) is written under: X (X.model and
+  X.vocab)."""
+  return output[:-len(".model")] if output.endswith(".model") else output
+
+
 def build_sentencepiece(sentences, output: str, vocab_size: int) -> str:
   """Trains a unigram SentencePiece model with BERT's special pieces; returns its path."""
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  prefix = output[:-len(".model")] if output.endswith(".model") else output
+  prefix = sentencepiece_prefix(output)
   spm.SentencePieceTrainer.train(
       sentence_iterator=(s.decode("utf-8") for s in sentences.numpy()),
       model_prefix=prefix, vocab_size=vocab_size, model_type="unigram",
