@@ -134,6 +134,33 @@ def test_a_finished_workdir_is_never_replaced_by_another_run(pretrained, glue_di
 
 
 @pytest.mark.slow
+def test_a_start_over_run_that_stopped_is_resumed_by_the_same_command(pretrained, glue_dir,
+                                                                      tmp_path, monkeypatch,
+                                                                      capsys):
+  """A job controller gives the same start_over command again after a preemption: it resumes
+  the run that command began (to the uninterrupted run's results) instead of setting it aside
+  and training from step 0 each time."""
+  monkeypatch.setattr(stop_signals, "StopSignals", _SignalAt)
+  again = lambda: glue_config(glue_dir, pretrained, learning_rate=1e-3,  # noqa: E731
+                              start_over=True)
+  _SignalAt.at, _SignalAt.reads = None, 0
+  straight, workdir = tmp_path / "straight", tmp_path / "stopped"
+  for w in (straight, workdir):
+    finetune.finetune(glue_config(glue_dir, pretrained), str(w))  # the run set aside
+  want = finetune.finetune(again(), str(straight))
+  _SignalAt.at, _SignalAt.reads = 3, 0
+  stopped = finetune.finetune(again(), str(workdir))
+  assert stopped["stopped_by"] == "SIGTERM"
+  assert "starting over: moved the earlier run's" in capsys.readouterr().out
+  _SignalAt.at = None
+  assert finetune.finetune(again(), str(workdir)) == want
+  assert "starting over" not in capsys.readouterr().out
+  assert sorted(p.name for p in workdir.iterdir() if p.name.startswith("before_start_over")) == [
+      "before_start_over"]
+  _assert_same(_results(workdir), _results(straight))
+
+
+@pytest.mark.slow
 def test_a_long_evaluation_says_how_far_it_is(pretrained, glue_dir, tmp_path, monkeypatch,
                                               capsys):
   monkeypatch.setattr(evaluation, "PROGRESS_SECONDS", 0.01)

@@ -170,6 +170,17 @@ def finished_run(workdir: str, config_record: dict, may_change: Sequence[str],
       "anew; nothing was moved or written")
 
 
+def resumes_its_own_start_over(workdir: str, config_record: dict,
+                               may_change: Sequence[str]) -> bool:
+  """Whether the workdir's run is an unfinished one that this same config, start_over
+  included, began: the command given again after a stop resumes it instead of setting it aside
+  (a job controller re-issues the same command after every preemption)."""
+  record = read_run(workdir)
+  saved = (record or {}).get("config") or {}
+  return bool(record and record.get("state") != "finished" and saved.get("start_over")
+              and not changed_keys(saved, config_record, may_change))
+
+
 def set_earlier_run_aside(workdir: str, names: Sequence[str]) -> Optional[epath.Path]:
   """Moves the earlier run's `names` (those present) to before_start_over[.N]/, kept whole.
 

@@ -272,8 +272,9 @@ def finetune(c: ml_collections.ConfigDict, *, data_source: str, max_seq_length: 
   # (bert_jax.finetuning.setup.RESUME_MAY_CHANGE).
   c.resume_allow_changes = ""
   # Train anew in a workdir that holds a run: its files (results, predictions, export,
-  # checkpoints, logs) are moved to before_start_over/ first, kept. Without it a finished
-  # run of another config is refused, and given again the same config prints its results.
+  # checkpoints, logs) are moved to before_start_over/ first, kept; the same command given
+  # again after a stop resumes the run it began. Without it a finished run of another config
+  # is refused, and given again the same config prints its results.
   c.start_over = False
   compile_cache(c)
   c.model = model()

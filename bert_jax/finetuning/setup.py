@@ -197,7 +197,8 @@ def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) 
   workdir holds this run, finished (nothing to do), else 'run'.
 
   The workdir must not hold another program's run or a bundle, nor a finished run of
-  another config (unless config.start_over, which sets that run's files aside first).
+  another config (unless config.start_over, which sets that run's files aside first; not
+  the unfinished run that the same start_over command began, which it resumes).
   """
   workdir_owner.check(workdir, "finetune")
   if is_writer:
@@ -206,7 +207,8 @@ def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) 
   if workdir_owner.finished_run(workdir, config_record, RESUME_MAY_CHANGE, config.start_over):
     return "finished"
   if config.start_over:
-    if is_writer:
+    if is_writer and not workdir_owner.resumes_its_own_start_over(workdir, config_record,
+                                                                  RESUME_MAY_CHANGE):
       workdir_owner.set_earlier_run_aside(workdir, RUN_FILES)
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("bert_jax.finetune.start_over")
