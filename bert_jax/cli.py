@@ -327,7 +327,8 @@ def run_tool(main: Callable[[], Optional[int]]) -> None:
   """Runs a tool's main; bad input ends it with one 'error: ...' line, status 2.
 
   Bad input is a missing file, an output that exists, or a bad value
-  (FileNotFoundError, FileExistsError, ValueError): no traceback for those.
+  (FileNotFoundError, FileExistsError, ValueError): no traceback for those. A platform JAX
+  cannot use (JAX_PLATFORMS=cuda without a GPU) is the training programs' one line, status 1.
   """
   def checked() -> Optional[int]:
     try:
@@ -335,6 +336,12 @@ def run_tool(main: Callable[[], Optional[int]]) -> None:
     except (FileNotFoundError, FileExistsError, ValueError) as e:
       print(f"error: {e}", file=sys.stderr)
       return 2
+    except (RuntimeError, AssertionError):
+      problem = distributed.platform_problem()
+      if problem is None:
+        raise
+      print(problem, file=sys.stderr)
+      return 1
   exit_program(checked)
 
 

@@ -9,6 +9,7 @@ from bert_jax.configuration import sections as config_sections
 from bert_jax.data.tokenizers import wordpiece
 from bert_jax.tasks.glue import data as glue
 from bert_jax.tasks.ner import data as ner
+from tests.fixtures import tiny_encoder
 from tests.fixtures.repo import ROOT
 from tests.fixtures.repo import load_config
 
@@ -72,13 +73,24 @@ def _run(args, **kw):
                         text=True, timeout=300, **kw)
 
 
-def test_a_platform_jax_cannot_use_is_one_line(tmp_path):
+@pytest.mark.parametrize("program", ["pretrain", "embed", "fill_mask", "convert"])
+def test_a_platform_jax_cannot_use_is_one_line(tmp_path, program):
+  """The training programs and the tools that read a model say it the same way."""
+  model = tiny_encoder.save_random_bundle(tmp_path / "bundle")
+  texts = tmp_path / "texts.txt"
+  texts.write_text("the cat sat\n", encoding="utf-8")
+  args = {
+      "pretrain": ["--config", str(ROOT / "configs" / "pretrain.py") + ":tiny", "--workdir",
+                   str(tmp_path / "run")],
+      "embed": ["--checkpoint", model, "--input", str(texts), "--output",
+                str(tmp_path / "x.npy")],
+      "fill_mask": ["--checkpoint", model, "the [MASK] sat"],
+      "convert": ["--to", "hf", "--src", model, "--dst", str(tmp_path / "hf")],
+  }[program]
   env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cuda")
-  done = subprocess.run([sys.executable, "-m", "bert_jax.pretrain", "--config",
-                         str(ROOT / "configs" / "pretrain.py") + ":tiny", "--workdir",
-                         str(tmp_path / "run")], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=300)
-  assert done.returncode == 1
+  done = subprocess.run([sys.executable, "-m", f"bert_jax.{program}"] + args, cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert done.returncode == 1, done.stderr
   assert done.stderr.strip().splitlines()[-1].startswith(
       "bert_jax: JAX_PLATFORMS=cuda: JAX cannot use that platform on this machine")
   assert "Traceback" not in done.stderr

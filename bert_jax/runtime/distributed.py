@@ -130,11 +130,20 @@ def _keep_going_when_a_process_is_lost() -> None:
 def _check_platform() -> None:
   """Ends the program in one line when the platform JAX was asked for (JAX_PLATFORMS=cuda
   without a visible GPU) cannot be used, instead of JAX's bare AssertionError."""
+  problem = platform_problem()
+  if problem:
+    raise SystemExit(problem)
+
+
+def platform_problem() -> Optional[str]:
+  """The one line saying that JAX cannot use the platform it was asked for, or None when it
+  can (a tool that failed for another reason)."""
   try:
     jax.devices()
   except (RuntimeError, AssertionError) as e:
     asked = os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or "the default"
     cause = str(e).strip().splitlines()[0] if str(e).strip() else "no such backend"
-    raise SystemExit(f"bert_jax: JAX_PLATFORMS={asked}: JAX cannot use that platform on this "
-                     f"machine ({cause}); install its support (pip install -e '.[gpu]' or "
-                     "'.[tpu]'), or unset JAX_PLATFORMS") from None
+    return (f"bert_jax: JAX_PLATFORMS={asked}: JAX cannot use that platform on this machine "
+            f"({cause}); install its support (pip install -e '.[gpu]' or '.[tpu]'), or unset "
+            "JAX_PLATFORMS")
+  return None
