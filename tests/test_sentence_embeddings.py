@@ -102,6 +102,15 @@ def test_files_layouts_and_errors_name_the_line(tmp_path):
   tuples.write_text("a\tb\nd\te\n")
   with pytest.raises(ValueError, match="triplet loss needs 'anchor<TAB>positive<TAB>negative'"):
     sentence_pairs.read_tuples(str(tuples), need_negative=True)
+  # A scored-pair file given to mnrl or triplet: its scores are not negatives.
+  for text in ("sentence1\tsentence2\tscore\na\tb\t0.5\nc\td\t1\n", "a\tb\t4\nc\td\t1.25\n"):
+    tuples.write_text(text)
+    for need_negative in (False, True):
+      with pytest.raises(ValueError, match=r"tuples.tsv: its third column is a score on every "
+                                           r"line .* loss=cosent or cosine"):
+        sentence_pairs.read_tuples(str(tuples), need_negative=need_negative)
+  tuples.write_text("a\tb\t4\nc\td\tthe 3 cats\n")  # a number among sentences is a sentence
+  assert sentence_pairs.read_tuples(str(tuples), need_negative=True).texts[0] == ("a", "b", "4")
 
 
 def test_bad_config_and_scores_fail_before_training(tmp_path):

@@ -81,6 +81,19 @@ def read_scored_pairs(path: str) -> SentenceRows:
   return SentenceRows(texts, np.asarray(scores, np.float64), path)
 
 
+def _scored(lines: list) -> bool:
+  """Whether the third column is a number on every line (a header's 'score' aside)."""
+  def number(text: str) -> bool:
+    try:
+      return np.isfinite(float(text))
+    except ValueError:
+      return False
+  thirds = [line.split("\t")[2:3] for _, line in lines]
+  if thirds and thirds[0] and thirds[0][0].strip().lower() == "score":
+    thirds = thirds[1:]
+  return bool(thirds) and all(t and number(t[0]) for t in thirds)
+
+
 def read_tuples(path: str, need_negative: bool) -> SentenceRows:
   """Tuples from `path`; ValueError names an empty file, a bad line, or a missing negative."""
   lines = _lines(path)
@@ -91,6 +104,10 @@ def read_tuples(path: str, need_negative: bool) -> SentenceRows:
   if need_negative and width != 3:
     raise ValueError(f"{path}: the triplet loss needs 'anchor<TAB>positive<TAB>negative' lines, "
                      f"found {width} columns")
+  if width == 3 and _scored(lines):
+    raise ValueError(f"{path}: its third column is a score on every line (sentence1<TAB>"
+                     "sentence2<TAB>score), not a negative sentence: train scored pairs with "
+                     "loss=cosent or cosine, or give anchor<TAB>positive[<TAB>negative] lines")
   texts = []
   for number, line in lines:
     parts = line.split("\t")
