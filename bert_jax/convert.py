@@ -32,9 +32,10 @@ sentence-transformers loads and encodes with as bert_jax embeds.
 --dst is replaced whole: the new folder is written beside it and exchanged with
 the earlier one in one step, so that a kill or a full disk leaves the complete
 earlier folder (or none), never a mix of two models; a disk that refuses a
-write is one line naming the file. --overwrite replaces only a bundle (--from)
-or a folder holding only the files an export writes (--to hf): anything else in
-it (a tokenizer.json of another model, notes) is named and nothing is touched.
+write is one line naming the file. --overwrite replaces only a bundle that is
+not a training run's export/ (--from) or a folder holding only the files an
+export writes (--to hf): anything else in it (a tokenizer.json of another
+model, notes) is named and nothing is touched.
 
 A conversion that takes longer than 10 s prints a line every 10 s until it is
 done (--quiet: only the result; a mistake is one line).

@@ -174,3 +174,23 @@ def test_overwrite_names_files_an_export_does_not_write_and_touches_nothing(mode
   (dst / "README.md").unlink()
   convert.main(["--to", "hf", "--src", models.new, "--dst", str(dst), "--overwrite", "--quiet"])
   assert write_faults.snapshot(dst) == write_faults.snapshot(models.new_hf)
+
+
+@pytest.mark.parametrize("record", ["run.json", "checkpoints", "finetune_checkpoints"])
+def test_overwrite_refuses_a_training_runs_export(models, tmp_path, record):
+  """A run's export/ replaced by a conversion would no longer be what the run trained, while
+  its records (run.json: finished) say it is: refused, nothing touched."""
+  run = tmp_path / "run"
+  shutil.copytree(models.earlier, run / "export")
+  (run / record).mkdir() if record.endswith("checkpoints") else (run / record).write_text("{}")
+  before = write_faults.snapshot(run)
+  with pytest.raises(FileExistsError, match=r"export is the export of the training run in .*run; "
+                                            r"--overwrite replaces only a bundle of its own"):
+    convert.main(["--from", "hf", "--src", str(models.new_hf), "--dst", str(run / "export"),
+                  "--overwrite", "--quiet"])
+  assert write_faults.snapshot(run) == before and not write_faults.leftovers(tmp_path)
+  # A bundle of its own named export/ (no run beside it) is replaced as before.
+  alone = tmp_path / "alone" / "export"
+  shutil.copytree(models.earlier, alone)
+  convert.main(["--from", "hf", "--src", str(models.new_hf), "--dst", str(alone), "--overwrite",
+                "--quiet"])

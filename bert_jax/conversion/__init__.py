@@ -8,6 +8,7 @@ from flax import traverse_util
 import numpy as np
 
 from bert_jax.checkpoints import bundle
+from bert_jax.runtime import workdirs
 
 
 def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str, *,
@@ -24,6 +25,7 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
     if not overwrite:
       raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
     bundle.check_replaceable(dst)  # before the checkpoint is read
+    _check_not_a_runs_export(dst_path)
   out = load(src, drop_unexpected=drop_unexpected, lowercase=lowercase)
   check_finite(out["params"], src)
   source = src if "://" in src else os.path.abspath(src)
@@ -35,6 +37,16 @@ def to_bundle(load: Callable[..., dict[str, Any]], kind: str, src: str, dst: str
                            "dropped": out["dropped"]},
                      overwrite=overwrite, tokenizer_file=out.get("tokenizer_file"))
   return out
+
+
+def _check_not_a_runs_export(dst: epath.Path) -> None:
+  """Refuses (FileExistsError) a --dst that is a training run's export/: replaced, it would no
+  longer be what the run trained, while the run's records say it is."""
+  run = dst.parent
+  if dst.name == workdirs.EXPORT and any((run / name).exists() for name in (
+      workdirs.CHECKPOINTS, workdirs.FINETUNE_CHECKPOINTS, workdirs.RUN_FILE, workdirs.METRICS)):
+    raise FileExistsError(f"{dst} is the export of the training run in {run}; --overwrite "
+                          "replaces only a bundle of its own: choose another --dst")
 
 
 def check_finite(params: Any, src: str) -> None:
