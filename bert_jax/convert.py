@@ -79,8 +79,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_boolean("overwrite", False, "replace a non-empty --dst that holds an earlier "
                        "conversion", flag_values=fv)
   flags.DEFINE_boolean("drop_unexpected", False,
-                       "drop tensors outside the BERT name map (e.g. a fine-tuned classifier) "
-                       "instead of failing", flag_values=fv)
+                       "leave out tensors outside the BERT name map (e.g. a fine-tuned "
+                       "classifier) instead of failing: --from, of the foreign checkpoint; "
+                       "--to, of the export (the encoder and pooler are written)",
+                       flag_values=fv)
   flags.DEFINE_boolean("quiet", False, "no progress lines, only the result", flag_values=fv)
   cli.parse(fv, argv, "bert_jax.convert", __doc__, paths=("src", "dst"))
   return fv
@@ -103,14 +105,19 @@ def _convert(args: flags.FlagValues) -> int:
       print("note: --cased/--uncased are ignored with --to (the bundle records its casing)",
             file=sys.stderr)
     with working:
-      out = hf.bundle_to_hf(args.src, args.dst, overwrite=args.overwrite)
+      out = hf.bundle_to_hf(args.src, args.dst, overwrite=args.overwrite,
+                            drop_unexpected=args.drop_unexpected)
     print(f"wrote {args.dst}: {out['architecture']} ({bundle.describe_arch(out['config'])}, "
           f"heads {list(out['heads'])}, {out['num_tensors']} tensors)"
           + (f"; a sentence-transformers folder: {' -> '.join(out['modules'])}"
              if out.get("modules") else ""))
-    if out["dropped"]:
-      print(f"left out {out['dropped']}: DeBERTa's enhanced mask decoder (pretraining only; "
+    emd = [p for p in out["dropped"] if p.startswith("emd/")]
+    others = [p for p in out["dropped"] if not p.startswith("emd/")]
+    if emd:
+      print(f"left out {emd}: DeBERTa's enhanced mask decoder (pretraining only; "
             "transformers has none)")
+    if others:
+      print(f"left out {len(others)} tensors outside the name map (--drop_unexpected): {others}")
     return 0
   convert = hf.hf_to_bundle if args["from"].value == "hf" else tf1.tf1_to_bundle
   with working:

@@ -357,3 +357,36 @@ def test_a_crafted_config_of_20000_layers_is_refused_before_tracing(pt_export, t
   d = _with_config(pt_export, tmp_path, num_hidden_layers=20_000)
   with pytest.raises(ValueError, match=r"declares num_layers 20,000 \(at most 1,024\)"):
     hf.load_hf(d)
+
+
+def test_to_hf_of_a_fine_tuned_bundle_names_its_head_and_drop_unexpected_leaves_it_out(
+    tmp_path, capsys):
+  """A fine-tuned classifier has no name in transformers' BertModel: the export names it and
+  the flag that writes the encoder without it; with the flag, the encoder and pooler are written
+  bit for bit and the head is named as left out."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import tiny_encoder  # pylint: disable=g-import-not-at-top
+  config = tiny_encoder.BUNDLE_CONFIG
+  params = tiny_encoder.random_params(config, heads=("pooler",))
+  params["classifier"] = {"kernel": np.ones((16, 3), np.float32),
+                          "bias": np.zeros((3,), np.float32)}
+  vocab = tiny_encoder.VOCAB + [f"w{i}" for i in range(config.vocab_size
+                                                       - len(tiny_encoder.VOCAB))]
+  src = str(tmp_path / "finetuned")
+  bundle.save_bundle(src, params, config, vocab, True)
+  with pytest.raises(Exception, match=r"not exportable classifier/bias, classifier/kernel .*"
+                                      r"--drop_unexpected exports the model without them"):
+    convert.main(["--to", "hf", "--src", src, "--dst", str(tmp_path / "refused"), "--quiet"])
+  assert not (tmp_path / "refused").exists()
+  capsys.readouterr()
+  assert convert.main(["--to", "hf", "--src", src, "--dst", str(tmp_path / "hf"),
+                       "--drop_unexpected", "--quiet"]) == 0
+  out = capsys.readouterr().out
+  assert "left out 2 tensors outside the name map (--drop_unexpected): ['classifier/bias', " \
+         "'classifier/kernel']" in out
+  tensors = load_file(str(tmp_path / "hf" / "model.safetensors"))
+  assert not any("classifier" in k for k in tensors)
+  np.testing.assert_array_equal(tensors["bert.pooler.dense.bias"],
+                                params["bert"]["pooler"]["bias"])

@@ -312,12 +312,13 @@ def _architecture(model_type: str, heads: tuple[str, ...]) -> str:
 
 
 def params_to_hf(params: dict, config: BertConfig, dst: str,
-                 shown: Optional[str] = None) -> dict[str, Any]:
+                 shown: Optional[str] = None, drop_unexpected: bool = False) -> dict[str, Any]:
   """Writes params as an HF model: model.safetensors (PyTorch layout, float32) and config.json.
 
   `shown` is the folder a failed write names (the destination, where `dst` is its temporary
   stand-in). Returns dict(heads, architecture, num_tensors, dropped): `dropped` names params
-  with no transformers counterpart (the EMD's table).
+  with no transformers counterpart (the EMD's table; with drop_unexpected, every param outside
+  the name map, such as a fine-tuned task's head, instead of a ConversionError).
   """
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
@@ -327,7 +328,14 @@ def params_to_hf(params: dict, config: BertConfig, dst: str,
   # deberta.embeddings.position_embeddings, which transformers skips on load).
   dropped = [f"emd/{p}" for p in traverse_util.flatten_dict(params.get("emd", {}), sep="/")]
   params = {k: v for k, v in params.items() if k != "emd"}
-  tensors = name_map.from_ours(params, name_map.hf_rules(config.model_type), config)
+  left_out = [] if drop_unexpected else None
+  tensors = name_map.from_ours(params, name_map.hf_rules(config.model_type), config,
+                               left_out=left_out)
+  if left_out:
+    dropped += left_out
+    flat = traverse_util.flatten_dict(params, sep="/")
+    params = traverse_util.unflatten_dict(
+        {k: v for k, v in flat.items() if k not in set(left_out)}, sep="/")
   heads = bundle.heads_of(params)
   arch = _architecture(config.model_type, heads)
   hf_config["architectures"] = [arch]
@@ -368,8 +376,10 @@ def check_replaceable_export(path: str) -> None:
                           "--dst")
 
 
-def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, Any]:
-  """Exports a checkpoint (anything loading.load_pretrained reads) as an HF directory.
+def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False,
+                 drop_unexpected: bool = False) -> dict[str, Any]:
+  """Exports a checkpoint (anything loading.load_pretrained reads) as an HF directory; with
+  drop_unexpected, without the params transformers has no name for (a task's head).
 
   Writes model.safetensors ('pt', float32), config.json, the tokenizer files and
   tokenizer_config.json; the folder replaces `dst` in one step (atomic_files), never a mix of
@@ -391,7 +401,8 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False) -> dict[str, An
   record = _embedding_record(b.source)
   params = {k: v for k, v in b.params.items() if k != pooling.DENSE_GROUP}
   with atomic_files.replacing(out) as tmp:
-    written = params_to_hf(params, b.config, str(tmp), shown=dst)
+    written = params_to_hf(params, b.config, str(tmp), shown=dst,
+                           drop_unexpected=drop_unexpected)
     if record is not None:
       written["modules"] = st_modules.write_modules(
           tmp, record, b.params.get(pooling.DENSE_GROUP, {}), b.config.hidden_size,

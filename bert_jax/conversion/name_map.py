@@ -308,9 +308,11 @@ def _group_of_path(path: str) -> str:
 
 
 def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
-              dtype: Optional[Any] = np.float32) -> dict[str, np.ndarray]:
+              dtype: Optional[Any] = np.float32,
+              left_out: Optional[list] = None) -> dict[str, np.ndarray]:
   """Our params -> {their name: numpy array} (dtype None keeps the stored one); ConversionError
-  for params outside the map (fine-tuning heads), an incomplete group, or a wrong shape."""
+  for params outside the map (fine-tuning heads), an incomplete group, or a wrong shape. With
+  `left_out` (a list) the params outside the map are appended to it instead."""
   flat = traverse_util.flatten_dict(dict(params), sep="/")
   ours_shapes = bundle.pretraining_shapes(config)
   rules = _config_rules(rules, config, ours_shapes)
@@ -319,13 +321,17 @@ def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
   known = {r.ours for r in active}
   missing = [r.ours for r in active if r.ours not in flat]
   unexpected = [p for p in flat if p not in known]
+  if left_out is not None:
+    left_out.extend(unexpected)
+    unexpected = []
   if missing or unexpected:
     raise ConversionError(
         "params do not match the BERT name map: "
         + (f"missing {_listing(missing)}" if missing else "")
         + ("; " if missing and unexpected else "")
         + (f"not exportable {_listing(unexpected)} (only the encoder and the pooler, MLM, NSP "
-           "and discriminator heads have foreign names)" if unexpected else ""))
+           "and discriminator heads have foreign names; --drop_unexpected exports the model "
+           "without them)" if unexpected else ""))
   out = {}
   for r in active:
     x = np.asarray(flat[r.ours])
@@ -334,6 +340,6 @@ def from_ours(params: Mapping, rules: Sequence[Rule], config: BertConfig, *,
                             f"for {bundle.describe_arch(config)}")
     y = r.hook.to_theirs(x, config)
     out[r.theirs] = np.ascontiguousarray(y if dtype is None else y.astype(dtype))
-  if len(out) != len(flat):
+  if len(out) != len(flat) - len(left_out or ()):
     raise ConversionError(f"exported {len(out)} tensors from {len(flat)} params")
   return out
