@@ -156,7 +156,9 @@ def test_constant_prediction_warning():
   # Not constant, but exactly as accurate as always answering 1.
   swapped = np.array([1, 1, 1, 1, 0, 0, 1, 1])
   assert metrics.accuracy(swapped, labels) == 5 / 8
-  assert "equals the majority-class baseline" in metrics.constant_prediction_warning(swapped, labels)
+  assert "equals the majority-class baseline (the accuracy of always predicting the most " \
+         "frequent class), though the predictions take 2 classes" in (
+             metrics.constant_prediction_warning(swapped, labels))
   # Better than the baseline: no warning.
   assert metrics.constant_prediction_warning(np.array([1, 1, 1, 0, 0, 1, 0, 0]), labels) == ""
   # Regression: one score for every example.

@@ -217,6 +217,8 @@ def constant_prediction_warning(predictions, labels, is_regression: bool = False
             f"accuracy {acc:.4f} (the majority-class baseline is {rate:.4f}): the model has "
             "not learned the task (try more steps or another learning rate)")
   if abs(acc - rate) < 0.5 / labels.size:
-    return (f"accuracy {acc:.4f} equals the majority-class baseline (always predicting the "
-            "most frequent class): the model has not learned the task")
+    return (f"accuracy {acc:.4f} equals the majority-class baseline (the accuracy of always "
+            f"predicting the most frequent class), though the predictions take {len(classes)} "
+            "classes: no better than a constant on accuracy; the model has not learned the "
+            "task (try more steps or another learning rate)")
   return ""
