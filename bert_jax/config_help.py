@@ -140,7 +140,13 @@ def load(spec: str) -> LoadedConfig:
 
 def describe(loaded: LoadedConfig, prefix: str = "") -> str:
   """Every key (under `prefix`) as `key = default` and its comment, one block per key."""
-  keys = {k: v for k, v in flatten(loaded.config).items() if k.startswith(prefix)}
+  every = flatten(loaded.config)
+  keys = {k: v for k, v in every.items() if k.startswith(prefix)}
+  if not keys:  # a misspelt prefix: one line with the nearest, not an empty listing
+    sections = sorted({k.split(".", 1)[0] for k in every} | set(every))
+    near = closest_key(prefix.rstrip("."), sections)
+    raise ValueError(f"{loaded.spec}: no key starts with {prefix!r}"
+                     + (f"; did you mean {near!r}?" if near else ""))
   out = [f"{loaded.spec}: {len(keys)} keys; override one with --config.KEY=VALUE"]
   for key, value in keys.items():
     out.append(f"{key} = {value!r}")

@@ -151,6 +151,12 @@ def test_config_help_lists_every_key_with_its_comment_and_default():
           "'stable_adamw' (ModernBERT: AdamW with per-tensor update clipping).\n") in text
   assert "(no comment)" not in text
   assert len(text.splitlines()) == 1 + 2 * len(keys)
+  # A prefix lists its keys; a misspelt one is one line with the nearest, not 0 keys.
+  assert config_help.describe(loaded, "optimizer.").startswith(
+      f"{loaded.spec}: {sum(k.startswith('optimizer.') for k in keys)} keys")
+  with pytest.raises(ValueError, match=r"no key starts with 'optimzer'; did you mean "
+                                       r"'optimizer'\?"):
+    config_help.describe(loaded, "optimzer")
 
 
 @pytest.mark.parametrize("override,message", [
