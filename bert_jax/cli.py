@@ -121,7 +121,8 @@ def check_remote_paths(paths: Sequence[str], prog: str) -> None:
 
 
 def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: str, doc: str,
-          positional: Sequence[str] = (), paths: Sequence[str] = ()) -> list[str]:
+          positional: Sequence[str] = (), paths: Sequence[str] = (),
+          input_hint: str = "") -> list[str]:
   """Parses a command line into `flag_values`; returns its positional arguments.
 
   Args:
@@ -133,6 +134,8 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
       ending in '...' takes one or more, '[NAME...]' zero or more.
     paths: the flags that hold paths (a string or a list of them): their values
       are made absolute (`absolute`).
+    input_hint: where a program without positional arguments reads its input, said when
+      some are given (e.g. 'it reads texts from standard input').
 
   Returns:
     The positional arguments (flags may come before, between or after them).
@@ -161,7 +164,7 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
   if len(args) < required or (len(args) > len(positional) and not variadic):
     got = f"got {len(args)}" + (f": {args}" if args else "")
     usage_error(f"{prog}: expected positional arguments {' '.join(positional) or '(none)'}, "
-                f"{got} ({usage})")
+                f"{got}{f'; {input_hint}' if input_hint else ''} ({usage})")
   given = []
   for name in paths:
     value = flag_values[name].value

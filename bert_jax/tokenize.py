@@ -37,7 +37,9 @@ def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
   flags.DEFINE_boolean("cased", False, "cased vocab: no lower-casing or accent stripping",
                        flag_values=fv)
   flags.DEFINE_boolean("tokens", False, "print pieces instead of ids", flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.tokenize", __doc__, paths=("vocab", "spm_model", "tokenizer"))
+  cli.parse(fv, argv, "bert_jax.tokenize", __doc__, paths=("vocab", "spm_model", "tokenizer"),
+            input_hint="it reads the texts from standard input, one per line (echo 'a text' | "
+                       "python -m bert_jax.tokenize ...)")
   return fv
 
 

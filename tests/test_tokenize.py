@@ -173,6 +173,14 @@ def test_tokenize_cli_prints_ids_per_line(vocab_file, uncased):
   assert out.getvalue() == "Hello world\n"
 
 
+def test_tokenize_given_a_text_as_an_argument_says_where_it_reads(vocab_file, capsys):
+  with pytest.raises(SystemExit) as e:
+    tokenize_cli.run(["--vocab", vocab_file, "hello world"], io.BytesIO(b""), io.StringIO())
+  assert e.value.code == 2
+  assert ("got 1: ['hello world']; it reads the texts from standard input, one per line "
+          "(echo 'a text' | python -m bert_jax.tokenize ...)") in capsys.readouterr().err
+
+
 def _corpus(tmp_path, n=400, seed=0):
   rng = random.Random(seed)
   words = ("the quick brown fox jumps over lazy dogs while seven wizards quietly hum "
