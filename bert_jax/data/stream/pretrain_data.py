@@ -115,7 +115,9 @@ def _checked_tokenizer(data_config, source: source_base.Source):
   if c.mode in PAIR_MODES and tok.num_special_tokens(pair=True) != 3:
     raise ValueError(f"config.data.mode={c.mode!r} lays pairs out as `cls A sep B sep`; the "
                      f"{tok.kind} tokenizer {tok.vocab_file!r} pairs differently (RoBERTa: "
-                     f"`<s> A </s></s> B </s>`, no NSP): use mode='full_sentences'")
+                     f"`<s> A </s></s> B </s>`, no NSP): train it with RoBERTa's recipe "
+                     "(configs/pretrain.py:VARIANT,recipe=roberta: objective 'mlm', "
+                     "mode='full_sentences')")
   return tok
 
 
