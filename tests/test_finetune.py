@@ -86,7 +86,8 @@ def test_glue_end_to_end_from_pretraining_workdir(mrpc_run):
 
 
 @pytest.mark.slow
-def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_dir, tmp_path):
+def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_dir, tmp_path,
+                                                               capsys):
   workdir, _ = mrpc_run
   with open(os.path.join(workdir, "eval_results_per_seed.json")) as f:
     last_seed = json.load(f)[-1]  # the export holds the last seed's params
@@ -97,6 +98,8 @@ def test_eval_only_from_the_exported_bundle_reproduces_the_run(mrpc_run, glue_di
   for key, value in last_seed.items():
     assert again[key] == pytest.approx(value, abs=1e-9), key
   assert not os.path.exists(tmp_path / "export")  # nothing trained, nothing exported
+  out = capsys.readouterr().out
+  assert "eval_only: no training, evaluating" in out and "then training" not in out
 
 
 @pytest.mark.slow

@@ -202,7 +202,9 @@ class SeedRun:
         state, _, _, how = fresh_state(seed)
         position = (0, 0)
       if self.is_writer:
-        print(f"seed {seed}: {how}; compiling the train step, then training", flush=True)
+        print(f"seed {seed}: {how}; " + ("eval_only: no training, evaluating" if c.eval_only
+                                          else "compiling the train step, then training"),
+              flush=True)
       state = self.train(seed, state, position, per_seed, stop)
       if self.stopped_by:
         return state, {"stopped_by": self.stopped_by, "seed": seed, "step": int(state.step)}
