@@ -147,3 +147,26 @@ def test_a_sentencepiece_model_with_tokenizer_json_alone_is_refused_naming_the_f
     hf.hf_to_bundle(str(src), str(tmp_path / "bundle"))
   assert "needs a SentencePiece tokenizer (spiece.model)" in str(e.value)
   assert "only a tokenizer.json" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("architecture, member", [
+    ("DistilBertForMaskedLM", "distilbert"), ("DistilBertModel", "distilbert"),
+    ("BertForPreTraining", "bert"), (None, "bert")])
+def test_a_config_without_model_type_is_read_as_the_member_its_architectures_name(architecture,
+                                                                                 member):
+  """transformers' 2019 layout (distilbert-base-uncased's first config.json) has no model_type:
+  `architectures` names the member; neither (a Google bert_config.json) is BERT."""
+  from bert_jax.modeling import model_config  # pylint: disable=g-import-not-at-top
+  distilbert = {"activation": "gelu", "attention_dropout": 0.1, "dim": 768, "dropout": 0.1,
+                "hidden_dim": 3072, "initializer_range": 0.02, "max_position_embeddings": 512,
+                "n_heads": 12, "n_layers": 6, "sinusoidal_pos_embds": False, "vocab_size": 30522}
+  bert = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+          "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512,
+          "type_vocab_size": 2, "hidden_act": "gelu"}
+  d = dict(distilbert if member == "distilbert" else bert)
+  if architecture:
+    d["architectures"] = [architecture]
+  config = model_config.from_hf_dict(d)
+  assert config.model_type == member
+  assert (config.num_layers, config.hidden_size) == ((6, 768) if member == "distilbert" else
+                                                     (12, 768))

@@ -299,10 +299,25 @@ def for_pretraining(config: BertConfig, model_type: str, pad_id: int = 0) -> Ber
   return members.get(model_type).build(config, pad_id)
 
 
+def _model_type_of(d: dict[str, Any]) -> str:
+  """config.json's model_type; without one (transformers' 2019 layout, a Google
+  bert_config.json), the member whose classes `architectures` names, else 'bert'."""
+  if "model_type" in d:
+    return d["model_type"]
+  best = ("bert", 0)
+  for name in members.names():
+    layout = members.get(name).hf
+    prefix = layout.architectures[0].removesuffix("Model") if layout else ""
+    for arch in d.get("architectures") or ():
+      if prefix and (arch == f"{prefix}Model" or arch.startswith(f"{prefix}For")):
+        best = max(best, (name, len(prefix)), key=lambda b: b[1])
+  return best[0]
+
+
 def from_hf_dict(d: dict[str, Any], source: str = "config.json") -> BertConfig:
   """Reads a Hugging Face config.json dict (a registered member's model_type; no
-  model_type: a Google bert_config.json)."""
-  model_type = d.get("model_type", "bert")
+  model_type: the member its `architectures` names, else a Google bert_config.json)."""
+  model_type = _model_type_of(d)
   if model_type not in members.names():
     raise ValueError(f"{source}: model_type {model_type!r} is not supported; "
                      f"bert_jax converts {list(members.names())}")
