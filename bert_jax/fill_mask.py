@@ -11,7 +11,8 @@ lines of --input (one text per line; empty lines skipped). They run in batches
 of --batch_size, with progress on stderr when there is more than one batch
 (--quiet: none).
 
-The literal `[MASK]` marks masked positions (several per text are allowed);
+The literal `[MASK]` marks masked positions (several per text are allowed), for every
+tokenizer; the tokenizer's own mask token (RoBERTa's `<mask>`) does too.
 bert_jax.inference.mask_filling says how texts are encoded and scored.
 """
 import json

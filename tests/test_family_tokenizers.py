@@ -309,3 +309,15 @@ def test_pretraining_with_bpe_exports_a_bundle_that_carries_it(tmp_path, bpe_dir
   assert tok.kind == "bpe" and tok.inv_vocab == tokenizer_lib.tokenizer_from_path(
       str(bpe_dir)).inv_vocab
 
+
+
+def test_fill_mask_takes_the_tokenizers_own_mask_token_as_well_as_the_bracketed_one(bpe_dir):
+  """RoBERTa's users write `<mask>`: it marks the same position as `[MASK]`."""
+  from bert_jax.inference import mask_filling  # pylint: disable=g-import-not-at-top
+  tok = tokenizer_lib.tokenizer_from_path(str(bpe_dir))
+  assert tok.inv_vocab[tok.mask_id] == "<mask>"
+  ours = mask_filling.encode(tok, ["the quick <mask> fox [MASK]."], 64)
+  bracketed = mask_filling.encode(tok, ["the quick [MASK] fox [MASK]."], 64)
+  assert ours == bracketed and len(ours[1][0]) == 2
+  with pytest.raises(ValueError, match=r"has no \[MASK\] \(nor <mask>\)"):
+    mask_filling.encode(tok, ["no mask here"], 64)

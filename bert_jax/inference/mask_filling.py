@@ -1,6 +1,7 @@
 """Top-k predictions for each [MASK] with a checkpoint that has the MLM head (the library of
 `python -m bert_jax.fill_mask` and Encoder.fill_mask). The literal `[MASK]` marks masked
-positions, several per text allowed; probabilities are the softmax over the vocabulary."""
+positions, several per text allowed, for every tokenizer; the tokenizer's own mask token
+(RoBERTa's `<mask>`) does too. Probabilities are the softmax over the vocabulary."""
 import functools
 from typing import Sequence
 
@@ -45,9 +46,11 @@ def encode(tokenizer, texts: Sequence[str], max_length: int) -> tuple[list, list
   all_ids, all_pos = [], []
   mask_token = tokenizer.inv_vocab[tokenizer.mask_id]
   for n, text in enumerate(texts, 1):
-    parts = text.split(MASK)
+    parts = text.replace(mask_token, MASK).split(MASK)
     if len(parts) < 2:
-      raise ValueError(f"text {n} ({text!r}) has no {MASK}")
+      raise ValueError(f"text {n} ({text!r}) has no {MASK}"
+                       + (f" (nor {mask_token})" if mask_token != MASK else ""))
+    text = MASK.join(parts)
     if tokenizer.kind == "wordpiece":
       pieces = tokenizer.tokenize_to_ids(parts)  # the text between the masks
       body = list(pieces[0])
