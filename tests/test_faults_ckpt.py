@@ -344,6 +344,29 @@ def test_a_signal_once_training_is_over_lets_the_last_checkpoint_and_the_export_
   assert "Traceback" not in err
 
 
+@pytest.mark.slow
+def test_a_signal_before_an_evaluation_stops_the_run_without_running_it(corpus, tmp_path,
+                                                                         monkeypatch, capsys):
+  """A preemption's grace is short: the held-out evaluation looks for a signal before each
+  batch, and the run saves and stops at once instead of evaluating first."""
+  original = train_log.RunLogger.log
+
+  def log(self, step, *args, **kwargs):
+    original(self, step, *args, **kwargs)
+    if step == 3 and not kwargs.get("prefix"):
+      os.kill(os.getpid(), signal.SIGTERM)  # after step 3's log line, before its evaluation
+  monkeypatch.setattr(train_log.RunLogger, "log", log)
+  workdir = tmp_path / "w"
+  with pytest.raises(SystemExit) as e:
+    pretrain.train_and_export(_config(corpus, eval_every=3, eval_batches=4,
+                                      **{"data.eval_every_nth_document": 5}), str(workdir))
+  assert e.value.code == 143
+  assert os.listdir(workdir / "checkpoints") == ["3"]
+  records = [json.loads(line) for line in (workdir / "metrics.jsonl").read_text().splitlines()]
+  assert [r["step"] for r in records] == [1, 2, 3]  # no evaluation record
+  assert "SIGTERM: saved checkpoint at step 3" in capsys.readouterr().out
+
+
 # Pretrains the 6-step config of tests/fixtures/pretraining.py on argv[1] into argv[2]; with
 # argv[3] == "twice", Ctrl-C comes after step 2 and again once the save of step 2 has begun.
 _TWICE = """

@@ -187,10 +187,12 @@ def _compile_and_loop(config, place: _Place, start: _Start, beat: console.Heartb
       if training_loop.due(step, config.checkpoint_every, config.total_steps):
         save(step)
       if training_loop.due(step, config.eval_every):
+        beat.doing(f"evaluating at step {step} ({config.eval_batches} held-out batches)")
         with sharding.mesh_context(mesh, rules):
-          logger.log(step, evaluate(eval_step, state.params,
-                                    data.eval_iterator(config.eval_batches), mesh,
-                                    setup.summarize, *frozen), prefix="eval_")
+          results = evaluate(eval_step, state.params, data.eval_iterator(config.eval_batches),
+                             mesh, setup.summarize, *frozen, stop=stop)
+        if results is not None:  # (None: a stop signal; the next check saves and stops)
+          logger.log(step, results, prefix="eval_")
         loop.restart_window()
         it.take_wait()  # a window starts here
     failed = False
@@ -359,10 +361,15 @@ def _decoder_padding(model_cfg) -> str:
   return f" (MLM decoder padded to {padded:,})" if padded != model_cfg.vocab_size else ""
 
 
-def evaluate(eval_step, params, batches, mesh, summarize, *frozen) -> dict[str, float]:
-  """Metrics on held-out host batches (deterministic, no dropout), summarized by `summarize`."""
+def evaluate(eval_step, params, batches, mesh, summarize, *frozen,
+             stop: Optional[stop_signals.StopSignals] = None) -> Optional[dict[str, float]]:
+  """Metrics on held-out host batches (deterministic, no dropout), summarized by `summarize`;
+  None when a stop signal came (`stop`, looked at before each batch): the run then saves and
+  stops without this evaluation, which a long one would delay past a preemption's grace."""
   acc = train_core.MetricSums()
   for batch in batches:
+    if stop is not None and stop.reached():
+      return None
     acc.add(eval_step(params, sharding.host_to_global(batch, mesh), *frozen))
   sums = acc.take()
   return {} if sums is None else summarize(sums)
