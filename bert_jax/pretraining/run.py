@@ -201,6 +201,8 @@ def _compile_and_loop(config, place: _Place, start: _Start, beat: console.Heartb
     beat.doing(f"step {step} of {config.total_steps}, writing the last checkpoint")
     # Every writer is closed; a failed close is the run's error unless one is on its way.
     train_log.close_all((ckpts.close, logger.close), raise_first=not failed)
+    # The input pipeline's threads end as `it` goes (seconds on a busy host): said as such.
+    beat.doing("closing the input pipeline")
   return {"step": step, "stopped_by": loop.stopped_by, "metrics": last,
           "model_config": model_cfg, "state": state,
           "export_params": setup.export_params(state.params),
