@@ -107,5 +107,8 @@ def test_tfds_errors_name_the_key(tmp_path, tfds_dir):
     source_registry.list_shards(tfds, _config(tmp_path, tfds_dir, tfds_split="validation"))
   with pytest.raises(ValueError, match="tfds_text_key='body'"):
     source_registry.list_shards(tfds, _config(tmp_path, tfds_dir, tfds_text_key="body"))
-  with pytest.raises(ValueError, match="not prepared"):
+  with pytest.raises(ValueError, match=r"bert_jax_tiny_text is not prepared in config.data."
+                                       r"tfds_data_dir='.*empty'; nothing is downloaded at run "
+                                       r"time: prepare it once where the network is reachable") as e:
     source_registry.list_shards(tfds, _config(tmp_path, str(tmp_path / "empty")))
+  assert "download=True" not in str(e.value)

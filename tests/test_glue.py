@@ -287,6 +287,13 @@ def test_read_tfds_through_tfds_load(tmp_path):
     examples = glue.read_split(glue.get_task("rte"), "dev", source="tfds",
                                tfds_data_dir=str(tmp_path))
   assert seen == {"split": "validation", "name": "glue/rte"}
+  # Not prepared there: one line saying how to prepare it, not tfds' download=True.
+  with pytest.raises(FileNotFoundError, match=r"TFDS glue/rte \(split 'validation'\) is not "
+                                              r"prepared in tfds_data_dir=.*nothing is downloaded "
+                                              r"at run time: prepare it once") as e:
+    glue.read_split(glue.get_task("rte"), "dev", source="tfds",
+                    tfds_data_dir=str(tmp_path / "empty"))
+  assert "download=True" not in str(e.value)
   assert [(e.index, e.text_a, e.text_b, e.label) for e in examples] == [
       (0, "first premis\u00e9", "h1", 0), (1, "second premise", "h2", 1)]
 

@@ -30,4 +30,13 @@ def import_tfds():
   return tfds
 
 
+def not_prepared(name: str, data_dir: str, key: str) -> str:
+  """The line for a TFDS dataset that `data_dir` (config key `key`) does not hold prepared:
+  what to run where the network is reachable (tfds' own advice, download=True, would fetch
+  at run time, which bert_jax never does)."""
+  return (f"TFDS {name} is not prepared in {key}={data_dir or '(the TFDS default)'!r}; nothing "
+          "is downloaded at run time: prepare it once where the network is reachable "
+          f"(tfds.builder({name!r}, data_dir=DIR).download_and_prepare()) and give {key}=DIR")
+
+
 hide_accelerators()

@@ -19,9 +19,8 @@ def list_shards(data_config) -> list[shard_spec.ShardSpec]:
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f"config.data.tfds_name={data_config.tfds_name!r}: {e}") from None
   if not builder.is_prepared():
-    raise ValueError(
-        f"TFDS dataset {data_config.tfds_name!r} is not prepared in data_dir "
-        f"{builder.data_dir!r} (config.data.tfds_data_dir); nothing is downloaded at run time")
+    raise ValueError(cpu_tensorflow.not_prepared(
+        data_config.tfds_name, data_config.tfds_data_dir, "config.data.tfds_data_dir"))
   splits = builder.info.splits
   split = data_config.tfds_split
   if split not in splits:

@@ -320,9 +320,8 @@ def read_tfds(task: GlueTask, tfds_data_dir: str, split: str) -> list:
     ds = tfds.load(task.tfds_name, split=tfds_split, data_dir=tfds_data_dir or None,
                    download=False)
   except Exception as e:  # TFDS raises several types for missing data.
-    raise FileNotFoundError(
-        f"TFDS {task.tfds_name} split {tfds_split!r} is not prepared in data_dir "
-        f"{tfds_data_dir!r} (nothing is downloaded at run time): {e}") from e
+    raise FileNotFoundError(cpu_tensorflow.not_prepared(
+        f"{task.tfds_name} (split {tfds_split!r})", tfds_data_dir, "tfds_data_dir")) from e
   examples = [example_from_tfds(task, split, ex) for ex in tfds.as_numpy(ds)]
   examples.sort(key=lambda ex: ex.index)
   logging.info("GLUE %s %s: %d examples from TFDS %s", task.name, split, len(examples),

@@ -180,9 +180,8 @@ def read_squad_tfds(version: str, split: str, tfds_data_dir: str, is_training: b
   try:
     ds = tfds.load(name, split=split, data_dir=tfds_data_dir or None, download=False)
   except Exception as e:  # TFDS raises several types for missing data.
-    raise FileNotFoundError(
-        f"TFDS {name} split {split!r} is not prepared in data_dir {tfds_data_dir!r} "
-        f"(nothing is downloaded at run time): {e}") from e
+    raise FileNotFoundError(cpu_tensorflow.not_prepared(
+        f"{name} (split {split!r})", tfds_data_dir, "tfds_data_dir")) from e
   records = (record_from_tfds(ex) for ex in tfds.as_numpy(ds))
   return _make_examples(records, is_training, f"TFDS {name}/{split}")
 
