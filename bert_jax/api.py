@@ -113,9 +113,13 @@ class Encoder:
       ValueError: the checkpoint has no classifier, or no GLUE task recorded.
     """
     from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
-    if "classifier" not in self.heads or self.task is None:
+    if "classifier" not in self.heads:
       raise ValueError(f"{self.pretrained.source} has no classifier of a GLUE task (heads: "
                        f"{list(self.heads)}); load a fine-tuning run's export/")
+    if self.task is None:
+      raise ValueError(f"{self.pretrained.source} has a classifier but no GLUE task recorded "
+                       "(a run's checkpoint, not its bundle): load the run's export/, which "
+                       "records its task")
     task = glue.get_task(self.task)
     examples = [glue.GlueExample(f"text:{i}", *(t if isinstance(t, tuple) else (t, None)), None, i)
                 for i, t in enumerate(texts)]

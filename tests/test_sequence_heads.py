@@ -160,3 +160,21 @@ def test_encoder_classifies_with_the_head_the_export_records(tmp_path):
     logits = np.asarray(apply({"params": params}, ids, mask, seg))[0]
     probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
     assert label == str(int(np.argmax(probs))) and prob == pytest.approx(probs.max(), abs=1e-5)
+
+
+def test_encoder_without_a_recorded_task_says_what_is_missing(tmp_path):
+  """A classifier without the task that names its labels (a run's checkpoint, not its export):
+  the message says that, not that the classifier is missing."""
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.tiny_encoder import CONFIG as SMALL  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.tiny_encoder import VOCAB, random_params  # pylint: disable=g-import-not-at-top
+  params = {**random_params(SMALL),
+            "classifier": {"kernel": np.zeros((SMALL.hidden_size, 2), np.float32),
+                           "bias": np.zeros(2, np.float32)}}
+  bundle.save_bundle(str(tmp_path / "untasked"), params, SMALL, VOCAB, lowercase=True)
+  with pytest.raises(ValueError, match=r"has a classifier but no GLUE task recorded"):
+    Encoder.load(str(tmp_path / "untasked")).classify(["the cat sat"])
+  bundle.save_bundle(str(tmp_path / "plain"), random_params(SMALL), SMALL, VOCAB, lowercase=True)
+  with pytest.raises(ValueError, match=r"has no classifier of a GLUE task \(heads: \['pooler'\]\)"):
+    Encoder.load(str(tmp_path / "plain")).classify(["the cat sat"])
