@@ -330,6 +330,12 @@ def test_summary_is_mean_and_std_over_seeds():
   assert summary["constant_prediction"] is True and summary["warning"] == "w1"
   assert "accuracy_std" not in evaluation.mean_over_seeds(per_seed[:1])
   assert evaluation.mean_over_seeds(per_seed[:1])["constant_prediction"] is False
+  # A count the same for every seed stays that count (SQuAD 2.0's HasAns_total: 197, not 197.0).
+  counts = evaluation.mean_over_seeds([{"HasAns_total": 197, "n": 3}, {"HasAns_total": 197,
+                                                                      "n": 4}])
+  assert counts["HasAns_total"] == 197 and isinstance(counts["HasAns_total"], int)
+  assert "HasAns_total_std" not in counts
+  assert counts["n"] == 3.5 and counts["n_std"] == 0.5  # counts that differ: mean and std
 
 
 def test_layerwise_scales_agree_between_layouts():

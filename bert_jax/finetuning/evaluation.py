@@ -163,7 +163,8 @@ def zero_shot(scorer: Scorer, params, split: time_split.TimeSplit, is_writer: bo
   results = {f"zero_shot_{k}": v for k, v in results.items()}
   if is_writer:
     print("zero-shot (the init checkpoint before training): " + ", ".join(
-        f"{k} {v:.4f}" for k, v in sorted(results.items())), flush=True)
+        f"{k} {v}" if isinstance(v, int) else f"{k} {v:.4f}" for k, v in sorted(results.items())),
+        flush=True)
   return results
 
 
@@ -216,6 +217,9 @@ def mean_over_seeds(per_seed: list[dict]) -> dict:
       summary[key] = any(values)
     elif key == "warning":
       summary[key] = "; ".join(v for v in values if v)
+    elif all(isinstance(v, int) and not isinstance(v, bool) for v in values) and len(
+        set(values)) == 1:  # a count the same for every seed (SQuAD 2.0's HasAns_total)
+      summary[key] = values[0]
     elif all(isinstance(v, (int, float)) for v in values):
       summary[key] = float(np.mean(values))
       if len(per_seed) > 1 and not task_lib.is_baseline(key):  # same for every seed
