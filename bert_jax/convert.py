@@ -23,7 +23,10 @@ are read from that file, which must be BERT's pipeline. `--to hf` reads anything
 a run starts from (a bundle such as a workdir's export/, a pretraining workdir, its
 checkpoints/) and writes safetensors + config.json + vocab.txt that transformers
 loads as the architecture in config.json (BertForPreTraining, DistilBertForMaskedLM,
-ElectraForPreTraining, DebertaV2ForMaskedLM, ...). A bundle that records how it embeds (a
+ElectraForPreTraining, DebertaV2ForMaskedLM, ...; a fine-tuned BERT's GLUE 'cls' head as
+BertForSequenceClassification and NER head as BertForTokenClassification, with the
+task's labels; another task head is refused unless --drop_unexpected leaves it
+out). A bundle that records how it embeds (a
 sentence-embedding fine-tuning export, a converted sentence-transformers model)
 is also written as a sentence-transformers folder: modules.json, 1_Pooling/,
 its Dense layers (2_Dense/, ...), Normalize and sentence_bert_config.json, which

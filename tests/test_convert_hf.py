@@ -390,3 +390,60 @@ def test_to_hf_of_a_fine_tuned_bundle_names_its_head_and_drop_unexpected_leaves_
   assert not any("classifier" in k for k in tensors)
   np.testing.assert_array_equal(tensors["bert.pooler.dense.bias"],
                                 params["bert"]["pooler"]["bias"])
+
+
+def _fine_tuned_bundle(path, group, outputs, info, seed=4):
+  """A tiny BERT fine-tuning export: random encoder, pooler and a task head of `outputs`."""
+  from tests.fixtures import tiny_encoder  # pylint: disable=g-import-not-at-top
+  config = tiny_encoder.BUNDLE_CONFIG
+  rng = np.random.default_rng(seed)
+  params = tiny_encoder.random_params(config, seed, heads=("pooler",))
+  params[group] = {"kernel": rng.normal(0, 1, (16, outputs)).astype(np.float32),
+                   "bias": rng.normal(0, 1, (outputs,)).astype(np.float32)}
+  vocab = tiny_encoder.VOCAB + [f"w{i}" for i in range(config.vocab_size
+                                                       - len(tiny_encoder.VOCAB))]
+  bundle.save_bundle(str(path), params, config, vocab, True, info=info)
+  return config, params
+
+
+@pytest.mark.parametrize("task, labels", [("mrpc", ["0", "1"]), ("stsb", ["score"]),
+                                          ("ner", ["O", "B-PER", "I-PER"])])
+def test_to_hf_writes_a_fine_tuned_head_as_transformers_class_for_it(tmp_path, task, labels):
+  """GLUE's 'cls' head is BertForSequenceClassification, NER's BertForTokenClassification,
+  with the labels bundle.json records: transformers gives the logits bert_jax gives."""
+  torch = parity.require("torch")
+  transformers = parity.require("transformers")
+  from bert_jax.tasks.glue import task as glue_task  # pylint: disable=g-import-not-at-top
+  ner = task == "ner"
+  group = "token_classifier" if ner else "classifier"
+  info = {"task": "ner", "labels": labels} if ner else {"task": task, "head": "cls"}
+  config, params = _fine_tuned_bundle(tmp_path / "export", group, len(labels), info)
+  assert convert.main(["--to", "hf", "--src", str(tmp_path / "export"), "--dst",
+                       str(tmp_path / "hf"), "--quiet"]) == 0
+  written = json.loads((tmp_path / "hf" / "config.json").read_text())
+  cls = "BertForTokenClassification" if ner else "BertForSequenceClassification"
+  assert written["architectures"] == [cls]
+  assert written["id2label"] == {str(i): x for i, x in enumerate(labels)}
+  if task == "stsb":
+    assert written["problem_type"] == "regression"
+  theirs = getattr(transformers, cls).from_pretrained(str(tmp_path / "hf")).eval()
+  ids = np.array([[2, 5, 6, 7, 3, 8, 9, 3], [2, 10, 11, 3, 0, 0, 0, 0]], np.int32)
+  mask = (ids > 0).astype(np.int32)
+  seg = np.array([[0, 0, 0, 0, 0, 1, 1, 1], [0] * 8], np.int32)
+  net = (model_lib.BertForTokenClassification(config, len(labels)) if ner else
+         glue_task.sequence_model(config, len(labels), "cls"))
+  ours = np.asarray(net.apply({"params": params}, ids, mask, seg))
+  with torch.no_grad():
+    got = theirs(input_ids=torch.tensor(ids, dtype=torch.long),
+                 attention_mask=torch.tensor(mask, dtype=torch.long),
+                 token_type_ids=torch.tensor(seg, dtype=torch.long)).logits.numpy()
+  if ner:  # padding positions are not compared
+    ours, got = ours[mask.astype(bool)], got[mask.astype(bool)]
+  np.testing.assert_allclose(got, ours, atol=2e-5)
+
+
+def test_to_hf_leaves_a_head_transformers_builds_otherwise_to_drop_unexpected(tmp_path):
+  """The 'mean' head has no transformers class: the export refuses, naming the flag."""
+  _fine_tuned_bundle(tmp_path / "export", "classifier", 2, {"task": "mrpc", "head": "mean"})
+  with pytest.raises(name_map.ConversionError, match=r"not exportable classifier/bias"):
+    hf.bundle_to_hf(str(tmp_path / "export"), str(tmp_path / "hf"))

@@ -18,6 +18,7 @@ from bert_jax.checkpoints import bundle
 from bert_jax import conversion
 from bert_jax.conversion import name_map
 from bert_jax.conversion import sentence_transformers as st_modules
+from bert_jax.conversion import task_heads
 from bert_jax.members import registry as members
 from bert_jax.modeling.model_config import BertConfig, from_hf_dict, to_hf_dict
 from bert_jax.modeling import pooling
@@ -312,17 +313,23 @@ def _architecture(model_type: str, heads: tuple[str, ...]) -> str:
 
 
 def params_to_hf(params: dict, config: BertConfig, dst: str,
-                 shown: Optional[str] = None, drop_unexpected: bool = False) -> dict[str, Any]:
+                 shown: Optional[str] = None, drop_unexpected: bool = False,
+                 info: Optional[dict] = None) -> dict[str, Any]:
   """Writes params as an HF model: model.safetensors (PyTorch layout, float32) and config.json.
 
   `shown` is the folder a failed write names (the destination, where `dst` is its temporary
-  stand-in). Returns dict(heads, architecture, num_tensors, dropped): `dropped` names params
-  with no transformers counterpart (the EMD's table; with drop_unexpected, every param outside
-  the name map, such as a fine-tuned task's head, instead of a ConversionError).
+  stand-in). `info` (bundle.json's) names a fine-tuned task's labels: its head is written as
+  transformers' class for it where transformers has one (task_heads.py). Returns dict(heads,
+  architecture, num_tensors, dropped): `dropped` names params with no transformers counterpart
+  (the EMD's table; with drop_unexpected, every other param outside the name map, such as a
+  task head transformers builds otherwise, instead of a ConversionError).
   """
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   out = epath.Path(dst)
   hf_config = to_hf_dict(config)
+  head = task_heads.exportable(params, config.model_type, info or {})
+  if head is not None:
+    params = {k: v for k, v in params.items() if k != head.group}
   # transformers has no enhanced mask decoder (its DebertaV2ForMaskedLM reads the last
   # layer): the EMD's table is not written (DeBERTa's own releases keep it as
   # deberta.embeddings.position_embeddings, which transformers skips on load).
@@ -338,6 +345,10 @@ def params_to_hf(params: dict, config: BertConfig, dst: str,
         {k: v for k, v in flat.items() if k not in set(left_out)}, sep="/")
   heads = bundle.heads_of(params)
   arch = _architecture(config.model_type, heads)
+  if head is not None:
+    tensors.update(head.tensors)
+    hf_config.update(head.config)
+    arch, heads = head.architecture, heads + (head.group,)
   hf_config["architectures"] = [arch]
   shown = shown or dst
   out.mkdir(parents=True, exist_ok=True)
@@ -402,7 +413,7 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False,
   params = {k: v for k, v in b.params.items() if k != pooling.DENSE_GROUP}
   with atomic_files.replacing(out) as tmp:
     written = params_to_hf(params, b.config, str(tmp), shown=dst,
-                           drop_unexpected=drop_unexpected)
+                           drop_unexpected=drop_unexpected, info=_bundle_info(b.source))
     if record is not None:
       written["modules"] = st_modules.write_modules(
           tmp, record, b.params.get(pooling.DENSE_GROUP, {}), b.config.hidden_size,
@@ -419,8 +430,14 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False,
   return dict(written, config=b.config)
 
 
+def _bundle_info(source: str) -> dict:
+  """The bundle's bundle.json, or {} (a checkpoint)."""
+  info = epath.Path(source) / bundle.INFO_FILE
+  return read_json(info, missing=str(info)) if info.is_file() else {}
+
+
 def _embedding_record(source: str) -> Optional[dict]:
   """The bundle's recorded embedding (pooling.embedding_record), or None."""
+  recorded = _bundle_info(source).get("embedding")
   info = epath.Path(source) / bundle.INFO_FILE
-  recorded = read_json(info, missing=str(info)).get("embedding") if info.is_file() else None
   return None if recorded is None else pooling.embedding_record(recorded, str(info))

@@ -1,0 +1,58 @@
+"""A fine-tuned BERT's task head as transformers names it, for `convert --to hf`.
+
+  classifier        (a GLUE task, the 'cls' head: the pooled [CLS], dense)
+                    -> BertForSequenceClassification (classifier.weight / .bias), one label
+                       per class of the task, or one score (problem_type 'regression': STS-B)
+  token_classifier  (NER: each token's vector, dense)
+                    -> BertForTokenClassification, the run's label list
+
+The labels come from what the export's bundle.json records (its GLUE task, NER's labels).
+Left to --drop_unexpected: the other members' classifiers, which transformers builds otherwise
+(RoBERTa's reads <s> through two layers, DistilBERT's pre_classifier, ELECTRA's its own head),
+the 'mean' and 'layers_attention' heads, which transformers has no class for, and SQuAD's span
+head.
+"""
+import dataclasses
+from typing import Any, Optional
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskHead:
+  group: str  # the params' top-level key
+  architecture: str  # transformers' class
+  tensors: dict  # transformers' name -> array (PyTorch layout)
+  config: dict  # config.json's keys for the labels
+
+
+def exportable(params: dict, model_type: str, info: dict) -> Optional[TaskHead]:
+  """The task head of `params` in transformers' names, or None when it has none (or one that
+  transformers builds otherwise: then it stays outside the name map)."""
+  if model_type != "bert":
+    return None
+  if "classifier" in params and info.get("head", "cls") == "cls" and info.get("task"):
+    if "pooler" not in params.get("bert", {}):
+      return None
+    from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
+    task = glue.get_task(info["task"])
+    labels = ["score"] if task.is_regression else list(task.labels)
+    extra = {"problem_type": "regression"} if task.is_regression else {
+        "problem_type": "single_label_classification"}
+    return _head(params, "classifier", "BertForSequenceClassification", labels, extra)
+  if "token_classifier" in params and info.get("labels"):
+    return _head(params, "token_classifier", "BertForTokenClassification",
+                 list(info["labels"]), {})
+  return None
+
+
+def _head(params: dict, group: str, architecture: str, labels: list, extra: dict) -> TaskHead:
+  kernel = np.asarray(params[group]["kernel"], np.float32)  # [hidden, labels]
+  if kernel.shape[1] != len(labels):
+    raise ValueError(f"{group}/kernel has {kernel.shape[1]} outputs, but bundle.json records "
+                     f"{len(labels)} labels")
+  tensors = {"classifier.weight": np.ascontiguousarray(kernel.T),
+             "classifier.bias": np.asarray(params[group]["bias"], np.float32)}
+  config: dict[str, Any] = {"id2label": {str(i): label for i, label in enumerate(labels)},
+                            "label2id": {label: i for i, label in enumerate(labels)}, **extra}
+  return TaskHead(group, architecture, tensors, config)
