@@ -123,8 +123,15 @@ def test_a_finished_workdir_is_never_replaced_by_another_run(pretrained, glue_di
   # The same command again: the finished results, nothing run or written.
   capsys.readouterr()
   assert finetune.finetune(glue_config(glue_dir, pretrained, log_every=5), str(workdir)) == want
-  assert "holds this run, finished" in capsys.readouterr().out
+  out = capsys.readouterr().out
+  assert "holds this run, finished" in out and "is missing" not in out
   assert _snapshot(workdir) == before
+  # Its export deleted since: named, not silently reported as complete.
+  (workdir / "export").rename(tmp_path / "export_kept")
+  assert finetune.finetune(glue_config(glue_dir, pretrained), str(workdir)) == want
+  assert "note: its export/ is missing (moved or deleted since the run wrote it)" in (
+      capsys.readouterr().out)
+  (tmp_path / "export_kept").rename(workdir / "export")
   # start_over: the finished run set aside whole, then the new run.
   finetune.finetune(glue_config(glue_dir, pretrained, learning_rate=1e-3, start_over=True),
                     str(workdir))

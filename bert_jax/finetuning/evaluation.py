@@ -286,8 +286,9 @@ def stopped_in_evaluation(signal_name: str, ckpts, seed: int, step: int,
   return {"stopped_by": signal_name, "seed": seed, "step": step}
 
 
-def already_finished(out_dir: epath.Path, is_writer: bool) -> dict:
-  """The results of the workdir's finished run of this config (nothing is run again)."""
+def already_finished(out_dir: epath.Path, is_writer: bool, exports: bool = True) -> dict:
+  """The results of the workdir's finished run of this config (nothing is run again); a
+  missing export/ of a run that writes one (`exports`: not eval_only) is named."""
   summary = text_files.read_json(out_dir / workdirs.RESULTS,
                                  missing=f"{out_dir} says its run finished but holds no "
                                  "eval_results.json; --config.start_over=True runs it "
@@ -296,4 +297,7 @@ def already_finished(out_dir: epath.Path, is_writer: bool) -> dict:
     print(f"{out_dir} holds this run, finished: eval_results: "
           f"{json.dumps(summary, sort_keys=True)}; nothing to do (--config.start_over=True "
           "sets it aside and trains anew)", flush=True)
+    if exports and not (out_dir / workdirs.EXPORT).exists():
+      print(f"note: its {workdirs.EXPORT}/ is missing (moved or deleted since the run wrote "
+            "it): --config.start_over=True trains the model again", flush=True)
   return summary

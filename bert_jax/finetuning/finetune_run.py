@@ -103,7 +103,7 @@ def finetune(config: ml_collections.ConfigDict, workdir: str,
   rules = sharding.logical_rules(config.mesh.preset)
   config_record = json.loads(config.to_json_best_effort())  # in run.json and each checkpoint
   if finetune_setup.check_run(config, config_record, workdir, mesh, is_writer) == "finished":
-    return evaluation.already_finished(out_dir, is_writer)
+    return evaluation.already_finished(out_dir, is_writer, exports=not config.eval_only)
   compile_cache.enable(config.compile_cache)
 
   # Until the first step: a line within every 9 s while the checkpoint loads, the task data
