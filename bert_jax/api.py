@@ -15,7 +15,9 @@ Each method is the library function its command-line program runs
 encoding and decoding its fine-tuning task scores with (bert_jax.tasks: glue, ner, squad), on
 the checkpoint loaded once, with the checkpoint's own tokenizer; a fine-tuning
 export's bundle.json gives the task and what decoding needs (head, labels,
-window options).
+window options). Each method takes a list of texts (fill_mask also one text) and refuses,
+with a ValueError naming it, one string where a list is due, an empty list, a batch size
+under 1 and a max_length the model's positions do not hold.
 """
 import functools
 from typing import Optional, Sequence, Union
@@ -77,7 +79,8 @@ class Encoder:
     that names a default prompt has it prepended unless prompt_name or prompt say otherwise
     (prompt_name='' for none), as sentence-transformers' encode does; `embed_settings` says
     which and where each came from."""
-    emb, _ = embedding.embed(self.pretrained, list(texts), pooling=pooling, layers=layers,
+    texts = self._texts("embed", texts, batch_size)
+    emb, _ = embedding.embed(self.pretrained, texts, pooling=pooling, layers=layers,
                              combine=combine, normalize=normalize, max_length=max_length,
                              batch_size=batch_size, tokenizer=self.tokenizer,
                              prompt_name=prompt_name, prompt=prompt)
@@ -97,7 +100,11 @@ class Encoder:
     """Top-k (token, probability) per `[MASK]`: for one text a list per mask, for a list of
     texts a list of those."""
     one = isinstance(texts, str)
-    result = mask_filling.fill_mask(self.pretrained, [texts] if one else list(texts), top_k=top_k,
+    texts = [texts] if one else self._texts("fill_mask", texts)
+    vocab = len(self.pretrained.vocab)
+    if not 1 <= top_k <= vocab:
+      raise ValueError(f"fill_mask: top_k {top_k} must be in [1, {vocab}] (the vocabulary)")
+    result = mask_filling.fill_mask(self.pretrained, texts, top_k=top_k,
                                     tokenizer=self.tokenizer)
     return result[0] if one else result
 
@@ -121,6 +128,7 @@ class Encoder:
                        "(a run's checkpoint, not its bundle): load the run's export/, which "
                        "records its task")
     task = glue.get_task(self.task)
+    texts = self._texts("classify", texts, batch_size, max_length)
     examples = [glue.GlueExample(f"text:{i}", *(t if isinstance(t, tuple) else (t, None)), None, i)
                 for i, t in enumerate(texts)]
     arrays = glue.encode_examples(self.tokenizer, examples, max_length)
@@ -162,10 +170,12 @@ class Encoder:
       raise ValueError(f"{self.pretrained.source} is not an NER fine-tuning export with its "
                        f"labels in {bundle_lib.INFO_FILE} (task {self.task!r}, heads "
                        f"{list(self.heads)}); load the export/ of a configs/ner.py run")
+    if max_length is None:
+      max_length = self.info.get("max_seq_length", 128)
+    texts = self._texts("tag", texts, batch_size, max_length)
     sentences = [ner.Sentence(t.split() if isinstance(t, str) else list(t), None, [])
                  for t in texts]
-    arrays = ner.encode(self.tokenizer, sentences, labels,
-                        max_length or self.info.get("max_seq_length", 128))
+    arrays = ner.encode(self.tokenizer, sentences, labels, max_length)
     logits = self._outputs(_token_classifier_fn(self.config, len(labels)), arrays, batch_size,
                            bucketed=False)
     # Outputs are in the scheme the model learned (info['scheme']; the training file's in
@@ -199,7 +209,12 @@ class Encoder:
                        f"{self.task!r}, heads {list(self.heads)}); load the export/ of a "
                        "configs/squad.py run")
     info = self.info
-    examples = squad_data.examples_from_texts(list(questions), list(contexts))
+    questions = self._texts("answer", questions, batch_size)
+    contexts = self._texts("answer", contexts)
+    empty = [i for i, c in enumerate(contexts) if not c.strip()]
+    if empty:
+      raise ValueError(f"answer: context {empty[0]} is empty (nothing to answer from)")
+    examples = squad_data.examples_from_texts(questions, contexts)
     arrays, features = squad_offsets.converter(self.tokenizer)(
         self.tokenizer, examples, info["max_seq_length"], info["doc_stride"],
         info["max_query_length"], is_training=False)
@@ -210,6 +225,24 @@ class Encoder:
         version_2_with_negative=info["version"] == "2.0",
         null_score_diff_threshold=info["null_score_diff_threshold"])
     return [predictions[e.qas_id] for e in examples]
+
+  def _texts(self, method: str, texts, batch_size: int = 1,
+             max_length: Optional[int] = None) -> list:
+    """`texts` as a list, after the checks every method makes (ValueError naming `method`):
+    a list, not one string (which would be read as one text per character); not empty; a
+    batch size of at least 1; a length the model's positions hold."""
+    if isinstance(texts, str):
+      raise ValueError(f"{method}: texts is one string; give a list of texts ([text])")
+    texts = list(texts)
+    if not texts:
+      raise ValueError(f"{method}: no texts")
+    if batch_size < 1:
+      raise ValueError(f"{method}: batch_size {batch_size} must be >= 1")
+    longest = self.config.max_position_embeddings
+    if max_length is not None and not 2 <= max_length <= longest:
+      raise ValueError(f"{method}: max_length {max_length} must be in [2, {longest}] (the "
+                       "model's max positions)")
+    return texts
 
   def _outputs(self, forward, arrays: dict, batch_size: int, bucketed: bool):
     """forward(params, input_ids, input_mask, segment_ids) over every row of `arrays`, in

@@ -178,3 +178,34 @@ def test_encoder_without_a_recorded_task_says_what_is_missing(tmp_path):
   bundle.save_bundle(str(tmp_path / "plain"), random_params(SMALL), SMALL, VOCAB, lowercase=True)
   with pytest.raises(ValueError, match=r"has no classifier of a GLUE task \(heads: \['pooler'\]\)"):
     Encoder.load(str(tmp_path / "plain")).classify(["the cat sat"])
+
+
+def test_encoder_methods_refuse_arguments_that_would_give_wrong_or_no_results(tmp_path):
+  """One string where a list is due (read as one text per character), an empty list, a batch
+  size under 1, a max_length beyond the position table (NaN probabilities), a top_k beyond
+  the vocabulary, an empty context: each a ValueError naming the method, before any compute."""
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax import Encoder  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.tiny_encoder import CONFIG as SMALL  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.tiny_encoder import VOCAB, random_params  # pylint: disable=g-import-not-at-top
+  params = {**random_params(SMALL, heads=("pooler", "mlm")),
+            "classifier": {"kernel": np.zeros((SMALL.hidden_size, 2), np.float32),
+                           "bias": np.zeros(2, np.float32)}}
+  bundle.save_bundle(str(tmp_path / "b"), params, SMALL, VOCAB, lowercase=True,
+                     info={"task": "mrpc", "head": "cls"})
+  enc = Encoder.load(str(tmp_path / "b"))
+  cases = [
+      (lambda: enc.classify("the cat sat"), r"classify: texts is one string; give a list"),
+      (lambda: enc.embed("the cat sat"), r"embed: texts is one string"),
+      (lambda: enc.classify([]), r"classify: no texts"),
+      (lambda: enc.fill_mask([]), r"fill_mask: no texts"),
+      (lambda: enc.classify(["the cat"], batch_size=0), r"classify: batch_size 0 must be >= 1"),
+      (lambda: enc.classify(["the cat"], max_length=1000),
+       rf"classify: max_length 1000 must be in \[2, {SMALL.max_position_embeddings}\]"),
+      (lambda: enc.fill_mask("the [MASK] sat", top_k=10**6),
+       rf"fill_mask: top_k 1000000 must be in \[1, {len(VOCAB)}\]"),
+  ]
+  for call, message in cases:
+    with pytest.raises(ValueError, match=message):
+      call()
+  assert len(enc.classify(["the cat sat"], max_length=16)) == 1  # within the limits: answered
