@@ -326,6 +326,18 @@ def add_verbosity_flag(flag_values: flags.FlagValues) -> flags.Flag:
   return flag
 
 
+def check_output_file(path: str, flag: str = "--output") -> None:
+  """Refuses, before any work, an output file path whose folder does not exist or that is a
+  folder (FileNotFoundError / IsADirectoryError: the tool's one error line)."""
+  if "://" in path:  # a bucket's folders exist once a file is in them
+    return
+  folder = os.path.dirname(path) or "."
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(f"{flag} directory does not exist: {folder}")
+  if os.path.isdir(path):
+    raise IsADirectoryError(f"{flag} {path} is a directory; give the path of a file")
+
+
 def run_tool(main: Callable[[], Optional[int]]) -> None:
   """Runs a tool's main; bad input ends it with one 'error: ...' line, status 2.
 
@@ -336,7 +348,7 @@ def run_tool(main: Callable[[], Optional[int]]) -> None:
   def checked() -> Optional[int]:
     try:
       return main()
-    except (FileNotFoundError, FileExistsError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, ValueError) as e:
       print(f"error: {e}", file=sys.stderr)
       return 2
     except (RuntimeError, AssertionError):

@@ -50,7 +50,6 @@ import sys
 from typing import Optional, Sequence
 
 from absl import flags
-from etils import epath
 import numpy as np
 
 from bert_jax.checkpoints import bundle as bundle_lib
@@ -154,9 +153,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     embedding.check_options(pretrained, chosen[-1].pooling, layers, args.combine,
                             chosen[-1].max_length, args.batch_size, args.pairs, args.chunk_stride)
   max_length = chosen[0].max_length
-  out_dir = epath.Path(args.output).parent
-  if not out_dir.is_dir():
-    raise FileNotFoundError(f"--output directory does not exist: {out_dir}")
+  cli.check_output_file(args.output)
   inp = embedding.read_input(args.input, args.pairs)
   kind = "pairs" if args.pairs else "texts"
   how = [c.describe() if len(checkpoints) == 1 else f"{p.source}: {c.describe()}"

@@ -96,6 +96,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  if args.document_prompt_name is not None else "")
   embedding.check_options(pretrained, chosen.pooling, (-1,), "mean", chosen.max_length,
                           args.batch_size, pairs=False)
+  if args.output:
+    cli.check_output_file(args.output)
   data = retrieval.read_beir(args.beir_dir, args.split)  # bad data fails before the long embedding
   if not args.quiet:
     corpus, _, qrels = data

@@ -191,6 +191,10 @@ def test_bad_options_fail_before_work(ckpt, tmp_path):
     embed.main(base + ["--max_length", "64"])
   with pytest.raises(FileNotFoundError, match="--output directory does not exist"):
     embed.main(base[:-1] + [str(tmp_path / "no" / "o.npy")])
+  (tmp_path / "a_folder").mkdir()  # refused before the texts are embedded, not after
+  with pytest.raises(IsADirectoryError, match=r"--output .*a_folder is a directory; give the "
+                                              r"path of a file"):
+    embed.main(base[:-1] + [str(tmp_path / "a_folder")])
   with pytest.raises(ValueError, match="is neither a bert_jax bundle"):
     embed.main(["--checkpoint", str(tmp_path), "--input", str(inp), "--output", "o.npy"])
 
