@@ -103,6 +103,14 @@ def test_bad_beir_inputs_are_named(tmp_path):
     retrieval.read_beir(beir, "test")
   with pytest.raises(FileNotFoundError, match=r"qrels/dev.tsv does not exist"):
     retrieval.read_beir(beir, "dev")
+  # Files saved with a byte-order mark (Windows editors) read as without one.
+  for name in ("corpus.jsonl", "queries.jsonl"):
+    (tmp_path / name).write_text('\ufeff{"_id": "%s", "text": "hello"}\n' % (
+        "d0" if name.startswith("corpus") else "q0"), encoding="utf-8")
+  (tmp_path / "qrels" / "test.tsv").write_text("\ufeffquery-id\tcorpus-id\tscore\nq0\td0\t1\n",
+                                               encoding="utf-8")
+  corpus, queries, qrels = retrieval.read_beir(beir, "test")
+  assert list(corpus) == ["d0"] and list(queries) == ["q0"] and qrels == {"q0": {"d0": 1}}
 
 
 def test_metrics_equal_pytrec_eval_on_random_runs():

@@ -66,6 +66,8 @@ def _read_jsonl(path: epath.Path, keys: Sequence[str]) -> dict[str, dict]:
   rows, first_line = {}, {}
   with path.open("r", encoding="utf-8") as f:
     for n, line in enumerate(f, 1):
+      if n == 1:  # a byte-order mark (Windows editors), as embed's input takes it
+        line = line.removeprefix("\ufeff")
       if not line.strip():
         continue
       try:
@@ -90,7 +92,7 @@ def read_qrels(path: epath.Path) -> dict[str, dict[str, int]]:
   if not path.exists():
     raise FileNotFoundError(f"{path} does not exist (the split's judgements)")
   qrels: dict[str, dict[str, int]] = {}
-  lines = path.read_text(encoding="utf-8").splitlines()
+  lines = path.read_text(encoding="utf-8").removeprefix("\ufeff").splitlines()
   first = lines[0].split("\t") if lines else []
   has_header = len(first) < 3 or not first[2].strip().lstrip("-").isdigit()
   for n, line in enumerate(lines[1:] if has_header else lines, 2 if has_header else 1):
