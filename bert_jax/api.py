@@ -79,7 +79,7 @@ class Encoder:
     that names a default prompt has it prepended unless prompt_name or prompt say otherwise
     (prompt_name='' for none), as sentence-transformers' encode does; `embed_settings` says
     which and where each came from."""
-    texts = self._texts("embed", texts, batch_size)
+    texts = self._texts("embed", texts, batch_size, pairs=True)
     emb, _ = embedding.embed(self.pretrained, texts, pooling=pooling, layers=layers,
                              combine=combine, normalize=normalize, max_length=max_length,
                              batch_size=batch_size, tokenizer=self.tokenizer,
@@ -128,7 +128,7 @@ class Encoder:
                        "(a run's checkpoint, not its bundle): load the run's export/, which "
                        "records its task")
     task = glue.get_task(self.task)
-    texts = self._texts("classify", texts, batch_size, max_length)
+    texts = self._texts("classify", texts, batch_size, max_length, pairs=True)
     examples = [glue.GlueExample(f"text:{i}", *(t if isinstance(t, tuple) else (t, None)), None, i)
                 for i, t in enumerate(texts)]
     arrays = glue.encode_examples(self.tokenizer, examples, max_length)
@@ -195,7 +195,8 @@ class Encoder:
     Returns:
       Per question, the answer text from its context, as fine-tuning's evaluation
       decodes it (bert_jax.tasks.squad.predictions.postprocess_predictions, with the run's
-      windowing and n-best options); '' when a SQuAD 2.0 model predicts no answer.
+      windowing and n-best options); '' when a SQuAD 2.0 model predicts no answer, and
+      'empty' (BERT's reference's text) when no span of the context is a valid answer.
 
     Raises:
       ValueError: the checkpoint is not a SQuAD export, or the counts differ.
@@ -227,15 +228,22 @@ class Encoder:
     return [predictions[e.qas_id] for e in examples]
 
   def _texts(self, method: str, texts, batch_size: int = 1,
-             max_length: Optional[int] = None) -> list:
+             max_length: Optional[int] = None, pairs: bool = False) -> list:
     """`texts` as a list, after the checks every method makes (ValueError naming `method`):
-    a list, not one string (which would be read as one text per character); not empty; a
-    batch size of at least 1; a length the model's positions hold."""
+    a list, not one string (which would be read as one text per character); not empty; with
+    `pairs`, a pair as a tuple (a list would be read as one text); a batch size of at least
+    1; a length the model's positions hold."""
     if isinstance(texts, str):
       raise ValueError(f"{method}: texts is one string; give a list of texts ([text])")
     texts = list(texts)
     if not texts:
       raise ValueError(f"{method}: no texts")
+    if pairs:
+      bad = [i for i, t in enumerate(texts) if not isinstance(t, str) and not (
+          isinstance(t, tuple) and len(t) == 2 and all(isinstance(x, str) for x in t))]
+      if bad:
+        raise ValueError(f"{method}: text {bad[0]} is a {type(texts[bad[0]]).__name__}; give "
+                         "each text as a string, or a pair as a tuple (a, b)")
     if batch_size < 1:
       raise ValueError(f"{method}: batch_size {batch_size} must be >= 1")
     longest = self.config.max_position_embeddings

@@ -198,6 +198,9 @@ def test_encoder_methods_refuse_arguments_that_would_give_wrong_or_no_results(tm
       (lambda: enc.classify("the cat sat"), r"classify: texts is one string; give a list"),
       (lambda: enc.embed("the cat sat"), r"embed: texts is one string"),
       (lambda: enc.classify([]), r"classify: no texts"),
+      (lambda: enc.classify([["the cat", "sat"]]), r"classify: text 0 is a list; give each "
+                                                   r"text as a string, or a pair as a tuple"),
+      (lambda: enc.embed(["the cat", ["a", "b"]]), r"embed: text 1 is a list"),
       (lambda: enc.fill_mask([]), r"fill_mask: no texts"),
       (lambda: enc.classify(["the cat"], batch_size=0), r"classify: batch_size 0 must be >= 1"),
       (lambda: enc.classify(["the cat"], max_length=1000),
