@@ -13,10 +13,12 @@
 # Example (2 CPU processes with one device each, collectives through gloo):
 #   JAX_PLATFORMS=cpu launch/local_multiprocess.sh 2 python -m bert_jax.pretrain \
 #       --config configs/pretrain.py:tiny --workdir /tmp/bert_mp --config.total_steps=10
+# Each process reads its own share of the corpus, so the losses are not one process's; add
+# --config.data.host_invariant_stream=True for the batches (and losses) of one process.
 set -euo pipefail
 
 usage() {
-  sed -n '2,16s/^# \{0,1\}//p' "$0" >&2
+  sed -n '2,18s/^# \{0,1\}//p' "$0" >&2
   exit 2
 }
 
