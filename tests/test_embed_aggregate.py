@@ -112,3 +112,7 @@ def test_cli_ensemble_and_chunk_errors(ckpts, tmp_path):
     embed.main(base + ["--combine", "concat", "--chunk_stride", "4"])
   with pytest.raises(ValueError, match=r"--chunk_stride 7 must be in \[1, 6\]"):
     embed.main(base + ["--chunk_stride", "7"])
+  # Before any input is read or any header printed: the input here does not even exist.
+  missing = [str(tmp_path / "missing.txt") if a == str(inp) else a for a in base]
+  with pytest.raises(ValueError, match=r"--chunk_stride 7 must be in \[1, 6\]"):
+    embed.main(missing + ["--chunk_stride", "7"])

@@ -464,6 +464,8 @@ def check_options(pretrained: loading.Pretrained, pooling: str, layers: Sequence
     raise ValueError(f"--chunk_stride {chunk_stride} must be >= 0 (0: no chunking)")
   if chunk_stride and pairs:
     raise ValueError("--chunk_stride chunks single texts, not --pairs")
+  if chunk_stride:  # a stride that would skip tokens: before any text is read ([CLS], [SEP])
+    aggregate.chunk_windows(1, max_length - 2, chunk_stride)
   if chunk_stride and combine == "concat":
     raise ValueError("--combine concat cannot merge chunks (texts have different numbers of "
                      "chunks); use mean, max or weighted_mean with --chunk_stride")
