@@ -155,7 +155,9 @@ def get_config(arg=None):
     raise ValueError(f"unknown variant {variant!r}; known: {sorted(_RECIPES)}")
   recipes = member_registry.recipes()
   if options.recipe not in recipes:
-    raise ValueError(f"unknown recipe {options.recipe!r}; known: {list(recipes)}")
+    raise ValueError(f"unknown recipe {options.recipe!r}; known: {list(recipes)}"
+                     + ("; distillation is an objective: --config.objective=distill"
+                        if options.recipe.startswith("distil") else ""))
   batch, steps, lr, warmup = _RECIPES[variant]
 
   c = ml_collections.ConfigDict()

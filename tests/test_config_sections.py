@@ -108,6 +108,9 @@ def test_pretrain_config_arguments():
     get_config("huge")
   with pytest.raises(ValueError, match=r"unknown recipe 'gpt'; known: \['bert', 'roberta', "):
     get_config("base,recipe=gpt")
+  with pytest.raises(ValueError, match=r"unknown recipe 'distill'; .*; distillation is an "
+                                       r"objective: --config.objective=distill"):
+    get_config("tiny,recipe=distill")
 
 
 @pytest.mark.parametrize("variant", ["tiny", "base"])
