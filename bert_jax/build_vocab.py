@@ -36,6 +36,7 @@ from bert_jax import cli
 from bert_jax.data.tokenizers import vocab_builder
 from bert_jax.runtime import atomic_files
 
+
 def _parse(argv: Optional[Sequence[str]]) -> flags.FlagValues:
   fv = flags.FlagValues()
   flags.DEFINE_string("input", None, "glob(s) of text files, or 'builtin'", flag_values=fv,

@@ -38,13 +38,13 @@ from bert_jax.runtime import startup  # first: quiet start-up  # pylint: disable
 _HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
 
 
-
 def usage_error(message: str) -> NoReturn:
   """Bad usage (an unknown flag, a missing one, wrong positional arguments): `message`, one
   line on stderr, then exit status 2, as argparse-style tools and the docs' exit status table
   have it (also for programs that call their main without exit_program)."""
   print(message, file=sys.stderr, flush=True)
   raise SystemExit(2)
+
 
 def absolute(path: str) -> str:
   """`path` made absolute against the working directory, once, where a program starts.
