@@ -83,6 +83,9 @@ def test_glue_end_to_end_from_pretraining_workdir(mrpc_run):
   exported = bundle.load_bundle(os.path.join(workdir, "export"))
   assert exported.heads == ("pooler", "classifier")
   assert exported.params["classifier"]["kernel"].shape == (128, 2)
+  # The classes, by which `convert --to hf` names transformers' labels.
+  with open(os.path.join(workdir, "export", "bundle.json")) as f:
+    assert json.load(f)["labels"] == ["0", "1"]
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@
   token_classifier  (NER: each token's vector, dense)
                     -> BertForTokenClassification, the run's label list
 
-The labels come from what the export's bundle.json records (its GLUE task, NER's labels).
+The labels come from what the export's bundle.json records (`labels`: a GLUE task's classes,
+none for a regression; NER's tags); an export written before GLUE's were recorded is left to
+--drop_unexpected.
 Left to --drop_unexpected: the other members' classifiers, which transformers builds otherwise
 (RoBERTa's reads <s> through two layers, DistilBERT's pre_classifier, ELECTRA's its own head),
 the 'mean' and 'layers_attention' heads, which transformers has no class for, and SQuAD's span
@@ -31,14 +33,12 @@ def exportable(params: dict, model_type: str, info: dict) -> Optional[TaskHead]:
   transformers builds otherwise: then it stays outside the name map)."""
   if model_type != "bert":
     return None
-  if "classifier" in params and info.get("head", "cls") == "cls" and info.get("task"):
+  if "classifier" in params and info.get("head", "cls") == "cls" and "labels" in info:
     if "pooler" not in params.get("bert", {}):
       return None
-    from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
-    task = glue.get_task(info["task"])
-    labels = ["score"] if task.is_regression else list(task.labels)
-    extra = {"problem_type": "regression"} if task.is_regression else {
-        "problem_type": "single_label_classification"}
+    regression = not info["labels"]  # (STS-B: one score, no classes)
+    labels = ["LABEL_0"] if regression else list(info["labels"])
+    extra = {"problem_type": "regression" if regression else "single_label_classification"}
     return _head(params, "classifier", "BertForSequenceClassification", labels, extra)
   if "token_classifier" in params and info.get("labels"):
     return _head(params, "token_classifier", "BertForTokenClassification",

@@ -43,7 +43,8 @@ def model(options, model_cfg: BertConfig) -> task_lib.TaskModel:
   task = glue.get_task(options.task)
   return task_lib.TaskModel(
       task.name, sequence_model(model_cfg, task.num_labels, options.head, options.head_layers),
-      "classifier", export_info={"head": options.head, "head_layers": options.head_layers})
+      "classifier", export_info={"head": options.head, "head_layers": options.head_layers,
+                                 "labels": list(task.labels or ())})  # (none: a regression)
 
 
 def build(options, tokenizer, model_cfg: BertConfig) -> task_lib.Task:
