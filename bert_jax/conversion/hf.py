@@ -409,11 +409,14 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False,
          "model_max_length": b.config.max_position_embeddings}
   # A bundle that records how it embeds (bundle.json's `embedding`) is also written as a
   # sentence-transformers folder: its Dense layers go to their modules, not to transformers.
-  record = _embedding_record(b.source)
+  info_file = epath.Path(b.source) / bundle.INFO_FILE
+  info = read_json(info_file, missing=str(info_file)) if info_file.is_file() else {}
+  record = (None if info.get("embedding") is None else
+            pooling.embedding_record(info["embedding"], str(info_file)))
   params = {k: v for k, v in b.params.items() if k != pooling.DENSE_GROUP}
   with atomic_files.replacing(out) as tmp:
     written = params_to_hf(params, b.config, str(tmp), shown=dst,
-                           drop_unexpected=drop_unexpected, info=_bundle_info(b.source))
+                           drop_unexpected=drop_unexpected, info=info)
     if record is not None:
       written["modules"] = st_modules.write_modules(
           tmp, record, b.params.get(pooling.DENSE_GROUP, {}), b.config.hidden_size,
@@ -428,16 +431,3 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False,
       with write_errors.writing(f"{dst}/{name}"):
         (tmp / name).write_bytes(data)
   return dict(written, config=b.config)
-
-
-def _bundle_info(source: str) -> dict:
-  """The bundle's bundle.json, or {} (a checkpoint)."""
-  info = epath.Path(source) / bundle.INFO_FILE
-  return read_json(info, missing=str(info)) if info.is_file() else {}
-
-
-def _embedding_record(source: str) -> Optional[dict]:
-  """The bundle's recorded embedding (pooling.embedding_record), or None."""
-  recorded = _bundle_info(source).get("embedding")
-  info = epath.Path(source) / bundle.INFO_FILE
-  return None if recorded is None else pooling.embedding_record(recorded, str(info))
