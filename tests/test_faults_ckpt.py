@@ -415,12 +415,22 @@ def test_a_save_cut_short_is_removed_by_the_next_writer_of_the_folder(tmp_path):
   """A process that ended during an asynchronous save leaves `<step>.orbax-checkpoint-tmp`;
   the next run saving into the folder removes it and keeps every whole step."""
   folder = tmp_path / "checkpoints"
-  cut = ("import os, sys, jax.numpy as jnp\n"
+  # The child holds step 2's rename back, so the process ends while that save is unfinished
+  # however fast or slow the disk is: it waits for the temporary folder, then exits at once.
+  cut = ("import asyncio, os, sys, time, jax.numpy as jnp\n"
+         "from orbax.checkpoint._src.path import atomicity\n"
          "from bert_jax.checkpoints import run_checkpoints as ckpt_lib\n"
          "c = ckpt_lib.TrainCheckpoints(sys.argv[1])\n"
          "state = {'params': {f'w{i}': jnp.ones((256, 256)) for i in range(20)}}\n"
          "c.save(1, state, {'a': 1}); c.wait()\n"
+         "async def held(*args, **kwargs):\n"
+         "  await asyncio.sleep(3600)\n"
+         "atomicity.AtomicRenameTemporaryPath.finalize = held\n"
          "c.save(2, state, {'a': 1})\n"
+         "tmp = os.path.join(sys.argv[1], '2.orbax-checkpoint-tmp')\n"
+         "deadline = time.time() + 120\n"
+         "while not os.path.isdir(tmp) and time.time() < deadline:\n"
+         "  time.sleep(0.01)\n"
          "os._exit(0)\n")
   subprocess.run([sys.executable, "-c", cut, str(folder)], cwd=ROOT, env=child_env(),
                  check=True, capture_output=True, timeout=300)
