@@ -12,7 +12,9 @@ of --batch_size, with progress on stderr when there is more than one batch
 (--quiet: none).
 
 The literal `[MASK]` marks masked positions (several per text are allowed), for every
-tokenizer; the tokenizer's own mask token (RoBERTa's `<mask>`) does too.
+tokenizer; the tokenizer's own mask token (RoBERTa's `<mask>`) does too. Predictions print
+as the text each token stands for (RoBERTa's `Ġparis` as `paris`); --json gives the
+vocabulary's piece (`token`) and that text (`token_str`, transformers' fill-mask field).
 bert_jax.inference.mask_filling says how texts are encoded and scored.
 """
 import json
@@ -25,6 +27,7 @@ from bert_jax.checkpoints import bundle as bundle_lib
 from bert_jax.checkpoints import folder as checkpoint_folder
 from bert_jax.checkpoints import loading
 from bert_jax import cli
+from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import mask_filling
 from bert_jax.runtime import console
 
@@ -78,14 +81,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   with console.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet and one_batch,
                          at_start=False,
                          status="tokenizing, compiling the model and filling the masks"):
-    result = mask_filling.fill_mask(pretrained, texts, args.top_k, batch_size=args.batch_size,
+    tokenizer = tokenizer_lib.for_checkpoint(pretrained)
+    result = mask_filling.fill_mask(pretrained, texts, args.top_k, tokenizer=tokenizer,
+                                    batch_size=args.batch_size,
                                     progress="" if args.quiet else "filling masks")
   if args.json:
-    print(json.dumps([{"text": t, "masks": [[{"token": tok, "prob": p} for tok, p in m]
-                                            for m in r]}
+    text_of = lambda token: tokenizer.token_text(tokenizer.vocab[token])
+    print(json.dumps([{"text": t, "masks": [[{"token": tok, "token_str": text_of(tok), "prob": p}
+                                             for tok, p in m] for m in r]}
                       for t, r in zip(texts, result)]))
     return 0
-  mask_filling.print_predictions(texts, result)
+  mask_filling.print_predictions(texts, result, tokenizer)
   return 0
 
 

@@ -269,7 +269,7 @@ def test_wordpiece_bundle_through_the_command_line(model_type, head, tokenizer_c
 
 @pytest.mark.parametrize("model_type", ["roberta", "albert"])
 def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bpe_dir,
-                                                                  albert_dir, tmp_path):
+                                                                  albert_dir, tmp_path, capsys):
   """RoBERTa (byte-level BPE) and ALBERT (SentencePiece) end to end: HF directory with its
   tokenizer files -> `bert_jax.convert` -> bundle (tokenizer/ copied) -> fill_mask gives
   transformers' ids, top tokens and probabilities; `--to hf` gives the files back."""
@@ -303,6 +303,19 @@ def test_bpe_and_sentencepiece_bundles_fill_masks_as_transformers(model_type, bp
   top = np.argsort(-probs)[:3]
   assert [t for t, _ in ours] == fast.convert_ids_to_tokens(top.tolist())
   np.testing.assert_allclose([p for _, p in ours], probs[top], atol=1e-5)
+  # The text a token stands for, as transformers' fill-mask pipeline gives it (token_str).
+  sample = list(range(0, len(fast), max(1, len(fast) // 400)))
+  assert [tok.token_text(i) for i in sample] == [fast.decode([i]) for i in sample]
+  assert any(tok.token_text(i) != tok.inv_vocab[i] for i in sample)
+  from bert_jax import fill_mask  # pylint: disable=g-import-not-at-top
+  capsys.readouterr()
+  assert fill_mask.main(["--checkpoint", dst, "--json", "--quiet", "--top_k", "3", text]) == 0
+  printed = json.loads(capsys.readouterr().out)[0]["masks"][0]
+  assert [(p["token"], p["token_str"]) for p in printed] == [
+      (t, fast.decode([i])) for t, i in zip(fast.convert_ids_to_tokens(top.tolist()), top)]
+  assert fill_mask.main(["--checkpoint", dst, "--quiet", "--top_k", "3", text]) == 0
+  shown = capsys.readouterr().out.splitlines()[1].split()[2::2]
+  assert shown == [fast.decode([i]).strip() or repr(fast.decode([i])) for i in top]
 
   assert convert.main(["--to", "hf", "--src", dst, "--dst", out]) == 0
   for name in names:

@@ -86,6 +86,7 @@ def test_cli_prints_predictions(ckpt, capsys):
   assert out[0]["text"] == "paris is a [MASK] ."
   preds = out[0]["masks"][0]
   assert len(preds) == 2 and preds[0]["prob"] >= preds[1]["prob"] > 0
+  assert [p["token_str"] for p in preds] == [p["token"] for p in preds]  # WordPiece: the piece
   assert fill_mask.main(["--checkpoint", ckpt, "the [MASK] ."]) == 0
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == "the [MASK] ." and lines[1].startswith("  [MASK] 1: ")

@@ -112,9 +112,14 @@ def fill_mask(pretrained: loading.Pretrained, texts: Sequence[str], top_k: int =
   return result
 
 
-def print_predictions(texts: Sequence[str], result: list) -> None:
-  """Prints each text and, under it, the top tokens with probabilities per [MASK]."""
+def print_predictions(texts: Sequence[str], result: list, tokenizer) -> None:
+  """Prints each text and, under it, the top tokens with probabilities per [MASK]; a token
+  shows as the text it stands for without spaces (quoted when that leaves nothing)."""
+  def shown(token):
+    text = tokenizer.token_text(tokenizer.vocab[token])
+    return text.strip() or repr(text)
   for text, masks in zip(texts, result):
     print(text)
     for j, preds in enumerate(masks, 1):
-      print(f"  {MASK} {j}: " + "  ".join(f"{tok} {p:.4f}" for tok, p in preds), flush=True)
+      print(f"  {MASK} {j}: " + "  ".join(f"{shown(tok)} {p:.4f}" for tok, p in preds),
+            flush=True)

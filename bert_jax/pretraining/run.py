@@ -424,8 +424,11 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str,
     try:
       with console.Heartbeat("bert_jax.pretrain", enabled=primary, file=sys.stdout,
                              at_start=False, status="running the fill-mask example"):
-        result = mask_filling.fill_mask(loading.load_pretrained(path),
-                                        [config.fill_mask_example], top_k=5)
+        from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+        exported = loading.load_pretrained(path)
+        tokenizer = tokenizer_lib.for_checkpoint(exported)
+        result = mask_filling.fill_mask(exported, [config.fill_mask_example], top_k=5,
+                                        tokenizer=tokenizer)
     except optional_tensorflow.MissingTensorFlowError as e:  # a host that trained on prepared data
       result = None
       if primary:
@@ -433,7 +436,7 @@ def export_and_demo(summary: dict[str, Any], config, workdir: str,
               flush=True)
     if primary and result is not None:
       print("fill-mask example from the new checkpoint:", flush=True)
-      mask_filling.print_predictions([config.fill_mask_example], result)
+      mask_filling.print_predictions([config.fill_mask_example], result, tokenizer)
       if summary["step"] < 10_000:  # what to expect from a smoke run such as the quick start
         print(f"  (a {config.variant} model after {summary['step']:,} steps: short runs mostly "
               "predict frequent words such as 'the', ',' or '.'"

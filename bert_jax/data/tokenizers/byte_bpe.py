@@ -93,6 +93,9 @@ class ByteLevelBPETokenizer(tokenizer_base.Tokenizer):
     """The text of ids (bytes joined back, specials kept)."""
     return self._tok.decode(list(ids), skip_special_tokens=False)
 
+  def token_text(self, token_id: int) -> str:
+    return self.decode([token_id])
+
 
 # Role -> token of a tokenizer.json with BERT's special tokens (ModernBERT's).
 BRACKET_SPECIAL_TOKENS = {"cls": "[CLS]", "pad": "[PAD]", "sep": "[SEP]", "unk": "[UNK]",

@@ -316,6 +316,10 @@ class SentencePieceTokenizer(tokenizer_base.Tokenizer):
       out.append((ids, spans))
     return out
 
+  def token_text(self, token_id: int) -> str:
+    text = self.inv_vocab[int(token_id)].replace(_SPACE, " ")
+    return text[1:] if text.startswith(" ") else text  # the word's start, as decode drops it
+
   def basic_tokenize(self, text: str) -> list[str]:
     """The normalised text split on whitespace (SQuAD's answer alignment)."""
     return " ".join(self.normalize_segments([text])).split()

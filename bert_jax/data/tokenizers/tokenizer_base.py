@@ -83,3 +83,9 @@ class Tokenizer:
   def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
     """Tokens of ids."""
     return [self.inv_vocab[int(i)] for i in ids]
+
+  def token_text(self, token_id: int) -> str:
+    """The text one token stands for, as transformers' `decode([id])` gives it: the piece
+    itself for WordPiece (`##s` stays), BPE's bytes with `Ġ` a space, SentencePiece's piece
+    without its `▁`."""
+    return self.inv_vocab[int(token_id)]
