@@ -34,6 +34,7 @@ from bert_jax.runtime import distributed
 from bert_jax.runtime import host_memory
 from bert_jax.runtime import peer_processes
 from bert_jax.runtime import startup  # first: quiet start-up  # pylint: disable=g-bad-import-order
+from bert_jax.runtime import text_files
 
 _HELP = ("-h", "-help", "--help", "--helpshort", "--helpfull", "-?")
 
@@ -122,7 +123,7 @@ def check_remote_paths(paths: Sequence[str], prog: str) -> None:
 
 def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: str, doc: str,
           positional: Sequence[str] = (), paths: Sequence[str] = (),
-          input_hint: str = "") -> list[str]:
+          input_hint: str = "", stdin: Sequence[str] = ()) -> list[str]:
   """Parses a command line into `flag_values`; returns its positional arguments.
 
   Args:
@@ -133,7 +134,8 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
     positional: names of the positional arguments, in order; a last name
       ending in '...' takes one or more, '[NAME...]' zero or more.
     paths: the flags that hold paths (a string or a list of them): their values
-      are made absolute (`absolute`).
+      are made absolute (`absolute`), except '-' in a flag named in `stdin`.
+    stdin: the flags of `paths` whose '-' names standard input (text_files.read_bytes).
     input_hint: where a program without positional arguments reads its input, said when
       some are given (e.g. 'it reads texts from standard input').
 
@@ -168,6 +170,8 @@ def parse(flag_values: flags.FlagValues, argv: Optional[Sequence[str]], prog: st
   given = []
   for name in paths:
     value = flag_values[name].value
+    if name in stdin and value == text_files.STDIN:
+      continue
     if isinstance(value, str):
       flag_values[name].value = absolute(value)
       given.append(flag_values[name].value)

@@ -24,7 +24,8 @@ normalised, 128 tokens. The header says which each option is and where it came
 from ("from the checkpoint", "from --pooling", "the default"). `--layers` pools
 several hidden layers (0 = embedding output, -1 = last layer; the
 feature-based approach of the BERT paper).
-`--pairs` reads `text_a<TAB>text_b` lines with segment ids 0 / 1.
+`--pairs` reads `text_a<TAB>text_b` lines with segment ids 0 / 1. `--input -` reads the
+lines from standard input.
 
 Aggregation (bert_jax.inference.aggregate): `--combine` (mean, max, concat, or
 weighted_mean with `--weights`) merges the several vectors of one text: its
@@ -69,8 +70,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
   flags.DEFINE_multi_string("checkpoint", None, "a bert_jax checkpoint (a bundle, a pretraining "
                             "workdir or its checkpoints/); several: an ensemble merged by "
                             "--combine", flag_values=fv, required=True)
-  flags.DEFINE_string("input", None, "UTF-8 text file, one text (or pair) per line",
-                      flag_values=fv, required=True)
+  flags.DEFINE_string("input", None, "UTF-8 text file, one text (or pair) per line ('-': "
+                      "standard input)", flag_values=fv, required=True)
   flags.DEFINE_string("output", None, "output .npy file, float32 [lines, dim]", flag_values=fv,
                       required=True)
   flags.DEFINE_enum("pooling", None, embedding.POOLINGS, "how token vectors become one "
@@ -106,7 +107,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> flags.FlagValues:
                       "training programs' compile_cache: 'auto' (JAX_COMPILATION_CACHE_DIR, else "
                       "the user's cache folder), a directory, or 'off'; a second run of the same "
                       "lengths loads its programs instead of compiling them", flag_values=fv)
-  cli.parse(fv, argv, "bert_jax.embed", __doc__, paths=("checkpoint", "input", "output"))
+  cli.parse(fv, argv, "bert_jax.embed", __doc__, paths=("checkpoint", "input", "output"),
+            stdin=("input",))
   return fv
 
 
@@ -162,7 +164,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       ("model", "; ".join(f"{bundle_lib.describe_arch(p.config)}, "
                           f"{console.count_params(p.params) / 1e6:.1f}M params, from "
                           f"{p.source}" for p in checkpoints)),
-      ("data", f"{args.input}: {len(inp.texts):,} {kind}"
+      ("data", f"{'standard input' if args.input == '-' else args.input}: "
+               f"{len(inp.texts):,} {kind}"
                + (f", windows every {args.chunk_stride} tokens" if args.chunk_stride else "")),
       ("steps", f"{-(-len(inp.texts) // args.batch_size):,} batch(es) of {args.batch_size} per "
                 f"checkpoint, {args.dtype}"

@@ -30,6 +30,7 @@ from bert_jax import cli
 from bert_jax.data.tokenizers import tokenizer as tokenizer_lib
 from bert_jax.inference import mask_filling
 from bert_jax.runtime import console
+from bert_jax.runtime import text_files
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -37,24 +38,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   args = flags.FlagValues()
   flags.DEFINE_string("checkpoint", None, "a bert_jax checkpoint with the MLM head",
                       flag_values=args, required=True)
-  flags.DEFINE_string("input", None, "a text file: one text with [MASK] per line (besides TEXT...)",
-                      flag_values=args)
+  flags.DEFINE_string("input", None, "a text file: one text with [MASK] per line (besides "
+                      "TEXT...; '-': standard input)", flag_values=args)
   flags.DEFINE_integer("top_k", 5, "predictions per [MASK]", flag_values=args)
   flags.DEFINE_integer("batch_size", 64, "texts per forward pass", flag_values=args)
   flags.DEFINE_boolean("json", False, "print one JSON list instead of text", flag_values=args)
   flags.DEFINE_boolean("quiet", False, "no header or progress lines on stderr", flag_values=args)
   texts = cli.parse(args, argv, "bert_jax.fill_mask", __doc__, positional=("[TEXT...]",),
-                    paths=("checkpoint", "input"))
+                    paths=("checkpoint", "input"), stdin=("input",))
   texts = list(texts)
   if args.input:
     try:
-      with open(args.input, encoding="utf-8") as f:
-        texts += [line.strip() for line in f if line.strip()]
-    except (OSError, UnicodeDecodeError) as e:
+      lines = text_files.read_utf8(args.input, "--input").splitlines()
+    except FileNotFoundError:
+      raise
+    except OSError as e:
       raise ValueError(f"--input {args.input}: {checkpoint_folder.one_line_cause(e)}") from None
+    texts += [line.strip() for line in lines if line.strip()]
+  source = "standard input" if args.input == text_files.STDIN else args.input
   if not texts:
     raise ValueError("no text: give TEXT... with [MASK], or --input FILE (one text per line)"
-                     + (f"; {args.input} has none" if args.input else ""))
+                     + (f"; {source} has none" if args.input else ""))
   if args.batch_size < 1:
     raise ValueError(f"--batch_size must be >= 1 (got {args.batch_size})")
   for n, text in enumerate(texts, 1):
@@ -75,7 +79,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         ("model", f"{bundle_lib.describe_arch(pretrained.config)}, "
                   f"{console.count_params(pretrained.params) / 1e6:.1f}M params, from "
                   f"{pretrained.source}"),
-        ("data", f"{len(texts)} text(s)" + (f" ({args.input})" if args.input else "")
+        ("data", f"{len(texts)} text(s)" + (f" ({source})" if args.input else "")
                  + f", batches of {args.batch_size}")], file=sys.stderr)
   one_batch = len(texts) <= args.batch_size
   with console.Heartbeat("bert_jax.fill_mask", enabled=not args.quiet and one_batch,

@@ -5,6 +5,7 @@ looked up in the vocab by hand), so padding, batching and pooling are checked
 independently of embed's own code. The optional all-MiniLM-L6-v2 test needs
 BERT_JAX_MINILM_DIR (see its skip reason).
 """
+import io
 import os
 
 import jax
@@ -164,17 +165,36 @@ def test_cli_writes_exactly_the_output_path_it_reports(ckpt, tmp_path, capsys):
   assert np.load(out).shape == (1, 16)
 
 
+def test_input_dash_reads_standard_input(ckpt, tmp_path, monkeypatch, capsys):
+  """`--input -` embeds the lines piped in, as the same lines in a file."""
+  lines = b"a dog\nthe city of paris\n"
+  (tmp_path / "in.txt").write_bytes(lines)
+  base = ["--checkpoint", ckpt, "--quiet"]
+  assert embed.main(base + ["--input", str(tmp_path / "in.txt"),
+                            "--output", str(tmp_path / "file.npy")]) == 0
+  monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(lines)))
+  assert embed.main(base + ["--input", "-", "--output", str(tmp_path / "piped.npy")]) == 0
+  assert "standard input: 2 texts" in capsys.readouterr().err
+  assert not (tmp_path / "-").exists()
+  np.testing.assert_array_equal(np.load(tmp_path / "piped.npy"), np.load(tmp_path / "file.npy"))
+  monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"")))
+  with pytest.raises(ValueError, match="standard input: the input is empty"):
+    embed.main(base + ["--input", "-", "--output", str(tmp_path / "none.npy")])
+
+
 def test_read_input_errors(tmp_path):
   empty = tmp_path / "empty.txt"
   empty.write_bytes(b"")
-  with pytest.raises(ValueError, match="empty.txt: the input file is empty"):
+  with pytest.raises(ValueError, match="empty.txt: the input is empty"):
     embedding.read_input(str(empty), pairs=False)
   bad = tmp_path / "pairs.txt"
   bad.write_text("a\tb\nno tab here\n")
   with pytest.raises(ValueError, match=r"pairs.txt:2: --pairs expects"):
     embedding.read_input(str(bad), pairs=True)
-  with pytest.raises(FileNotFoundError, match="input file not found"):
+  with pytest.raises(FileNotFoundError, match="input file .*absent.txt does not exist"):
     embedding.read_input(str(tmp_path / "absent.txt"), pairs=False)
+  with pytest.raises(ValueError, match="is a directory"):
+    embedding.read_input(str(tmp_path), pairs=False)
   got = embedding.read_input(str(bad), pairs=False)
   assert got.texts == ["a\tb", "no tab here"] and got.bad_utf8_lines == []
 

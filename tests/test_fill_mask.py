@@ -1,5 +1,6 @@
 """python -m bert_jax.fill_mask: top-k per [MASK] against a numpy MLM head, and clear errors."""
 from flax import traverse_util
+import io
 import json
 import time
 
@@ -161,6 +162,18 @@ def test_an_input_file_runs_in_batches_with_progress_and_the_same_predictions(ck
   empty.write_text("\n")
   with pytest.raises(ValueError, match=r"no text: give TEXT\.\.\. with \[MASK\], or --input FILE"):
     fill_mask.main(["--checkpoint", ckpt, "--input", str(empty)])
+
+
+def test_input_dash_reads_standard_input(ckpt, monkeypatch, capsys):
+  piped = b"the [MASK] .\n\nparis is a [MASK] .\n"
+  monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(piped)))
+  assert fill_mask.main(["--checkpoint", ckpt, "--input", "-", "--json"]) == 0
+  captured = capsys.readouterr()
+  assert [r["text"] for r in json.loads(captured.out)] == ["the [MASK] .", "paris is a [MASK] ."]
+  assert "2 text(s) (standard input)" in captured.err
+  monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"\n")))
+  with pytest.raises(ValueError, match="standard input has none"):
+    fill_mask.main(["--checkpoint", ckpt, "--input", "-"])
 
 
 def test_a_slow_single_batch_says_what_it_does_while_it_runs(ckpt, monkeypatch, capsys):

@@ -19,7 +19,7 @@ from bert_jax.modeling import model as model_lib
 from bert_jax.modeling import pooling as pooling_lib
 from bert_jax.runtime import ahead_compile
 from bert_jax.runtime import console
-from bert_jax.runtime.text_files import read_json
+from bert_jax.runtime import text_files
 from bert_jax.runtime import workdirs
 
 POOLINGS = ("cls", "pooler") + pooling_lib.POOL_MODES[1:]
@@ -37,17 +37,19 @@ class InputText:
   bad_utf8_lines: list[int]
 
 
+def _input_name(path: str) -> str:
+  return "standard input" if path == text_files.STDIN else path
+
+
 def read_input(path: str, pairs: bool) -> InputText:
-  """One text (or `a<TAB>b` pair) per line; ValueError for an empty file or a pair line
-  without exactly one tab (naming it)."""
-  if not epath.Path(path).is_file():
-    raise FileNotFoundError(f"input file not found: {path}")
-  data = epath.Path(path).read_bytes()
+  """One text (or `a<TAB>b` pair) per line of a file, or of standard input for '-';
+  ValueError for an empty input or a pair line without exactly one tab (naming it)."""
+  data = text_files.read_bytes(path, "input file")
   lines = data.split(b"\n")
   if lines and lines[-1] == b"":
     lines.pop()
   if not lines:
-    raise ValueError(f"{path}: the input file is empty (one text per line expected)")
+    raise ValueError(f"{_input_name(path)}: the input is empty (one text per line expected)")
   texts, bad = [], []
   for number, raw in enumerate(lines, 1):
     if raw.endswith(b"\r"):
@@ -62,7 +64,7 @@ def read_input(path: str, pairs: bool) -> InputText:
     if pairs:
       parts = line.split("\t")
       if len(parts) != 2:
-        raise ValueError(f"{path}:{number}: --pairs expects 'text_a<TAB>text_b', found "
+        raise ValueError(f"{_input_name(path)}:{number}: --pairs expects 'text_a<TAB>text_b', found "
                          f"{len(parts) - 1} tabs")
       texts.append((parts[0], parts[1]))
     else:
@@ -159,7 +161,7 @@ def recorded_at(path: str) -> dict:
   found = [info for info in found if info.is_file()]
   if found:
     info = found[0]
-    recorded = read_json(info, missing=f"{info} is missing").get("embedding", {})
+    recorded = text_files.read_json(info, missing=f"{info} is missing").get("embedding", {})
     recorded = pooling_lib.embedding_record(recorded, str(info))
     defaults.update(recorded, recorded=tuple(k for k in recorded if k != "dense"))
   return defaults

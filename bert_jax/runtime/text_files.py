@@ -3,6 +3,7 @@ and JSON text that every reader accepts."""
 import codecs
 import json
 import math
+import sys
 from typing import Any
 
 from etils import epath
@@ -40,15 +41,26 @@ def dumps_defined(obj: Any, **kwargs) -> tuple[str, list[str]]:
   return json.dumps(clean(obj, ""), allow_nan=False, **kwargs), undefined
 
 
-def read_utf8(path, what: str = "file") -> str:
-  """The text of `path` (local or gs://) as UTF-8, a byte-order mark dropped; ValueError names
-  the line and column of a byte that is not UTF-8 (or says `path` is a directory)."""
+STDIN = "-"  # an input path that names standard input
+
+
+def read_bytes(path, what: str = "file") -> bytes:
+  """The bytes of `path` (local or gs://; '-' reads standard input to its end);
+  FileNotFoundError or ValueError (a directory) naming it as `what`."""
+  if path == STDIN:
+    return sys.stdin.buffer.read()
   p = epath.Path(path)
   if not p.exists():
     raise FileNotFoundError(f"{what} {path} does not exist")
   if p.is_dir():
     raise ValueError(f"{what} {path} is a directory, not a file")
-  data = p.read_bytes()
+  return p.read_bytes()
+
+
+def read_utf8(path, what: str = "file") -> str:
+  """The text of `path` (local or gs://) as UTF-8, a byte-order mark dropped; ValueError names
+  the line and column of a byte that is not UTF-8 (or says `path` is a directory)."""
+  data = read_bytes(path, what)
   # The mark is dropped before decoding, not by the utf-8-sig codec: that codec counts the
   # offset of a bad byte from after the mark, 3 bytes short of the file's own.
   data = data[len(codecs.BOM_UTF8):] if data.startswith(codecs.BOM_UTF8) else data
