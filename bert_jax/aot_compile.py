@@ -79,14 +79,14 @@ def _parse_flags(argv: Optional[Sequence[str]]):
                       flag_values=fv)
   cli.parse(fv, argv, "bert_jax.aot_compile", __doc__)
   if not 0 < fv.mfu <= 1:
-    raise SystemExit(f"bert_jax.aot_compile: --mfu {fv.mfu}: expected a fraction in (0, 1]")
+    raise SystemExit(f"bert_jax.aot_compile: error: --mfu {fv.mfu}: expected a fraction in (0, 1]")
   if fv.config is None or not fv.topology:
-    raise SystemExit("bert_jax.aot_compile: --config and --topology are required "
+    raise SystemExit("bert_jax.aot_compile: error: --config and --topology are required "
                      "(--help lists the flags)")
   try:
     topology_compile.parse_topology(fv.topology)
   except ValueError as e:
-    raise SystemExit(f"bert_jax.aot_compile: {e}") from None
+    raise SystemExit(f"bert_jax.aot_compile: error: {e}") from None
   return fv
 
 

@@ -105,7 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
       print(f"wrote {path}")
   except (ValueError, FileNotFoundError, OSError) as e:
     logging.debug("build_vocab failed", exc_info=True)
-    sys.exit(f"error: {e}")
+    sys.exit(f"bert_jax.build_vocab: error: {e}")
 
 
 if __name__ == "__main__":

@@ -219,16 +219,16 @@ def define_config(flag_values: flags.FlagValues, help_string: str,
     try:
       loaded = config_help.load(spec)
     except (FileNotFoundError, ValueError) as e:
-      raise SystemExit(f"{prog}: --config {spec}: {e}") from None
+      raise SystemExit(f"{prog}: error: --config {spec}: {e}") from None
     if has and has not in loaded.config:
-      raise SystemExit(f"{prog}: --config {spec}: not a config of this program (it has no "
+      raise SystemExit(f"{prog}: error: --config {spec}: not a config of this program (it has no "
                        f"'{has}' key); {prog} takes {help_string.rstrip('.')}")
     if "--config.help" in argv:
       print(config_help.describe(loaded))
       raise SystemExit(0)
     problem = config_help.unknown_override(loaded.config, argv)
     if problem:
-      raise SystemExit(f"{prog}: {problem}")
+      raise SystemExit(f"{prog}: error: {problem}")
   return config_flags.DEFINE_config_file("config", None, help_string, flag_values=flag_values,
                                          lock_config=True, sys_argv=["prog"] + list(argv))
 
@@ -342,8 +342,8 @@ def check_output_file(path: str, flag: str = "--output") -> None:
     raise IsADirectoryError(f"{flag} {path} is a directory; give the path of a file")
 
 
-def run_tool(main: Callable[[], Optional[int]]) -> None:
-  """Runs a tool's main; bad input ends it with one 'error: ...' line, status 2.
+def run_tool(main: Callable[[], Optional[int]], prog: str) -> None:
+  """Runs a tool's main; bad input ends it with one '`prog`: error: ...' line, status 2.
 
   Bad input is a missing file, an output that exists, or a bad value
   (FileNotFoundError, FileExistsError, ValueError): no traceback for those. A platform JAX
@@ -353,7 +353,7 @@ def run_tool(main: Callable[[], Optional[int]]) -> None:
     try:
       return main()
     except (FileNotFoundError, FileExistsError, IsADirectoryError, ValueError) as e:
-      print(f"error: {e}", file=sys.stderr)
+      print(f"{prog}: error: {e}", file=sys.stderr)
       return 2
     except (RuntimeError, AssertionError):
       problem = distributed.platform_problem()

@@ -212,7 +212,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   try:
     print(describe(load(args[0]), args[1] if len(args) > 1 else ""))
   except (FileNotFoundError, ValueError) as e:
-    raise SystemExit(f"bert_jax.config_help: {e}") from None
+    raise SystemExit(f"bert_jax.config_help: error: {e}") from None
 
 
 if __name__ == "__main__":

@@ -145,4 +145,4 @@ def _convert(args: flags.FlagValues) -> int:
 
 
 if __name__ == "__main__":
-  cli.run_tool(main)
+  cli.run_tool(main, "bert_jax.convert")

@@ -122,8 +122,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   try:  # two runs into one directory would write the same parts at once
     with workdirs.hold(out.value, "--out"):
       prepare(config.value.data, out.value, quiet=quiet.value)
-  except (ValueError, FileNotFoundError, workdirs.WorkdirInUseError,
-          write_errors.OutputWriteError) as e:
+  except (ValueError, FileNotFoundError) as e:  # bad input, as the training programs say it
+    raise SystemExit(f"bert_jax.prepare_data: error: {e}") from None
+  except (workdirs.WorkdirInUseError, write_errors.OutputWriteError) as e:
     raise SystemExit(f"bert_jax.prepare_data: {e}") from None
 
 

@@ -129,4 +129,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-  cli.run_tool(main)
+  cli.run_tool(main, "bert_jax.retrieval_eval")

@@ -29,7 +29,7 @@ def _load_json(path, what):
   try:
     return json.loads(epath.Path(path).read_text(encoding="utf-8"))
   except (OSError, json.JSONDecodeError) as e:
-    raise SystemExit(f"squad_eval: cannot read {what} {path}: {e}") from None
+    raise SystemExit(f"bert_jax.squad_eval: error: cannot read {what} {path}: {e}") from None
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -48,26 +48,28 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   dataset_json = _load_json(data_file, "data file")
   predictions = _load_json(pred_file, "prediction file")
   if not isinstance(dataset_json, dict) or not isinstance(dataset_json.get("data"), list):
-    raise SystemExit(f"squad_eval: {data_file} is not a SQuAD file (no top-level 'data' list)")
+    raise SystemExit(f"bert_jax.squad_eval: error: {data_file} is not a SQuAD file (no "
+                     "top-level 'data' list)")
   if not isinstance(predictions, dict):
-    raise SystemExit(f"squad_eval: {pred_file} must hold a JSON object id -> answer")
+    raise SystemExit(f"bert_jax.squad_eval: error: {pred_file} must hold a JSON object id -> "
+                     "answer")
   not_text = [k for k, v in predictions.items() if not isinstance(v, str)]
   if not_text:
-    raise SystemExit(f"squad_eval: {pred_file}: {len(not_text)} prediction(s) are not strings, "
-                     f"e.g. {not_text[0]!r}: {predictions[not_text[0]]!r}")
+    raise SystemExit(f"bert_jax.squad_eval: error: {pred_file}: {len(not_text)} prediction(s) "
+                     f"are not strings, e.g. {not_text[0]!r}: {predictions[not_text[0]]!r}")
   try:
     version = squad_metrics.dataset_version(dataset_json)
     squad_metrics.check_dataset(dataset_json, version, data_file)
     na_probs = None
     if args.na_prob_file:
       if version == "1.1":
-        print("squad_eval: --na_prob_file is ignored for SQuAD v1.1", file=sys.stderr)
+        print("bert_jax.squad_eval: --na_prob_file is ignored for SQuAD v1.1", file=sys.stderr)
       else:
         na_probs = _load_json(args.na_prob_file, "na prob file")
         squad_metrics.check_na_probs(na_probs, args.na_prob_file)
     result = squad_metrics.evaluate(dataset_json, predictions, na_probs, args.na_prob_thresh)
   except ValueError as e:
-    raise SystemExit(f"squad_eval: {e}") from None
+    raise SystemExit(f"bert_jax.squad_eval: error: {e}") from None
   if version == "1.1":
     print(json.dumps(result))
   else:

@@ -80,11 +80,11 @@ def run(argv: Optional[Sequence[str]], stdin: BinaryIO, stdout: TextIO) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
   if sys.stdin is None:  # started with standard input closed (`<&-`)
-    sys.exit("error: standard input is closed: pipe or redirect the texts in, one a line")
+    sys.exit("bert_jax.tokenize: error: standard input is closed: pipe or redirect the texts in, one a line")
   try:
     run(argv, sys.stdin.buffer, sys.stdout)
   except (ValueError, FileNotFoundError) as e:
-    sys.exit(f"error: {e}")
+    sys.exit(f"bert_jax.tokenize: error: {e}")
   except BrokenPipeError:
     # The reader stopped early (`| head`): what it wanted was written. Python's own flush
     # of stdout at exit would fail again, so stdout goes to /dev/null first.

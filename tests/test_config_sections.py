@@ -183,14 +183,14 @@ def test_the_command_line_answers_an_unknown_key_in_one_line_before_any_work(cap
   config = str(_ROOT / "configs" / "pretrain.py") + ":tiny"
   with pytest.raises(SystemExit) as e:
     pretrain.main(["--config", config, "--workdir", "/nonexistent/x", "--config.optimizer.lr=5"])
-  assert str(e.value) == ("bert_jax.pretrain: unknown config key 'optimizer.lr'; did you mean "
-                          "--config.learning_rate? (python -m bert_jax.config_help lists every "
+  assert str(e.value) == ("bert_jax.pretrain: error: unknown config key 'optimizer.lr'; did "
+                          "you mean --config.learning_rate? (python -m bert_jax.config_help lists every "
                           "key)")
   with pytest.raises(SystemExit) as e:
     pretrain.main(["--config", config, "--config.help"])
   assert e.value.code == 0
   assert "data.vocab_file = ''\n    WordPiece vocab" in capsys.readouterr().out
-  with pytest.raises(SystemExit, match=r"^bert_jax.pretrain: --config .*pretrain.py:huge: "
+  with pytest.raises(SystemExit, match=r"^bert_jax.pretrain: error: --config .*pretrain.py:huge: "
                                        r"unknown variant 'huge'"):
     pretrain.main(["--config", config[:-len(":tiny")] + ":huge", "--workdir", "/x"])
 

@@ -82,7 +82,7 @@ def test_each_status_of_the_table(pretrained, glue_dir, corpus, tmp_path):
   assert f"{workdir / 'run.json'} is not a run record" in refused.stderr
   assert "move it away or give a new --workdir" in refused.stderr
 
-  # 2: a tool refused its input in one `error: ...` line ...
+  # 2: a tool refused its input in one `bert_jax.TOOL: error: ...` line ...
   for tool, args in [("bert_jax.embed", ["--input", str(tmp_path / "in.txt"),
                                          "--output", str(tmp_path / "out.npy")]),
                      ("bert_jax.fill_mask", ["the [MASK] ."]),
@@ -91,7 +91,7 @@ def test_each_status_of_the_table(pretrained, glue_dir, corpus, tmp_path):
     src = "--src" if tool == "bert_jax.convert" else "--checkpoint"
     tool_run = _run(tool, src, str(tmp_path / "no_such_model"), *args)
     assert tool_run.returncode == 2, (tool, tool_run.stderr)
-    _one_line(tool_run.stderr, "error: ")
+    _one_line(tool_run.stderr, f"{tool}: error: ")
     assert "no_such_model" in tool_run.stderr, tool_run.stderr
   # ... or bad usage.
   for program in ("bert_jax.pretrain", "bert_jax.finetune", "bert_jax.embed"):
@@ -164,6 +164,6 @@ def test_another_programs_config_is_one_line_naming_what_the_program_takes(progr
       "--workdir", str(tmp_path / "w")]
   proc = _run(program, "--config", spec, *where)
   assert proc.returncode == 1
-  _one_line(proc.stderr, f"{program}: --config {spec}: not a config of this program (it has no "
+  _one_line(proc.stderr, f"{program}: error: --config {spec}: not a config of this program (it has no "
                          f"'{key}' key); {program} takes {takes}")
   assert not any(tmp_path.iterdir())  # nothing written

@@ -111,7 +111,7 @@ def test_tokenize_into_a_closed_pipe_or_from_a_closed_stdin_ends_without_a_trace
   closed = subprocess.run(f"{sys.executable} -m bert_jax.tokenize --vocab {_VOCAB} <&-",
                           shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300)
   assert closed.returncode == 1
-  assert closed.stderr.strip() == ("error: standard input is closed: pipe or redirect the texts "
+  assert closed.stderr.strip() == ("bert_jax.tokenize: error: standard input is closed: pipe or redirect the texts "
                                    "in, one a line")
 
 

@@ -276,7 +276,7 @@ def test_build_vocab_refuses_an_existing_output_unless_told_to_overwrite(tmp_pat
   with pytest.raises(SystemExit) as e:
     build_vocab.main(args)
   assert str(e.value.code) == (
-      f"error: {tmp_path / existing} exists (a prepared corpus or a run may have been built with "
+      f"bert_jax.build_vocab: error: {tmp_path / existing} exists (a prepared corpus or a run may have been built with "
       "it): give another --output, or --overwrite to replace it")
   assert (tmp_path / existing).read_text(encoding="utf-8") == "[PAD]\nkept\n"
   build_vocab.main(args + ["--overwrite"])
