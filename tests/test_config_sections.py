@@ -184,8 +184,8 @@ def test_the_command_line_answers_an_unknown_key_in_one_line_before_any_work(cap
   with pytest.raises(SystemExit) as e:
     pretrain.main(["--config", config, "--workdir", "/nonexistent/x", "--config.optimizer.lr=5"])
   assert str(e.value) == ("bert_jax.pretrain: error: unknown config key 'optimizer.lr'; did "
-                          "you mean --config.learning_rate? (python -m bert_jax.config_help lists every "
-                          "key)")
+                          "you mean --config.learning_rate? (python -m bert_jax.config_help "
+                          "lists every key)")
   with pytest.raises(SystemExit) as e:
     pretrain.main(["--config", config, "--config.help"])
   assert e.value.code == 0
