@@ -254,7 +254,7 @@ def test_pickle_only_directory_is_refused(tmp_path):
 def _run_convert(argv):
   """The command line as `python -m bert_jax.convert` runs it: bad input exits with status 2."""
   with pytest.raises(SystemExit) as e:
-    cli.run_tool(lambda: convert.main(argv))
+    cli.run_tool(lambda: convert.main(argv), "bert_jax.convert")
   assert e.value.code == 2
 
 

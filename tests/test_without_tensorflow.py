@@ -239,8 +239,8 @@ def test_pretraining_without_tensorflow_equals_the_tf_data_run(prepared, tmp_pat
      "TensorFlow and tensorflow-text, and tensorflow is not installed"),
     (["bert_jax.prepare_data", "--config", "configs/pretrain.py:tiny",
       "--config.data.source=builtin"], None,
-     "bert_jax.prepare_data: bert_jax.prepare_data (tokenizing raw text) needs TensorFlow and "
-     "tensorflow-text"),
+     "bert_jax.prepare_data: error: bert_jax.prepare_data (tokenizing raw text) needs "
+     "TensorFlow and tensorflow-text"),
     (["bert_jax.pretrain", *_RUN_ARGS, "--config.data.loader=tf_data"], 2,
      "bert_jax.pretrain: error: config.data.loader='tf_data' needs TensorFlow, which is not "
      "installed here"),

@@ -96,7 +96,8 @@ def test_overwrite_replaces_only_a_bundle(a_bundle, tmp_path, capsys):
   # The command line refuses before the source is read (it does not exist here).
   with pytest.raises(SystemExit) as e:
     cli.run_tool(lambda: convert.main(["--from", "hf", "--src", str(tmp_path / "no_such"),
-                                       "--dst", str(mixed), "--overwrite"]))
+                                       "--dst", str(mixed), "--overwrite"]),
+                 "bert_jax.convert")
   assert e.value.code == 2
   assert "not part of a bundle; --overwrite replaces only a bundle" in capsys.readouterr().err
   assert _snapshot(mixed) == before
