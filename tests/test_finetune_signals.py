@@ -3,9 +3,11 @@ the same command finishes from; a finished workdir is never replaced by another 
 import json
 import pathlib
 import re
+import shutil
 import time
 
 from flax import traverse_util
+import jax
 import numpy as np
 import pytest
 
@@ -126,12 +128,25 @@ def test_a_finished_workdir_is_never_replaced_by_another_run(pretrained, glue_di
   out = capsys.readouterr().out
   assert "holds this run, finished" in out and "is missing" not in out
   assert _snapshot(workdir) == before
-  # Its export deleted since: named, not silently reported as complete.
+  # Its export deleted since: written again from the last checkpoint, the same model, the
+  # last seed evaluated again to the same results.
   (workdir / "export").rename(tmp_path / "export_kept")
+  assert finetune.finetune(glue_config(glue_dir, pretrained), str(workdir)) == want
+  assert "but its export/ is missing (moved or deleted since the run wrote it): writing it " \
+         "again from the last checkpoint" in capsys.readouterr().out
+  rebuilt, kept = (loading.load_pretrained(str(p)) for p in (workdir / "export",
+                                                             tmp_path / "export_kept"))
+  jax.tree.map(np.testing.assert_array_equal, rebuilt.params, kept.params)
+  assert json.loads((workdir / "run.json").read_text())["state"] == "finished"
+  # Without a checkpoint to write it from: named, not silently reported as complete.
+  shutil.rmtree(workdir / "export")
+  (workdir / "finetune_checkpoints").rename(tmp_path / "checkpoints_kept")
   assert finetune.finetune(glue_config(glue_dir, pretrained), str(workdir)) == want
   assert "note: its export/ is missing (moved or deleted since the run wrote it)" in (
       capsys.readouterr().out)
   (tmp_path / "export_kept").rename(workdir / "export")
+  (tmp_path / "checkpoints_kept").rename(workdir / "finetune_checkpoints")
+  before = _snapshot(workdir)
   # start_over: the finished run set aside whole, then the new run.
   finetune.finetune(glue_config(glue_dir, pretrained, learning_rate=1e-3, start_over=True),
                     str(workdir))

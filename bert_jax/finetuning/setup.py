@@ -11,6 +11,7 @@ import numpy as np
 import optax
 
 from bert_jax.checkpoints import bundle
+from bert_jax.checkpoints import folder as checkpoint_folder
 from bert_jax.checkpoints import loading
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.checkpoints import workdir_owner
@@ -194,7 +195,8 @@ def optimizer(config, task_model: task_lib.TaskModel, model_cfg, total_steps: in
 
 def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) -> str:
   """Checks the workdir and the config before anything is read; 'finished' when the
-  workdir holds this run, finished (nothing to do), else 'run'.
+  workdir holds this run, finished (nothing to do), else 'run' (also for a finished run whose
+  export/ is missing: the last checkpoint writes it again).
 
   The workdir must not hold another program's run or a bundle, nor a finished run of
   another config (unless config.start_over, which sets that run's files aside first; not
@@ -205,8 +207,17 @@ def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) 
     epath.Path(workdir).mkdir(parents=True, exist_ok=True)
   check_config(config, mesh)
   if workdir_owner.finished_run(workdir, config_record, RESUME_MAY_CHANGE, config.start_over):
-    return "finished"
-  if config.start_over:
+    out_dir = epath.Path(workdir)
+    if (config.eval_only or (out_dir / workdirs.EXPORT).exists()
+        or not checkpoint_folder.committed_steps(out_dir / workdirs.FINETUNE_CHECKPOINTS)):
+      return "finished"
+    # Its export/ was deleted since (or moved): the last checkpoint holds the model it was
+    # written from, so the run goes on from there, evaluating the last seed again.
+    if is_writer:
+      print(f"{out_dir} holds this run, finished, but its {workdirs.EXPORT}/ is missing (moved "
+            "or deleted since the run wrote it): writing it again from the last checkpoint, "
+            "after evaluating the last seed again", flush=True)
+  elif config.start_over:
     if is_writer and not workdir_owner.resumes_its_own_start_over(workdir, config_record,
                                                                   RESUME_MAY_CHANGE):
       workdir_owner.set_earlier_run_aside(workdir, RUN_FILES)
