@@ -108,38 +108,52 @@ class Encoder:
                                     tokenizer=self.tokenizer)
     return result[0] if one else result
 
-  def classify(self, texts: Sequence[Text], *, max_length: int = 128,
+  def classify(self, texts: Sequence[Text], *, max_length: Optional[int] = None,
                batch_size: int = 32) -> list[tuple[Union[str, float], float]]:
-    """Labels of texts or (a, b) pairs with a GLUE fine-tuning export's classifier.
+    """Labels of texts or (a, b) pairs with a GLUE fine-tuning export's classifier, or a
+    BertForSequenceClassification converted with `convert --from hf` (its id2label).
+
+    Args:
+      texts: texts, or (a, b) pairs.
+      max_length: tokens per text, longer ones truncated (default 128, or the model's
+        positions when it has fewer).
+      batch_size: texts per forward pass.
 
     Returns:
       (label, probability) per text for classification tasks; (score, 1.0) for
-      regression (STS-B).
+      regression (STS-B, problem_type 'regression').
 
     Raises:
-      ValueError: the checkpoint has no classifier, or no GLUE task recorded.
+      ValueError: the checkpoint has no classifier, or neither a GLUE task nor labels
+        recorded.
     """
     from bert_jax.tasks.glue import data as glue  # pylint: disable=g-import-not-at-top
     if "classifier" not in self.heads:
       raise ValueError(f"{self.pretrained.source} has no classifier of a GLUE task (heads: "
                        f"{list(self.heads)}); load a fine-tuning run's export/")
-    if self.task is None:
+    if self.task is not None:
+      task = glue.get_task(self.task)
+      labels, regression = task.labels, task.is_regression
+    elif isinstance(self.info.get("labels"), list):  # a converted transformers classifier
+      labels, regression = self.info["labels"], not self.info["labels"]
+    else:
       raise ValueError(f"{self.pretrained.source} has a classifier but no GLUE task recorded "
                        "(a run's checkpoint, not its bundle): load the run's export/, which "
                        "records its task")
-    task = glue.get_task(self.task)
+    if max_length is None:  # (a model of fewer positions: all of them)
+      max_length = min(128, self.config.max_position_embeddings)
     texts = self._texts("classify", texts, batch_size, max_length, pairs=True)
     examples = [glue.GlueExample(f"text:{i}", *(t if isinstance(t, tuple) else (t, None)), None, i)
                 for i, t in enumerate(texts)]
     arrays = glue.encode_examples(self.tokenizer, examples, max_length)
     # Exports from before heads were recorded are cls.
-    forward = _classifier_fn(self.config, task.num_labels, self.info.get("head", "cls"),
-                             self.info.get("head_layers", 4))
+    forward = _classifier_fn(self.config, 1 if regression else len(labels),
+                             self.info.get("head", "cls"), self.info.get("head_layers", 4))
     logits = self._outputs(forward, arrays, batch_size, bucketed=True)
-    if task.is_regression:
+    if regression:
       return [(float(x[0]), 1.0) for x in logits]
     probs = np.asarray(jax.nn.softmax(logits.astype(np.float64), -1))
-    return [(task.labels[int(np.argmax(p))], float(np.max(p))) for p in probs]
+    return [(labels[int(np.argmax(p))], float(np.max(p))) for p in probs]
 
   def tag(self, texts: Sequence[Union[str, Sequence[str]]], *, scheme: str = "IOB2",
           max_length: Optional[int] = None, batch_size: int = 32) -> list[list[str]]:
@@ -149,7 +163,8 @@ class Encoder:
       texts: sentences, each a string (split on whitespace into words) or a list of words.
       scheme: 'IOB2' (every entity starts with B-TYPE) or 'IOB1' (entities start with
         I-TYPE, B-TYPE only right after an entity of the same type, as CoNLL-2003).
-      max_length: word pieces per window (default: the fine-tuning run's max_seq_length);
+      max_length: word pieces per window (default: the fine-tuning run's max_seq_length,
+        else 128 or the model's positions when it has fewer);
         longer sentences are split into windows at word boundaries, as in fine-tuning.
       batch_size: windows per forward pass.
 
@@ -171,7 +186,8 @@ class Encoder:
                        f"labels in {bundle_lib.INFO_FILE} (task {self.task!r}, heads "
                        f"{list(self.heads)}); load the export/ of a configs/ner.py run")
     if max_length is None:
-      max_length = self.info.get("max_seq_length", 128)
+      max_length = self.info.get("max_seq_length",
+                                 min(128, self.config.max_position_embeddings))
     texts = self._texts("tag", texts, batch_size, max_length)
     sentences = [ner.Sentence(t.split() if isinstance(t, str) else list(t), None, [])
                  for t in texts]

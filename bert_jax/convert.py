@@ -5,7 +5,9 @@
   python -m bert_jax.convert --to hf    --src CHECKPOINT --dst HF_DIR
 
 `--from hf` reads config.json + model.safetensors (BertModel, BertForPreTraining
-or BertForMaskedLM layouts, with or without the `bert.` prefix; model_type
+or BertForMaskedLM layouts, with or without the `bert.` prefix; a fine-tuned
+BertForSequenceClassification or BertForTokenClassification with its head and
+id2label, which `Encoder.classify` / `Encoder.tag` use; model_type
 roberta, distilbert, electra, albert and deberta-v2 likewise, by config.json's
 model_type, with their tokenizer files beside the weights); pickle
 checkpoints (pytorch_model.bin) are refused with instructions. A
@@ -133,6 +135,11 @@ def _convert(args: flags.FlagValues) -> int:
         f"{'uncased' if out['lowercase'] else 'cased'} ({out['lowercase_reason']})")
   if out["dropped"]:
     print(f"dropped {len(out['dropped'])} tensors outside the name map: {out['dropped']}")
+  labels = out.get("info", {}).get("labels")
+  if labels is not None:
+    print("its task head: " + (f"labels {labels}" if labels else "a regression (one score)")
+          + " from config.json's id2label; Encoder."
+          + ("tag" if out["info"].get("task") == "ner" else "classify") + " answers with them")
   if out.get("info", {}).get("embedding"):
     record = out["info"]["embedding"]
     print(f"embeds as recorded from its {record['source']}: pooling {record['pooling']}"

@@ -443,6 +443,37 @@ def test_to_hf_writes_a_fine_tuned_head_as_transformers_class_for_it(tmp_path, t
     ours, got = ours[mask.astype(bool)], got[mask.astype(bool)]
   np.testing.assert_allclose(got, ours, atol=2e-5)
 
+  # And back: `convert --from hf` reads the head and its labels, and the Encoder answers with
+  # them as transformers does.
+  from bert_jax import api  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  back = tmp_path / "back"
+  assert convert.main(["--from", "hf", "--src", str(tmp_path / "hf"), "--dst", str(back),
+                       "--quiet"]) == 0
+  recorded = json.loads((back / bundle.INFO_FILE).read_text())
+  assert recorded["labels"] == info["labels"] and recorded.get("task") == ("ner" if ner else None)
+  jax.tree.map(np.testing.assert_array_equal, loading.load_pretrained(str(back)).params[group],
+               params[group])
+  encoder = api.Encoder.load(str(back))
+  tokenizer = transformers.BertTokenizerFast.from_pretrained(str(tmp_path / "hf"))
+  if ner:
+    words = ["the", "dogs", "ran", "far"]
+    pieces = tokenizer(words, is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+      logits = theirs(**pieces).logits[0].numpy()
+    first = [pieces.word_ids().index(i) for i in range(len(words))]
+    assert encoder.tag([words]) == [[labels[int(np.argmax(logits[i]))] for i in first]]
+    return
+  pair = ("the cat sat", "a big red dog")
+  with torch.no_grad():
+    logits = theirs(**tokenizer(*pair, return_tensors="pt")).logits[0].numpy()
+  (label, prob), = encoder.classify([pair])
+  if task == "stsb":
+    assert abs(label - float(logits[0])) < 2e-5 and prob == 1.0
+  else:
+    probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+    assert label == labels[int(np.argmax(probs))] and abs(prob - probs.max()) < 2e-5
+
 
 def test_to_hf_leaves_a_head_transformers_builds_otherwise_to_drop_unexpected(tmp_path):
   """The 'mean' head has no transformers class: the export refuses, naming the flag."""
@@ -454,3 +485,41 @@ def test_to_hf_leaves_a_head_transformers_builds_otherwise_to_drop_unexpected(tm
   _fine_tuned_bundle(tmp_path / "older", "classifier", 2, {"task": "mrpc", "head": "cls"})
   with pytest.raises(name_map.ConversionError, match=r"not exportable classifier/bias"):
     hf.bundle_to_hf(str(tmp_path / "older"), str(tmp_path / "hf"))
+
+
+def test_from_hf_reads_a_classifier_transformers_fine_tuned_with_its_labels(tmp_path, capsys):
+  """A BertForSequenceClassification saved by transformers (PyTorch) converts with its head
+  and id2label; Encoder.classify gives transformers' label and probability. A multi-label
+  head, or labels that do not match the weights, is refused in one line."""
+  torch = parity.require("torch")
+  from bert_jax import api  # pylint: disable=g-import-not-at-top
+  labels = {"0": "negative", "1": "neutral", "2": "positive"}
+  torch.manual_seed(0)
+  config = transformers.BertConfig(**HF_CONFIG, id2label=labels,
+                                   label2id={v: int(k) for k, v in labels.items()})
+  theirs = transformers.BertForSequenceClassification(config).eval()
+  src = tmp_path / "hf"
+  theirs.save_pretrained(str(src), safe_serialization=True)
+  _write_vocab(str(src))
+  assert convert.main(["--from", "hf", "--src", str(src), "--dst", str(tmp_path / "b")]) == 0
+  out = capsys.readouterr().out
+  assert "heads ['pooler', 'classifier']" in out
+  assert "its task head: labels ['negative', 'neutral', 'positive'] from config.json's " \
+         "id2label; Encoder.classify answers with them" in out
+  texts = [("tok5 tok6 tok7", "tok8 tok9"), "tok10 tok11 tok12 tok13"]
+  got = api.Encoder.load(str(tmp_path / "b")).classify(texts)
+  tokenizer = transformers.BertTokenizerFast(vocab_file=str(src / "vocab.txt"))
+  for text, (label, prob) in zip(texts, got):
+    pair = text if isinstance(text, tuple) else (text,)
+    with torch.no_grad():
+      probs = theirs(**tokenizer(*pair, return_tensors="pt")).logits.softmax(-1)[0].numpy()
+    assert label == labels[str(int(np.argmax(probs)))] and abs(prob - probs.max()) < 1e-5
+
+  saved = json.loads((src / "config.json").read_text())
+  for change, message in [({"problem_type": "multi_label_classification"},
+                           "multi_label_classification' scores each label on its own"),
+                          ({"id2label": {"0": "a", "1": "b"}},
+                           "id2label names 2 labels, but the classifier has 3 outputs")]:
+    (src / "config.json").write_text(json.dumps({**saved, **change}))
+    with pytest.raises(ValueError, match=message):
+      hf.load_hf(str(src))

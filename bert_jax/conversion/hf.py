@@ -152,8 +152,9 @@ def _lowercase(src: epath.Path, vocab: epath.Path, lowercase: Optional[bool],
 
 
 def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]:
-  """dict(params, config, dropped, heads) of an HF directory; every FileNotFoundError /
-  ValueError / ConversionError (naming file and keys) is raised before tensors are read."""
+  """dict(params, config, dropped, heads, info) of an HF directory; every FileNotFoundError /
+  ValueError / ConversionError (naming file and keys) is raised before tensors are read.
+  `info` holds bundle.json's fields of a task head transformers saved (task_heads.py)."""
   root = epath.Path(src)
   config = read_config(src)
   layout = members.get(config.model_type).hf
@@ -164,6 +165,10 @@ def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]
     if tied_name in names and target not in names:  # e.g. the decoder bias stored alone
       names[target] = names.pop(tied_name)
   tied = {t: names.pop(t) for t in layout.tied if t in names}
+  hf_config = read_json(root / "config.json", missing=f"{src} has no config.json")
+  head_arch = task_heads.readable(hf_config, config.model_type)
+  head_names = ({n: names.pop(n) for n in task_heads.HF_NAMES}
+                if head_arch and all(n in names for n in task_heads.HF_NAMES) else {})
 
   def load(name: str) -> np.ndarray:
     raw, transpose = names[name]
@@ -190,7 +195,14 @@ def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]
         raise name_map.ConversionError(
             f"{where}: {tied_name} differs from {target}; bert_jax ties the MLM decoder to "
             "the word embeddings (and its bias to the head's output bias)")
-  return dict(params=params, config=config, dropped=dropped, heads=bundle.heads_of(params))
+  info = {}
+  if head_names:
+    names.update(head_names)
+    group, params[group], info = task_heads.read_head(
+        hf_config, head_arch, load("classifier.weight"), load("classifier.bias"),
+        str(root / "config.json"))
+  return dict(params=params, config=config, dropped=dropped, heads=bundle.heads_of(params),
+              info=info)
 
 
 def load_hf(src: str, *, drop_unexpected: bool = False,
@@ -297,7 +309,7 @@ def load_hf_with_modules(src: str, **options) -> dict[str, Any]:
                      "tokenizer also strips accents)")
   return dict(out, params={**out["params"], **modules["params"]},
               heads=bundle.heads_of({**out["params"], **modules["params"]}),
-              info={"embedding": modules["embedding"]})
+              info={**out.get("info", {}), "embedding": modules["embedding"]})
 
 
 def _architecture(model_type: str, heads: tuple[str, ...]) -> str:

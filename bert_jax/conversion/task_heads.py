@@ -1,4 +1,4 @@
-"""A fine-tuned BERT's task head as transformers names it, for `convert --to hf`.
+"""A fine-tuned BERT's task head as transformers names it, for `convert --to hf` and back.
 
   classifier        (a GLUE task, the 'cls' head: the pooled [CLS], dense)
                     -> BertForSequenceClassification (classifier.weight / .bias), one label
@@ -9,6 +9,9 @@
 The labels come from what the export's bundle.json records (`labels`: a GLUE task's classes,
 none for a regression; NER's tags); an export written before GLUE's were recorded is left to
 --drop_unexpected.
+`convert --from hf` reads these two classes back (config.json's `architectures`): the head's
+params, and bundle.json's `labels` from `id2label` (none for problem_type 'regression'), so
+that `Encoder.classify` and `Encoder.tag` use a model fine-tuned with transformers.
 Left to --drop_unexpected: the other members' classifiers, which transformers builds otherwise
 (RoBERTa's reads <s> through two layers, DistilBERT's pre_classifier, ELECTRA's its own head),
 the 'mean' and 'layers_attention' heads, which transformers has no class for, and SQuAD's span
@@ -56,3 +59,45 @@ def _head(params: dict, group: str, architecture: str, labels: list, extra: dict
   config: dict[str, Any] = {"id2label": {str(i): label for i, label in enumerate(labels)},
                             "label2id": {label: i for i, label in enumerate(labels)}, **extra}
   return TaskHead(group, architecture, tensors, config)
+
+
+# transformers' classes whose head is read back: class -> (the params' group, bundle.json's task).
+_READ = {"BertForSequenceClassification": ("classifier", None),
+         "BertForTokenClassification": ("token_classifier", "ner")}
+HF_NAMES = ("classifier.weight", "classifier.bias")
+
+
+def readable(hf_config: dict, model_type: str) -> Optional[str]:
+  """The architecture of config.json whose task head `convert --from hf` reads, or None."""
+  arch = (hf_config.get("architectures") or [None])[0]
+  return arch if model_type == "bert" and arch in _READ else None
+
+
+def read_head(hf_config: dict, architecture: str, weight: np.ndarray, bias: np.ndarray,
+              source: str) -> tuple[str, dict, dict]:
+  """(the params' group, its params, bundle.json's fields) of transformers' task head;
+  ValueError names config.json's label keys where they disagree with the weights."""
+  group, task = _READ[architecture]
+  outputs = weight.shape[0]  # [labels, hidden] (PyTorch layout)
+  id2label = hf_config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(outputs)}
+  try:
+    labels = [id2label[k] for k in sorted(id2label, key=int)]
+  except ValueError:
+    raise ValueError(f"{source}: id2label's keys must be the numbers 0..{outputs - 1} "
+                     f"(got {sorted(id2label)[:4]})") from None
+  problem = hf_config.get("problem_type")
+  if problem == "multi_label_classification":
+    raise ValueError(f"{source}: problem_type 'multi_label_classification' scores each label "
+                     "on its own (a sigmoid each); bert_jax's classifier picks one label per "
+                     "text (a softmax)")
+  regression = group == "classifier" and (problem == "regression" or outputs == 1)
+  if len(labels) != outputs and not regression:
+    raise ValueError(f"{source}: id2label names {len(labels)} labels, but the classifier has "
+                     f"{outputs} outputs")
+  params = {"kernel": np.ascontiguousarray(weight.T), "bias": np.asarray(bias)}
+  info = {"labels": [] if regression else labels}
+  if group == "classifier":
+    info["head"] = "cls"
+  if task:
+    info["task"] = task
+  return group, params, info
