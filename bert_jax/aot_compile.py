@@ -93,6 +93,16 @@ def _parse_flags(argv: Optional[Sequence[str]]):
 def main(argv: Optional[Sequence[str]] = None) -> None:
   """The command line (argv without the program name; None: sys.argv[1:]); exits 0 if it fits."""
   fv = _parse_flags(argv)
+  try:
+    config, devices, chip, out = _compile(fv)
+  except (ValueError, FileNotFoundError) as e:  # a batch, mesh or config that cannot be
+    raise SystemExit(f"bert_jax.aot_compile: error: {e}") from None  # laid out: one line
+  _report(fv, config, devices, chip, out)
+
+
+def _compile(fv: flags.FlagValues) -> tuple:
+  """(config, devices, chip, compile_train_step's output) of the flags; exits 1 with the
+  compiler's words when the step does not fit."""
   config = fv.config
   devices, chip = topology_compile.topology_devices(fv.topology, fv.num_slices)
   with config.unlocked():
@@ -127,6 +137,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
           f"--config.model.remat=full, more devices in 'fsdp', or "
           f"--config.optimizer.grad_accum_steps)")
     sys.exit(1)
+  return config, devices, chip, out
+
+
+def _report(fv: flags.FlagValues, config, devices, chip, out: dict) -> None:
+  """Prints the compiled step's memory, FLOPs, collectives and time; exits 0 if it fits."""
   mesh, cfg = out["mesh"], out["model_config"]
   mem = topology_compile.memory_report(out["compiled"])
   flops = topology_compile.compiled_flops(out["compiled"])

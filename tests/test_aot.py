@@ -308,3 +308,18 @@ def test_aot_compile_reports_collectives_and_the_time_to_train(tmp_path, capsys)
   gib = coll["ring_bytes"] / topology_compile.GiB
   assert f"ring send {gib:9.3f} GiB" in out and "per-device collectives per step" in out
   assert "at MFU 50% of 197 TFLOP/s" in out and "time to train 300 steps: " in out
+
+
+@needs_libtpu
+@pytest.mark.parametrize("flags, message", [
+    (["--batch_size", "30"], r"batch_size 30 \(per step 30\) must be positive and divisible "
+                             r"over the 4 batch shards"),
+    (["--config.optimizer.grad_accum_steps=3"], r"not divisible by optimizer.grad_accum_steps 3"),
+    (["--mesh_shape", "3,-1,1"], r"mesh.shape \(3, -1, 1\)"),
+])
+def test_aot_compile_answers_a_batch_or_mesh_it_cannot_lay_out_in_one_line(flags, message):
+  """The combinations this tool is for trying: one error line, as pretrain gives it."""
+  from bert_jax import aot_compile  # pylint: disable=g-import-not-at-top
+  with pytest.raises(SystemExit, match=r"^bert_jax.aot_compile: error: (bad config: )?" + ".*"
+                     + message):
+    aot_compile.main(["--config", "configs/pretrain.py:tiny", "--topology", "v5e:2x2", *flags])
