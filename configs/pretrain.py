@@ -313,6 +313,9 @@ def get_config(arg=None):
   c.divergence_factor = 0.0
   # Checkpoint (a pretraining checkpoints dir or a bert_jax params export) to start from.
   c.init_checkpoint = ""
+  # The run continues another run's weights (True in ',phase2': phase 1's): a fresh start
+  # without init_checkpoint is refused in one line; False trains from random weights.
+  c.needs_init_checkpoint = False
   # A workdir whose checkpoints are all unreadable, or that holds an export/ but no checkpoint,
   # stops the run; True starts it over from step 0 (or init_checkpoint): the unreadable
   # checkpoints go to checkpoints_unreadable/, export/, metrics.jsonl and tensorboard/ to
@@ -360,6 +363,7 @@ def get_config(arg=None):
     # Hidden dropout stays the variant's.
     c.model.attention_dropout_rate = 0.0
 
+  c.needs_init_checkpoint = options.phase2  # a second phase continues the first's weights
   if options.phase2 and recipes[options.recipe].pretrain_phase2:
     # The member's own second phase (ModernBERT's: the context extension to 8,192 tokens).
     recipes[options.recipe].pretrain_phase2(c)

@@ -40,8 +40,8 @@ def test_phase2_extends_base_and_large_to_8192_tokens_at_the_papers_rates():
 
 @pytest.mark.parametrize("arg", ["base,phase2", "base,recipe=modernbert,phase2"])
 def test_phase2_is_checked_as_bert_phase2_is(arg, tmp_path):
-  """Both phase 2s pass check_config without init_checkpoint (a phase 2 from scratch is a
-  choice, not a mistake: BERT's has always run), and both refuse one that does not exist."""
+  """Both phase 2s pass check_config without init_checkpoint (aot_compile compiles them), and
+  both refuse one that does not exist."""
   config = _config(arg)
   mesh = sharding.make_mesh((1, 1, 1), jax.devices()[:1])
   source = source_registry.get(config.data.source)
@@ -49,6 +49,22 @@ def test_phase2_is_checked_as_bert_phase2_is(arg, tmp_path):
   config.init_checkpoint = str(tmp_path / "missing")
   with pytest.raises(ValueError, match="^bad config: init_checkpoint .*missing does not exist"):
     pretrain_setup.check_config(config, mesh, source)
+
+
+@pytest.mark.parametrize("arg", ["tiny,phase2", "tiny,recipe=modernbert,phase2"])
+def test_a_phase2_run_without_init_checkpoint_is_refused_before_any_work(arg, tmp_path):
+  """A second phase from random weights is almost always a forgotten init_checkpoint: the run
+  refuses it in one line, before the data is read or anything written, naming the way to do
+  it on purpose."""
+  from bert_jax.pretraining import run as pretrain_run  # pylint: disable=g-import-not-at-top
+  config = _config(arg)
+  phase1 = _config(arg.replace(",phase2", ""))
+  assert config.needs_init_checkpoint and not phase1.needs_init_checkpoint
+  with pytest.raises(ValueError, match=r"^bad config: this run continues another run's weights "
+                     r".*--config.init_checkpoint=PHASE1_WORKDIR/checkpoints, or "
+                     r"--config.needs_init_checkpoint=False to train from random weights$"):
+    pretrain_run.train(config, str(tmp_path / "p2"))
+  assert not (tmp_path / "p2").exists() or not any((tmp_path / "p2").iterdir())
 
 
 def test_smaller_variants_extend_to_their_512_positions():

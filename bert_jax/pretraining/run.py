@@ -16,6 +16,7 @@ from etils import epath
 import jax
 import ml_collections
 
+from bert_jax.checkpoints import folder as checkpoint_folder
 from bert_jax.checkpoints import loading
 from bert_jax.checkpoints import run_checkpoints as ckpt_lib
 from bert_jax.checkpoints import workdir_owner
@@ -81,6 +82,7 @@ def train(config: ml_collections.ConfigDict, workdir: str,
   rules = sharding.logical_rules(config.mesh.preset)
   source = source_registry.get(config.data.source)  # the checks, the data and the header use it
   pretrain_setup.check_config(config, mesh, source)
+  _check_init_given(config, workdir)
   compile_cache.enable(config.compile_cache)
   is_writer = jax.process_index() == 0
   logging.info("mesh %s over %d devices, %d processes", dict(mesh.shape), jax.device_count(),
@@ -220,6 +222,17 @@ def _input_pipeline(config, source):
   if config.eval_every:  # the held-out batches exist (built once, reused), not at step eval_every
     data.eval_iterator(config.eval_batches)
   return data
+
+
+def _check_init_given(config, workdir: str) -> None:
+  """Refuses a fresh start of a run that continues another's weights (a second phase) when
+  init_checkpoint is empty: it would train from random weights without a word."""
+  if (config.get("needs_init_checkpoint") and not config.init_checkpoint
+      and not checkpoint_folder.committed_steps(epath.Path(workdir) / workdirs.CHECKPOINTS)):
+    raise ValueError("bad config: this run continues another run's weights (a second phase: "
+                     "needs_init_checkpoint) and init_checkpoint is empty: pass "
+                     "--config.init_checkpoint=PHASE1_WORKDIR/checkpoints, or "
+                     "--config.needs_init_checkpoint=False to train from random weights")
 
 
 def _initial_state(config, place: _Place, setup, data, ckpts, config_record: dict):
