@@ -396,7 +396,7 @@ def get_config(arg=None):
     c.optimizer.grad_clip_norm = 1.0
     c.optimizer.schedule = "polynomial"
     c.optimizer.poly_power = 0.5
-    # BERT-large's max_predictions_per_seq: 20 of 128, 80 of 512 (phase 2 above).
-    c.data.max_predictions_per_seq = 80 if options.phase2 else 20
+    # max_predictions_per_seq stays the variant's and recipe's: BERT's 20 of 128 and 80 of 512
+    # (phase 2 above), a recipe's own for its lengths and masking rate.
   return c
 

@@ -1,5 +1,6 @@
 """Every config key is documented, in its config file or in bert_jax/configuration/sections.py;
 parse_arg reads every config's argument."""
+import itertools
 import pathlib
 
 import jax
@@ -212,3 +213,16 @@ def test_vocab_pad_multiple_auto_pads_the_decoder_on_accelerators_only():
       " (MLM decoder padded to 30,592)")
   assert header(BertConfig(vocab_size=30522)) == header(BertConfig(vocab_size=256,
                                                                    vocab_pad_multiple=128)) == ""
+
+
+def test_no_recipe_caps_masking_below_its_rate():
+  """max_predictions_per_seq caps the masked positions of a row: every variant, recipe and
+  phase, with the large-batch schedule or without, masks its rate (mask_prob x seq_len)."""
+  from bert_jax.members import registry as member_registry  # pylint: disable=g-import-not-at-top
+  module = config_help.load_module("configs/pretrain.py")
+  for variant, recipe, extra in itertools.product(
+      ("tiny", "base", "large"), member_registry.recipes(),
+      ("", ",phase2", ",lamb_64k", ",lamb_64k,phase2")):
+    c = module.get_config(f"{variant},recipe={recipe}{extra}")
+    assert c.data.max_predictions_per_seq >= round(c.data.mask_prob * c.seq_len), (
+        variant, recipe, extra, c.seq_len, c.data.max_predictions_per_seq)
