@@ -88,3 +88,34 @@ def test_teacher_without_mlm_head_or_with_another_vocab_is_one_clear_error(monke
     distill.load_teacher("T", 3)
   loaded = distill.load_teacher("T", 1, teacher.vocab)
   assert sorted(loaded.params) == ["bert", "mlm", "mlm_output_bias"]
+
+
+@pytest.mark.parametrize("recipe, student_layers", [("deberta", 1), ("modernbert", 1),
+                                                    ("albert", 2)])
+def test_the_student_of_every_member_starts_whole_from_its_teacher(recipe, student_layers):
+  """The student's params are exactly those its model has, none left to a fresh init: DeBERTa's
+  relative-position table and its norm and ModernBERT's final norm come from the teacher, and
+  ALBERT's one shared layer (there is no layer_1 to pick) is the teacher's."""
+  from bert_jax.pretraining import setup as pretrain_setup  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import pretraining  # pylint: disable=g-import-not-at-top
+  config = pretraining.config_module().get_config(f"tiny,recipe={recipe}")
+  cfg = pretrain_setup.variant_model_config(config, VOCAB, 0)
+
+  def init(model):
+    return jax.jit(lambda rng: model_lib.init_params(model, rng, seq_len=LEN, num_predictions=P))(
+        jax.random.PRNGKey(0))
+  emd = recipe == "deberta"  # a teacher trained with the enhanced mask decoder
+  params = jax.device_get(init(model_lib.BertForPreTraining(cfg, with_nsp=False, emd=emd)))
+  teacher = loading.Pretrained(params, cfg, tuple(map(str, range(VOCAB))), True, "teacher")
+  student = distill.student_from_teacher(teacher, student_layers)
+  model = model_lib.BertForPreTraining(student.config, with_nsp=False, emd=emd)
+  want = jax.eval_shape(lambda: init(model))
+  assert jax.tree.structure(student.params) == jax.tree.structure(want)
+  assert [np.shape(x) for x in jax.tree.leaves(student.params)] == [
+      x.shape for x in jax.tree.leaves(want)]
+  outside = {k for k in params["bert"]["encoder"] if not k.startswith("layer_")}
+  assert outside or recipe == "albert"
+  for key in outside:
+    for a, b in zip(jax.tree.leaves(student.params["bert"]["encoder"][key]),
+                    jax.tree.leaves(params["bert"]["encoder"][key])):
+      np.testing.assert_array_equal(a, b)

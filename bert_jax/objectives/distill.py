@@ -81,7 +81,9 @@ def load_teacher(path: str, num_student_layers: int, vocab: Sequence[str] = ()
         f"{where}: its vocab ({len(teacher.vocab)} tokens) is not the data's tokenizer's "
         f"({len(vocab)} tokens; first difference at id {first}); set data.vocab_file / "
         "data.tokenizer to the teacher's vocab")
-  params = {k: v for k, v in teacher.params.items() if k in ("bert", "mlm", "mlm_output_bias")}
+  # DeBERTa's enhanced mask decoder, when the teacher was trained with it, serves its MLM head.
+  params = {k: v for k, v in teacher.params.items()
+            if k in ("bert", "mlm", "mlm_output_bias", "emd")}
   params["bert"] = {k: v for k, v in params["bert"].items() if k != "pooler"}
   return loading.Pretrained(params, teacher.config, teacher.vocab, teacher.lowercase,
                             teacher.source, teacher.tokenizer_file)
@@ -93,12 +95,21 @@ def student_config(teacher: BertConfig, num_layers: int) -> BertConfig:
 
 
 def student_from_teacher(teacher: loading.Pretrained, num_layers: int) -> loading.Pretrained:
-  """The student's starting params: the teacher's with every other layer (DistilBERT's init)."""
+  """The student's starting params: the teacher's with every other layer (DistilBERT's init).
+
+  The encoder's params outside its layers (DeBERTa's relative-position table and its norm,
+  ModernBERT's final norm) are the teacher's; ALBERT's one shared layer is kept whole, and the
+  student applies it num_layers times.
+  """
   encoder = teacher.params["bert"]["encoder"]
   n = teacher.config.num_layers
-  picked = [teacher_layer_of(i, n, num_layers) for i in range(num_layers)]
-  layers = {f"layer_{i}": encoder[f"layer_{t}"] for i, t in enumerate(picked)}
-  params = {**teacher.params, "bert": {**teacher.params["bert"], "encoder": layers}}
+  outside = {k: v for k, v in encoder.items() if not k.startswith("layer_")}
+  if teacher.config.share_layers:
+    picked, layers = "shared", {k: v for k, v in encoder.items() if k.startswith("layer_")}
+  else:
+    picked = [teacher_layer_of(i, n, num_layers) for i in range(num_layers)]
+    layers = {f"layer_{i}": encoder[f"layer_{t}"] for i, t in enumerate(picked)}
+  params = {**teacher.params, "bert": {**teacher.params["bert"], "encoder": {**outside, **layers}}}
   return loading.Pretrained(
       params, student_config(teacher.config, num_layers), teacher.vocab, teacher.lowercase,
       f"{teacher.source} (teacher layers {picked})", teacher.tokenizer_file)
@@ -228,8 +239,9 @@ def build(options, inputs: base.BuildInputs) -> base.Pretraining:
   teacher_cfg = compute_policy.model_config_from(options.model, teacher.config,
                                                  one_example_per_row=not options.data.packing)
   student_cfg = student_config(teacher_cfg, layers)
-  teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False)
-  student = model_lib.BertForPreTraining(student_cfg, with_nsp=False)
+  emd = "emd" in teacher.params  # the teacher's MLM head as it was trained; the student's too
+  teacher_model = model_lib.BertForPreTraining(teacher_cfg, with_nsp=False, emd=emd)
+  student = model_lib.BertForPreTraining(student_cfg, with_nsp=False, emd=emd)
   seq_len, num_predictions = options.seq_len, options.data.max_predictions_per_seq
   teacher_init = mlm_nsp.init_fn(teacher_model, seq_len, num_predictions)
   weights = dict(temperature=d.temperature, alpha_ce=d.alpha_ce, alpha_mlm=d.alpha_mlm,
