@@ -373,3 +373,49 @@ def test_bad_family_inputs_are_named(tmp_path):
                      r"missing 33: roberta\.embeddings\.token_type_embeddings\.weight, .*"
                      r"unexpected 32: roberta\.transformer\.layer\.0\.attention\.k_lin\.bias"):
     hf.load_hf_params(src)
+
+
+@pytest.mark.parametrize("recipe", ["roberta", "deberta", "modernbert"])
+def test_a_member_trained_on_bert_wordpiece_exports_a_tokenizer_transformers_reads(recipe,
+                                                                                 tmp_path):
+  """bert_jax's recipes train RoBERTa, DeBERTa and ModernBERT on BERT's WordPiece vocab by
+  default: `--to hf` writes BertTokenizer for it (not the member's own class, which has no
+  files to read), names the special tokens, leaves out token_type_ids where the model takes
+  none; transformers' tokenizer gives bert_jax's ids and its model bert_jax's MLM logits, and
+  `--from hf` reads the folder back."""
+  torch = parity.require("torch")
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretraining import setup as pretrain_setup  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import pretraining  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import tiny_encoder  # pylint: disable=g-import-not-at-top
+  vocab = tiny_encoder.VOCAB
+  cfg = pretrain_setup.variant_model_config(
+      pretraining.config_module().get_config(f"tiny,recipe={recipe}"), len(vocab), 0)
+  net = model_lib.BertForPreTraining(cfg, with_nsp=False)
+  params = jax.device_get(jax.jit(lambda rng: model_lib.init_params(
+      net, rng, seq_len=16, num_predictions=2))(jax.random.PRNGKey(3)))
+  src, out, back = (str(tmp_path / n) for n in ("bundle", "hf", "back"))
+  bundle.save_bundle(src, params, cfg, vocab, True)
+  assert convert.main(["--to", "hf", "--src", src, "--dst", out, "--quiet"]) == 0
+  written = json.load(open(os.path.join(out, "tokenizer_config.json")))
+  assert written["tokenizer_class"] == "BertTokenizer"
+  assert (written["mask_token"], written["pad_token"]) == ("[MASK]", "[PAD]")
+  theirs_tok = transformers.AutoTokenizer.from_pretrained(out)
+  text = "the cat sat on the [MASK] ."
+  ours_tok = tokenizer_lib.for_checkpoint(loading.load_pretrained(src))
+  ids = ours_tok.build_inputs(ours_tok.tokenize_to_ids(["the cat sat on the"])[0]
+                              + [ours_tok.mask_id] + ours_tok.tokenize_to_ids(["."])[0])[0]
+  encoded = theirs_tok(text, return_tensors="pt")
+  assert encoded["input_ids"][0].tolist() == ids
+  assert ("token_type_ids" in encoded) == (recipe == "deberta")
+  model = transformers.AutoModelForMaskedLM.from_pretrained(out).eval()
+  with torch.no_grad():
+    got = model(**encoded).logits[0].numpy()
+  arr = np.array([ids], np.int32)
+  want = np.asarray(net.apply({"params": params}, arr, np.ones_like(arr), np.zeros_like(arr),
+                              np.arange(len(ids), dtype=np.int32)[None])["mlm_logits"])[0]
+  np.testing.assert_allclose(got, want, atol=2e-4)
+  assert convert.main(["--from", "hf", "--src", out, "--dst", back, "--quiet"]) == 0
+  assert loading.load_pretrained(back).vocab == tuple(vocab) or list(
+      loading.load_pretrained(back).vocab) == list(vocab)

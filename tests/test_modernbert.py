@@ -288,6 +288,15 @@ def test_tokenizer_json_bundle_fills_masks_and_embeds_as_transformers(tmp_path):
   np.testing.assert_allclose(np.asarray(got), want_mean, atol=TOL, rtol=0)
   assert convert.main(["--to", "hf", "--src", str(dst), "--dst", str(out)]) == 0
   assert (out / "tokenizer.json").read_bytes() == (src / "tokenizer.json").read_bytes()
+  # transformers reads it with its special tokens and without token_type_ids, which
+  # ModernBertModel does not take.
+  exported = transformers.AutoTokenizer.from_pretrained(str(out))
+  assert (exported.mask_token, exported.pad_token, exported.cls_token) == ("[MASK]", "[PAD]",
+                                                                         "[CLS]")
+  again = exported(texts, padding=True, return_tensors="pt")
+  assert sorted(again) == ["attention_mask", "input_ids"]
+  np.testing.assert_allclose(model.model(**again).last_hidden_state.detach().numpy(), hidden,
+                             atol=1e-6)
   # Its tokenizer.json is the export's own: --overwrite replaces the earlier export; beside
   # another tokenizer's vocab.txt it would be an earlier model's, and is refused.
   before = sorted(p.name for p in out.iterdir())

@@ -217,7 +217,9 @@ def load_hf(src: str, *, drop_unexpected: bool = False,
   root = epath.Path(src)
   config = read_config(src)
   other_tokenizer = members.get(config.model_type).hf.other_tokenizer
-  if other_tokenizer:
+  # A member trained on BERT's WordPiece vocab (as bert_jax's recipes do by default) has a
+  # vocab.txt instead of its own tokenizer's files.
+  if other_tokenizer and not (root / "vocab.txt").exists():
     return _load_hf_other_tokenizer(src, config, other_tokenizer, drop_unexpected, lowercase)
   vocab, saved_whole = root / "vocab.txt", root / "tokenizer.json"
   tokens, saved_lowercase = None, None
@@ -399,6 +401,36 @@ def check_replaceable_export(path: str) -> None:
                           "--dst")
 
 
+def _tokenizer_config(b) -> dict[str, Any]:
+  """tokenizer_config.json for the tokenizer a bundle has, whatever its member: the class that
+  reads its files (a ModernBERT, DeBERTa or RoBERTa trained on BERT's WordPiece vocab is read
+  by BertTokenizer; a tokenizer.json alone by PreTrainedTokenizerFast), its special tokens by
+  name, and the inputs the model takes (ModernBERT, DistilBERT and RoBERTa: no token_type_ids)."""
+  from bert_jax.data.tokenizers import tokenizer as tokenizer_lib  # pylint: disable=g-import-not-at-top
+  member = members.get(b.config.model_type).hf
+  own_files = bool(member.other_tokenizer)  # the member's own tokenizer is not WordPiece
+  if not b.tokenizer_file:
+    cls = "BertTokenizer" if own_files else member.tokenizer_class
+  elif b.tokenizer_file.endswith("tokenizer.json"):
+    cls = "PreTrainedTokenizerFast"
+  elif b.tokenizer_file.endswith(".model"):
+    cls = member.tokenizer_class if "SentencePiece" in (member.other_tokenizer or "") else (
+        "AlbertTokenizer")
+  else:  # vocab.json + merges.txt
+    cls = "RobertaTokenizer"
+  t = tokenizer_lib.for_checkpoint(b)
+  tok = {"do_lower_case": b.lowercase, "tokenizer_class": cls,
+         "model_max_length": b.config.max_position_embeddings}
+  for role in ("cls", "sep", "pad", "mask", "unk"):
+    tok[f"{role}_token"] = t.inv_vocab[getattr(t, f"{role}_id")]
+  if cls == "RobertaTokenizer" or b.tokenizer_file and b.tokenizer_file.endswith("tokenizer.json"):
+    tok["bos_token"], tok["eos_token"] = tok["cls_token"], tok["sep_token"]
+  # Models whose forward takes no token_type_ids, or one segment only (RoBERTa's table).
+  if b.config.model_type in ("modernbert", "distilbert") or b.config.type_vocab_size == 1:
+    tok["model_input_names"] = ["input_ids", "attention_mask"]
+  return tok
+
+
 def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False,
                  drop_unexpected: bool = False) -> dict[str, Any]:
   """Exports a checkpoint (anything loading.load_pretrained reads) as an HF directory; with
@@ -416,9 +448,7 @@ def bundle_to_hf(src: str, dst: str, *, overwrite: bool = False,
       raise FileExistsError(f"{dst} exists and is not empty; pass --overwrite to replace it")
     check_replaceable_export(dst)  # before the checkpoint is read
   b = loading.load_pretrained(src)
-  tok = {"do_lower_case": b.lowercase,
-         "tokenizer_class": members.get(b.config.model_type).hf.tokenizer_class,
-         "model_max_length": b.config.max_position_embeddings}
+  tok = _tokenizer_config(b)
   # A bundle that records how it embeds (bundle.json's `embedding`) is also written as a
   # sentence-transformers folder: its Dense layers go to their modules, not to transformers.
   info_file = epath.Path(b.source) / bundle.INFO_FILE
