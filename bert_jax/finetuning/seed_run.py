@@ -145,7 +145,7 @@ class SeedRun:
             if loop.stop_requested(preempt=(seed, step) == self.preempt_at):
               self.stopped_by = loop.stopped_by
               self.save(seed, state, epoch, index, per_seed, loop)
-              loop.stopped(f"seed {seed} step {step}")
+              loop.stopped(f"seed {seed} step {step}", beat)
               return state
             batch, shape = finetune_batches.train_batch(task.train_arrays, data.keys,
                                                         batches[index], data.pack)

@@ -164,8 +164,7 @@ def _compile_and_loop(config, place: _Place, start: _Start, beat: console.Heartb
       beat.doing(f"training, step {step} of {config.total_steps}")
       if loop.stop_requested(preempt=step == place.preempt_at_step):
         save(step)
-        loop.stopped(f"step {step}")
-        beat.end()  # its line saying it exits is the program's last
+        loop.stopped(f"step {step}", beat)  # its line saying it exits is the program's last
         break
       if config.profile_start_step and step == config.profile_start_step and is_writer:
         jax.profiler.start_trace(str(epath.Path(workdir) / "profile"))

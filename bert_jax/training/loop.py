@@ -53,9 +53,12 @@ class Loop:
       self.stopped_by = self.stop.name or "SIGTERM"
     return self.stopped_by is not None
 
-  def stopped(self, where: str) -> None:
-    """Waits for the save made on a stop signal and says where it is."""
+  def stopped(self, where: str, beat=None) -> None:
+    """Waits for the save made on a stop signal and says where it is: the program's last line,
+    so `beat` (the run's console.Heartbeat) is ended first, its thread joined."""
     self.ckpts.wait()
+    if beat is not None:
+      beat.end()
     if self.is_writer:
       print(f"{self.stopped_by}: saved checkpoint at {where} to {self.ckpts.describe_latest()}; "
             "exiting (the same command resumes it)", flush=True)
