@@ -402,3 +402,33 @@ def test_a_local_last_layer_computing_only_the_masked_rows_matches_transformers(
       np.zeros_like(ids, np.int32), masked)["mlm_logits"]
   np.testing.assert_allclose(np.asarray(ours), np.take_along_axis(theirs, masked[..., None], 1),
                              atol=TOL, rtol=0)
+
+
+@pytest.mark.slow
+def test_fine_tuning_takes_the_prediction_head_from_the_mlm_checkpoint(glue_dir, tmp_path, capsys):
+  """transformers' ModernBertForSequenceClassification.from_pretrained(an MLM checkpoint) loads
+  `head` (dense, norm) from the MLM head, and only the classifier starts afresh: fine-tuning
+  starts the same way (at a learning rate of 1e-12 the export holds the MLM head's transform)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import bundle  # pylint: disable=g-import-not-at-top
+  from bert_jax.checkpoints import loading  # pylint: disable=g-import-not-at-top
+  from bert_jax import finetune  # pylint: disable=g-import-not-at-top
+  from bert_jax.pretraining import setup as pretrain_setup  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import pretraining  # pylint: disable=g-import-not-at-top
+  from tests.fixtures import tiny_encoder  # pylint: disable=g-import-not-at-top
+  from tests.fixtures.finetuning import glue_config  # pylint: disable=g-import-not-at-top
+  cfg = pretrain_setup.variant_model_config(
+      pretraining.config_module().get_config("tiny,recipe=modernbert"), len(tiny_encoder.VOCAB), 0)
+  net = model_lib.BertForPreTraining(cfg, with_nsp=False)
+  params = jax.device_get(jax.jit(lambda rng: model_lib.init_params(
+      net, rng, seq_len=16, num_predictions=2))(jax.random.PRNGKey(5)))
+  bundle.save_bundle(str(tmp_path / "mlm"), params, cfg, tiny_encoder.VOCAB, True)
+  finetune.finetune(glue_config(glue_dir, str(tmp_path / "mlm"), learning_rate=1e-12,
+                                num_epochs=0.25), str(tmp_path / "run"))
+  out = capsys.readouterr().out
+  assert "fresh: classifier/bias, classifier/kernel)" in out, out
+  head = loading.load_pretrained(str(tmp_path / "run" / "export")).params["head"]
+  np.testing.assert_allclose(head["dense"]["kernel"], params["mlm"]["transform"]["kernel"],
+                             atol=1e-9)
+  np.testing.assert_allclose(head["norm"]["scale"], params["mlm"]["transform_norm"]["scale"],
+                             atol=1e-9)

@@ -24,6 +24,7 @@ from bert_jax.finetuning import batches as finetune_batches
 from bert_jax.finetuning import evaluation
 from bert_jax.finetuning import seed_run
 from bert_jax.finetuning import setup as finetune_setup
+from bert_jax.members import registry as members
 from bert_jax.runtime import compile_cache
 from bert_jax.runtime import console
 from bert_jax.runtime import stop_signals
@@ -126,7 +127,7 @@ def _start_and_run(config, place: _Place, where: list, starting, stop) -> dict[s
   workdir, is_writer, split = place.workdir, place.is_writer, place.split
   with starting:
     # -- The checkpoint (read only), then the task data, every split read and encoded ----
-    pretrained = loading.load_pretrained(config.init_checkpoint)
+    pretrained = finetune_setup.head_from_mlm(loading.load_pretrained(config.init_checkpoint))
     where[0] = "reading and encoding the task data"
     data = _task_data(config, pretrained, split)
     task, model_cfg = data.task, data.model_cfg
@@ -229,7 +230,7 @@ def _state_and_steps(config, place: _Place, pretrained: loading.Pretrained,
       max_to_keep=config.keep_checkpoints)
   state, state_shardings, meta, how = ckpt_lib.initial_state(
       init_fn, tx, jax.random.PRNGKey(config.seed), place.mesh, place.rules, checkpoints=ckpts,
-      pretrained=pretrained, fresh_heads=_fresh_heads(config), run_config=place.config_record,
+      pretrained=pretrained, fresh_heads=_fresh_heads(config, pretrained), run_config=place.config_record,
       check=finetune_setup.resume_check(config, place.config_record, pretrained))
   train_step, predict_step = seed_run.jitted_steps(config, data.task, data.task_model,
                                                    optimizer, state_shardings, place.mesh,
@@ -254,12 +255,18 @@ def _fresh_state(config, optimizer: tuple, place: _Place, pretrained: loading.Pr
   """A later seed's state: the init checkpoint's params, its heads made afresh."""
   tx, _, init_fn, _ = optimizer
   return ckpt_lib.initial_state(init_fn, tx, jax.random.PRNGKey(seed), place.mesh, place.rules,
-                                pretrained=pretrained, fresh_heads=_fresh_heads(config))
+                                pretrained=pretrained, fresh_heads=_fresh_heads(config, pretrained))
 
 
-def _fresh_heads(config) -> tuple:
-  """The heads every seed starts afresh (none when only evaluating the init checkpoint)."""
-  return () if config.eval_only else bundle.TASK_HEADS
+def _fresh_heads(config, pretrained: loading.Pretrained) -> tuple:
+  """The heads every seed starts afresh (none when only evaluating the init checkpoint). A
+  member whose task heads read a prediction head (ModernBERT's `head`) takes it from the init
+  checkpoint, as transformers' ...ForSequenceClassification.from_pretrained does
+  (finetune_setup.head_from_mlm)."""
+  if config.eval_only:
+    return ()
+  kept = ("head",) if members.get(pretrained.config.model_type).head_transform else ()
+  return tuple(h for h in bundle.TASK_HEADS if h not in kept)
 
 
 def _resume_point(config, meta: Optional[dict]) -> tuple[list, int, tuple[int, int]]:

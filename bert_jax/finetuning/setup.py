@@ -1,5 +1,6 @@
 """Fine-tuning's setup: its config checks, what a resumed run may change, what a run leaves in
 its workdir, and the header it prints (pretraining's twin: bert_jax.pretraining.setup)."""
+import dataclasses
 import types
 from typing import Optional
 
@@ -18,6 +19,7 @@ from bert_jax.checkpoints import workdir_owner
 from bert_jax.configuration import options as options_lib
 from bert_jax.configuration import sections as config_sections
 from bert_jax.finetuning import batches as finetune_batches
+from bert_jax.members import registry as members
 from bert_jax.modeling import compute_policy
 from bert_jax.runtime import console
 from bert_jax.runtime import optional_tensorflow
@@ -224,6 +226,18 @@ def check_run(config, config_record: dict, workdir: str, mesh, is_writer: bool) 
     if jax.process_count() > 1:
       multihost_utils.sync_global_devices("bert_jax.finetune.start_over")
   return "run"
+
+
+def head_from_mlm(pretrained: loading.Pretrained) -> loading.Pretrained:
+  """The init checkpoint with a prediction head for the task heads of a member that reads one
+  (ModernBERT's `head`: dense, activation, norm), from its MLM head's transform when it has no
+  `head` of its own: transformers names both `head` and loads the MLM's into a classifier."""
+  params = pretrained.params
+  if (not members.get(pretrained.config.model_type).head_transform or "head" in params
+      or "transform" not in params.get("mlm", {})):
+    return pretrained
+  head = {"dense": params["mlm"]["transform"], "norm": params["mlm"]["transform_norm"]}
+  return dataclasses.replace(pretrained, params={**params, "head": head})
 
 
 def task_model_for(config, pretrained: loading.Pretrained, plan: finetune_batches.BatchPlan):
