@@ -309,14 +309,19 @@ def test_gpu_slurm_two_tasks_match_one_process(slurm_cluster, tmp_path):
 
 @pytest.mark.slow
 def test_gpu_slurm_stops_every_task_when_one_fails(slurm_cluster, tmp_path):
-  # Task 1 fails at once; task 0 would sleep for two minutes.
-  out = tmp_path / "job.out"
+  # Task 1 fails once task 0 is up (a marker file: the tasks start up to tens of ms apart, and
+  # SLURM kills task 0 within about a tenth of a second of the failure); task 0 would sleep for
+  # two minutes.
+  out, up = tmp_path / "job.out", tmp_path / "task0_up"
   start = time.time()
   job = subprocess.run(
       [_slurm_program("sbatch"), "--wait", "--nodes=1", "--ntasks-per-node=2", "--gpus-per-node=0",
        "--cpus-per-task=1", f"--output={out}", str(GPU_SLURM), sys.executable, "-c",
-       "import os, sys, time; print('up', flush=True); "
-       "sys.exit(3) if os.environ['SLURM_PROCID'] == '1' else time.sleep(120)"],
+       "import os, pathlib, sys, time; print('up', flush=True); up = pathlib.Path(sys.argv[1])\n"
+       "if os.environ['SLURM_PROCID'] == '0': up.touch(); time.sleep(120)\n"
+       "deadline = time.time() + 60\n"
+       "while not up.exists() and time.time() < deadline: time.sleep(0.01)\n"
+       "sys.exit(3)", str(up)],
       cwd=ROOT, env=slurm_cluster.job_env(child_env()), capture_output=True, text=True,
       timeout=300)
   log = out.read_text()

@@ -21,6 +21,7 @@ import time
 import numpy as np
 import pytest
 
+from bert_jax.checkpoints import folder as checkpoint_folder
 from tests.fixtures import multiprocess
 from tests.fixtures.repo import LAUNCH
 from tests.fixtures.repo import ROOT
@@ -168,6 +169,12 @@ def test_a_killed_process_ends_the_others_with_one_line_and_the_run_resumes(
     lines.append(line)
     if line.startswith("[0] step 5/"):
       break
+  # Step 4's save commits in the background (both processes' parts written): the kill comes
+  # after it, however slow the disk; save(8) waits for it, so the run cannot get far meanwhile.
+  deadline = time.monotonic() + 300
+  while 4 not in checkpoint_folder.committed_steps(workdir / "checkpoints"):
+    assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-3000:]
+    time.sleep(0.05)
   (pid,) = multiprocess.pids_of(f"--workdir={workdir}", "--process_id=1")
   os.kill(pid, signal.SIGKILL)
   start = time.monotonic()
