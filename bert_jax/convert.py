@@ -6,10 +6,11 @@
 
 `--from hf` reads config.json + model.safetensors (BertModel, BertForPreTraining
 or BertForMaskedLM layouts, with or without the `bert.` prefix; a fine-tuned
-BertForSequenceClassification or BertForTokenClassification with its head and
-id2label, which `Encoder.classify` / `Encoder.tag` use; model_type
-roberta, distilbert, electra, albert and deberta-v2 likewise, by config.json's
-model_type, with their tokenizer files beside the weights); pickle
+BertForSequenceClassification or BertForTokenClassification, or ModernBERT's,
+with its head and id2label, which `Encoder.classify` / `Encoder.tag` use; model_type
+roberta, distilbert, electra, albert, deberta-v2 and modernbert likewise, by
+config.json's model_type, with their tokenizer files beside the weights, or BERT's
+vocab.txt); pickle
 checkpoints (pytorch_model.bin) are refused with instructions. A
 sentence-transformers folder (modules.json) also brings its modules: Pooling
 (cls, mean, max, mean_sqrt_len, weightedmean or lasttoken), Dense layers (their

@@ -432,3 +432,38 @@ def test_fine_tuning_takes_the_prediction_head_from_the_mlm_checkpoint(glue_dir,
                              atol=1e-9)
   np.testing.assert_allclose(head["norm"]["scale"], params["mlm"]["transform_norm"]["scale"],
                              atol=1e-9)
+
+
+@pytest.mark.parametrize("architecture, pooling", [("ModernBertForSequenceClassification", "cls"),
+                                                   ("ModernBertForSequenceClassification", "mean"),
+                                                   ("ModernBertForTokenClassification", None)])
+def test_from_hf_reads_a_fine_tuned_modernbert_with_its_head(architecture, pooling, tmp_path):
+  """A ModernBERT classifier saved by transformers converts with its prediction head,
+  classifier and id2label (its `head` tensors are not taken for an MLM head); the Encoder
+  answers as transformers does."""
+  from bert_jax import api  # pylint: disable=g-import-not-at-top
+  from bert_jax import convert  # pylint: disable=g-import-not-at-top
+  labels = ["O", "B-PER", "I-PER"]
+  extra = {"classifier_pooling": pooling} if pooling else {}
+  model = _random(getattr(transformers, architecture), num_labels=3,
+                  id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)},
+                  **extra)
+  src = tmp_path / "hf"
+  model.save_pretrained(src, safe_serialization=True)
+  words = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
+  (src / "vocab.txt").write_text("\n".join(words + [f"w{i}" for i in range(VOCAB_SIZE - 5)])
+                                 + "\n")
+  assert convert.main(["--from", "hf", "--src", str(src), "--dst", str(tmp_path / "b"),
+                       "--quiet"]) == 0
+  encoder = api.Encoder.load(str(tmp_path / "b"))
+  text = ["w5", "w17", "w3", "w40", "w8"]
+  ids = np.array([[1] + [5 + int(w[1:]) for w in text] + [2]])
+  logits = _run_hf(model, ids, np.ones_like(ids)).logits[0].numpy()
+  if architecture.endswith("TokenClassification"):
+    from bert_jax.tasks.ner import data as ner  # pylint: disable=g-import-not-at-top
+    raw = [labels[i] for i in np.argmax(logits[1:-1], -1)]
+    assert encoder.tag([text]) == [ner.convert(raw, "IOB2")]
+    return
+  (label, prob), = encoder.classify([" ".join(text)])
+  probs = np.exp(logits - logits.max()) / np.exp(logits - logits.max()).sum()
+  assert label == labels[int(np.argmax(probs))] and abs(prob - probs.max()) < 1e-4

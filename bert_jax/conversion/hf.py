@@ -167,8 +167,8 @@ def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]
   tied = {t: names.pop(t) for t in layout.tied if t in names}
   hf_config = read_json(root / "config.json", missing=f"{src} has no config.json")
   head_arch = task_heads.readable(hf_config, config.model_type)
-  head_names = ({n: names.pop(n) for n in task_heads.HF_NAMES}
-                if head_arch and all(n in names for n in task_heads.HF_NAMES) else {})
+  head_names = ({n: names.pop(n) for n in task_heads.head_names(head_arch, list(names))}
+                if head_arch and "classifier.weight" in names else {})
 
   def load(name: str) -> np.ndarray:
     raw, transpose = names[name]
@@ -198,9 +198,9 @@ def load_hf_params(src: str, *, drop_unexpected: bool = False) -> dict[str, Any]
   info = {}
   if head_names:
     names.update(head_names)
-    group, params[group], info = task_heads.read_head(
-        hf_config, head_arch, load("classifier.weight"), load("classifier.bias"),
-        str(root / "config.json"))
+    groups, info = task_heads.read_head(hf_config, head_arch, {n: load(n) for n in head_names},
+                                        str(root / "config.json"))
+    params.update(groups)
   return dict(params=params, config=config, dropped=dropped, heads=bundle.heads_of(params),
               info=info)
 

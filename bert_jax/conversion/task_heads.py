@@ -9,9 +9,11 @@
 The labels come from what the export's bundle.json records (`labels`: a GLUE task's classes,
 none for a regression; NER's tags); an export written before GLUE's were recorded is left to
 --drop_unexpected.
-`convert --from hf` reads these two classes back (config.json's `architectures`): the head's
-params, and bundle.json's `labels` from `id2label` (none for problem_type 'regression'), so
-that `Encoder.classify` and `Encoder.tag` use a model fine-tuned with transformers.
+`convert --from hf` reads these two classes back, and ModernBERT's (ModernBertFor
+SequenceClassification / TokenClassification, with their prediction head `head`), by
+config.json's `architectures`: the head's params, and bundle.json's `labels` from `id2label`
+(none for problem_type 'regression'), so that `Encoder.classify` and `Encoder.tag` use a model
+fine-tuned with transformers.
 Left to --drop_unexpected: the other members' classifiers, which transformers builds otherwise
 (RoBERTa's reads <s> through two layers, DistilBERT's pre_classifier, ELECTRA's its own head),
 the 'mean' and 'layers_attention' heads, which transformers has no class for, and SQuAD's span
@@ -61,24 +63,36 @@ def _head(params: dict, group: str, architecture: str, labels: list, extra: dict
   return TaskHead(group, architecture, tensors, config)
 
 
-# transformers' classes whose head is read back: class -> (the params' group, bundle.json's task).
-_READ = {"BertForSequenceClassification": ("classifier", None),
-         "BertForTokenClassification": ("token_classifier", "ner")}
-HF_NAMES = ("classifier.weight", "classifier.bias")
+# transformers' classes whose head is read back: class -> (the member, the params' group,
+# bundle.json's task). ModernBERT's heads read a prediction head (`head`: dense, activation,
+# norm) between the pooled or token vectors and the classifier.
+_READ = {"BertForSequenceClassification": ("bert", "classifier", None),
+         "BertForTokenClassification": ("bert", "token_classifier", "ner"),
+         "ModernBertForSequenceClassification": ("modernbert", "classifier", None),
+         "ModernBertForTokenClassification": ("modernbert", "token_classifier", "ner")}
 
 
 def readable(hf_config: dict, model_type: str) -> Optional[str]:
   """The architecture of config.json whose task head `convert --from hf` reads, or None."""
   arch = (hf_config.get("architectures") or [None])[0]
-  return arch if model_type == "bert" and arch in _READ else None
+  return arch if arch in _READ and _READ[arch][0] == model_type else None
 
 
-def read_head(hf_config: dict, architecture: str, weight: np.ndarray, bias: np.ndarray,
-              source: str) -> tuple[str, dict, dict]:
-  """(the params' group, its params, bundle.json's fields) of transformers' task head;
-  ValueError names config.json's label keys where they disagree with the weights."""
-  group, task = _READ[architecture]
-  outputs = weight.shape[0]  # [labels, hidden] (PyTorch layout)
+def head_names(architecture: str, names) -> list[str]:
+  """The tensor names of `architecture`'s task head among `names` (the classifier's, and
+  ModernBERT's prediction head's)."""
+  roots = ("classifier.", "head.") if _READ[architecture][0] == "modernbert" else ("classifier.",)
+  return [n for n in names if n.startswith(roots)]
+
+
+def read_head(hf_config: dict, architecture: str, tensors: dict, source: str
+              ) -> tuple[dict, dict]:
+  """(the params' groups, bundle.json's fields) of transformers' task head, from its tensors
+  (name -> array, PyTorch layout); ValueError names config.json's label keys where they
+  disagree with the weights."""
+  _, group, task = _READ[architecture]
+  weight, bias = tensors["classifier.weight"], tensors["classifier.bias"]
+  outputs = weight.shape[0]  # [labels, hidden]
   id2label = hf_config.get("id2label") or {str(i): f"LABEL_{i}" for i in range(outputs)}
   try:
     labels = [id2label[k] for k in sorted(id2label, key=int)]
@@ -94,10 +108,18 @@ def read_head(hf_config: dict, architecture: str, weight: np.ndarray, bias: np.n
   if len(labels) != outputs and not regression:
     raise ValueError(f"{source}: id2label names {len(labels)} labels, but the classifier has "
                      f"{outputs} outputs")
-  params = {"kernel": np.ascontiguousarray(weight.T), "bias": np.asarray(bias)}
+  groups = {group: {"kernel": np.ascontiguousarray(weight.T), "bias": np.asarray(bias)}}
+  if "head.dense.weight" in tensors:
+    dense = {"kernel": np.ascontiguousarray(tensors["head.dense.weight"].T)}
+    norm = {"scale": np.asarray(tensors["head.norm.weight"])}
+    if "head.dense.bias" in tensors:
+      dense["bias"] = np.asarray(tensors["head.dense.bias"])
+    if "head.norm.bias" in tensors:
+      norm["bias"] = np.asarray(tensors["head.norm.bias"])
+    groups["head"] = {"dense": dense, "norm": norm}
   info = {"labels": [] if regression else labels}
   if group == "classifier":
-    info["head"] = "cls"
+    info["head"] = hf_config.get("classifier_pooling", "cls")  # (ModernBERT's: cls or mean)
   if task:
     info["task"] = task
-  return group, params, info
+  return groups, info
