@@ -377,6 +377,12 @@ from bert_jax import pretrain
 from bert_jax.runtime import train_log
 from tests.fixtures.pretraining import small_config
 if sys.argv[3] == "twice":
+  # The save the second Ctrl-C cuts short never commits, however fast the disk.
+  import asyncio
+  from orbax.checkpoint._src.path import atomicity
+  async def held(*args, **kwargs):
+    await asyncio.sleep(3600)
+  atomicity.AtomicRenameTemporaryPath.finalize = held
   log, save = train_log.RunLogger.log, ckpt_lib.TrainCheckpoints.save
   def logged(self, step, *args, **kwargs):
     log(self, step, *args, **kwargs)
