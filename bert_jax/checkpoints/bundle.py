@@ -113,9 +113,12 @@ def check_arch(found: BertConfig, expected: BertConfig, source: str) -> None:
   """
   family = [f"{f}: checkpoint {getattr(found, f)!r} vs config {getattr(expected, f)!r}"
             for f in FAMILY_FIELDS if getattr(found, f) != getattr(expected, f)]
-  if family:
+  if family and found.model_type != expected.model_type:
     raise ValueError(f"{source}: checkpoint is another member of the BERT family than the "
                      f"config asks ({', '.join(family)})")
+  if family:  # the same member with other settings of its own (ModernBERT's attention window)
+    raise ValueError(f"{source}: checkpoint is a {found.model_type} with other settings than "
+                     f"the config asks ({', '.join(family)})")
   diff = [f for f in ARCH_FIELDS if getattr(found, f) != getattr(expected, f)]
   if not diff:
     return

@@ -247,8 +247,8 @@ def task_model_for(config, pretrained: loading.Pretrained, plan: finetune_batche
       config.model, pretrained.config, one_example_per_row=not plan.packing)
   if plan.seq_len > model_cfg.max_position_embeddings:
     raise ValueError(f"bad config: max_seq_length {plan.seq_len} does not fit "
-                     f"{pretrained.source}: its position table has "
-                     f"{model_cfg.max_position_embeddings} entries")
+                     f"{pretrained.source}: it takes at most "
+                     f"{model_cfg.max_position_embeddings} positions")
   task_model = make_task_model(config, model_cfg)
   if config.eval_only:
     check_eval_head(task_model, pretrained, plan.seq_len)
