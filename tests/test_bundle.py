@@ -256,3 +256,14 @@ def test_a_crafted_config_is_refused_before_anything_is_built(saved, tmp_path, c
   json.dump(dict(json.load(open(path)), **changes), open(path, "w"))
   with pytest.raises(ValueError, match=message):
     bundle.load_bundle(d, with_params=False)
+
+
+def test_a_checkpoint_of_the_same_member_with_other_settings_is_named_as_such():
+  from bert_jax.modeling.model_config import BertConfig  # pylint: disable=g-import-not-at-top
+  from bert_jax.members import registry as members  # pylint: disable=g-import-not-at-top
+  base = members.get("modernbert").build(BertConfig(vocab_size=24, hidden_size=16, num_layers=2,
+                                                    num_heads=2, intermediate_size=32), 0)
+  with pytest.raises(ValueError, match=r"^ckpt: checkpoint is a modernbert with other settings "
+                                       r"than the config asks \(local_window: checkpoint 128 vs "
+                                       r"config 64\)$"):
+    bundle.check_arch(base.replace(local_window=128), base.replace(local_window=64), "ckpt")
