@@ -114,3 +114,22 @@ def test_checkpoint_keys_with_eval_only_are_refused_as_unread():
                                        r"is read only when eval_only=False"):
     config_reads.resolve(config, ["checkpoint_every"], module.READ_ONLY_WHEN,
                          module.get_config("task=mrpc"))
+
+
+@pytest.mark.slow
+def test_a_log_window_cut_by_a_resume_is_logged_whole(pretrained, glue_dir, tmp_path):
+  """Stopped after step 5 with a line every 4 steps: the resumed run's line at step 8 is the
+  uninterrupted run's, over steps 5 to 8, not a mean of 6 to 8."""
+  config = lambda: glue_config(glue_dir, pretrained, num_epochs=2.0,  # noqa: E731
+                                log_every=4, checkpoint_every=100)
+
+  def losses(workdir):
+    with open(workdir / "metrics.jsonl") as f:
+      return {r["step"]: r["seed0_train_loss"] for r in map(json.loads, f)
+              if "seed0_train_loss" in r}
+  straight, stopped = tmp_path / "straight", tmp_path / "stopped"
+  finetune.finetune(config(), str(straight))
+  assert finetune.finetune(config(), str(stopped), preempt_at=(0, 5))["step"] == 5
+  finetune.finetune(config(), str(stopped))
+  want, got = losses(straight), losses(stopped)
+  assert sorted(want) == sorted(got) == [4, 8] and got == want, (got, want)

@@ -126,6 +126,26 @@ def test_resume_after_preemption_is_exact(objective, corpus, tmp_path_factory, t
 
 
 @pytest.mark.slow
+def test_a_log_window_cut_by_a_resume_is_logged_whole(corpus, tmp_path):
+  """A stop mid-window (log every 3 steps, stopped after step 4): the resumed run's line at
+  step 6 is the uninterrupted run's, bit for bit, over steps 4 to 6, not a mean of 5 and 6."""
+  timed = ("tokens_per_second", "steps_per_second", "mfu", "input_wait")
+
+  def records(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      return {r["step"]: {k: v for k, v in r.items() if k not in timed}
+              for r in map(json.loads, f) if "loss" in r}
+  config = lambda: small_config(corpus, log_every=3, checkpoint_every=3)  # noqa: E731
+  straight, resumed = str(tmp_path / "straight"), str(tmp_path / "resumed")
+  pretrain.train(config(), straight)
+  assert pretrain.train(config(), resumed, preempt_at_step=4)["step"] == 4
+  pretrain.train(config(), resumed)
+  want, got = records(straight), records(resumed)
+  assert sorted(got) == sorted(want) == [3, 6]
+  assert got[6] == want[6], (got[6], want[6])
+
+
+@pytest.mark.slow
 def test_unreadable_latest_checkpoint_falls_back(corpus, straight_run, tmp_path, capsys):
   workdir = str(tmp_path / "copy")
   shutil.copytree(straight_run[0], workdir)

@@ -168,7 +168,7 @@ def _start_and_run(config, place: _Place, where: list, starting, stop) -> dict[s
         data=seed_run.TrainData(task_lib.MODEL_INPUTS + task.label_keys, train_lengths,
                                 n_train, total_steps, data.plan, pack, shape_limit),
         meta=dict(description, config=place.config_record, zero_shot=baselines),
-        preempt_at=place.preempt_at)
+        preempt_at=place.preempt_at, window=(meta or {}).get("window"))
     if is_writer:  # from before the first step to after the export: what the workdir holds
       workdir_owner.record_run(workdir, "finetune", "training", place.config_record,
                                task=task.name, init_checkpoint=config.init_checkpoint)

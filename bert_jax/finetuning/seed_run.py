@@ -61,6 +61,8 @@ class SeedRun:
   meta: dict  # what every checkpoint's meta holds (model description, config)
   preempt_at: Optional[tuple[int, int]] = None
   stopped_by: Optional[str] = None
+  # The log window the resumed checkpoint recorded (Loop.window_record), for the first seed.
+  window: Optional[dict] = None
   compiled_lengths: set = dataclasses.field(default_factory=set)  # the train step's shapes
 
   @property
@@ -81,8 +83,10 @@ class SeedRun:
     if number in self.ckpts.all_steps():
       return
     loop.check(state, step)  # never a non-finite state
+    window = loop.window_record()  # (a stop mid-window: the resumed run logs all of it)
     self.ckpts.save(number, state,
-                    dict(self.meta, seed=seed, epoch=epoch, batch=batch, per_seed=per_seed))
+                    dict(self.meta, seed=seed, epoch=epoch, batch=batch, per_seed=per_seed,
+                         **({"window": window} if window else {})))
 
   def compile_ahead(self, state, batches: list, start: int, steps: int) -> None:
     """Queues the programs this seed will need next (bert_jax.runtime.ahead_compile): the
@@ -107,6 +111,8 @@ class SeedRun:
     step = int(state.step)
     first_epoch, skip = position
     loop = training_loop.Loop(self.ckpts, stop, "stop", self.is_writer)
+    loop.resume_window(self.window)
+    self.window = None
     # The ETA counts the later seeds' steps and every evaluation still to come, at the mean
     # of those done (the zero-shot one included); before any, it names them.
     later_seeds = 0 if c.eval_only else c.seed + c.seeds - 1 - seed
@@ -166,8 +172,9 @@ class SeedRun:
               out.logger.log(step, {
                   "loss": float(window.sums["loss"] / window.sums["steps"]),
                   "learning_rate": float(self.schedule(step - 1)),
-                  "examples_per_second": float(window.sums["examples"]) / window.seconds},
-                  prefix=f"seed{seed}_train_", steps_per_sec=window.steps / window.seconds)
+                  "examples_per_second": window.timed("examples") / window.seconds},
+                  prefix=f"seed{seed}_train_",
+                  steps_per_sec=(window.steps - window.carried_steps) / window.seconds)
               beat.touch()
             if training_loop.due(step, c.checkpoint_every) and step < self.total_steps:
               self.save(seed, state, epoch, index + 1, per_seed, loop)

@@ -54,7 +54,9 @@ class _Place:
 @dataclasses.dataclass(frozen=True)
 class _Start:
   """What the loop starts from: the data, the objective's setup, the state and its shardings,
-  the stream's position, the workdir's checkpoints and the config as recorded."""
+  the stream's position, the workdir's checkpoints, the config as recorded, and the log window
+  a checkpoint saved mid-window recorded (Loop.window_record; None when resumed at a log step
+  or not resumed)."""
   data: Any
   setup: Any
   state: Any
@@ -62,6 +64,7 @@ class _Start:
   data_position: int
   ckpts: ckpt_lib.TrainCheckpoints
   config_record: dict
+  window: Optional[dict] = None
 
 
 def train(config: ml_collections.ConfigDict, workdir: str,
@@ -121,12 +124,12 @@ def _train(config, place: _Place, source, beat: console.Heartbeat,
       str(epath.Path(place.workdir) / workdirs.CHECKPOINTS),
       max_to_keep=config.keep_checkpoints)
   config_record = json.loads(config.to_json_best_effort())  # saved with each checkpoint
-  state, state_shardings, data_position = _initial_state(config, place, setup, data, ckpts,
-                                                         config_record)
+  state, state_shardings, data_position, window = _initial_state(config, place, setup, data,
+                                                                 ckpts, config_record)
   beat.touch()  # _initial_state printed the header
   beat.doing("compiling the train step")
   return _compile_and_loop(config, place, _Start(data, setup, state, state_shardings,
-                                                 data_position, ckpts, config_record),
+                                                 data_position, ckpts, config_record, window),
                            beat, stop)
 
 
@@ -152,13 +155,15 @@ def _compile_and_loop(config, place: _Place, start: _Start, beat: console.Heartb
   def save(step):
     beat.doing(f"saving the checkpoint of step {step}")
     loop.check(state, step)  # never a non-finite state
+    window = loop.window_record()  # (a stop mid-window: the resumed run logs all of it)
     ckpts.save(step, state, dict(description, data_position=data_position,
-                                 config=config_record))
+                                 config=config_record, **({"window": window} if window else {})))
 
   stop.started()
   it = sharding.DevicePrefetch(data.train_iterator(start_position=data_position), mesh)
   step, last, failed = start_step, {}, True
   loop = training_loop.Loop(ckpts, stop, config.on_nan, is_writer)
+  loop.resume_window(start.window)
   try:
     while step < config.total_steps:
       beat.doing(f"training, step {step} of {config.total_steps}")
@@ -238,7 +243,8 @@ def _initial_state(config, place: _Place, setup, data, ckpts, config_record: dic
   """The state the run starts from (ckpt_lib.initial_state's policy), announced.
 
   Returns:
-    (state, its shardings, the data position to continue the stream from).
+    (state, its shardings, the data position to continue the stream from, the log window its
+    checkpoint recorded or None).
   """
   workdir, is_writer, mesh, rules = place.workdir, place.is_writer, place.mesh, place.rules
   _check_export_has_checkpoints(config, workdir, ckpts)
@@ -266,7 +272,7 @@ def _initial_state(config, place: _Place, setup, data, ckpts, config_record: dic
     first = "reading" if data.source.tokenized else "tokenizing"
     print(f"compiling the train step, then {first} the first shards "
           f"(progress every {config.log_every} steps) ...", flush=True)
-  return state, state_shardings, data_position
+  return state, state_shardings, data_position, (meta or {}).get("window")
 
 
 def _jitted_steps(config, setup, state, state_shardings, mesh, rules,
@@ -307,14 +313,14 @@ def _window_metrics(window, setup, seq_len: int, peak_flops: float,
   steps skipped for a NaN/inf loss (when any were)."""
   last = setup.summarize(window.sums)
   tokens = float(window.sums["real_tokens"])
-  last["tokens_per_second"] = tokens / window.seconds
+  last["tokens_per_second"] = window.timed("real_tokens") / window.seconds
   masked_fraction = float(window.sums["mlm_weight"]) / max(tokens, 1.0)
   last["mfu"] = (last["tokens_per_second"]
                  * setup.flops_per_token(seq_len, masked_fraction) / peak_flops)
   # The share of the window spent waiting for input; steps per second count padding,
   # as a step benchmark does.
   last["input_wait"] = input_wait_seconds / window.seconds
-  last["steps_per_second"] = window.steps / window.seconds
+  last["steps_per_second"] = (window.steps - window.carried_steps) / window.seconds
   if window.nonfinite_steps:
     last["nonfinite_steps"] = window.nonfinite_steps
   return last

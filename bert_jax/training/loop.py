@@ -10,6 +10,8 @@ import dataclasses
 import time
 from typing import Any, Optional
 
+import numpy as np
+
 from bert_jax.runtime import stop_signals
 from bert_jax.training import train_core
 
@@ -22,11 +24,22 @@ def due(step: int, every: int, last: Optional[int] = None) -> bool:
 
 @dataclasses.dataclass
 class Window:
-  """The steps since the last log line: their summed metrics, how many, how long."""
+  """The steps since the last log line: their summed metrics, how many, how long.
+
+  A window a resume cut in two (its checkpoint saved mid-window) holds all its steps, as the
+  uninterrupted run's; `carried` and `carried_steps` are the part from before the resume,
+  which `seconds` does not time.
+  """
   sums: Any
   steps: int
   seconds: float
   nonfinite_steps: int  # steps skipped so far for a NaN/inf loss or gradient
+  carried: Optional[dict] = None
+  carried_steps: int = 0
+
+  def timed(self, key: str) -> float:
+    """The sum of `key` over the steps `seconds` timed."""
+    return float(self.sums[key]) - float((self.carried or {}).get(key, 0.0))
 
 
 class Loop:
@@ -44,6 +57,7 @@ class Loop:
     self.stopped_by: Optional[str] = None
     self._sums, self._steps, self._start = train_core.MetricSums(), 0, time.time()
     self._checked: Optional[tuple[int, int]] = None  # (step, steps skipped) checked last
+    self._carried: Optional[tuple[int, dict]] = None  # (steps, sums) from before a resume
 
   def stop_requested(self, preempt: bool = False) -> bool:
     """Whether the run stops before this step: a stop signal arrived (in a multi-process run,
@@ -82,8 +96,29 @@ class Loop:
     sums, steps, seconds = self._sums.take(), self._steps, time.time() - self._start
     skipped = self.check(state, step)
     self.ckpts.check_saves()
+    carried_steps, carried = self._carried or (0, None)
+    self._carried = None
     self.restart_window()
-    return Window(sums, steps, seconds, skipped)
+    return Window(sums, steps, seconds, skipped, carried, carried_steps)
+
+  def window_record(self) -> Optional[dict]:
+    """The log window so far, for a checkpoint's meta (None when it is empty): a run resumed
+    from that checkpoint logs the whole window, as the uninterrupted run does."""
+    sums = self._sums.peek() if self._steps else None
+    if sums is None:
+      return None
+    return {"steps": self._steps,
+            "sums": {k: [np.asarray(v).tolist(), str(np.asarray(v).dtype)]
+                     for k, v in sums.items()}}
+
+  def resume_window(self, record: Optional[dict]) -> None:
+    """Goes on with the log window a checkpoint's meta recorded (window_record)."""
+    if not record:
+      return
+    sums = {k: np.asarray(v, dtype) for k, (v, dtype) in record["sums"].items()}
+    self._sums.start_from(sums)
+    self._steps = int(record["steps"])
+    self._carried = (self._steps, sums)
 
   def restart_window(self) -> None:
     """A new window starts now (after work that is not training, such as an evaluation)."""

@@ -324,6 +324,15 @@ class MetricSums:
     while len(self._pending) > self._max_in_flight:
       jax.block_until_ready(self._pending.popleft())
 
+  def start_from(self, sums) -> None:
+    """The window goes on from `sums` (host arrays saved with a checkpoint mid-window): the
+    next `add` sums onto them as the uninterrupted run did, bit for bit."""
+    self._sums = sums
+
+  def peek(self):
+    """The sums so far on the host (None before any `add`); the window goes on."""
+    return None if self._sums is None else jax.device_get(self._sums)
+
   def take(self):
     """The sums so far on the host (None before any `add`), and a new window."""
     sums = None if self._sums is None else jax.device_get(self._sums)
