@@ -61,6 +61,7 @@ from bert_jax.inference import embedding
 from bert_jax.runtime import atomic_files
 from bert_jax.runtime import compile_cache
 from bert_jax.runtime import console
+from bert_jax.runtime import text_files
 from bert_jax.runtime import write_errors
 
 
@@ -164,7 +165,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       ("model", "; ".join(f"{bundle_lib.describe_arch(p.config)}, "
                           f"{console.count_params(p.params) / 1e6:.1f}M params, from "
                           f"{p.source}" for p in checkpoints)),
-      ("data", f"{'standard input' if args.input == '-' else args.input}: "
+      ("data", f"{text_files.input_name(args.input)}: "
                f"{len(inp.texts):,} {kind}"
                + (f", windows every {args.chunk_stride} tokens" if args.chunk_stride else "")),
       ("steps", f"{-(-len(inp.texts) // args.batch_size):,} batch(es) of {args.batch_size} per "

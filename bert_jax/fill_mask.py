@@ -55,7 +55,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except OSError as e:
       raise ValueError(f"--input {args.input}: {checkpoint_folder.one_line_cause(e)}") from None
     texts += [line.strip() for line in lines if line.strip()]
-  source = "standard input" if args.input == text_files.STDIN else args.input
+  source = text_files.input_name(args.input)
   if not texts:
     raise ValueError("no text: give TEXT... with [MASK], or --input FILE (one text per line)"
                      + (f"; {source} has none" if args.input else ""))

@@ -37,10 +37,6 @@ class InputText:
   bad_utf8_lines: list[int]
 
 
-def _input_name(path: str) -> str:
-  return "standard input" if path == text_files.STDIN else path
-
-
 def read_input(path: str, pairs: bool) -> InputText:
   """One text (or `a<TAB>b` pair) per line of a file, or of standard input for '-';
   ValueError for an empty input or a pair line without exactly one tab (naming it)."""
@@ -49,7 +45,8 @@ def read_input(path: str, pairs: bool) -> InputText:
   if lines and lines[-1] == b"":
     lines.pop()
   if not lines:
-    raise ValueError(f"{_input_name(path)}: the input is empty (one text per line expected)")
+    raise ValueError(f"{text_files.input_name(path)}: the input is empty (one text per line "
+                     "expected)")
   texts, bad = [], []
   for number, raw in enumerate(lines, 1):
     if raw.endswith(b"\r"):
@@ -64,8 +61,8 @@ def read_input(path: str, pairs: bool) -> InputText:
     if pairs:
       parts = line.split("\t")
       if len(parts) != 2:
-        raise ValueError(f"{_input_name(path)}:{number}: --pairs expects 'text_a<TAB>text_b', found "
-                         f"{len(parts) - 1} tabs")
+        raise ValueError(f"{text_files.input_name(path)}:{number}: --pairs expects "
+                         f"'text_a<TAB>text_b', found {len(parts) - 1} tabs")
       texts.append((parts[0], parts[1]))
     else:
       texts.append(line)

@@ -44,6 +44,11 @@ def dumps_defined(obj: Any, **kwargs) -> tuple[str, list[str]]:
 STDIN = "-"  # an input path that names standard input
 
 
+def input_name(path: str) -> str:
+  """How messages name an input path: 'standard input' for STDIN, else the path."""
+  return "standard input" if path == STDIN else path
+
+
 def read_bytes(path, what: str = "file") -> bytes:
   """The bytes of `path` (local or gs://; '-' reads standard input to its end);
   FileNotFoundError or ValueError (a directory) naming it as `what`."""
